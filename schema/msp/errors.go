@@ -1,0 +1,125 @@
+package msp
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Error codes of the MSP error registry (MSP §3.12).
+const (
+	CodeParseError       = -32700
+	CodeInvalidRequest   = -32600
+	CodeMethodNotFound   = -32601
+	CodeInvalidParams    = -32602
+	CodeInternal         = -32603
+	CodeOverloaded       = -32001
+	CodeInputTooLarge    = -32002
+	CodeNotFound         = -32011
+	CodeSessionNotFound  = -32020
+	CodeSessionNotLoaded = -32024
+	CodeCommandRejected  = -32030
+	CodeBackpressured    = -32031
+	CodeViewTruncated    = -32040
+)
+
+// Error kinds (camelCase) carried in error.data.kind.
+const (
+	KindParseError         = "parseError"
+	KindInvalidRequest     = "invalidRequest"
+	KindNotInitialized     = "notInitialized"
+	KindAlreadyInitialized = "alreadyInitialized"
+	KindMethodNotFound     = "methodNotFound"
+	KindInvalidParams      = "invalidParams"
+	KindInternal           = "internal"
+	KindOverloaded         = "overloaded"
+	KindInputTooLarge      = "inputTooLarge"
+	KindNotFound           = "notFound"
+	KindSessionNotFound    = "sessionNotFound"
+	KindSessionNotLoaded   = "sessionNotLoaded"
+	KindCommandRejected    = "commandRejected"
+	KindBackpressured      = "backpressured"
+	KindViewTruncated      = "viewTruncated"
+)
+
+// Snake_case reasons of commandRejected and notFound errors.
+const (
+	ReasonCommandIDConflict = "command_id_conflict"
+	ReasonSessionIDConflict = "session_id_conflict"
+	ReasonMissingRun        = "missing_run"
+	ReasonNotQueued         = "not_queued"
+	ReasonMissingAnchor     = "missingAnchor"
+)
+
+// ErrorData is the data member of an MSP error; Kind is always set.
+type ErrorData struct {
+	Kind           string         `json:"kind"`
+	Retryable      *bool          `json:"retryable,omitempty"`
+	Reason         string         `json:"reason,omitempty"`
+	SessionID      string         `json:"sessionId,omitempty"`
+	CommandID      string         `json:"commandId,omitempty"`
+	LimitBytes     int64          `json:"limitBytes,omitempty"`
+	Capacity       int            `json:"capacity,omitempty"`
+	EarliestCursor *string        `json:"earliestCursor,omitempty"`
+	Details        map[string]any `json:"details,omitempty"`
+}
+
+// Error is a typed MSP error: the JSON-RPC error object of a response.
+type Error struct {
+	Code    int       `json:"code"`
+	Message string    `json:"message"`
+	Data    ErrorData `json:"data"`
+}
+
+// Error implements the error interface.
+func (e *Error) Error() string {
+	return fmt.Sprintf("msp %s (%d): %s", e.Data.Kind, e.Code, e.Message)
+}
+
+// MarshalJSON keeps the wire form stable (data always present).
+func (e *Error) MarshalJSON() ([]byte, error) {
+	type wire Error
+	return json.Marshal((*wire)(e))
+}
+
+// NewError builds an error with the given code, kind and message.
+func NewError(code int, kind, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Data: ErrorData{Kind: kind}}
+}
+
+// ErrInvalidParams reports params that failed validation; field names the
+// offending member as a dotted path ("retry.maxAttempts").
+func ErrInvalidParams(field, format string, args ...any) *Error {
+	e := NewError(CodeInvalidParams, KindInvalidParams, format, args...)
+	if field != "" {
+		e.Data.Details = map[string]any{"field": field}
+	}
+	return e
+}
+
+// ErrSessionNotFound reports an unknown sessionId.
+func ErrSessionNotFound(sessionID string) *Error {
+	e := NewError(CodeSessionNotFound, KindSessionNotFound, "session %s not found", sessionID)
+	e.Data.SessionID = sessionID
+	return e
+}
+
+// ErrMissingAnchor reports a cursor that never existed in the session.
+func ErrMissingAnchor(sessionID, cursor string) *Error {
+	e := NewError(CodeNotFound, KindNotFound, "unknown cursor anchor %q", cursor)
+	e.Data.Reason = ReasonMissingAnchor
+	e.Data.SessionID = sessionID
+	return e
+}
+
+// ErrCommandRejected reports a durable admission rejection with a snake_case reason.
+func ErrCommandRejected(commandID, reason, format string, args ...any) *Error {
+	e := NewError(CodeCommandRejected, KindCommandRejected, format, args...)
+	e.Data.CommandID = commandID
+	e.Data.Reason = reason
+	return e
+}
+
+// ErrInternal reports a server failure.
+func ErrInternal(format string, args ...any) *Error {
+	return NewError(CodeInternal, KindInternal, format, args...)
+}

@@ -1,0 +1,45 @@
+package msp
+
+// JSONRPCVersion is the value of every frame's "jsonrpc" member.
+const JSONRPCVersion = "2.0"
+
+// Client-to-server request methods served by mspd.
+const (
+	MethodInitialize      = "initialize"
+	MethodSessionStart    = "session/start"
+	MethodSessionResume   = "session/resume"
+	MethodSessionRead     = "session/read"
+	MethodSessionList     = "session/list"
+	MethodTurnStart       = "turn/start"
+	MethodTurnInterrupt   = "turn/interrupt"
+	MethodTurnCancel      = "turn/cancel"
+	MethodTurnUnqueue     = "turn/unqueue"
+	MethodViewSubscribe   = "view/subscribe"
+	MethodViewUnsubscribe = "view/unsubscribe"
+	MethodViewPage        = "view/page"
+	MethodModelList       = "model/list"
+)
+
+// NotifyInitialized is the only client-to-server notification.
+const NotifyInitialized = "initialized"
+
+// Server-to-client notification methods.
+const (
+	NotifySessionStarted          = "session/started"
+	NotifyTurnStarted             = "turn/started"
+	NotifyTurnCompleted           = "turn/completed"
+	NotifyTurnUnqueued            = "turn/unqueued"
+	NotifyTurnRetryScheduled      = "turn/retryScheduled"
+	NotifyTurnModelRetryScheduled = "turn/modelRetryScheduled"
+	NotifyItemStarted             = "item/started"
+	NotifyItemDelta               = "item/delta"
+	NotifyItemCompleted           = "item/completed"
+	NotifyViewGap                 = "view/gap"
+	NotifySessionTokenUsage       = "session/tokenUsage"
+)
+
+// Protected reports whether a server notification may never be dropped,
+// gapped or opted out of (MSP §4.5).
+func Protected(method string) bool {
+	return method == NotifyViewGap
+}

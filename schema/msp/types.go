@@ -1,0 +1,483 @@
+package msp
+
+import "encoding/json"
+
+// InitializeParams are the params of initialize.
+type InitializeParams struct {
+	ClientInfo   ClientInfo          `json:"clientInfo"`
+	Capabilities *ClientCapabilities `json:"capabilities,omitempty"`
+}
+
+// ClientInfo identifies the client, for diagnostics only.
+type ClientInfo struct {
+	Name    string `json:"name"`
+	Title   string `json:"title,omitempty"`
+	Version string `json:"version"`
+}
+
+// ClientCapabilities are the client's fixed-for-the-connection options.
+type ClientCapabilities struct {
+	ExperimentalAPI           bool     `json:"experimentalApi,omitempty"`
+	OptOutNotificationMethods []string `json:"optOutNotificationMethods,omitempty"`
+	RequestedCapabilities     []string `json:"requestedCapabilities,omitempty"`
+	UserInputDialogs          *bool    `json:"userInputDialogs,omitempty"`
+}
+
+// InitializeResult is the result of initialize.
+type InitializeResult struct {
+	ExperimentalAPI     bool         `json:"experimentalApi"`
+	GrantedCapabilities []string     `json:"grantedCapabilities"`
+	MuseHome            string       `json:"museHome"`
+	PlatformFamily      string       `json:"platformFamily"`
+	PlatformOS          string       `json:"platformOs"`
+	Schema              SchemaInfo   `json:"schema"`
+	ServerInfo          ServerInfo   `json:"serverInfo"`
+	SessionDurability   string       `json:"sessionDurability"`
+	UserAgent           string       `json:"userAgent"`
+	AIProviders         *AIProviders `json:"aiProviders,omitempty"`
+}
+
+// SchemaInfo names the envelope version and the served schema fingerprint.
+type SchemaInfo struct {
+	Fingerprint string `json:"fingerprint"`
+	Version     int    `json:"version"`
+}
+
+// ServerInfo identifies the server.
+type ServerInfo struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// AIProviders advertises RFC 0248 support (an additive member of InitializeResult).
+type AIProviders struct {
+	CallAccounting CallAccounting `json:"callAccounting"`
+}
+
+// CallAccounting flags: turn results carry attempts; turn/start honours retry.
+type CallAccounting struct {
+	Attempts    bool `json:"attempts"`
+	RetryPolicy bool `json:"retryPolicy"`
+}
+
+// Session is the session object returned by every lifecycle method.
+// The required-nullable members are pointers without omitempty so that they
+// are always present, as null when unset.
+type Session struct {
+	ActiveTurnID    *string `json:"activeTurnId"`
+	CreatedAt       string  `json:"createdAt"`
+	FirstUserPrompt string  `json:"firstUserPrompt,omitempty"`
+	ForkedFrom      *string `json:"forkedFrom"`
+	LastActivityAt  string  `json:"lastActivityAt,omitempty"`
+	ModelID         *string `json:"modelId"`
+	Name            string  `json:"name,omitempty"`
+	Path            string  `json:"path"`
+	ProviderID      *string `json:"providerId"`
+	SessionID       string  `json:"sessionId"`
+	Status          string  `json:"status"`
+	TurnCount       int     `json:"turnCount"`
+	UpdatedAt       string  `json:"updatedAt"`
+	WorkspaceRoot   *string `json:"workspaceRoot"`
+}
+
+// Session statuses.
+const (
+	SessionIdle    = "idle"
+	SessionRunning = "running"
+)
+
+// SessionStartParams are the params of session/start.
+type SessionStartParams struct {
+	CommandID      string   `json:"commandId"`
+	SessionID      string   `json:"sessionId,omitempty"`
+	ModelID        string   `json:"modelId,omitempty"`
+	ProviderID     *string  `json:"providerId,omitempty"`
+	WorkspaceRoot  string   `json:"workspaceRoot,omitempty"`
+	WorkspaceRoots []string `json:"workspaceRoots,omitempty"`
+}
+
+// SessionStartResult is the result of session/start.
+type SessionStartResult struct {
+	Session    Session `json:"session"`
+	ViewCursor string  `json:"viewCursor"`
+}
+
+// SessionResumeParams are the params of session/resume.
+type SessionResumeParams struct {
+	CommandID    string  `json:"commandId"`
+	SessionID    string  `json:"sessionId"`
+	Cursor       *string `json:"cursor,omitempty"`
+	ExcludeItems bool    `json:"excludeItems,omitempty"`
+	History      string  `json:"history,omitempty"`
+}
+
+// SessionReadParams are the params of session/read.
+type SessionReadParams struct {
+	SessionID    string `json:"sessionId"`
+	ExcludeItems *bool  `json:"excludeItems,omitempty"`
+}
+
+// SessionSnapshot is the result of session/resume and session/read.
+type SessionSnapshot struct {
+	History         SessionHistory   `json:"history"`
+	PendingRequests []PendingRequest `json:"pendingRequests"`
+	Session         Session          `json:"session"`
+	ViewCursor      string           `json:"viewCursor"`
+}
+
+// PendingRequest points at a pending approval or user-input request; mspd
+// has none, so the list is always empty.
+type PendingRequest struct {
+	Kind       string `json:"kind"`
+	ViewCursor string `json:"viewCursor"`
+}
+
+// SessionHistory is the history member of resume and read results.
+type SessionHistory struct {
+	Items      []Item          `json:"items"`
+	Mode       string          `json:"mode"`
+	NoneReason string          `json:"noneReason,omitempty"`
+	Snapshot   json.RawMessage `json:"snapshot"`
+}
+
+// History modes and none reasons.
+const (
+	HistoryInline     = "inline"
+	HistoryNone       = "none"
+	NoneExcluded      = "excluded"
+	NoneCursorSuffix  = "cursorSuffix"
+	NoneHistoryBudget = "historyBudget"
+)
+
+// SessionListParams are the params of session/list.
+type SessionListParams struct {
+	Cursor *string `json:"cursor,omitempty"`
+	Limit  *int    `json:"limit,omitempty"`
+}
+
+// SessionListResult is the result of session/list.
+type SessionListResult struct {
+	NextCursor *string   `json:"nextCursor"`
+	Sessions   []Session `json:"sessions"`
+}
+
+// SessionStartedParams are the params of session/started.
+type SessionStartedParams struct {
+	Session Session `json:"session"`
+}
+
+// TurnInputPart is one part of a turn's input.
+type TurnInputPart struct {
+	Type       string `json:"type"`
+	Text       string `json:"text,omitempty"`
+	Base64Data string `json:"base64Data,omitempty"`
+	MediaType  string `json:"mediaType,omitempty"`
+	Width      *int   `json:"width,omitempty"`
+	Height     *int   `json:"height,omitempty"`
+	Selector   string `json:"selector,omitempty"`
+	Arguments  string `json:"arguments,omitempty"`
+}
+
+// RetryPolicy is the RFC 0248 per-turn retry policy of turn/start.
+type RetryPolicy struct {
+	MaxAttempts   *int  `json:"maxAttempts,omitempty"`
+	GrowMaxTokens *bool `json:"growMaxTokens,omitempty"`
+}
+
+// TurnStartParams are the params of turn/start. Retry, MaxTokens and
+// ResponseSchema are mspd's additive RFC 0248 members.
+type TurnStartParams struct {
+	CommandID       string          `json:"commandId"`
+	SessionID       string          `json:"sessionId"`
+	Input           []TurnInputPart `json:"input"`
+	DisplayText     string          `json:"displayText,omitempty"`
+	IfBusy          string          `json:"ifBusy,omitempty"`
+	ReasoningEffort string          `json:"reasoningEffort,omitempty"`
+	Retry           *RetryPolicy    `json:"retry,omitempty"`
+	MaxTokens       *int            `json:"maxTokens,omitempty"`
+	ResponseSchema  json.RawMessage `json:"responseSchema,omitempty"`
+}
+
+// IfBusy dispositions.
+const (
+	IfBusyQueue   = "queue"
+	IfBusySteer   = "steer"
+	IfBusyReplace = "replace"
+)
+
+// TurnStartResult is the ack of turn/start.
+type TurnStartResult struct {
+	CommandID      string `json:"commandId"`
+	Disposition    string `json:"disposition"`
+	StartedNewTurn bool   `json:"startedNewTurn"`
+	Status         string `json:"status"`
+	TurnID         string `json:"turnId"`
+}
+
+// Dispositions and command statuses.
+const (
+	DispositionStarted = "started"
+	DispositionQueued  = "queued"
+	StatusAccepted     = "accepted"
+)
+
+// TurnStopParams are the params of turn/interrupt, turn/cancel and turn/unqueue.
+type TurnStopParams struct {
+	CommandID string `json:"commandId"`
+	SessionID string `json:"sessionId"`
+	TurnID    string `json:"turnId,omitempty"`
+	Retract   bool   `json:"retract,omitempty"`
+}
+
+// CommandAck is the ack of turn/interrupt, turn/cancel and turn/unqueue.
+type CommandAck struct {
+	CommandID string `json:"commandId"`
+	Status    string `json:"status"`
+	TurnID    string `json:"turnId"`
+}
+
+// SourceRange is the provenance of a durable view event.
+type SourceRange struct {
+	First  RecordPosition `json:"first"`
+	Last   RecordPosition `json:"last"`
+	Stream StreamRef      `json:"stream"`
+}
+
+// RecordPosition names one record of a stream.
+type RecordPosition struct {
+	ID       string `json:"id"`
+	Sequence int64  `json:"sequence"`
+}
+
+// StreamRef names the stream a record lives on.
+type StreamRef struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+}
+
+// ViewHeader is embedded in every view notification's params.
+type ViewHeader struct {
+	SessionID   string       `json:"sessionId"`
+	SourceRange *SourceRange `json:"sourceRange,omitempty"`
+	ViewCursor  string       `json:"viewCursor"`
+}
+
+// TurnStartedParams are the params of turn/started.
+type TurnStartedParams struct {
+	ViewHeader
+	CommandID string `json:"commandId"`
+	TurnID    string `json:"turnId"`
+}
+
+// TurnUnqueuedParams are the params of turn/unqueued.
+type TurnUnqueuedParams = TurnStartedParams
+
+// Turn terminals.
+const (
+	TerminalCompleted = "completed"
+	TerminalFailed    = "failed"
+	TerminalCancelled = "cancelled"
+)
+
+// TurnCompletedParams are the params of turn/completed.
+type TurnCompletedParams struct {
+	ViewHeader
+	TurnID             string      `json:"turnId"`
+	Terminal           string      `json:"terminal"`
+	Error              *TurnError  `json:"error,omitempty"`
+	Reason             string      `json:"reason,omitempty"`
+	DurationMs         *int64      `json:"durationMs,omitempty"`
+	TimeToFirstTokenMs *int64      `json:"timeToFirstTokenMs,omitempty"`
+	Usage              *TokenUsage `json:"usage,omitempty"`
+	Attempts           *Attempts   `json:"attempts,omitempty"`
+}
+
+// TurnError is the error of a failed turn.
+type TurnError struct {
+	Kind      string `json:"kind"`
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable"`
+}
+
+// Turn error kinds used by mspd.
+const (
+	TurnErrorModel         = "modelError"
+	TurnErrorLaunch        = "launchError"
+	TurnErrorHostRestarted = "hostRestarted"
+	TurnErrorConfig        = "configError"
+)
+
+// Attempts is the RFC 0248 attempt accounting of a turn's model call.
+type Attempts struct {
+	Count            int    `json:"count"`
+	OutputTokens     int64  `json:"outputTokens"`
+	UsageComplete    bool   `json:"usageComplete"`
+	StructuredOutput string `json:"structuredOutput,omitempty"`
+}
+
+// TurnRetryScheduledParams are the params of turn/retryScheduled (turn layer).
+type TurnRetryScheduledParams struct {
+	ViewHeader
+	TurnID       string `json:"turnId"`
+	Attempt      int    `json:"attempt"`
+	NextAttempt  int    `json:"nextAttempt"`
+	MaxAttempts  int    `json:"maxAttempts"`
+	RetryDelayMs int64  `json:"retryDelayMs"`
+	Reason       string `json:"reason"`
+}
+
+// TurnModelRetryScheduledParams are the params of turn/modelRetryScheduled
+// (mspd's model-layer retry notice).
+type TurnModelRetryScheduledParams struct {
+	ViewHeader
+	TurnID       string `json:"turnId"`
+	Attempt      int    `json:"attempt"`
+	NextAttempt  int    `json:"nextAttempt"`
+	MaxAttempts  int    `json:"maxAttempts"`
+	RetryDelayMs int64  `json:"retryDelayMs"`
+	System       string `json:"system,omitempty"`
+	ErrorKind    string `json:"errorKind,omitempty"`
+	HTTPStatus   int    `json:"httpStatus,omitempty"`
+}
+
+// Item kinds and statuses used by mspd.
+const (
+	ItemUserMessage  = "userMessage"
+	ItemAgentMessage = "agentMessage"
+
+	ItemInProgress = "inProgress"
+	ItemCompleted  = "completed"
+	ItemFailed     = "failed"
+	ItemCancelled  = "cancelled"
+)
+
+// Item is a view item (the chat subset: user and agent messages).
+type Item struct {
+	ItemID      string  `json:"itemId"`
+	Kind        string  `json:"kind"`
+	Revision    int     `json:"revision"`
+	Status      string  `json:"status"`
+	TurnID      *string `json:"turnId,omitempty"`
+	Text        *string `json:"text,omitempty"`
+	CommandID   string  `json:"commandId,omitempty"`
+	DisplayText string  `json:"displayText,omitempty"`
+	RecordedAt  string  `json:"recordedAt,omitempty"`
+	Truncated   bool    `json:"truncated,omitempty"`
+}
+
+// ItemParams are the params of item/started and item/completed.
+type ItemParams struct {
+	ViewHeader
+	Item Item `json:"item"`
+}
+
+// ItemDeltaParams are the params of item/delta; never a sourceRange.
+type ItemDeltaParams struct {
+	SessionID  string `json:"sessionId"`
+	ViewCursor string `json:"viewCursor"`
+	ItemID     string `json:"itemId"`
+	Field      string `json:"field,omitempty"`
+	Delta      string `json:"delta"`
+}
+
+// ViewGapParams are the params of view/gap.
+type ViewGapParams struct {
+	SessionID string `json:"sessionId"`
+	After     string `json:"after"`
+	Next      string `json:"next"`
+}
+
+// TokenUsage are raw provider counters.
+type TokenUsage struct {
+	CachedTokens    int64 `json:"cachedTokens"`
+	InputTokens     int64 `json:"inputTokens"`
+	OutputTokens    int64 `json:"outputTokens"`
+	ReasoningTokens int64 `json:"reasoningTokens"`
+}
+
+// CumulativeTokenUsage are a session's running totals.
+type CumulativeTokenUsage struct {
+	OutputTokens int64 `json:"outputTokens"`
+	PromptTokens int64 `json:"promptTokens"`
+	TotalTokens  int64 `json:"totalTokens"`
+}
+
+// SessionTokenUsageParams are the params of session/tokenUsage.
+type SessionTokenUsageParams struct {
+	ViewHeader
+	TurnID       string               `json:"turnId"`
+	Cumulative   CumulativeTokenUsage `json:"cumulative"`
+	PromptTokens int64                `json:"promptTokens"`
+	TotalTokens  int64                `json:"totalTokens"`
+	Usage        TokenUsage           `json:"usage"`
+	DurationMs   *int64               `json:"durationMs,omitempty"`
+	FinishReason string               `json:"finishReason,omitempty"`
+	ModelID      string               `json:"modelId,omitempty"`
+}
+
+// ViewSubscribeParams are the params of view/subscribe.
+type ViewSubscribeParams struct {
+	SessionID string  `json:"sessionId"`
+	After     *string `json:"after,omitempty"`
+}
+
+// ViewCursorResult is the result of view/subscribe.
+type ViewCursorResult struct {
+	ViewCursor string `json:"viewCursor"`
+}
+
+// ViewUnsubscribeParams are the params of view/unsubscribe.
+type ViewUnsubscribeParams struct {
+	SessionID string `json:"sessionId"`
+}
+
+// ViewPageParams are the params of view/page.
+type ViewPageParams struct {
+	SessionID string  `json:"sessionId"`
+	Cursor    *string `json:"cursor,omitempty"`
+	Direction string  `json:"direction,omitempty"`
+	Limit     int     `json:"limit"`
+	Anchor    string  `json:"anchor,omitempty"`
+}
+
+// Page directions.
+const (
+	Forward  = "forward"
+	Backward = "backward"
+)
+
+// ViewEvent is one durable view event as view/page returns it: the live
+// notification without jsonrpc and emittedAtMs.
+type ViewEvent struct {
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// ViewPageResult is the result of view/page.
+type ViewPageResult struct {
+	Events     []ViewEvent `json:"events"`
+	NextCursor *string     `json:"nextCursor"`
+}
+
+// ModelListResult is the result of model/list.
+type ModelListResult struct {
+	Models     []ModelEntry `json:"models"`
+	ProfileID  *string      `json:"profileId"`
+	ProviderID string       `json:"providerId"`
+	Source     string       `json:"source"`
+}
+
+// ModelEntry is one configured model.
+type ModelEntry struct {
+	ContextLimit *int64  `json:"contextLimit"`
+	Cost         any     `json:"cost"`
+	Description  *string `json:"description"`
+	DisplayLabel string  `json:"displayLabel"`
+	IsActive     bool    `json:"isActive"`
+	IsDefault    bool    `json:"isDefault"`
+	ModelID      string  `json:"modelId"`
+	OutputLimit  *int64  `json:"outputLimit"`
+	ProfileID    *string `json:"profileId"`
+	ProviderID   string  `json:"providerId"`
+	ReleaseDate  *string `json:"releaseDate"`
+}

@@ -1,0 +1,100 @@
+// Package store defines mspd's storage interface: per-session append-only
+// logs of records, session rows, and the commandId ledger. It knows nothing
+// of MSP beyond "a record with a method and params".
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned when a session or command does not exist.
+var ErrNotFound = errors.New("store: not found")
+
+// ErrConflict is returned by Commit when a record's sequence is not the
+// session's head + 1, or a command id is already in the ledger. Nothing of
+// the conflicting batch is written.
+var ErrConflict = errors.New("store: conflict")
+
+// Record is one durable entry of a session's log.
+type Record struct {
+	// Seq is the record's 1-based position in its session's log; dense.
+	Seq int64
+	// Method is the MSP notification method the record is served as.
+	Method string
+	// Params are the notification params exactly as first fanned out;
+	// reads return them byte-identical.
+	Params json.RawMessage
+}
+
+// Session is a session's row: the bookkeeping a store needs to list and
+// recover sessions, plus an opaque state blob owned by the caller.
+type Session struct {
+	ID        string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// Busy is true while the session has a running or queued turn; the
+	// sessions that are busy when a process starts are the ones it died in.
+	Busy bool
+	// State is the caller's serialized session state.
+	State json.RawMessage
+}
+
+// Command is one entry of the commandId ledger: the first admission of a
+// state-changing request and the exact response it got.
+type Command struct {
+	ID string
+	// Digest identifies the request payload (method and canonical params).
+	Digest string
+	// Response is the JSON of the result or error object first returned.
+	Response json.RawMessage
+	// IsError tells whether Response is an error object.
+	IsError bool
+}
+
+// Batch is what one Commit writes atomically.
+type Batch struct {
+	// SessionID names the session the records belong to.
+	SessionID string
+	// Records are appended in order; the first must have Seq = head + 1.
+	Records []Record
+	// Session, when non-nil, is inserted or replaces the session's row.
+	Session *Session
+	// Commands are added to the ledger.
+	Commands []Command
+}
+
+// SessionKey is a position in the newest-first session listing.
+type SessionKey struct {
+	UpdatedAt time.Time
+	ID        string
+}
+
+// Store is a durable backend. Commit must be durable when it returns:
+// callers fan records out only after that. All methods are safe for
+// concurrent use.
+type Store interface {
+	// Commit writes b atomically, or returns an error and writes nothing.
+	Commit(ctx context.Context, b Batch) error
+	// Records returns up to limit records of a session with Seq > after,
+	// ascending.
+	Records(ctx context.Context, sessionID string, after int64, limit int) ([]Record, error)
+	// RecordsBefore returns the last up to limit records with Seq < before,
+	// ascending.
+	RecordsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]Record, error)
+	// Head returns the Seq of a session's last record, 0 when it has none.
+	Head(ctx context.Context, sessionID string) (int64, error)
+	// Session returns a session's row, or ErrNotFound.
+	Session(ctx context.Context, id string) (Session, error)
+	// Sessions lists up to limit sessions ordered by UpdatedAt descending
+	// (then ID descending), strictly after the key when it is non-nil.
+	Sessions(ctx context.Context, after *SessionKey, limit int) ([]Session, error)
+	// BusySessions returns every session whose row is marked Busy.
+	BusySessions(ctx context.Context) ([]Session, error)
+	// Command returns a ledger entry, or ErrNotFound.
+	Command(ctx context.Context, id string) (Command, error)
+	// Close releases the store.
+	Close() error
+}
