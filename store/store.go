@@ -14,8 +14,11 @@ import (
 var ErrNotFound = errors.New("store: not found")
 
 // ErrConflict is returned by Commit when a record's sequence is not the
-// session's head + 1, or a command id is already in the ledger. Nothing of
-// the conflicting batch is written.
+// session's head + 1 (the first record) or its predecessor's + 1 (the
+// others), or a command id is already in the ledger or repeated within the
+// batch. Nothing of the conflicting batch is written. A malformed batch (see
+// Batch) gets a different error, so callers can tell "someone else wrote
+// first" from a bug.
 var ErrConflict = errors.New("store: conflict")
 
 // Record is one durable entry of a session's log.
@@ -31,6 +34,10 @@ type Record struct {
 
 // Session is a session's row: the bookkeeping a store needs to list and
 // recover sessions, plus an opaque state blob owned by the caller.
+//
+// Times are kept to the nanosecond and must be representable as int64 Unix
+// nanoseconds (years 1678 to 2262); reads return instants equal under
+// time.Time.Equal, not necessarily in the same Location.
 type Session struct {
 	ID        string
 	CreatedAt time.Time
@@ -55,8 +62,15 @@ type Command struct {
 }
 
 // Batch is what one Commit writes atomically.
+//
+// Every part is optional: a batch of only Commands, or only a Session row,
+// is valid, and an empty batch writes nothing and succeeds. Records may be
+// appended to a session that has no row (yet): the log and the row are
+// independent, and only rows are listed by Sessions and BusySessions.
 type Batch struct {
-	// SessionID names the session the records belong to.
+	// SessionID names the session the records belong to. It must be set
+	// when Records is non-empty; when it and Session are both set,
+	// Session.ID must equal it.
 	SessionID string
 	// Records are appended in order; the first must have Seq = head + 1.
 	Records []Record
@@ -75,26 +89,35 @@ type SessionKey struct {
 // Store is a durable backend. Commit must be durable when it returns:
 // callers fan records out only after that. All methods are safe for
 // concurrent use.
+//
+// Methods taking a limit return nothing for limit <= 0. Results belong to
+// the caller, and a store keeps no reference to a committed Batch's slices.
 type Store interface {
 	// Commit writes b atomically, or returns an error and writes nothing.
+	// A ctx that is done before the write begins makes Commit return its
+	// error; once the write has begun, Commit waits for its outcome, so an
+	// error never hides a write.
 	Commit(ctx context.Context, b Batch) error
 	// Records returns up to limit records of a session with Seq > after,
-	// ascending.
+	// ascending. An unknown session has no records.
 	Records(ctx context.Context, sessionID string, after int64, limit int) ([]Record, error)
 	// RecordsBefore returns the last up to limit records with Seq < before,
-	// ascending.
+	// ascending: the page that ends just below before.
 	RecordsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]Record, error)
 	// Head returns the Seq of a session's last record, 0 when it has none.
 	Head(ctx context.Context, sessionID string) (int64, error)
 	// Session returns a session's row, or ErrNotFound.
 	Session(ctx context.Context, id string) (Session, error)
 	// Sessions lists up to limit sessions ordered by UpdatedAt descending
-	// (then ID descending), strictly after the key when it is non-nil.
+	// (then ID descending), strictly after the key when it is non-nil. The
+	// key need not name an existing session.
 	Sessions(ctx context.Context, after *SessionKey, limit int) ([]Session, error)
-	// BusySessions returns every session whose row is marked Busy.
+	// BusySessions returns every session whose row is marked Busy, in no
+	// particular order.
 	BusySessions(ctx context.Context) ([]Session, error)
 	// Command returns a ledger entry, or ErrNotFound.
 	Command(ctx context.Context, id string) (Command, error)
-	// Close releases the store.
+	// Close releases the store after the commits already under way
+	// finish; a Commit after Close returns an error.
 	Close() error
 }

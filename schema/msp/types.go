@@ -262,6 +262,16 @@ type ViewHeader struct {
 	ViewCursor  string       `json:"viewCursor"`
 }
 
+// Header returns the header itself, so that every params struct embedding a
+// ViewHeader satisfies ViewParams.
+func (h *ViewHeader) Header() *ViewHeader { return h }
+
+// ViewParams are the params of a view notification: a struct embedding
+// ViewHeader, whose header the session fills in when the event is appended.
+type ViewParams interface {
+	Header() *ViewHeader
+}
+
 // TurnStartedParams are the params of turn/started.
 type TurnStartedParams struct {
 	ViewHeader
@@ -305,6 +315,7 @@ const (
 	TurnErrorLaunch        = "launchError"
 	TurnErrorHostRestarted = "hostRestarted"
 	TurnErrorConfig        = "configError"
+	TurnErrorLog           = "logError"
 )
 
 // Attempts is the RFC 0248 attempt accounting of a turn's model call.

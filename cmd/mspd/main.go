@@ -1,0 +1,174 @@
+// Command mspd is the MSP session server.
+//
+//	mspd [serve] [flags]     serve MSP over WebSocket (default) or --stdio
+//	mspd validate FILE|-     check an NDJSON transcript of frames against the schema
+//
+// Every serve flag can also be set through the environment as MSPD_<FLAG>
+// (upper case, dashes as underscores); a flag on the command line wins.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"mspd/daemon"
+	"mspd/modelretry"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run dispatches a subcommand and returns the process exit status:
+// 0 success, 1 failure, 2 usage error.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(args, stderr)
+	case "validate":
+		return validate(args, stdin, stdout, stderr)
+	case "help":
+		fmt.Fprintln(stdout, "usage: mspd [serve] [flags] | mspd validate FILE|-")
+		return 0
+	}
+	fmt.Fprintf(stderr, "mspd: unknown command %q (want serve or validate)\n", cmd)
+	return 2
+}
+
+func serve(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg daemon.Config
+	var stdio bool
+	var jitter, logLevel, logFormat string
+	var origins stringList
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7700", "`address` for WebSocket /msp and the ops endpoints")
+	fs.StringVar(&cfg.DataDir, "data", "mspd-data", "`directory` of the SQLite store")
+	fs.BoolVar(&stdio, "stdio", false, "serve one connection of NDJSON frames on stdin/stdout instead of listening")
+	fs.StringVar(&cfg.Provider, "provider", "demo", "model provider: demo or scripted")
+	fs.StringVar(&cfg.Model, "model", "", "provider model id (default: the provider's)")
+	fs.DurationVar(&cfg.Demo.WordDelay, "demo-word-delay", 0, "demo model pace per word (default 35ms; negative for none)")
+	fs.Float64Var(&cfg.Demo.FaultRate, "demo-faults", 0, "share of demo requests that fail first (429/503/529/timeouts), 0..1")
+	fs.Int64Var(&cfg.Demo.Seed, "demo-seed", 0, "seed of the demo model (0: random)")
+	fs.IntVar(&cfg.Retry.MaxAttempts, "max-attempts", 5, "provider requests per turn, the first included (ceiling for a turn's retry.maxAttempts; 1..16)")
+	fs.DurationVar(&cfg.Retry.InitialBackoff, "retry-initial-backoff", 500*time.Millisecond, "backoff before the first retry, before jitter")
+	fs.DurationVar(&cfg.Retry.MaxBackoff, "retry-max-backoff", 8*time.Second, "cap of the computed backoff")
+	fs.DurationVar(&cfg.Retry.MaxServerDelay, "retry-max-server-delay", 60*time.Second, "longest Retry-After honoured; longer fails the turn at once")
+	fs.StringVar(&jitter, "retry-jitter", "full", "backoff jitter: full (U(0,d)) or proportional (d·U(0.75,1))")
+	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", 1024, "output bound of an attempt when a turn names no maxTokens")
+	fs.Int64Var(&cfg.Server.MaxFrameBytes, "max-frame-bytes", 10<<20, "largest inbound frame")
+	fs.IntVar(&cfg.Server.QueueFrames, "queue-frames", 1024, "view events queued per connection before a slow reader gets view/gap")
+	fs.IntVar(&cfg.Server.QueueBytes, "queue-bytes", 8<<20, "bytes of view events queued per connection before view/gap")
+	fs.DurationVar(&cfg.Server.WriteTimeout, "write-timeout", 10*time.Second, "a frame write slower than this closes the connection")
+	fs.StringVar(&cfg.Server.Fingerprint, "fingerprint", "", "schema fingerprint to report (default: the embedded schema's sha256)")
+	fs.Var(&origins, "origin", "extra allowed browser `origin` pattern for /msp (repeatable; the server's own host is always allowed)")
+	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := fromEnv(fs); err != nil {
+		fmt.Fprintln(stderr, "mspd:", err)
+		return 2
+	}
+	switch jitter {
+	case "full":
+		cfg.Retry.Jitter = modelretry.JitterFull
+	case "proportional":
+		cfg.Retry.Jitter = modelretry.JitterProportional
+	default:
+		fmt.Fprintf(stderr, "mspd: --retry-jitter %q: want full or proportional\n", jitter)
+		return 2
+	}
+	cfg.Server.OriginPatterns = origins
+	logger, err := newLogger(stderr, logLevel, logFormat)
+	if err != nil {
+		fmt.Fprintln(stderr, "mspd:", err)
+		return 2
+	}
+	cfg.Logger = logger
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	d, err := daemon.New(ctx, cfg)
+	if err != nil {
+		logger.Error("cannot start", "err", err)
+		return 1
+	}
+	if stdio {
+		d.ServeStdio(ctx, os.Stdin, os.Stdout)
+	} else {
+		if err := d.Start(); err != nil {
+			logger.Error("cannot listen", "err", err)
+			d.Close(context.Background())
+			return 1
+		}
+		<-ctx.Done()
+		logger.Info("shutting down")
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.Close(shutdown); err != nil {
+		logger.Error("shutdown", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// fromEnv applies MSPD_<FLAG> variables to flags not set on the command line.
+func fromEnv(fs *flag.FlagSet) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "MSPD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && !set[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string { return strings.Join(*s, ",") }
+
+func (s *stringList) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*s = append(*s, part)
+		}
+	}
+	return nil
+}

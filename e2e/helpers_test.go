@@ -1,0 +1,200 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"mspd/client"
+	"mspd/daemon"
+	"mspd/provider/demo"
+	"mspd/schema/msp"
+)
+
+// validator is compiled once for every test.
+var validator = func() *msp.Validator {
+	v, err := msp.NewValidator()
+	if err != nil {
+		panic(err)
+	}
+	return v
+}()
+
+// startDaemon runs an in-process daemon on a free loopback port with a
+// temporary data directory (or dir, when given).
+func startDaemon(t *testing.T, cfg daemon.Config) *daemon.Daemon {
+	t.Helper()
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.Provider == "" {
+		cfg.Provider = "scripted"
+	}
+	if cfg.Demo.WordDelay == 0 {
+		cfg.Demo.WordDelay = demo.NoDelay
+	}
+	if cfg.Retry.InitialBackoff == 0 {
+		// Real backoffs, kept short: these tests run the real clock.
+		cfg.Retry.InitialBackoff = 5 * time.Millisecond
+		cfg.Retry.MaxBackoff = 20 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	d, err := daemon.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("daemon.New: %v", err)
+	}
+	if err := d.Start(); err != nil {
+		t.Fatalf("daemon.Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		d.Close(ctx)
+	})
+	return d
+}
+
+// checkedClient is a client whose every frame, both ways, is validated.
+type checkedClient struct {
+	*client.Client
+	t *testing.T
+
+	mu      sync.Mutex
+	checker *msp.FrameChecker
+}
+
+func dial(t *testing.T, url string, opts client.Options) *checkedClient {
+	t.Helper()
+	cc := &checkedClient{t: t, checker: validator.NewFrameChecker()}
+	opts.OnFrame = func(frame []byte) { cc.check("server", frame) }
+	opts.OnSend = func(frame []byte) { cc.check("client", frame) }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, url, opts)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	cc.Client = c
+	t.Cleanup(func() { c.Close() })
+	return cc
+}
+
+func (cc *checkedClient) check(dir string, frame []byte) {
+	cc.mu.Lock()
+	errs := cc.checker.Check(frame)
+	cc.mu.Unlock()
+	for _, fe := range errs {
+		cc.t.Errorf("%s frame fails the schema at %q: %s\n%s", dir, fe.Field, fe.Message, frame)
+	}
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// methods lists the methods of notifications, in order.
+func methods(ns []client.Notification) []string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.Method
+	}
+	return out
+}
+
+// compact collapses runs of one method ("item/delta ×3").
+func compact(ms []string) string {
+	var b strings.Builder
+	for i := 0; i < len(ms); {
+		j := i
+		for j < len(ms) && ms[j] == ms[i] {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(ms[i])
+		if j-i > 1 {
+			b.WriteString(" ×")
+			b.WriteString(strconv.Itoa(j - i))
+		}
+		i = j
+	}
+	return b.String()
+}
+
+
+// decode unmarshals a notification's params, failing the test on error.
+func decode[T any](t *testing.T, n client.Notification) T {
+	t.Helper()
+	var v T
+	if err := n.Decode(&v); err != nil {
+		t.Fatalf("decoding %s: %v", n.Method, err)
+	}
+	return v
+}
+
+// only returns the notifications of one method.
+func only(ns []client.Notification, method string) []client.Notification {
+	var out []client.Notification
+	for _, n := range ns {
+		if n.Method == method {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// assertCursorsIncrease checks that cursors are unique and delivered in
+// one increasing order (compared by position: seq, then sub-position).
+func assertCursorsIncrease(t *testing.T, ns []client.Notification) {
+	t.Helper()
+	seen := map[string]bool{}
+	var last [2]int64
+	for _, n := range ns {
+		c := n.Cursor()
+		if c == "" {
+			continue
+		}
+		if seen[c] {
+			t.Errorf("cursor %s delivered twice", c)
+		}
+		seen[c] = true
+		pos := cursorPos(t, c)
+		if pos[0] < last[0] || (pos[0] == last[0] && pos[1] <= last[1]) {
+			t.Errorf("cursor %s does not follow %v", c, last)
+		}
+		last = pos
+	}
+}
+
+// cursorPos reads a cursor's position. Clients treat cursors as opaque;
+// the tests know mspd's format (v:<session>:<seq>[.<n>]).
+func cursorPos(t *testing.T, c string) [2]int64 {
+	t.Helper()
+	i := strings.LastIndexByte(c, ':')
+	var seq, sub int64
+	pos := c[i+1:]
+	s, d, _ := strings.Cut(pos, ".")
+	if err := json.Unmarshal([]byte(s), &seq); err != nil {
+		t.Fatalf("cursor %q: %v", c, err)
+	}
+	if d != "" {
+		if err := json.Unmarshal([]byte(d), &sub); err != nil {
+			t.Fatalf("cursor %q: %v", c, err)
+		}
+	}
+	return [2]int64{seq, sub}
+}

@@ -1,0 +1,464 @@
+// Package scripted is mspd's conformance mock: a provider.Model whose every
+// request is answered by a script carried in the turn's own user message, so
+// tests and outside checkers can make any provider behaviour happen over the
+// real protocol.
+//
+// A user message whose text is a JSON object with an "mspScript" array is a
+// script: the request with Request.Attempt == n is served by entry n-1.
+// Attempt numbers count every provider request of the turn, so the model
+// keeps no state. Each entry is a Step, rendered by Script:
+//
+//	{"mspScript": [
+//	  {"status": 429, "errorKind": "rateLimited", "retryAfterMs": 40},
+//	  {"text": "partial", "cut": true},
+//	  {"text": "Hello there", "chunks": 3, "outputTokens": 7}
+//	]}
+//
+// Any other user message is echoed back in word-sized deltas.
+//
+// When ctx is cancelled, Stream stops before the next delta and returns
+// ctx.Err() unwrapped, so errors.Is(err, context.Canceled) and
+// err == ctx.Err() both hold.
+package scripted
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"mspd/provider"
+)
+
+// System is the provider name the scripted model reports.
+const System = "scripted"
+
+// Error kinds this package produces on its own, beyond those a script names.
+const (
+	// KindScriptExhausted fails a request whose attempt has no script
+	// entry. It is not in the retry vocabulary, so the retry layer treats
+	// it as terminal and the turn ends instead of looping.
+	KindScriptExhausted = "scriptExhausted"
+	// KindInvalidRequest fails every request of a turn whose script is
+	// malformed, naming the problem in the Message.
+	KindInvalidRequest = "invalidRequest"
+	// KindStreamInterrupted is the default kind of a "cut" entry.
+	KindStreamInterrupted = "streamInterrupted"
+)
+
+// scriptKey is the member of the user message's JSON object that holds the
+// script.
+const scriptKey = "mspScript"
+
+// Step is one script entry: how one provider request is answered.
+//
+// An entry with Status or ErrorKind (and no Cut) fails before any output.
+// Otherwise it streams Text; with Cut it then fails as a stream cut after
+// output began. Pointer fields distinguish "absent" from an explicit zero.
+type Step struct {
+	// Status is the HTTP status of a failure; 0 means none (for example a
+	// dropped connection).
+	Status int `json:"status,omitempty"`
+	// ErrorKind is the failure's provider.Error Kind. On a Cut entry it
+	// replaces the default KindStreamInterrupted.
+	ErrorKind string `json:"errorKind,omitempty"`
+	// RetryAfterMs sets the retry-after-ms header of a failure.
+	RetryAfterMs *int `json:"retryAfterMs,omitempty"`
+	// RetryAfter sets the raw retry-after header of a failure (seconds or
+	// an HTTP date, or garbage to test parsing).
+	RetryAfter string `json:"retryAfter,omitempty"`
+	// ShouldRetry sets the x-should-retry header of a failure.
+	ShouldRetry *bool `json:"shouldRetry,omitempty"`
+	// Message is the failure's message; a default names the attempt.
+	Message string `json:"message,omitempty"`
+
+	// Text is the answer to stream.
+	Text string `json:"text,omitempty"`
+	// Chunks is the exact number of deltas Text is streamed in (default
+	// 1, at most one per rune); the split is as even as rune boundaries
+	// allow and never yields an empty delta.
+	Chunks int `json:"chunks,omitempty"`
+	// OutputTokens is the reported output token count; the default is the
+	// word count of Text. Either is clamped to Request.MaxTokens when
+	// that is positive, so budget growth shows in usage.
+	OutputTokens *int `json:"outputTokens,omitempty"`
+	// Finish is the finish reason: "stop" (default), "length" or
+	// "contentFilter".
+	Finish string `json:"finish,omitempty"`
+	// Usage false reports no usage. A Cut or failing entry reports usage
+	// only when Usage is explicitly true.
+	Usage *bool `json:"usage,omitempty"`
+	// StructuredOutput is the mode reported when the request has a
+	// ResponseSchema: "native" (default) or "prompt". It is ignored for a
+	// request without a schema.
+	StructuredOutput string `json:"structuredOutput,omitempty"`
+	// Cut streams Text and then fails with KindStreamInterrupted.
+	Cut bool `json:"cut,omitempty"`
+	// NeedsMaxTokens makes the request finish "length" unless
+	// Request.MaxTokens >= NeedsMaxTokens. An unset MaxTokens (0) counts
+	// as too small.
+	NeedsMaxTokens int `json:"needsMaxTokens,omitempty"`
+	// DelayMs waits before the first delta (or before failing).
+	DelayMs int `json:"delayMs,omitempty"`
+	// ChunkDelayMs waits between deltas.
+	ChunkDelayMs int `json:"chunkDelayMs,omitempty"`
+}
+
+// Script renders steps as the user message text that scripts a turn.
+func Script(steps ...Step) string {
+	if steps == nil {
+		steps = []Step{} // an empty script, not null
+	}
+	b, err := json.Marshal(map[string][]Step{scriptKey: steps})
+	if err != nil {
+		// Step holds only strings, ints and bools, which always marshal.
+		panic("scripted: " + err.Error())
+	}
+	return string(b)
+}
+
+// Model is the scripted provider.Model. The zero value is ready to use and
+// safe for concurrent use: it keeps no state between requests.
+type Model struct{}
+
+// New returns a scripted model.
+func New() *Model { return &Model{} }
+
+// System implements provider.Model.
+func (*Model) System() string { return System }
+
+// Stream implements provider.Model by serving the script entry for
+// req.Attempt, or by echoing an unscripted user message.
+func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(string)) (provider.Response, error) {
+	if err := ctx.Err(); err != nil {
+		return provider.Response{}, err
+	}
+	text := lastUserText(req.Messages)
+	steps, scripted, err := parseScript(text)
+	if err != nil {
+		return provider.Response{}, &provider.Error{Kind: KindInvalidRequest, Message: err.Error(), Err: err}
+	}
+	if !scripted {
+		return echo(ctx, req, text, onText)
+	}
+	if req.Attempt < 1 {
+		return provider.Response{}, &provider.Error{
+			Kind:    KindInvalidRequest,
+			Message: fmt.Sprintf("scripted: request Attempt is %d; a scripted turn needs the 1-based attempt number", req.Attempt),
+		}
+	}
+	if req.Attempt > len(steps) {
+		return provider.Response{}, &provider.Error{
+			Kind:    KindScriptExhausted,
+			Message: fmt.Sprintf("scripted: attempt %d is beyond the script's %d entries", req.Attempt, len(steps)),
+		}
+	}
+	return serve(ctx, req, steps[req.Attempt-1], onText)
+}
+
+// serve answers req with step s.
+func serve(ctx context.Context, req provider.Request, s Step, onText func(string)) (provider.Response, error) {
+	if err := wait(ctx, s.DelayMs); err != nil {
+		return provider.Response{}, err
+	}
+	resp := provider.Response{Model: modelName(req)}
+	if s.failsBeforeOutput() {
+		if s.Usage != nil && *s.Usage {
+			resp.Usage = s.usage(req, 0)
+		}
+		return resp, s.failure(req.Attempt, "scripted failure before output")
+	}
+
+	if err := streamChunks(ctx, split(s.Text, s.Chunks), s.ChunkDelayMs, onText); err != nil {
+		return provider.Response{}, err
+	}
+
+	if s.Cut {
+		if s.Usage != nil && *s.Usage {
+			resp.Usage = s.usage(req, wordCount(s.Text))
+		}
+		return resp, s.failure(req.Attempt, "scripted stream cut after output began")
+	}
+
+	resp.FinishReason = provider.FinishStop
+	if s.Finish != "" {
+		resp.FinishReason = s.Finish
+	}
+	if s.NeedsMaxTokens > 0 && req.MaxTokens < s.NeedsMaxTokens {
+		resp.FinishReason = provider.FinishLength
+	}
+	if s.Usage == nil || *s.Usage {
+		resp.Usage = s.usage(req, wordCount(s.Text))
+	}
+	if len(req.ResponseSchema) > 0 {
+		resp.StructuredOutput = provider.StructuredNative
+		if s.StructuredOutput != "" {
+			resp.StructuredOutput = s.StructuredOutput
+		}
+	}
+	return resp, nil
+}
+
+// echo answers an unscripted turn with its own text.
+func echo(ctx context.Context, req provider.Request, text string, onText func(string)) (provider.Response, error) {
+	if err := streamChunks(ctx, splitWords(text), 0, onText); err != nil {
+		return provider.Response{}, err
+	}
+	resp := provider.Response{
+		FinishReason: provider.FinishStop,
+		Usage: &provider.Usage{
+			InputTokens:  inputTokens(req.Messages),
+			OutputTokens: clamp(wordCount(text), req.MaxTokens),
+		},
+		Model: modelName(req),
+	}
+	if len(req.ResponseSchema) > 0 {
+		resp.StructuredOutput = provider.StructuredNative
+	}
+	return resp, nil
+}
+
+// failsBeforeOutput reports whether s fails without streaming.
+func (s Step) failsBeforeOutput() bool {
+	return !s.Cut && (s.Status != 0 || s.ErrorKind != "")
+}
+
+// failure builds the *provider.Error s describes.
+func (s Step) failure(attempt int, what string) *provider.Error {
+	e := &provider.Error{Kind: s.ErrorKind, HTTPStatus: s.Status, Message: s.Message}
+	if s.Cut && e.Kind == "" {
+		e.Kind = KindStreamInterrupted
+	}
+	if e.Message == "" {
+		e.Message = fmt.Sprintf("%s (attempt %d)", what, attempt)
+	}
+	h := http.Header{}
+	if s.RetryAfterMs != nil {
+		h.Set("retry-after-ms", strconv.Itoa(*s.RetryAfterMs))
+	}
+	if s.RetryAfter != "" {
+		h.Set("retry-after", s.RetryAfter)
+	}
+	if s.ShouldRetry != nil {
+		h.Set("x-should-retry", strconv.FormatBool(*s.ShouldRetry))
+	}
+	if len(h) > 0 {
+		e.Header = h
+	}
+	return e
+}
+
+// usage is the usage s reports, with defaultOut output tokens unless the
+// step names a count.
+func (s Step) usage(req provider.Request, defaultOut int64) *provider.Usage {
+	out := defaultOut
+	if s.OutputTokens != nil {
+		out = int64(*s.OutputTokens)
+	}
+	return &provider.Usage{InputTokens: inputTokens(req.Messages), OutputTokens: clamp(out, req.MaxTokens)}
+}
+
+// validate rejects entries whose meaning would be ambiguous, so a typo in
+// a script fails the turn instead of silently testing something else.
+func (s Step) validate() error {
+	switch {
+	case s.Status != 0 && (s.Status < 100 || s.Status > 599):
+		return fmt.Errorf("status %d is not an HTTP status", s.Status)
+	case s.Chunks < 0:
+		return fmt.Errorf("chunks %d is negative", s.Chunks)
+	case s.OutputTokens != nil && *s.OutputTokens < 0:
+		return fmt.Errorf("outputTokens %d is negative", *s.OutputTokens)
+	case s.NeedsMaxTokens < 0:
+		return fmt.Errorf("needsMaxTokens %d is negative", s.NeedsMaxTokens)
+	case s.DelayMs < 0 || s.ChunkDelayMs < 0:
+		return errors.New("delayMs and chunkDelayMs must not be negative")
+	}
+	switch s.Finish {
+	case "", provider.FinishStop, provider.FinishLength, provider.FinishContentFilter:
+	default:
+		return fmt.Errorf("finish %q is not stop, length or contentFilter", s.Finish)
+	}
+	switch s.StructuredOutput {
+	case "", provider.StructuredNative, provider.StructuredPrompt:
+	default:
+		return fmt.Errorf("structuredOutput %q is not native or prompt", s.StructuredOutput)
+	}
+	if s.failsBeforeOutput() {
+		if s.Text != "" || s.Chunks != 0 || s.Finish != "" || s.NeedsMaxTokens != 0 || s.StructuredOutput != "" {
+			return errors.New("a failure (status or errorKind) streams nothing; add \"cut\": true to fail after text")
+		}
+		return nil
+	}
+	if s.Cut && (s.Finish != "" || s.NeedsMaxTokens != 0 || s.StructuredOutput != "") {
+		return errors.New("a cut stream has no finish; drop finish, needsMaxTokens and structuredOutput")
+	}
+	if !s.Cut && (s.RetryAfterMs != nil || s.RetryAfter != "" || s.ShouldRetry != nil || s.Message != "") {
+		return errors.New("retryAfterMs, retryAfter, shouldRetry and message need status, errorKind or cut")
+	}
+	return nil
+}
+
+// parseScript reads the script from a user message. scripted is false for
+// a message that is not a script; err is set for a message that tries to
+// be one and fails.
+func parseScript(text string) (steps []Step, scripted bool, err error) {
+	trimmed := strings.TrimSpace(text)
+	if !strings.HasPrefix(trimmed, "{") {
+		return nil, false, nil
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(trimmed), &top); err != nil {
+		// Broken JSON that mentions the key was meant as a script; echoing
+		// it would hide the typo.
+		if strings.Contains(trimmed, `"`+scriptKey+`"`) {
+			return nil, true, fmt.Errorf("scripted: %s is not valid JSON: %v", scriptKey, err)
+		}
+		return nil, false, nil
+	}
+	raw, ok := top[scriptKey]
+	if !ok {
+		return nil, false, nil
+	}
+	var entries []json.RawMessage
+	if err := json.Unmarshal(raw, &entries); err != nil || entries == nil {
+		return nil, true, fmt.Errorf("scripted: %s must be an array of objects", scriptKey)
+	}
+	steps = make([]Step, len(entries))
+	for i, e := range entries {
+		if !bytes.HasPrefix(bytes.TrimSpace(e), []byte("{")) {
+			return nil, true, fmt.Errorf("scripted: %s[%d] must be an object", scriptKey, i)
+		}
+		dec := json.NewDecoder(bytes.NewReader(e))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&steps[i]); err != nil {
+			return nil, true, fmt.Errorf("scripted: %s[%d]: %v", scriptKey, i, err)
+		}
+		if err := steps[i].validate(); err != nil {
+			return nil, true, fmt.Errorf("scripted: %s[%d]: %v", scriptKey, i, err)
+		}
+	}
+	return steps, true, nil
+}
+
+// streamChunks delivers chunks in order, checking ctx before each one so a
+// cancelled turn stops streaming at once.
+func streamChunks(ctx context.Context, chunks []string, delayMs int, onText func(string)) error {
+	for i, c := range chunks {
+		if i > 0 {
+			if err := wait(ctx, delayMs); err != nil {
+				return err
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		onText(c)
+	}
+	return ctx.Err()
+}
+
+// wait sleeps ms milliseconds unless ctx ends first.
+func wait(ctx context.Context, ms int) error {
+	if ms <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// split cuts text into n deltas on rune boundaries, as evenly as possible:
+// the first len%n deltas carry one rune more. n defaults to 1 and is
+// capped at the rune count so no delta is empty.
+func split(text string, n int) []string {
+	runes := utf8.RuneCountInString(text)
+	if runes == 0 {
+		return nil
+	}
+	n = max(1, min(n, runes))
+	size, extra := runes/n, runes%n
+	chunks := make([]string, 0, n)
+	start := 0
+	for i := range n {
+		want := size
+		if i < extra {
+			want++
+		}
+		end := start
+		for range want {
+			_, w := utf8.DecodeRuneInString(text[end:])
+			end += w
+		}
+		chunks = append(chunks, text[start:end])
+		start = end
+	}
+	return chunks
+}
+
+// splitWords cuts text into word-sized deltas, each word carrying the
+// whitespace before it, so the deltas concatenate back to text.
+func splitWords(text string) []string {
+	var chunks []string
+	start, inWord := 0, false
+	for i, r := range text {
+		space := unicode.IsSpace(r)
+		if !space && !inWord && i > start && strings.TrimSpace(text[start:i]) != "" {
+			chunks = append(chunks, text[start:i])
+			start = i
+		}
+		inWord = !space
+	}
+	if start < len(text) {
+		chunks = append(chunks, text[start:])
+	}
+	return chunks
+}
+
+// lastUserText is the text of the turn's user message: the last message
+// with the user role.
+func lastUserText(msgs []provider.Message) string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == provider.RoleUser {
+			return msgs[i].Text
+		}
+	}
+	return ""
+}
+
+// inputTokens estimates the prompt at about four characters a token.
+func inputTokens(msgs []provider.Message) int64 {
+	chars := 0
+	for _, m := range msgs {
+		chars += utf8.RuneCountInString(m.Text)
+	}
+	return int64(max(1, (chars+3)/4))
+}
+
+func wordCount(text string) int64 { return int64(len(strings.Fields(text))) }
+
+// clamp bounds reported output tokens by the request's budget.
+func clamp(out int64, maxTokens int) int64 {
+	if maxTokens > 0 && out > int64(maxTokens) {
+		return int64(maxTokens)
+	}
+	return out
+}
+
+func modelName(req provider.Request) string {
+	if req.Model != "" {
+		return req.Model
+	}
+	return System
+}

@@ -1,0 +1,237 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"mspd/schema/msp"
+	"mspd/session"
+)
+
+// conn is one client connection: its handshake state, its outbox and the
+// writer goroutine that owns the transport.
+type conn struct {
+	srv *Server
+	t   transport
+	out *outbox
+	log *slog.Logger
+
+	initialized atomic.Bool // initialize succeeded
+	ready       atomic.Bool // the client sent initialized
+
+	mu     sync.Mutex
+	optOut map[string]bool
+
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+func newConn(srv *Server, t transport, log *slog.Logger) *conn {
+	return &conn{
+		srv:  srv,
+		t:    t,
+		out:  newOutbox(srv.cfg.QueueFrames, srv.cfg.QueueBytes),
+		log:  log,
+		done: make(chan struct{}),
+	}
+}
+
+// serve runs the connection until the transport ends or ctx is done.
+func (c *conn) serve(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c.srv.mgr.Listen(c)
+	defer c.srv.mgr.Detach(c)
+
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writeLoop(ctx)
+	}()
+
+	rpc := jsonrpc2.NewConn(ctx, &objectStream{c: c, ctx: ctx}, &handler{c: c})
+	select {
+	case <-rpc.DisconnectNotify():
+	case <-ctx.Done():
+		rpc.Close()
+	}
+	c.out.close()
+	<-writerDone
+	c.shut("connection ended")
+}
+
+// writeLoop drains the outbox onto the transport. A write that cannot
+// finish within the write timeout means the peer is wedged: the
+// connection is closed and the client resumes by cursor.
+func (c *conn) writeLoop(ctx context.Context) {
+	for {
+		frame, err := c.out.next(ctx)
+		if err != nil {
+			return
+		}
+		wctx, cancel := context.WithTimeout(ctx, c.srv.cfg.WriteTimeout)
+		err = c.t.WriteFrame(wctx, frame)
+		cancel()
+		if err != nil {
+			c.log.Debug("write failed; closing", "err", err)
+			c.shut("write failed")
+			return
+		}
+		c.srv.metrics.framesSent.Add(1)
+	}
+}
+
+func (c *conn) shut(reason string) {
+	c.closeOnce.Do(func() {
+		close(c.done)
+		c.t.Close(reason)
+	})
+}
+
+// Deliver implements session.Subscriber.
+func (c *conn) Deliver(n session.Notification) {
+	if n.SessionID == "" {
+		c.out.pushProtected(n.Frame)
+		return
+	}
+	if c.optedOut(n.Method) {
+		return
+	}
+	c.out.pushView(n.SessionID, n.Cursor, n.Frame, gapFrame)
+}
+
+// Replay implements session.Subscriber.
+func (c *conn) Replay(ctx context.Context, n session.Notification) error {
+	if c.optedOut(n.Method) {
+		return nil
+	}
+	return c.out.pushReplay(ctx, n.SessionID, n.Cursor, n.Frame)
+}
+
+// Subscribed implements session.Subscriber.
+func (c *conn) Subscribed(sessionID, from string) { c.out.subscribed(sessionID, from) }
+
+// Broadcasts implements session.Subscriber: only connections past their
+// handshake get notifications.
+func (c *conn) Broadcasts() bool { return c.ready.Load() }
+
+func (c *conn) optedOut(method string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.optOut[method] && !msp.Protected(method)
+}
+
+// gapFrame renders a view/gap notification.
+func gapFrame(sessionID, after, next string) []byte {
+	p, _ := json.Marshal(msp.ViewGapParams{SessionID: sessionID, After: after, Next: next})
+	return msp.EncodeNotification(msp.NotifyViewGap, p, time.Now().UnixMilli())
+}
+
+// replyError queues an error response for id (raw JSON, or null).
+func (c *conn) replyError(id json.RawMessage, e *msp.Error) {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	frame, err := json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   *msp.Error      `json:"error"`
+	}{msp.JSONRPCVersion, id, e})
+	if err != nil {
+		c.log.Error("encoding error response", "err", err)
+		return
+	}
+	c.out.pushProtected(frame)
+}
+
+// objectStream bridges jsonrpc2 onto the connection. Reads pass through
+// the gate, which answers bad frames itself, so jsonrpc2 only ever sees
+// well-formed, permitted requests; writes (responses) go to the outbox.
+type objectStream struct {
+	c   *conn
+	ctx context.Context
+}
+
+func (s *objectStream) WriteObject(obj any) error {
+	frame, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	return s.c.out.pushProtected(frame)
+}
+
+func (s *objectStream) ReadObject(v any) error {
+	for {
+		frame, err := s.c.t.ReadFrame(s.ctx)
+		var tl *tooLargeError
+		if errors.As(err, &tl) {
+			s.c.srv.metrics.framesRejected.Add(1)
+			s.c.answerTooLarge(tl.prefix)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		s.c.srv.metrics.framesReceived.Add(1)
+		clean, ok := s.c.gate(frame)
+		if !ok {
+			s.c.srv.metrics.framesRejected.Add(1)
+			continue
+		}
+		return json.Unmarshal(clean, v)
+	}
+}
+
+func (s *objectStream) Close() error {
+	s.c.shut("closed")
+	return nil
+}
+
+// answerTooLarge answers an oversized frame: inputTooLarge when its id can
+// be recovered from its first bytes, else parseError with a null id.
+func (c *conn) answerTooLarge(prefix []byte) {
+	if id, ok := recoverID(prefix); ok {
+		e := msp.NewError(msp.CodeInputTooLarge, msp.KindInputTooLarge, "frame exceeds the %d-byte limit", c.srv.cfg.MaxFrameBytes)
+		e.Data.LimitBytes = c.srv.cfg.MaxFrameBytes
+		c.replyError(id, e)
+		return
+	}
+	e := msp.NewError(msp.CodeParseError, msp.KindParseError, "frame exceeds the %d-byte limit and has no recoverable id", c.srv.cfg.MaxFrameBytes)
+	e.Data.LimitBytes = c.srv.cfg.MaxFrameBytes
+	c.replyError(nil, e)
+}
+
+// recoverID scans the top level of a (possibly cut) JSON object for its
+// "id" member.
+func recoverID(prefix []byte) (json.RawMessage, bool) {
+	dec := json.NewDecoder(bytes.NewReader(prefix))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, false
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return nil, false
+		}
+		if key == "id" {
+			if _, ok := validID(val); ok {
+				return val, true
+			}
+			return nil, false
+		}
+	}
+	return nil, false
+}

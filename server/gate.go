@@ -1,0 +1,142 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strconv"
+
+	"mspd/schema/msp"
+)
+
+// gate checks one inbound frame before jsonrpc2 sees it. Stock jsonrpc2
+// closes the connection on a frame it cannot parse, and re-encodes params
+// (sorting keys, dropping duplicates), so validation happens here, on the
+// raw bytes, and every bad frame gets a typed answer on an open connection.
+// It returns a clean request frame for jsonrpc2, or ok=false when the frame
+// was answered (or was a notification) here.
+func (c *conn) gate(frame []byte) (clean []byte, ok bool) {
+	var env map[string]json.RawMessage
+	if err := json.Unmarshal(frame, &env); err != nil {
+		if json.Valid(frame) {
+			c.replyError(nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
+				"a frame must be one JSON object (batches are not part of MSP)"))
+		} else {
+			c.replyError(nil, msp.NewError(msp.CodeParseError, msp.KindParseError, "frame is not valid JSON: %v", err))
+		}
+		return nil, false
+	}
+	rawID, hasID := env["id"]
+	id, idOK := validID(rawID)
+	if hasID && !idOK {
+		c.replyError(nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
+			"id must be a string or a non-negative integer"))
+		return nil, false
+	}
+	if string(env["jsonrpc"]) != `"2.0"` {
+		c.replyError(id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, `frame must carry "jsonrpc": "2.0"`))
+		return nil, false
+	}
+	rawMethod, hasMethod := env["method"]
+	var method string
+	if hasMethod {
+		if err := json.Unmarshal(rawMethod, &method); err != nil {
+			c.replyError(id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, "method must be a string"))
+			return nil, false
+		}
+	}
+	switch {
+	case !hasMethod && hasID:
+		// A response: mspd sends no requests, so there is nothing to match.
+		c.log.Debug("ignoring a response from the client", "id", string(rawID))
+		return nil, false
+	case !hasMethod:
+		c.replyError(nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, "frame has neither method nor id"))
+		return nil, false
+	case !hasID:
+		c.notification(method)
+		return nil, false
+	}
+	if e := c.admit(method); e != nil {
+		c.replyError(id, e)
+		return nil, false
+	}
+	params, hasParams := env["params"]
+	if !hasParams {
+		params = json.RawMessage("{}")
+	}
+	if errs := c.srv.val.Params(method, params); len(errs) > 0 {
+		c.replyError(id, invalidParams(errs))
+		return nil, false
+	}
+	// Re-frame minimally: jsonrpc2 needs no unknown members and must not
+	// mistake a stray "result" for a response.
+	clean = make([]byte, 0, len(params)+len(method)+len(id)+48)
+	clean = append(clean, `{"jsonrpc":"2.0","id":`...)
+	clean = append(clean, id...)
+	clean = append(clean, `,"method":`...)
+	clean = strconv.AppendQuote(clean, method)
+	clean = append(clean, `,"params":`...)
+	clean = append(clean, params...)
+	return append(clean, '}'), true
+}
+
+// admit applies the handshake order and the method catalogue.
+func (c *conn) admit(method string) *msp.Error {
+	if method == msp.MethodInitialize {
+		if c.initialized.Load() {
+			return msp.NewError(msp.CodeInvalidRequest, msp.KindAlreadyInitialized, "initialize was already called on this connection")
+		}
+		return nil
+	}
+	if !c.initialized.Load() {
+		return msp.NewError(msp.CodeInvalidRequest, msp.KindNotInitialized, "call initialize first")
+	}
+	if !c.srv.val.HasRequest(method) {
+		return msp.NewError(msp.CodeMethodNotFound, msp.KindMethodNotFound, "method %q is not served by this host", method)
+	}
+	return nil
+}
+
+// notification handles a client notification; initialized is the only one
+// MSP defines, and unknown ones are ignored.
+func (c *conn) notification(method string) {
+	if method == msp.NotifyInitialized && c.initialized.Load() {
+		c.ready.Store(true)
+	}
+}
+
+// invalidParams turns schema findings into one invalidParams error whose
+// details name the first offending field and list them all.
+func invalidParams(errs []msp.FieldError) *msp.Error {
+	first := errs[0]
+	msg := first.Message
+	if first.Field != "" {
+		msg = first.Field + ": " + first.Message
+	}
+	list := make([]map[string]string, len(errs))
+	for i, fe := range errs {
+		list[i] = map[string]string{"field": fe.Field, "message": fe.Message}
+	}
+	e := msp.NewError(msp.CodeInvalidParams, msp.KindInvalidParams, "invalid params: %s", msg)
+	e.Data.Details = map[string]any{"field": first.Field, "errors": list}
+	return e
+}
+
+// validID accepts the ids jsonrpc2 can echo faithfully: strings and
+// non-negative integers.
+func validID(raw json.RawMessage) (json.RawMessage, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return nil, false
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		return raw, json.Unmarshal(raw, &s) == nil
+	case '-', 't', 'f', 'n', '{', '[':
+		return nil, false
+	}
+	n, err := strconv.ParseUint(string(raw), 10, 64)
+	return raw, err == nil && n <= math.MaxInt64
+}

@@ -1,0 +1,182 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"runtime"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"mspd/schema/msp"
+)
+
+// handler dispatches gated requests to the session manager. jsonrpc2 runs
+// it on the read loop, one request at a time, so a connection's requests
+// are handled in order and the handshake state is settled before the next
+// frame is read.
+type handler struct{ c *conn }
+
+func (h *handler) Handle(ctx context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	if req.Notif {
+		return // the gate handles notifications
+	}
+	params := json.RawMessage("{}")
+	if req.Params != nil {
+		params = *req.Params
+	}
+	result, after, err := h.dispatch(ctx, req.Method, params)
+	if err != nil {
+		h.c.srv.metrics.requestErrors.Add(1)
+		if rerr := rpc.ReplyWithError(ctx, req.ID, toRPCError(err)); rerr != nil {
+			h.c.log.Debug("reply failed", "err", rerr)
+		}
+		return
+	}
+	if rerr := rpc.Reply(ctx, req.ID, result); rerr != nil {
+		h.c.log.Debug("reply failed", "err", rerr)
+		return
+	}
+	if after != nil {
+		after(ctx)
+	}
+}
+
+// dispatch runs one request. after, when non-nil, runs once the response
+// is queued: subscriptions and launches that must follow it on the wire.
+func (h *handler) dispatch(ctx context.Context, method string, params json.RawMessage) (result any, after func(context.Context), err error) {
+	c := h.c
+	mgr := c.srv.mgr
+	switch method {
+	case msp.MethodInitialize:
+		return h.initialize(params)
+	case msp.MethodSessionStart:
+		res, attach, err := mgr.StartSession(ctx, c, params)
+		return res, attach, err
+	case msp.MethodSessionResume:
+		res, attach, err := mgr.ResumeSession(ctx, c, params)
+		return res, attach, err
+	case msp.MethodSessionRead:
+		res, err := mgr.ReadSession(ctx, params)
+		return res, nil, err
+	case msp.MethodSessionList:
+		res, err := mgr.ListSessions(ctx, params)
+		return res, nil, err
+	case msp.MethodTurnStart:
+		res, launch, err := mgr.StartTurn(ctx, params)
+		return res, func(context.Context) { launch() }, err
+	case msp.MethodTurnInterrupt, msp.MethodTurnCancel:
+		res, err := mgr.StopTurn(ctx, method, params)
+		return res, nil, err
+	case msp.MethodTurnUnqueue:
+		res, err := mgr.Unqueue(ctx, params)
+		return res, nil, err
+	case msp.MethodViewSubscribe:
+		var p msp.ViewSubscribeParams
+		if err := json.Unmarshal(params, &p); err != nil {
+			return nil, nil, msp.ErrInvalidParams("", "view/subscribe params: %v", err)
+		}
+		head, err := mgr.Head(ctx, p.SessionID, p.After)
+		if err != nil {
+			return nil, nil, err
+		}
+		from := head
+		if p.After != nil {
+			from = *p.After
+		}
+		return msp.ViewCursorResult{ViewCursor: head}, func(ctx context.Context) {
+			if err := mgr.Subscribe(ctx, c, p.SessionID, &from); err != nil && ctx.Err() == nil {
+				c.log.Warn("subscribe failed", "session", p.SessionID, "err", err)
+			}
+		}, nil
+	case msp.MethodViewUnsubscribe:
+		var p msp.ViewUnsubscribeParams
+		if err := json.Unmarshal(params, &p); err != nil {
+			return nil, nil, msp.ErrInvalidParams("", "view/unsubscribe params: %v", err)
+		}
+		if err := mgr.Unsubscribe(ctx, c, p.SessionID); err != nil {
+			return nil, nil, err
+		}
+		c.out.forget(p.SessionID)
+		return struct{}{}, nil, nil
+	case msp.MethodViewPage:
+		var p msp.ViewPageParams
+		if err := json.Unmarshal(params, &p); err != nil {
+			return nil, nil, msp.ErrInvalidParams("", "view/page params: %v", err)
+		}
+		if p.Anchor != "" {
+			return nil, nil, msp.ErrInvalidParams("anchor", "anchor %q is not served: this host keeps every event and has no compaction boundaries", p.Anchor)
+		}
+		res, err := mgr.Page(ctx, p)
+		return res, nil, err
+	case msp.MethodModelList:
+		return c.srv.cfg.Models, nil, nil
+	}
+	return nil, nil, msp.NewError(msp.CodeMethodNotFound, msp.KindMethodNotFound, "method %q is not served by this host", method)
+}
+
+func (h *handler) initialize(params json.RawMessage) (any, func(context.Context), error) {
+	var p msp.InitializeParams
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, nil, msp.ErrInvalidParams("", "initialize params: %v", err)
+	}
+	c := h.c
+	if p.Capabilities != nil {
+		c.mu.Lock()
+		c.optOut = make(map[string]bool, len(p.Capabilities.OptOutNotificationMethods))
+		for _, m := range p.Capabilities.OptOutNotificationMethods {
+			c.optOut[m] = true
+		}
+		c.mu.Unlock()
+	}
+	c.initialized.Store(true)
+	c.log = c.log.With("client", p.ClientInfo.Name)
+	cfg := &c.srv.cfg
+	return msp.InitializeResult{
+		ExperimentalAPI:     false,
+		GrantedCapabilities: []string{},
+		MuseHome:            cfg.Home,
+		PlatformFamily:      platformFamily(),
+		PlatformOS:          platformOS(),
+		Schema:              msp.SchemaInfo{Fingerprint: cfg.Fingerprint, Version: 1},
+		ServerInfo:          msp.ServerInfo{Name: "mspd", Version: cfg.Version},
+		SessionDurability:   "durable",
+		UserAgent:           "mspd/" + cfg.Version + " (" + runtime.GOOS + "; " + runtime.GOARCH + ")",
+		AIProviders:         &msp.AIProviders{CallAccounting: msp.CallAccounting{Attempts: true, RetryPolicy: true}},
+	}, nil, nil
+}
+
+func platformFamily() string {
+	if runtime.GOOS == "windows" {
+		return "windows"
+	}
+	return "unix"
+}
+
+func platformOS() string {
+	switch runtime.GOOS {
+	case "darwin":
+		return "macos"
+	case "windows":
+		return "windows"
+	}
+	return "linux"
+}
+
+// toRPCError renders any handler error as a typed MSP error: every error
+// carries data.kind.
+func toRPCError(err error) *jsonrpc2.Error {
+	var me *msp.Error
+	if !errors.As(err, &me) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			me = msp.NewError(msp.CodeOverloaded, msp.KindOverloaded, "request did not finish: %v", err)
+			retry := true
+			me.Data.Retryable = &retry
+		} else {
+			me = msp.ErrInternal("%v", err)
+		}
+	}
+	e := &jsonrpc2.Error{Code: int64(me.Code), Message: me.Message}
+	e.SetError(me.Data)
+	return e
+}

@@ -1,0 +1,206 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// errClosed is returned once a connection's outbox is shut.
+var errClosed = errors.New("connection closed")
+
+// outbox is a connection's outbound queue, drained by one writer goroutine
+// that owns the socket. Frames leave in the order they were queued.
+// Protected frames (responses, view/gap, broadcasts) are always queued;
+// gappable ones (view events) count against a frame and byte budget, and
+// when it is spent they are dropped and the hole is reported per session
+// with one view/gap at the next accepted event. So a slow reader costs
+// bounded memory and never stalls a session or other readers.
+type outbox struct {
+	maxFrames int
+	maxBytes  int
+
+	mu       sync.Mutex
+	frames   [][]byte
+	gappable []bool
+	head     int
+	nGap     int // gappable frames queued
+	gapBytes int // bytes of gappable frames queued
+	closed   bool
+	wake     chan struct{} // the writer has work
+	space    chan struct{} // a gappable frame left the queue
+	views    map[string]*viewState
+	dropped  uint64
+	gaps     uint64
+}
+
+// viewState tracks one subscribed session on this connection.
+type viewState struct {
+	last      string // cursor of the last event queued
+	inHole    bool
+	holeAfter string
+}
+
+func newOutbox(maxFrames, maxBytes int) *outbox {
+	return &outbox{
+		maxFrames: maxFrames,
+		maxBytes:  maxBytes,
+		wake:      make(chan struct{}, 1),
+		space:     make(chan struct{}, 1),
+		views:     make(map[string]*viewState),
+	}
+}
+
+// pushProtected queues a frame that must never be dropped.
+func (o *outbox) pushProtected(frame []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return errClosed
+	}
+	o.appendLocked(frame, false)
+	return nil
+}
+
+func (o *outbox) appendLocked(frame []byte, gappable bool) {
+	o.frames = append(o.frames, frame)
+	o.gappable = append(o.gappable, gappable)
+	if gappable {
+		o.nGap++
+		o.gapBytes += len(frame)
+	}
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (o *outbox) roomLocked(size int) bool {
+	return o.nGap < o.maxFrames && (o.gapBytes+size <= o.maxBytes || o.nGap == 0)
+}
+
+// subscribed starts tracking a session's view after cursor from.
+func (o *outbox) subscribed(sessionID, from string) {
+	o.mu.Lock()
+	o.views[sessionID] = &viewState{last: from}
+	o.mu.Unlock()
+}
+
+// pushView queues a view event, or drops it and opens a hole when the
+// budget is spent. gap renders the view/gap frame for a closed hole.
+func (o *outbox) pushView(sessionID, cursor string, frame []byte, gap func(sessionID, after, next string) []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	v := o.views[sessionID]
+	if v == nil {
+		v = &viewState{}
+		o.views[sessionID] = v
+	}
+	if !o.roomLocked(len(frame)) {
+		if !v.inHole {
+			v.inHole, v.holeAfter = true, v.last
+		}
+		o.dropped++
+		return
+	}
+	o.appendLocked(frame, true)
+	if v.inHole {
+		// The marker follows the first event after the hole, so that next
+		// names an event whose delivery is proven.
+		o.appendLocked(gap(sessionID, v.holeAfter, cursor), false)
+		v.inHole = false
+		o.gaps++
+	}
+	v.last = cursor
+}
+
+// pushReplay queues a replayed view event, waiting for room.
+func (o *outbox) pushReplay(ctx context.Context, sessionID, cursor string, frame []byte) error {
+	for {
+		o.mu.Lock()
+		if o.closed {
+			o.mu.Unlock()
+			return errClosed
+		}
+		if o.roomLocked(len(frame)) {
+			o.appendLocked(frame, true)
+			if v := o.views[sessionID]; v != nil {
+				v.last = cursor
+			}
+			o.mu.Unlock()
+			return nil
+		}
+		o.mu.Unlock()
+		select {
+		case <-o.space:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// forget stops tracking a session (view/unsubscribe).
+func (o *outbox) forget(sessionID string) {
+	o.mu.Lock()
+	delete(o.views, sessionID)
+	o.mu.Unlock()
+}
+
+// next blocks until a frame is queued, then removes and returns it; it
+// returns errClosed once the outbox is shut and drained.
+func (o *outbox) next(ctx context.Context) ([]byte, error) {
+	for {
+		o.mu.Lock()
+		if o.head < len(o.frames) {
+			f, g := o.frames[o.head], o.gappable[o.head]
+			o.frames[o.head] = nil
+			o.head++
+			if g {
+				o.nGap--
+				o.gapBytes -= len(f)
+			}
+			if o.head == len(o.frames) { // reuse the backing arrays
+				o.frames, o.gappable, o.head = o.frames[:0], o.gappable[:0], 0
+			}
+			o.mu.Unlock()
+			if g {
+				select {
+				case o.space <- struct{}{}:
+				default:
+				}
+			}
+			return f, nil
+		}
+		closed := o.closed
+		o.mu.Unlock()
+		if closed {
+			return nil, errClosed
+		}
+		select {
+		case <-o.wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// close shuts the outbox; queued frames are still handed out by next.
+func (o *outbox) close() {
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stats reports dropped events and gap markers so far.
+func (o *outbox) stats() (dropped, gaps uint64, queued int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.dropped, o.gaps, len(o.frames) - o.head
+}

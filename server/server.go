@@ -1,0 +1,186 @@
+// Package server carries MSP over transports: WebSocket at /msp and NDJSON
+// over stdio, both through the same per-connection machinery. Each
+// connection has its own handshake state, validates every inbound frame
+// against the MSP schema before dispatch, answers every request (bad ones
+// with typed errors, never by closing), and owns its socket through one
+// writer goroutine fed by a bounded outbox. The package also serves the
+// operational endpoints (/livez, /readyz, /metrics).
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"mspd/schema/msp"
+	"mspd/session"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Version is reported in serverInfo and the user agent.
+	Version string
+	// Fingerprint is the schema fingerprint initialize reports; default
+	// the hash of the embedded schema.
+	Fingerprint string
+	// Home is reported as museHome: the server's data directory.
+	Home string
+	// MaxFrameBytes bounds inbound frames (default 10 MiB).
+	MaxFrameBytes int64
+	// QueueFrames and QueueBytes bound each connection's gappable
+	// outbound events (defaults 1024 frames, 8 MiB).
+	QueueFrames int
+	QueueBytes  int
+	// WriteTimeout bounds one frame write; a peer that takes longer is
+	// wedged and its connection closes (default 10 s).
+	WriteTimeout time.Duration
+	// OriginPatterns lists the browser origins allowed besides the
+	// server's own host (coder/websocket patterns, e.g. "localhost:*").
+	OriginPatterns []string
+	// Models is what model/list returns.
+	Models msp.ModelListResult
+	// Logger receives connection logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Server serves MSP connections for a session manager.
+type Server struct {
+	cfg     Config
+	mgr     *session.Manager
+	val     *msp.Validator
+	log     *slog.Logger
+	metrics metrics
+
+	draining atomic.Bool
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	wg       sync.WaitGroup
+}
+
+// New builds a server for mgr.
+func New(mgr *session.Manager, cfg Config) (*Server, error) {
+	val, err := msp.NewValidator()
+	if err != nil {
+		return nil, fmt.Errorf("server: compiling the MSP schema: %w", err)
+	}
+	if cfg.Fingerprint == "" {
+		cfg.Fingerprint = msp.Fingerprint()
+	}
+	if cfg.MaxFrameBytes <= 0 {
+		cfg.MaxFrameBytes = 10 << 20
+	}
+	if cfg.QueueFrames <= 0 {
+		cfg.QueueFrames = 1024
+	}
+	if cfg.QueueBytes <= 0 {
+		cfg.QueueBytes = 8 << 20
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Server{cfg: cfg, mgr: mgr, val: val, log: cfg.Logger, conns: make(map[*conn]struct{})}, nil
+}
+
+// Handler returns the HTTP handler: the WebSocket endpoint at /msp and the
+// operational endpoints.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /msp", s.serveWebSocket)
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /metrics", s.serveMetrics)
+	return mux
+}
+
+// Mount adds a handler (the web page) under the given pattern of h, which
+// must come from Handler.
+func Mount(h http.Handler, pattern string, page http.Handler) {
+	h.(*http.ServeMux).Handle(pattern, page)
+}
+
+func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		http.Error(w, "server is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		OriginPatterns: s.cfg.OriginPatterns,
+		// Compression with context takeover costs ~1.2 MiB a connection.
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		s.log.Debug("websocket upgrade refused", "err", err, "origin", r.Header.Get("Origin"))
+		return
+	}
+	// The transport enforces the frame limit itself so that an oversized
+	// frame is answered instead of closing the connection.
+	ws.SetReadLimit(-1)
+	t := &wsTransport{c: ws, limit: s.cfg.MaxFrameBytes}
+	s.run(r.Context(), t, s.log.With("remote", r.RemoteAddr))
+}
+
+// ServeStdio serves one connection of NDJSON frames on r and w until r
+// ends or ctx is done.
+func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) {
+	s.run(ctx, newLineTransport(r, w, nil, s.cfg.MaxFrameBytes), s.log.With("transport", "stdio"))
+}
+
+func (s *Server) run(ctx context.Context, t transport, log *slog.Logger) {
+	c := newConn(s, t, log)
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.metrics.connsOpen.Add(1)
+	s.metrics.connsTotal.Add(1)
+	defer func() {
+		s.metrics.connsOpen.Add(-1)
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	// A connection outlives its HTTP request context only until shutdown.
+	c.serve(context.WithoutCancel(ctx))
+}
+
+// Shutdown stops accepting connections (readyz turns 503), closes the open
+// ones as going away, and waits for them until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	s.mu.Lock()
+	for c := range s.conns {
+		c.shut("server shutting down")
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return errors.New("server: connections still open at shutdown deadline")
+	}
+}

@@ -1,0 +1,130 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"mspd/schema/msp"
+	"mspd/store"
+)
+
+// ledger makes state-changing commands exactly-once: the first admission of
+// a commandId is written to the store together with its effect, and a replay
+// with the same payload gets the stored response back byte for byte.
+type ledger struct {
+	store store.Store
+
+	mu       sync.Mutex
+	inflight map[string]chan struct{} // commandIds being admitted right now
+}
+
+func newLedger(st store.Store) *ledger {
+	return &ledger{store: st, inflight: make(map[string]chan struct{})}
+}
+
+// admission is an open command: the handler decides the response and adds
+// entry() to the batch that carries the command's effect.
+type admission struct {
+	id     string
+	digest string
+}
+
+// entry is the ledger record for a response.
+func (a *admission) entry(resp json.RawMessage, isErr bool) store.Command {
+	return store.Command{ID: a.id, Digest: a.digest, Response: resp, IsError: isErr}
+}
+
+// reject records a durable rejection so that a replay gets it again.
+func (a *admission) reject(ctx context.Context, st store.Store, e *msp.Error) error {
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	if err := st.Commit(ctx, store.Batch{Commands: []store.Command{a.entry(raw, true)}}); err != nil {
+		return msp.ErrInternal("recording rejection: %v", err)
+	}
+	return e
+}
+
+// run admits command id once. If the ledger already has it, the stored
+// response is returned (or a command_id_conflict when the payload differs)
+// and admit is not called; replayed reports which happened.
+func (l *ledger) run(ctx context.Context, id, method string, params json.RawMessage,
+	admit func(a *admission) (json.RawMessage, error)) (resp json.RawMessage, replayed bool, err error) {
+	digest, err := payloadDigest(method, params)
+	if err != nil {
+		return nil, false, msp.ErrInvalidParams("", "params: %v", err)
+	}
+	release := l.lock(id)
+	defer release()
+
+	prev, err := l.store.Command(ctx, id)
+	switch {
+	case err == nil:
+		if prev.Digest != digest {
+			return nil, true, msp.ErrCommandRejected(id, msp.ReasonCommandIDConflict,
+				"commandId %s was already used with a different payload", id)
+		}
+		if prev.IsError {
+			var e msp.Error
+			if err := json.Unmarshal(prev.Response, &e); err != nil {
+				return nil, true, msp.ErrInternal("stored rejection unreadable: %v", err)
+			}
+			return nil, true, &e
+		}
+		return prev.Response, true, nil
+	case !errors.Is(err, store.ErrNotFound):
+		return nil, false, msp.ErrInternal("ledger: %v", err)
+	}
+	resp, err = admit(&admission{id: id, digest: digest})
+	return resp, false, err
+}
+
+// lock serialises admissions of one commandId.
+func (l *ledger) lock(id string) (release func()) {
+	for {
+		l.mu.Lock()
+		wait, busy := l.inflight[id]
+		if !busy {
+			done := make(chan struct{})
+			l.inflight[id] = done
+			l.mu.Unlock()
+			return func() {
+				l.mu.Lock()
+				delete(l.inflight, id)
+				l.mu.Unlock()
+				close(done)
+			}
+		}
+		l.mu.Unlock()
+		<-wait
+	}
+}
+
+// payloadDigest identifies a command payload independent of key order and
+// spacing: the method and the params re-encoded canonically.
+func payloadDigest(method string, params json.RawMessage) (string, error) {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(params))
+	dec.UseNumber()
+	if len(bytes.TrimSpace(params)) == 0 {
+		v = map[string]any{}
+	} else if err := dec.Decode(&v); err != nil {
+		return "", fmt.Errorf("not JSON: %w", err)
+	}
+	canon, err := json.Marshal(v) // maps marshal with sorted keys
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write([]byte(method))
+	h.Write([]byte{0})
+	h.Write(canon)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

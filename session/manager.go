@@ -1,0 +1,563 @@
+// Package session is mspd's session manager: it creates, loads and lists
+// sessions, makes commands exactly-once through a durable ledger, appends
+// events to each session's log (minting cursors and source ranges), fans
+// them out to subscribers, serves resume, subscribe and paging, and runs
+// each session's turn queue. It knows nothing of WebSockets or JSON-RPC
+// framing.
+package session
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"mspd/schema/msp"
+	"mspd/store"
+	"mspd/turn"
+)
+
+// TurnRunner runs one turn's model call; turn.Runner implements it.
+type TurnRunner interface {
+	Run(ctx context.Context, spec turn.Spec, sink turn.Sink) turn.Outcome
+}
+
+// Config configures a Manager.
+type Config struct {
+	// Store holds every session durably.
+	Store store.Store
+	// Runner runs turns.
+	Runner TurnRunner
+	// LogPath is reported as every Session's path: where its log lives.
+	LogPath string
+	// ProviderID and ModelID are the defaults a new session reports.
+	ProviderID string
+	ModelID    string
+	// MaxQueuedTurns bounds each session's turn queue (default 16); a
+	// turn/start beyond it is refused as backpressured.
+	MaxQueuedTurns int
+	// HistoryBudget bounds the inline history a resume returns, in bytes
+	// of encoded items (default 4 MiB); above it the client pages.
+	HistoryBudget int
+	// Now tells the time (default time.Now).
+	Now func() time.Time
+	// Logger receives operational logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Manager owns every loaded session.
+type Manager struct {
+	cfg    Config
+	store  store.Store
+	ledger *ledger
+	log    *slog.Logger
+
+	ctx    context.Context // ends when the manager closes; parents every turn
+	cancel context.CancelFunc
+	turns  sync.WaitGroup
+
+	mu        sync.Mutex
+	sessions  map[string]*loading
+	listeners map[Subscriber]struct{}
+}
+
+// loading is a session being or having been loaded.
+type loading struct {
+	done chan struct{}
+	s    *session
+	err  error
+}
+
+// New starts a manager over cfg.Store. Turns that were running or queued
+// when a previous process died are settled first with a durable failed
+// terminal, so every turn-wait ends.
+func New(ctx context.Context, cfg Config) (*Manager, error) {
+	if cfg.Store == nil || cfg.Runner == nil {
+		return nil, errors.New("session: Config needs a Store and a Runner")
+	}
+	if cfg.MaxQueuedTurns <= 0 {
+		cfg.MaxQueuedTurns = 16
+	}
+	if cfg.HistoryBudget <= 0 {
+		cfg.HistoryBudget = 4 << 20
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &Manager{
+		cfg:       cfg,
+		store:     cfg.Store,
+		ledger:    newLedger(cfg.Store),
+		log:       cfg.Logger,
+		sessions:  make(map[string]*loading),
+		listeners: make(map[Subscriber]struct{}),
+	}
+	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if err := m.recover(ctx); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Close cancels running turns (each ends with a durable cancelled
+// terminal) and waits for them to settle.
+func (m *Manager) Close() {
+	m.cancel()
+	m.turns.Wait()
+}
+
+func (m *Manager) now() time.Time { return m.cfg.Now() }
+
+// Listen registers sub for broadcasts; Detach undoes it.
+func (m *Manager) Listen(sub Subscriber) {
+	m.mu.Lock()
+	m.listeners[sub] = struct{}{}
+	m.mu.Unlock()
+}
+
+// Detach removes sub from broadcasts and from every session it follows.
+func (m *Manager) Detach(sub Subscriber) {
+	m.mu.Lock()
+	delete(m.listeners, sub)
+	var loaded []*session
+	for _, l := range m.sessions {
+		select {
+		case <-l.done:
+			if l.s != nil {
+				loaded = append(loaded, l.s)
+			}
+		default:
+		}
+	}
+	m.mu.Unlock()
+	for _, s := range loaded {
+		s.unsubscribe(sub)
+	}
+}
+
+func (m *Manager) broadcast(method string, params any) {
+	raw, err := json.Marshal(params)
+	if err != nil {
+		m.log.Error("encoding broadcast", "method", method, "err", err)
+		return
+	}
+	n := Notification{Method: method, Frame: msp.EncodeNotification(method, raw, m.now().UnixMilli())}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for sub := range m.listeners {
+		if sub.Broadcasts() {
+			sub.Deliver(n)
+		}
+	}
+}
+
+// load returns a session, loading it from the store once.
+func (m *Manager) load(ctx context.Context, id string) (*session, error) {
+	m.mu.Lock()
+	l, ok := m.sessions[id]
+	if !ok {
+		l = &loading{done: make(chan struct{})}
+		m.sessions[id] = l
+		m.mu.Unlock()
+		l.s, l.err = m.read(ctx, id)
+		if l.err != nil {
+			m.mu.Lock()
+			delete(m.sessions, id) // let a later call try again
+			m.mu.Unlock()
+		}
+		close(l.done)
+	} else {
+		m.mu.Unlock()
+		select {
+		case <-l.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return l.s, l.err
+}
+
+// read builds a session from its row and log.
+func (m *Manager) read(ctx context.Context, id string) (*session, error) {
+	row, err := m.store.Session(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, msp.ErrSessionNotFound(id)
+	} else if err != nil {
+		return nil, msp.ErrInternal("loading session: %v", err)
+	}
+	s := &session{id: id, m: m, subs: make(map[Subscriber]struct{}), open: make(map[string]*openItem)}
+	if err := json.Unmarshal(row.State, &s.st); err != nil {
+		return nil, msp.ErrInternal("session %s state unreadable: %v", id, err)
+	}
+	if s.head, err = m.store.Head(ctx, id); err != nil {
+		return nil, msp.ErrInternal("loading session: %v", err)
+	}
+	f, err := fold(ctx, m.store, id)
+	if err != nil {
+		return nil, msp.ErrInternal("loading session log: %v", err)
+	}
+	s.history, s.cumulative = f.history, f.cumulative
+	for itemID, it := range f.open {
+		oi := &openItem{item: it}
+		if it.Text != nil {
+			oi.text.WriteString(*it.Text)
+		}
+		s.open[itemID] = oi
+	}
+	return s, nil
+}
+
+// recover settles the turns a previous process left running or queued.
+func (m *Manager) recover(ctx context.Context) error {
+	rows, err := m.store.BusySessions(ctx)
+	if err != nil {
+		return fmt.Errorf("session: listing busy sessions: %w", err)
+	}
+	for _, row := range rows {
+		s, err := m.load(ctx, row.ID)
+		if err != nil {
+			return fmt.Errorf("session: recovering %s: %w", row.ID, err)
+		}
+		if err := s.settleAbandoned(ctx); err != nil {
+			return fmt.Errorf("session: recovering %s: %w", row.ID, err)
+		}
+		m.log.Info("settled turns of a previous process", "session", row.ID)
+	}
+	return nil
+}
+
+// StartSession serves session/start. The returned attach subscribes the
+// caller after the result's viewCursor; call it once the result is sent.
+func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.RawMessage) (json.RawMessage, func(context.Context), error) {
+	var p msp.SessionStartParams
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, nil, msp.ErrInvalidParams("", "session/start params: %v", err)
+	}
+	if p.SessionID != "" {
+		if _, err := uuid.Parse(p.SessionID); err != nil {
+			return nil, nil, msp.ErrInvalidParams("sessionId", "sessionId must be a UUID")
+		}
+	}
+	if p.ProviderID != nil && m.cfg.ProviderID != "" && *p.ProviderID != m.cfg.ProviderID {
+		return nil, nil, msp.ErrInvalidParams("providerId", "provider %q is not configured (this server runs %q)", *p.ProviderID, m.cfg.ProviderID)
+	}
+	var started *msp.Session
+	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionStart, raw, func(a *admission) (json.RawMessage, error) {
+		id := p.SessionID
+		if id == "" {
+			id = newID()
+		} else if _, err := m.store.Session(ctx, id); err == nil {
+			return nil, a.reject(ctx, m.store, msp.ErrCommandRejected(p.CommandID, msp.ReasonSessionIDConflict, "session %s already exists", id))
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return nil, msp.ErrInternal("checking session: %v", err)
+		}
+		now := m.now()
+		st := state{CreatedAt: now, UpdatedAt: now}
+		st.ProviderID = optional(m.cfg.ProviderID)
+		st.ModelID = optional(m.cfg.ModelID)
+		if p.ProviderID != nil {
+			st.ProviderID = p.ProviderID
+		}
+		if p.ModelID != "" {
+			st.ModelID = &p.ModelID
+		}
+		root := p.WorkspaceRoot
+		if root == "" && len(p.WorkspaceRoots) > 0 {
+			root = p.WorkspaceRoots[0]
+		}
+		st.WorkspaceRoot = optional(root)
+		wire := st.wire(id, m.cfg.LogPath)
+		res, err := json.Marshal(msp.SessionStartResult{Session: wire, ViewCursor: durableCursor(id, 0)})
+		if err != nil {
+			return nil, msp.ErrInternal("encoding result: %v", err)
+		}
+		stRaw, _ := json.Marshal(st)
+		row := store.Session{ID: id, CreatedAt: now, UpdatedAt: now, State: stRaw}
+		if err := m.store.Commit(ctx, store.Batch{SessionID: id, Session: &row, Commands: []store.Command{a.entry(res, false)}}); err != nil {
+			return nil, msp.ErrInternal("creating session: %v", err)
+		}
+		started = &wire
+		return res, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if started != nil {
+		// Upstream hosts broadcast session/started before the response.
+		m.broadcast(msp.NotifySessionStarted, msp.SessionStartedParams{Session: *started})
+	}
+	var res msp.SessionStartResult
+	if err := json.Unmarshal(resp, &res); err != nil {
+		return nil, nil, msp.ErrInternal("stored result unreadable: %v", err)
+	}
+	return resp, m.attachAfter(sub, res.Session.SessionID, res.ViewCursor), nil
+}
+
+// attachAfter returns a function that subscribes sub to a session after a
+// cursor, logging (not failing) when that cannot be done.
+func (m *Manager) attachAfter(sub Subscriber, sessionID, after string) func(context.Context) {
+	return func(ctx context.Context) {
+		if err := m.Subscribe(ctx, sub, sessionID, &after); err != nil && ctx.Err() == nil {
+			m.log.Warn("auto-subscribe failed", "session", sessionID, "err", err)
+		}
+	}
+}
+
+// ResumeSession serves session/resume. With a cursor the result carries no
+// history and attach delivers exactly the events after the cursor; without
+// one it carries the folded items (within the history budget).
+func (m *Manager) ResumeSession(ctx context.Context, sub Subscriber, raw json.RawMessage) (json.RawMessage, func(context.Context), error) {
+	var p msp.SessionResumeParams
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, nil, msp.ErrInvalidParams("", "session/resume params: %v", err)
+	}
+	s, err := m.load(ctx, p.SessionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p.Cursor != nil {
+		if _, err := s.checkCursor(*p.Cursor); err != nil {
+			return nil, nil, err
+		}
+	}
+	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionResume, raw, func(a *admission) (json.RawMessage, error) {
+		var snap msp.SessionSnapshot
+		var err error
+		switch {
+		case p.Cursor != nil:
+			snap, err = m.snapshot(ctx, s, false, msp.NoneCursorSuffix)
+		case p.ExcludeItems:
+			snap, err = m.snapshot(ctx, s, false, msp.NoneExcluded)
+		default:
+			snap, err = m.snapshot(ctx, s, true, "")
+		}
+		if err != nil {
+			return nil, err
+		}
+		res, err := json.Marshal(snap)
+		if err != nil {
+			return nil, msp.ErrInternal("encoding result: %v", err)
+		}
+		if err := m.store.Commit(ctx, store.Batch{SessionID: s.id, Commands: []store.Command{a.entry(res, false)}}); err != nil {
+			return nil, msp.ErrInternal("recording resume: %v", err)
+		}
+		return res, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	after := ""
+	if p.Cursor != nil {
+		after = *p.Cursor
+	} else {
+		var res msp.SessionSnapshot
+		if err := json.Unmarshal(resp, &res); err != nil {
+			return nil, nil, msp.ErrInternal("stored result unreadable: %v", err)
+		}
+		after = res.ViewCursor
+	}
+	return resp, m.attachAfter(sub, s.id, after), nil
+}
+
+// ReadSession serves session/read: a point-in-time read that never
+// subscribes. Items are excluded unless asked for.
+func (m *Manager) ReadSession(ctx context.Context, raw json.RawMessage) (any, error) {
+	var p msp.SessionReadParams
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, msp.ErrInvalidParams("", "session/read params: %v", err)
+	}
+	s, err := m.load(ctx, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	if p.ExcludeItems == nil || *p.ExcludeItems {
+		return m.snapshot(ctx, s, false, msp.NoneExcluded)
+	}
+	return m.snapshot(ctx, s, true, "")
+}
+
+// snapshot renders a session with its head and, when inline is set, its
+// folded items; noneReason explains an omitted history.
+func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneReason string) (msp.SessionSnapshot, error) {
+	s.mu.Lock()
+	wire := s.st.wire(s.id, m.cfg.LogPath)
+	head := s.head
+	openText := make(map[string]string, len(s.open))
+	for id, oi := range s.open {
+		openText[id] = oi.text.String()
+	}
+	s.mu.Unlock()
+	snap := msp.SessionSnapshot{
+		History:         msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: noneReason, Snapshot: json.RawMessage("null")},
+		PendingRequests: []msp.PendingRequest{},
+		Session:         wire,
+		ViewCursor:      durableCursor(s.id, head),
+	}
+	if !inline {
+		return snap, nil
+	}
+	f, err := fold(ctx, m.store, s.id)
+	if err != nil {
+		return snap, msp.ErrInternal("reading session log: %v", err)
+	}
+	size := 0
+	for i := range f.items {
+		it := &f.items[i]
+		if text, ok := openText[it.ItemID]; ok && it.Status == msp.ItemInProgress {
+			it.Text = &text
+		}
+		size += len(deref(it.Text)) + 256
+	}
+	if size > m.cfg.HistoryBudget {
+		snap.History.NoneReason = msp.NoneHistoryBudget
+		return snap, nil
+	}
+	if f.items == nil {
+		f.items = []msp.Item{}
+	}
+	snap.History = msp.SessionHistory{Items: f.items, Mode: msp.HistoryInline, Snapshot: json.RawMessage("null")}
+	return snap, nil
+}
+
+// ListSessions serves session/list: newest first, paged.
+func (m *Manager) ListSessions(ctx context.Context, raw json.RawMessage) (msp.SessionListResult, error) {
+	var p msp.SessionListParams
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return msp.SessionListResult{}, msp.ErrInvalidParams("", "session/list params: %v", err)
+		}
+	}
+	limit := 50
+	if p.Limit != nil {
+		limit = min(max(*p.Limit, 1), 200)
+	}
+	var after *store.SessionKey
+	if p.Cursor != nil {
+		k, err := decodeListCursor(*p.Cursor)
+		if err != nil {
+			return msp.SessionListResult{}, msp.ErrInvalidParams("cursor", "unknown session/list cursor")
+		}
+		after = &k
+	}
+	rows, err := m.store.Sessions(ctx, after, limit+1)
+	if err != nil {
+		return msp.SessionListResult{}, msp.ErrInternal("listing sessions: %v", err)
+	}
+	res := msp.SessionListResult{Sessions: make([]msp.Session, 0, min(len(rows), limit))}
+	for i, row := range rows {
+		if i == limit {
+			c := encodeListCursor(store.SessionKey{UpdatedAt: rows[i-1].UpdatedAt, ID: rows[i-1].ID})
+			res.NextCursor = &c
+			break
+		}
+		var st state
+		if err := json.Unmarshal(row.State, &st); err != nil {
+			return res, msp.ErrInternal("session %s state unreadable: %v", row.ID, err)
+		}
+		res.Sessions = append(res.Sessions, st.wire(row.ID, m.cfg.LogPath))
+	}
+	return res, nil
+}
+
+// Subscribe serves view/subscribe (and the auto-subscribe of start and
+// resume): replay (after, head] when after is given, then live.
+func (m *Manager) Subscribe(ctx context.Context, sub Subscriber, sessionID string, after *string) error {
+	s, err := m.load(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	from := cursor{session: s.id}
+	if after != nil {
+		if from, err = s.checkCursor(*after); err != nil {
+			return err
+		}
+	} else {
+		s.mu.Lock()
+		from.seq, from.sub = s.head, s.sub
+		s.mu.Unlock()
+	}
+	return s.subscribe(ctx, sub, from)
+}
+
+// Head returns a session's current head cursor, checking that it exists
+// and that after, when given, is one of its cursors.
+func (m *Manager) Head(ctx context.Context, sessionID string, after *string) (string, error) {
+	s, err := m.load(ctx, sessionID)
+	if err != nil {
+		return "", err
+	}
+	if after != nil {
+		if _, err := s.checkCursor(*after); err != nil {
+			return "", err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return durableCursor(s.id, s.head), nil
+}
+
+// Unsubscribe serves view/unsubscribe; it is idempotent.
+func (m *Manager) Unsubscribe(ctx context.Context, sub Subscriber, sessionID string) error {
+	s, err := m.load(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	s.unsubscribe(sub)
+	return nil
+}
+
+// Page serves view/page.
+func (m *Manager) Page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageResult, error) {
+	s, err := m.load(ctx, p.SessionID)
+	if err != nil {
+		return msp.ViewPageResult{}, err
+	}
+	return s.page(ctx, p)
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Session list cursors are their own opaque family: the position of the
+// last session of a page.
+func encodeListCursor(k store.SessionKey) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.UpdatedAt.UnixNano(), 10) + ":" + k.ID))
+}
+
+func decodeListCursor(s string) (store.SessionKey, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return store.SessionKey{}, err
+	}
+	ns, id, ok := strings.Cut(string(b), ":")
+	if !ok {
+		return store.SessionKey{}, errors.New("malformed")
+	}
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if err != nil {
+		return store.SessionKey{}, err
+	}
+	return store.SessionKey{UpdatedAt: time.Unix(0, n), ID: id}, nil
+}

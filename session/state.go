@@ -1,0 +1,73 @@
+package session
+
+import (
+	"encoding/json"
+	"time"
+
+	"mspd/schema/msp"
+)
+
+// state is a session's persisted bookkeeping: what the log alone cannot
+// tell (turns admitted but not yet launched) plus the session's metadata.
+type state struct {
+	CreatedAt       time.Time     `json:"createdAt"`
+	UpdatedAt       time.Time     `json:"updatedAt"`
+	ModelID         *string       `json:"modelId,omitempty"`
+	ProviderID      *string       `json:"providerId,omitempty"`
+	WorkspaceRoot   *string       `json:"workspaceRoot,omitempty"`
+	FirstUserPrompt string        `json:"firstUserPrompt,omitempty"`
+	TurnCount       int           `json:"turnCount"`
+	Active          *pendingTurn  `json:"active,omitempty"`
+	Queue           []pendingTurn `json:"queue,omitempty"`
+}
+
+// pendingTurn is an admitted turn: everything needed to launch it, even
+// after a restart.
+type pendingTurn struct {
+	TurnID         string           `json:"turnId"`
+	CommandID      string           `json:"commandId"`
+	Text           string           `json:"text"`
+	DisplayText    string           `json:"displayText,omitempty"`
+	MaxTokens      int              `json:"maxTokens,omitempty"`
+	ResponseSchema json.RawMessage  `json:"responseSchema,omitempty"`
+	Retry          *msp.RetryPolicy `json:"retry,omitempty"`
+	AdmittedAt     time.Time        `json:"admittedAt"`
+}
+
+// busy tells whether the session has a turn running or waiting.
+func (st *state) busy() bool { return st.Active != nil || len(st.Queue) > 0 }
+
+// wireTime is the RFC 3339 form mspd puts on the wire: UTC, milliseconds.
+func wireTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// wire renders the MSP Session object.
+func (st *state) wire(id, path string) msp.Session {
+	s := msp.Session{
+		CreatedAt:       wireTime(st.CreatedAt),
+		FirstUserPrompt: st.FirstUserPrompt,
+		ModelID:         st.ModelID,
+		Path:            path,
+		ProviderID:      st.ProviderID,
+		SessionID:       id,
+		Status:          msp.SessionIdle,
+		TurnCount:       st.TurnCount,
+		UpdatedAt:       wireTime(st.UpdatedAt),
+		WorkspaceRoot:   st.WorkspaceRoot,
+	}
+	if st.Active != nil {
+		turnID := st.Active.TurnID
+		s.ActiveTurnID = &turnID
+		s.Status = msp.SessionRunning
+	}
+	return s
+}
+
+func (st *state) clone() state {
+	c := *st
+	if st.Active != nil {
+		a := *st.Active
+		c.Active = &a
+	}
+	c.Queue = append([]pendingTurn(nil), st.Queue...)
+	return c
+}

@@ -1,0 +1,37 @@
+package session
+
+import "context"
+
+// Notification is one server-to-client notification, encoded once and
+// shared by every connection it is delivered to.
+type Notification struct {
+	// SessionID is the session whose view the notification belongs to; empty
+	// for broadcasts such as session/started.
+	SessionID string
+	// Method is the notification method.
+	Method string
+	// Cursor is the event's viewCursor; empty for broadcasts.
+	Cursor string
+	// Frame is the complete JSON-RPC frame.
+	Frame []byte
+	// Durable tells whether view/page can serve the event again.
+	Durable bool
+}
+
+// Subscriber receives notifications for the sessions it is subscribed to.
+// It is implemented by a connection.
+type Subscriber interface {
+	// Deliver queues a live notification. It must not block: a subscriber
+	// that cannot keep up drops what it may and reports the hole itself.
+	Deliver(n Notification)
+	// Replay queues a notification replayed from the log, waiting for room
+	// rather than dropping; it returns ctx's error if ctx ends first.
+	Replay(ctx context.Context, n Notification) error
+	// Subscribed tells the subscriber that live delivery for a session
+	// continues strictly after cursor from; called before the first live
+	// Deliver of that session.
+	Subscribed(sessionID, from string)
+	// Broadcasts tells whether the subscriber takes broadcasts
+	// (session/started): only connections past their handshake do.
+	Broadcasts() bool
+}

@@ -1,0 +1,354 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"mspd/provider"
+	"mspd/schema/msp"
+	"mspd/turn"
+)
+
+// StartTurn serves turn/start: it admits the turn durably (started or
+// queued behind the running one) and returns the ack. launch starts the
+// session's queue; call it once the ack is sent, so that turn/started
+// follows the ack on the wire.
+func (m *Manager) StartTurn(ctx context.Context, raw json.RawMessage) (json.RawMessage, func(), error) {
+	var p msp.TurnStartParams
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, nil, msp.ErrInvalidParams("", "turn/start params: %v", err)
+	}
+	text, err := inputText(p.Input)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p.IfBusy != "" && p.IfBusy != msp.IfBusyQueue {
+		e := msp.ErrInvalidParams("ifBusy", "ifBusy %q is not supported by this host; use \"queue\"", p.IfBusy)
+		e.Data.Reason = "unsupported"
+		return nil, nil, e
+	}
+	s, err := m.load(ctx, p.SessionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, replayed, err := m.ledger.run(ctx, p.CommandID, msp.MethodTurnStart, raw, func(a *admission) (json.RawMessage, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.st.Queue) >= m.cfg.MaxQueuedTurns {
+			e := msp.NewError(msp.CodeBackpressured, msp.KindBackpressured, "session %s already has %d queued turns", s.id, len(s.st.Queue))
+			e.Data.Capacity = m.cfg.MaxQueuedTurns
+			retry := true
+			e.Data.Retryable = &retry
+			return nil, e
+		}
+		ack := msp.TurnStartResult{CommandID: p.CommandID, Status: msp.StatusAccepted, TurnID: p.CommandID,
+			Disposition: msp.DispositionStarted, StartedNewTurn: true}
+		if s.st.busy() {
+			ack.Disposition, ack.StartedNewTurn = msp.DispositionQueued, false
+		}
+		res, err := json.Marshal(ack)
+		if err != nil {
+			return nil, msp.ErrInternal("encoding ack: %v", err)
+		}
+		pt := pendingTurn{TurnID: ack.TurnID, CommandID: p.CommandID, Text: text, DisplayText: p.DisplayText,
+			ResponseSchema: p.ResponseSchema, Retry: p.Retry, AdmittedAt: m.now()}
+		if p.MaxTokens != nil {
+			pt.MaxTokens = *p.MaxTokens
+		}
+		st := s.st.clone()
+		st.Queue = append(st.Queue, pt)
+		if err := s.appendLocked(ctx, nil, &st, a.entry(res, false)); err != nil {
+			return nil, msp.ErrInternal("admitting turn: %v", err)
+		}
+		return res, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	launch := func() {}
+	if !replayed {
+		launch = func() { m.kick(s) }
+	}
+	return resp, launch, nil
+}
+
+// inputText joins a turn's text parts; mspd's models take text only.
+func inputText(parts []msp.TurnInputPart) (string, error) {
+	if len(parts) == 0 {
+		return "", msp.ErrInvalidParams("input", "input must have at least one part")
+	}
+	var b strings.Builder
+	for i, part := range parts {
+		if part.Type != "text" {
+			return "", msp.ErrInvalidParams(fmt.Sprintf("input.%d.type", i), "input part type %q is not supported by this host (text only)", part.Type)
+		}
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(part.Text)
+	}
+	if strings.TrimSpace(b.String()) == "" {
+		return "", msp.ErrInvalidParams("input.0.text", "input has no text")
+	}
+	return b.String(), nil
+}
+
+// StopTurn serves turn/interrupt and turn/cancel: the active turn (the
+// named one, or the current one when none is named) is cancelled; its
+// terminal follows as turn/completed "cancelled". Queued turns stay queued.
+func (m *Manager) StopTurn(ctx context.Context, method string, raw json.RawMessage) (json.RawMessage, error) {
+	var p msp.TurnStopParams
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, msp.ErrInvalidParams("", "%s params: %v", method, err)
+	}
+	s, err := m.load(ctx, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	resp, _, err := m.ledger.run(ctx, p.CommandID, method, raw, func(a *admission) (json.RawMessage, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		active := s.st.Active
+		if active == nil || (p.TurnID != "" && p.TurnID != active.TurnID) {
+			target := p.TurnID
+			if target == "" {
+				target = "the current turn"
+			}
+			return nil, msp.ErrCommandRejected(p.CommandID, msp.ReasonMissingRun, "%s is not running", target)
+		}
+		res, err := json.Marshal(msp.CommandAck{CommandID: p.CommandID, Status: msp.StatusAccepted, TurnID: active.TurnID})
+		if err != nil {
+			return nil, msp.ErrInternal("encoding ack: %v", err)
+		}
+		if err := s.appendLocked(ctx, nil, nil, a.entry(res, false)); err != nil {
+			return nil, msp.ErrInternal("recording %s: %v", method, err)
+		}
+		if s.cancel != nil {
+			s.cancel()
+		}
+		return res, nil
+	})
+	return resp, err
+}
+
+// Unqueue serves turn/unqueue: a queued turn is withdrawn before it
+// launches and turn/unqueued settles it.
+func (m *Manager) Unqueue(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+	var p msp.TurnStopParams
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, msp.ErrInvalidParams("", "turn/unqueue params: %v", err)
+	}
+	s, err := m.load(ctx, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodTurnUnqueue, raw, func(a *admission) (json.RawMessage, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		st := s.st.clone()
+		at := -1
+		for i, q := range st.Queue {
+			if q.TurnID == p.TurnID {
+				at = i
+			}
+		}
+		if at < 0 {
+			return nil, msp.ErrCommandRejected(p.CommandID, msp.ReasonNotQueued, "turn %s is not queued", p.TurnID)
+		}
+		q := st.Queue[at]
+		st.Queue = append(st.Queue[:at], st.Queue[at+1:]...)
+		res, err := json.Marshal(msp.CommandAck{CommandID: p.CommandID, Status: msp.StatusAccepted, TurnID: q.TurnID})
+		if err != nil {
+			return nil, msp.ErrInternal("encoding ack: %v", err)
+		}
+		ev := event{msp.NotifyTurnUnqueued, &msp.TurnUnqueuedParams{CommandID: q.CommandID, TurnID: q.TurnID}}
+		if err := s.appendLocked(ctx, []event{ev}, &st, a.entry(res, false)); err != nil {
+			return nil, msp.ErrInternal("unqueueing turn: %v", err)
+		}
+		return res, nil
+	})
+	return resp, err
+}
+
+// kick makes sure a goroutine is running s's queue.
+func (m *Manager) kick(s *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.working || m.ctx.Err() != nil {
+		return
+	}
+	s.working = true
+	m.turns.Add(1)
+	go func() {
+		defer m.turns.Done()
+		m.work(s)
+	}()
+}
+
+// work runs s's queued turns in order until the queue is empty.
+func (m *Manager) work(s *session) {
+	for {
+		ctx, spec, ok := m.launchNext(s)
+		if !ok {
+			return
+		}
+		out := m.cfg.Runner.Run(ctx, spec, sink{s: s})
+		m.finish(s, spec, out)
+	}
+}
+
+// launchNext takes the next queued turn and appends turn/started and its
+// userMessage item; ok is false when there is nothing (more) to run.
+func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if len(s.st.Queue) == 0 || m.ctx.Err() != nil {
+			s.working = false
+			return nil, turn.Spec{}, false
+		}
+		st := s.st.clone()
+		pt := st.Queue[0]
+		st.Queue = st.Queue[1:]
+		st.Active = &pt
+		if st.FirstUserPrompt == "" {
+			st.FirstUserPrompt = firstLine(pt.Text, 200)
+		}
+		text := pt.Text
+		turnID := pt.TurnID
+		user := msp.Item{ItemID: newID(), Kind: msp.ItemUserMessage, Revision: 1, Status: msp.ItemCompleted,
+			TurnID: &turnID, Text: &text, CommandID: pt.CommandID, DisplayText: pt.DisplayText, RecordedAt: wireTime(m.now())}
+		evs := []event{
+			{msp.NotifyTurnStarted, &msp.TurnStartedParams{CommandID: pt.CommandID, TurnID: pt.TurnID}},
+			{msp.NotifyItemCompleted, &msp.ItemParams{Item: user}},
+		}
+		if err := s.appendLocked(m.ctx, evs, &st); err != nil {
+			// The log refuses writes: settle this turn without a start so
+			// its wait ends, and try the next one.
+			m.log.Error("launching turn", "session", s.id, "turn", pt.TurnID, "err", err)
+			s.failLaunchLocked(pt, fmt.Sprintf("launch failed: %v", err))
+			continue
+		}
+		s.history = append(s.history, provider.Message{Role: provider.RoleUser, Text: text})
+		ctx, cancel := context.WithCancel(m.ctx)
+		s.cancel = cancel
+		spec := turn.Spec{
+			SessionID:      s.id,
+			TurnID:         pt.TurnID,
+			History:        append([]provider.Message(nil), s.history...),
+			Model:          deref(st.ModelID),
+			MaxTokens:      pt.MaxTokens,
+			ResponseSchema: pt.ResponseSchema,
+			Retry:          pt.Retry,
+		}
+		return ctx, spec, true
+	}
+}
+
+// failLaunchLocked drops a turn that could not launch from the queue,
+// best-effort appending its launchError terminal.
+func (s *session) failLaunchLocked(pt pendingTurn, msg string) {
+	st := s.st.clone()
+	st.Queue = removeTurn(st.Queue, pt.TurnID)
+	ev := event{msp.NotifyTurnCompleted, &msp.TurnCompletedParams{TurnID: pt.TurnID, Terminal: msp.TerminalFailed,
+		Error: &msp.TurnError{Kind: msp.TurnErrorLaunch, Message: msg, Retryable: true}}}
+	if err := s.appendLocked(context.WithoutCancel(s.m.ctx), []event{ev}, &st); err != nil {
+		s.st.Queue = st.Queue // never retry a launch forever
+	}
+}
+
+// finish appends a turn's terminal together with the state that retires it.
+func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancel != nil {
+		s.cancel()
+		s.cancel = nil
+	}
+	st := s.st.clone()
+	st.Active = nil
+	st.TurnCount++
+	done := out.Completed
+	done.TurnID = spec.TurnID
+	// Shutting down, not stopped by a user: say why.
+	if done.Terminal == msp.TerminalCancelled && m.ctx.Err() != nil && done.Reason == "" {
+		done.Reason = "host shutting down"
+	}
+	// The terminal must land even while the manager shuts down.
+	ctx := context.WithoutCancel(m.ctx)
+	if err := s.appendLocked(ctx, []event{{msp.NotifyTurnCompleted, &done}}, &st); err != nil {
+		m.log.Error("appending turn terminal", "session", s.id, "turn", spec.TurnID, "err", err)
+		s.st = st // the next restart settles it from the log
+		return
+	}
+	if done.Terminal == msp.TerminalCompleted && out.Answer != "" {
+		s.history = append(s.history, provider.Message{Role: provider.RoleAssistant, Text: out.Answer})
+	}
+}
+
+// settleAbandoned closes what a dead process left open: its open items
+// fail, its running turn fails with hostRestarted, and queued turns that
+// never launched fail with launchError (no turn/started).
+func (s *session) settleAbandoned(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st.clone()
+	var evs []event
+	for _, oi := range s.open {
+		it := oi.item
+		it.Revision++
+		it.Status = msp.ItemFailed
+		text := oi.text.String()
+		it.Text = &text
+		evs = append(evs, event{msp.NotifyItemCompleted, &msp.ItemParams{Item: it}})
+	}
+	if st.Active != nil {
+		evs = append(evs, event{msp.NotifyTurnCompleted, &msp.TurnCompletedParams{TurnID: st.Active.TurnID,
+			Terminal: msp.TerminalFailed, Reason: "the host restarted while the turn was running",
+			Error: &msp.TurnError{Kind: msp.TurnErrorHostRestarted, Message: "the server restarted while this turn was running", Retryable: true}}})
+		st.TurnCount++
+		st.Active = nil
+	}
+	for _, q := range st.Queue {
+		evs = append(evs, event{msp.NotifyTurnCompleted, &msp.TurnCompletedParams{TurnID: q.TurnID,
+			Terminal: msp.TerminalFailed, Reason: "the host restarted before the turn launched",
+			Error: &msp.TurnError{Kind: msp.TurnErrorLaunch, Message: "the server restarted before this queued turn launched", Retryable: true}}})
+	}
+	st.Queue = nil
+	if err := s.appendLocked(ctx, evs, &st); err != nil {
+		return err
+	}
+	clear(s.open)
+	return nil
+}
+
+func removeTurn(q []pendingTurn, turnID string) []pendingTurn {
+	out := q[:0:0]
+	for _, t := range q {
+		if t.TurnID != turnID {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func firstLine(s string, limit int) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if r := []rune(s); len(r) > limit {
+		return string(r[:limit])
+	}
+	return s
+}
+
+// sink is how a running turn appends to its session.
+type sink struct{ s *session }
+
+func (k sink) Emit(ctx context.Context, method string, params msp.ViewParams) error {
+	return k.s.emit(ctx, method, params)
+}
+
+func (k sink) Delta(itemID, text string) { k.s.delta(itemID, text) }
+
+var _ turn.Sink = sink{}

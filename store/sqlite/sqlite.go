@@ -1,0 +1,509 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"mspd/store"
+)
+
+// ErrClosed is returned by Commit after Close.
+var ErrClosed = errors.New("sqlite: store closed")
+
+// schemaVersion is stored in PRAGMA user_version; Open refuses files from a
+// newer mspd rather than misreading them.
+const schemaVersion = 1
+
+// schema returns the statements that create schemaVersion.
+func schema() []string {
+	return []string{
+		// Clustered on (session_id, seq): reads after a cursor and the head
+		// lookup are range scans of one b-tree, and an append is one insert.
+		`CREATE TABLE IF NOT EXISTS events (
+		session_id TEXT    NOT NULL,
+		seq        INTEGER NOT NULL,
+		method     TEXT    NOT NULL,
+		params     BLOB,
+		PRIMARY KEY (session_id, seq)
+	) WITHOUT ROWID`,
+		// State blobs can be large, so sessions keeps a rowid (WITHOUT ROWID
+		// tables suit small rows).
+		`CREATE TABLE IF NOT EXISTS sessions (
+		id         TEXT    PRIMARY KEY,
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL,
+		busy       INTEGER NOT NULL,
+		state      BLOB
+	)`,
+		`CREATE INDEX IF NOT EXISTS sessions_by_updated ON sessions (updated_at DESC, id DESC)`,
+		// Partial: only the few busy rows are indexed.
+		`CREATE INDEX IF NOT EXISTS sessions_busy ON sessions (id) WHERE busy`,
+		`CREATE TABLE IF NOT EXISTS commands (
+		id       TEXT    PRIMARY KEY,
+		digest   TEXT    NOT NULL,
+		response BLOB,
+		is_error INTEGER NOT NULL
+	)`,
+	}
+}
+
+// Option configures Open.
+type Option func(*config)
+
+type config struct {
+	busyTimeout time.Duration
+	maxGroup    int
+	readConns   int
+}
+
+// WithBusyTimeout sets how long a connection waits for a lock held by
+// another connection (another process, or a checkpoint) before failing.
+// The default is 5s.
+func WithBusyTimeout(d time.Duration) Option {
+	return func(c *config) { c.busyTimeout = d }
+}
+
+// WithMaxGroup bounds how many batches the writer puts in one transaction.
+// Larger groups amortize the fsync over more commits but make every commit
+// in the group wait for the whole group. The default is 256.
+func WithMaxGroup(n int) Option {
+	return func(c *config) { c.maxGroup = n }
+}
+
+// WithReadConns sets the size of the read-only connection pool. The
+// default is 4.
+func WithReadConns(n int) Option {
+	return func(c *config) { c.readConns = n }
+}
+
+// Store is a store.Store on one SQLite file. Create it with Open.
+type Store struct {
+	wdb *sql.DB   // holds the single writer connection
+	wc  *sql.Conn // pinned, so the writer's prepared statements stay valid
+	rdb *sql.DB   // read-only pool
+	w   writeStmts
+	r   readStmts
+
+	maxGroup int
+
+	// mu orders Close against Commit's enqueue: Commit sends under RLock,
+	// Close closes reqs under Lock, so nothing sends on a closed channel.
+	mu         sync.RWMutex
+	closed     bool
+	reqs       chan *commitReq
+	writerDone chan struct{}
+}
+
+var _ store.Store = (*Store)(nil)
+
+type readStmts struct {
+	records, recordsBefore, head *sql.Stmt
+	session, sessions, sessionsAfter,
+	busy, command *sql.Stmt
+}
+
+type writeStmts struct {
+	begin, commit, rollback,
+	savepoint, release, rollbackTo,
+	head, insertEvent, upsertSession, insertCommand *sql.Stmt
+}
+
+// Open opens the database file at path, creating it and its parent
+// directory when missing, and starts the writer.
+func Open(path string, opts ...Option) (*Store, error) {
+	cfg := config{busyTimeout: 5 * time.Second, maxGroup: 256, readConns: 4}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.maxGroup < 1 || cfg.readConns < 1 || cfg.busyTimeout < 0 {
+		return nil, fmt.Errorf("sqlite: invalid options %+v", cfg)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	// The driver splits its DSN at the first '?'.
+	if strings.ContainsRune(abs, '?') {
+		return nil, fmt.Errorf("sqlite: path %q contains '?'", abs)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	s := &Store{maxGroup: cfg.maxGroup}
+	if err := s.open(abs, cfg); err != nil {
+		s.closeDBs()
+		return nil, err
+	}
+	s.reqs = make(chan *commitReq, cfg.maxGroup)
+	s.writerDone = make(chan struct{})
+	go s.writer()
+	return s, nil
+}
+
+func (s *Store) open(path string, cfg config) error {
+	ctx := context.Background()
+	busy := fmt.Sprintf("_pragma=busy_timeout(%d)", cfg.busyTimeout.Milliseconds())
+
+	var err error
+	s.wdb, err = sql.Open("sqlite", path+"?"+busy+"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	if err != nil {
+		return fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s.wdb.SetMaxOpenConns(1)
+	s.wc, err = s.wdb.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	// journal_mode silently stays put where WAL is unsupported; durability
+	// and concurrent reads both rest on it, so check.
+	var mode string
+	if err := s.wc.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("sqlite: %s: journal_mode is %q, want wal", path, mode)
+	}
+	// Commit's durability promise is synchronous=FULL (2): fsync on every
+	// commit. NORMAL would lose acknowledged writes on power loss.
+	var syncMode int
+	if err := s.wc.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&syncMode); err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	if syncMode != 2 {
+		return fmt.Errorf("sqlite: %s: synchronous is %d, want 2 (FULL)", path, syncMode)
+	}
+	if err := s.migrate(ctx); err != nil {
+		return err
+	}
+	if err := s.prepareWrites(ctx); err != nil {
+		return err
+	}
+
+	s.rdb, err = sql.Open("sqlite", path+"?"+busy+"&_pragma=query_only(1)")
+	if err != nil {
+		return fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s.rdb.SetMaxOpenConns(cfg.readConns)
+	s.rdb.SetMaxIdleConns(cfg.readConns) // opening a connection costs more than keeping it
+	return s.prepareReads(ctx)
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	var v int
+	if err := s.wc.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	if v > schemaVersion {
+		return fmt.Errorf("sqlite: schema version %d is newer than this build's %d", v, schemaVersion)
+	}
+	if v == schemaVersion {
+		return nil
+	}
+	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	for _, q := range schema() {
+		if _, err := s.wc.ExecContext(ctx, q); err != nil {
+			_, _ = s.wc.ExecContext(ctx, "ROLLBACK")
+			return fmt.Errorf("sqlite: migrate: %w", err)
+		}
+	}
+	if _, err := s.wc.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
+		_, _ = s.wc.ExecContext(ctx, "ROLLBACK")
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	if _, err := s.wc.ExecContext(ctx, "COMMIT"); err != nil {
+		_, _ = s.wc.ExecContext(ctx, "ROLLBACK")
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	return nil
+}
+
+type prep struct {
+	dst   **sql.Stmt
+	query string
+}
+
+func prepareAll(ctx context.Context, p interface {
+	PrepareContext(context.Context, string) (*sql.Stmt, error)
+}, stmts []prep) error {
+	for _, st := range stmts {
+		var err error
+		if *st.dst, err = p.PrepareContext(ctx, st.query); err != nil {
+			return fmt.Errorf("sqlite: prepare %q: %w", st.query, err)
+		}
+	}
+	return nil
+}
+
+const sessionCols = `id, created_at, updated_at, busy, state`
+
+func (s *Store) prepareWrites(ctx context.Context) error {
+	w := &s.w
+	// The writer is the only writer, so BEGIN IMMEDIATE only waits for
+	// another process; it avoids a deferred transaction's lock upgrade.
+	return prepareAll(ctx, s.wc, []prep{
+		{&w.begin, `BEGIN IMMEDIATE`},
+		{&w.commit, `COMMIT`},
+		{&w.rollback, `ROLLBACK`},
+		{&w.savepoint, `SAVEPOINT batch`},
+		{&w.release, `RELEASE batch`},
+		{&w.rollbackTo, `ROLLBACK TO batch`},
+		{&w.head, `SELECT seq FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1`},
+		{&w.insertEvent, `INSERT INTO events (session_id, seq, method, params) VALUES (?, ?, ?, ?)`},
+		{&w.upsertSession, `INSERT INTO sessions (` + sessionCols + `) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,
+				updated_at = excluded.updated_at, busy = excluded.busy, state = excluded.state`},
+		// DO NOTHING turns a duplicate id into zero rows affected, which the
+		// writer reports as ErrConflict without parsing driver errors.
+		{&w.insertCommand, `INSERT INTO commands (id, digest, response, is_error) VALUES (?, ?, ?, ?)
+			ON CONFLICT (id) DO NOTHING`},
+	})
+}
+
+func (s *Store) prepareReads(ctx context.Context) error {
+	r := &s.r
+	return prepareAll(ctx, s.rdb, []prep{
+		{&r.records, `SELECT seq, method, params FROM events
+			WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`},
+		{&r.recordsBefore, `SELECT seq, method, params FROM events
+			WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?`},
+		{&r.head, `SELECT seq FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1`},
+		{&r.session, `SELECT ` + sessionCols + ` FROM sessions WHERE id = ?`},
+		{&r.sessions, `SELECT ` + sessionCols + ` FROM sessions
+			ORDER BY updated_at DESC, id DESC LIMIT ?`},
+		{&r.sessionsAfter, `SELECT ` + sessionCols + ` FROM sessions
+			WHERE (updated_at, id) < (?, ?) ORDER BY updated_at DESC, id DESC LIMIT ?`},
+		{&r.busy, `SELECT ` + sessionCols + ` FROM sessions WHERE busy ORDER BY id`},
+		{&r.command, `SELECT id, digest, response, is_error FROM commands WHERE id = ?`},
+	})
+}
+
+// Records implements store.Store.
+func (s *Store) Records(ctx context.Context, sessionID string, after int64, limit int) ([]store.Record, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.r.records.QueryContext(ctx, sessionID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: records: %w", err)
+	}
+	return scanRecords(rows, limit)
+}
+
+// RecordsBefore implements store.Store.
+func (s *Store) RecordsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]store.Record, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	// Descending with a limit finds the page's start without counting;
+	// the page is then put back in log order.
+	rows, err := s.r.recordsBefore.QueryContext(ctx, sessionID, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: records before: %w", err)
+	}
+	rs, err := scanRecords(rows, limit)
+	for i, j := 0, len(rs)-1; i < j; i, j = i+1, j-1 {
+		rs[i], rs[j] = rs[j], rs[i]
+	}
+	return rs, err
+}
+
+func scanRecords(rows *sql.Rows, limit int) ([]store.Record, error) {
+	defer rows.Close()
+	rs := make([]store.Record, 0, min(limit, 256))
+	for rows.Next() {
+		var r store.Record
+		var params []byte // Scan into *[]byte copies, so callers own it
+		if err := rows.Scan(&r.Seq, &r.Method, &params); err != nil {
+			return nil, fmt.Errorf("sqlite: scan record: %w", err)
+		}
+		r.Params = params
+		rs = append(rs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: records: %w", err)
+	}
+	return rs, nil
+}
+
+// Head implements store.Store.
+func (s *Store) Head(ctx context.Context, sessionID string) (int64, error) {
+	return head(ctx, s.r.head, sessionID)
+}
+
+func head(ctx context.Context, st *sql.Stmt, sessionID string) (int64, error) {
+	var seq int64
+	err := st.QueryRowContext(ctx, sessionID).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: head of %q: %w", sessionID, err)
+	}
+	return seq, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSession(sc scanner) (store.Session, error) {
+	var (
+		ss               store.Session
+		created, updated int64
+		state            []byte
+	)
+	if err := sc.Scan(&ss.ID, &created, &updated, &ss.Busy, &state); err != nil {
+		return store.Session{}, err
+	}
+	ss.CreatedAt = time.Unix(0, created).UTC()
+	ss.UpdatedAt = time.Unix(0, updated).UTC()
+	ss.State = state
+	return ss, nil
+}
+
+// Session implements store.Store.
+func (s *Store) Session(ctx context.Context, id string) (store.Session, error) {
+	ss, err := scanSession(s.r.session.QueryRowContext(ctx, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Session{}, fmt.Errorf("sqlite: session %q: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Session{}, fmt.Errorf("sqlite: session %q: %w", id, err)
+	}
+	return ss, nil
+}
+
+// Sessions implements store.Store.
+func (s *Store) Sessions(ctx context.Context, after *store.SessionKey, limit int) ([]store.Session, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	var (
+		rows *sql.Rows
+		err  error
+	)
+	if after == nil {
+		rows, err = s.r.sessions.QueryContext(ctx, limit)
+	} else {
+		// A key outside the representable range sorts before or after
+		// everything stored; clamping keeps that meaning.
+		rows, err = s.r.sessionsAfter.QueryContext(ctx, clampNanos(after.UpdatedAt), after.ID, limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: sessions: %w", err)
+	}
+	return scanSessions(rows)
+}
+
+// BusySessions implements store.Store.
+func (s *Store) BusySessions(ctx context.Context) ([]store.Session, error) {
+	rows, err := s.r.busy.QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: busy sessions: %w", err)
+	}
+	return scanSessions(rows)
+}
+
+func scanSessions(rows *sql.Rows) ([]store.Session, error) {
+	defer rows.Close()
+	var out []store.Session
+	for rows.Next() {
+		ss, err := scanSession(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: scan session: %w", err)
+		}
+		out = append(out, ss)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: sessions: %w", err)
+	}
+	return out, nil
+}
+
+// Command implements store.Store.
+func (s *Store) Command(ctx context.Context, id string) (store.Command, error) {
+	var (
+		c    store.Command
+		resp []byte
+	)
+	err := s.r.command.QueryRowContext(ctx, id).Scan(&c.ID, &c.Digest, &resp, &c.IsError)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Command{}, fmt.Errorf("sqlite: command %q: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Command{}, fmt.Errorf("sqlite: command %q: %w", id, err)
+	}
+	c.Response = resp
+	return c, nil
+}
+
+// Close waits for the commits already enqueued, stops the writer and closes
+// the database. Later Commits return ErrClosed; Close is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.reqs)
+	s.mu.Unlock()
+	<-s.writerDone
+	return s.closeDBs()
+}
+
+// closeDBs closes whatever open managed to set up.
+func (s *Store) closeDBs() error {
+	var errs []error
+	for _, st := range []*sql.Stmt{
+		s.r.records, s.r.recordsBefore, s.r.head, s.r.session, s.r.sessions,
+		s.r.sessionsAfter, s.r.busy, s.r.command,
+		s.w.begin, s.w.commit, s.w.rollback, s.w.savepoint, s.w.release,
+		s.w.rollbackTo, s.w.head, s.w.insertEvent, s.w.upsertSession, s.w.insertCommand,
+	} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	if s.wc != nil {
+		errs = append(errs, s.wc.Close())
+	}
+	for _, db := range []*sql.DB{s.rdb, s.wdb} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sqlite: close: %w", err)
+	}
+	return nil
+}
+
+// nanos converts t to the stored form, refusing instants that int64 Unix
+// nanoseconds cannot hold rather than storing a wrapped value.
+func nanos(t time.Time) (int64, error) {
+	n := t.UnixNano()
+	if !time.Unix(0, n).Equal(t) {
+		return 0, fmt.Errorf("time %v is outside the storable range", t)
+	}
+	return n, nil
+}
+
+func clampNanos(t time.Time) int64 {
+	if n, err := nanos(t); err == nil {
+		return n
+	}
+	if t.Year() < 1970 {
+		return -1 << 63
+	}
+	return 1<<63 - 1
+}

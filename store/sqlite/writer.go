@@ -1,0 +1,224 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+
+	"mspd/store"
+)
+
+// commitReq is one Commit waiting for the writer.
+type commitReq struct {
+	ctx  context.Context
+	b    store.Batch
+	done chan error // buffered: the writer never blocks on a caller
+}
+
+// Commit implements store.Store. It returns when the batch is durable or
+// known to be rejected; see the package doc for how batches are grouped.
+func (s *Store) Commit(ctx context.Context, b store.Batch) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := validate(b); err != nil {
+		return err
+	}
+	req := &commitReq{ctx: ctx, b: b, done: make(chan error, 1)}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	if isEmpty(b) {
+		s.mu.RUnlock()
+		return nil
+	}
+	select {
+	case s.reqs <- req:
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return ctx.Err()
+	}
+	s.mu.RUnlock()
+	// No select on ctx here: once enqueued the batch may be written at any
+	// moment, and returning early would report failure for a write that
+	// then lands. The writer drops it instead if ctx ends before its turn.
+	return <-req.done
+}
+
+// validate rejects malformed batches before they reach the writer. These
+// are caller bugs, so they are not ErrConflict.
+func validate(b store.Batch) error {
+	if len(b.Records) > 0 && b.SessionID == "" {
+		return fmt.Errorf("sqlite: invalid batch: %d records without a session id", len(b.Records))
+	}
+	if r := b.Session; r != nil {
+		if r.ID == "" {
+			return fmt.Errorf("sqlite: invalid batch: session row without an id")
+		}
+		if b.SessionID != "" && r.ID != b.SessionID {
+			return fmt.Errorf("sqlite: invalid batch: session row %q in a batch for %q", r.ID, b.SessionID)
+		}
+		if _, err := nanos(r.CreatedAt); err != nil {
+			return fmt.Errorf("sqlite: invalid batch: session %q CreatedAt: %w", r.ID, err)
+		}
+		if _, err := nanos(r.UpdatedAt); err != nil {
+			return fmt.Errorf("sqlite: invalid batch: session %q UpdatedAt: %w", r.ID, err)
+		}
+	}
+	for _, c := range b.Commands {
+		if c.ID == "" {
+			return fmt.Errorf("sqlite: invalid batch: command without an id")
+		}
+	}
+	return nil
+}
+
+// writer owns the write connection. Each round takes whatever is queued,
+// up to maxGroup batches, and commits it as one transaction.
+func (s *Store) writer() {
+	defer close(s.writerDone)
+	group := make([]*commitReq, 0, s.maxGroup)
+	for first := range s.reqs {
+		group = append(group[:0], first)
+	drain:
+		for len(group) < s.maxGroup {
+			select {
+			case r, ok := <-s.reqs:
+				if !ok {
+					break drain
+				}
+				group = append(group, r)
+			default:
+				break drain
+			}
+		}
+		s.commitGroup(group)
+		clear(group) // let finished batches be collected
+	}
+}
+
+// commitGroup writes a group in one transaction, each batch inside its own
+// savepoint, and answers every request. Statements run under a background
+// context: a caller's cancellation must not abort its neighbours' writes.
+func (s *Store) commitGroup(group []*commitReq) {
+	ctx := context.Background()
+	errs := make([]error, len(group))
+	defer func() {
+		for i, r := range group {
+			r.done <- errs[i]
+		}
+	}()
+	// fail gives err to every batch that has not already failed on its own,
+	// after abandoning the transaction.
+	fail := func(err error) {
+		_, _ = s.w.rollback.ExecContext(ctx) // may fail: SQLite can roll back by itself on I/O errors
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("sqlite: commit: %w", err)
+			}
+		}
+	}
+
+	live := 0
+	for i, r := range group {
+		if err := r.ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		if isEmpty(r.b) {
+			continue // nothing to write, nothing to conflict with
+		}
+		live++
+	}
+	if live == 0 {
+		return
+	}
+
+	if _, err := s.w.begin.ExecContext(ctx); err != nil {
+		fail(err)
+		return
+	}
+	heads := make(map[string]int64) // session → head within this transaction
+	for i, r := range group {
+		if errs[i] != nil || isEmpty(r.b) {
+			continue
+		}
+		if _, err := s.w.savepoint.ExecContext(ctx); err != nil {
+			fail(err)
+			return
+		}
+		newHead, err := s.apply(ctx, r.b, heads)
+		if err != nil {
+			errs[i] = err
+			if _, rerr := s.w.rollbackTo.ExecContext(ctx); rerr != nil {
+				fail(rerr)
+				return
+			}
+		}
+		if _, err := s.w.release.ExecContext(ctx); err != nil {
+			fail(err)
+			return
+		}
+		if err == nil && len(r.b.Records) > 0 {
+			heads[r.b.SessionID] = newHead
+		}
+	}
+	if _, err := s.w.commit.ExecContext(ctx); err != nil {
+		fail(err)
+	}
+}
+
+func isEmpty(b store.Batch) bool {
+	return len(b.Records) == 0 && b.Session == nil && len(b.Commands) == 0
+}
+
+// apply writes one batch inside the open savepoint and returns the
+// session's new head. Conflicts are found before anything is written where
+// possible; the savepoint undoes the rest.
+func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64) (int64, error) {
+	var newHead int64
+	if len(b.Records) > 0 {
+		h, ok := heads[b.SessionID]
+		if !ok {
+			var err error
+			if h, err = head(ctx, s.w.head, b.SessionID); err != nil {
+				return 0, err
+			}
+			heads[b.SessionID] = h // the committed head; valid even if this batch is rolled back
+		}
+		for i, r := range b.Records {
+			if want := h + 1 + int64(i); r.Seq != want {
+				return 0, fmt.Errorf("%w: session %q record %d has seq %d, want %d",
+					store.ErrConflict, b.SessionID, i, r.Seq, want)
+			}
+		}
+		for _, r := range b.Records {
+			if _, err := s.w.insertEvent.ExecContext(ctx, b.SessionID, r.Seq, r.Method, []byte(r.Params)); err != nil {
+				return 0, fmt.Errorf("sqlite: append %q seq %d: %w", b.SessionID, r.Seq, err)
+			}
+		}
+		newHead = h + int64(len(b.Records))
+	}
+	if r := b.Session; r != nil {
+		created, _ := nanos(r.CreatedAt) // validated by Commit
+		updated, _ := nanos(r.UpdatedAt)
+		if _, err := s.w.upsertSession.ExecContext(ctx, r.ID, created, updated, r.Busy, []byte(r.State)); err != nil {
+			return 0, fmt.Errorf("sqlite: upsert session %q: %w", r.ID, err)
+		}
+	}
+	for _, c := range b.Commands {
+		res, err := s.w.insertCommand.ExecContext(ctx, c.ID, c.Digest, []byte(c.Response), c.IsError)
+		if err != nil {
+			return 0, fmt.Errorf("sqlite: add command %q: %w", c.ID, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, fmt.Errorf("sqlite: add command %q: %w", c.ID, err)
+		}
+		if n == 0 {
+			return 0, fmt.Errorf("%w: command %q already in the ledger", store.ErrConflict, c.ID)
+		}
+	}
+	return newHead, nil
+}

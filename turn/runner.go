@@ -1,0 +1,383 @@
+package turn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"mspd/modelretry"
+	"mspd/provider"
+	"mspd/schema/msp"
+)
+
+// Config configures a Runner.
+type Config struct {
+	// Model answers every attempt.
+	Model provider.Model
+	// Engine makes the retry decisions; its Clock paces backoffs and dates
+	// events.
+	Engine *modelretry.Engine
+	// Policy is the host's retry policy; its MaxAttempts is the ceiling a
+	// turn's own retry.maxAttempts is clamped to.
+	Policy modelretry.Policy
+	// DefaultMaxTokens is each attempt's output bound when the turn names
+	// none (default 1024).
+	DefaultMaxTokens int
+	// ModelMaxTokens is the model's largest output, the cap of truncation
+	// growth (default 32768).
+	ModelMaxTokens int
+}
+
+// Runner runs turns against one model. It is safe for concurrent use.
+type Runner struct {
+	cfg   Config
+	clock modelretry.Clock
+}
+
+// NewRunner returns a runner; cfg.Model and cfg.Engine are required.
+func NewRunner(cfg Config) *Runner {
+	if cfg.DefaultMaxTokens <= 0 {
+		cfg.DefaultMaxTokens = 1024
+	}
+	if cfg.ModelMaxTokens <= 0 {
+		cfg.ModelMaxTokens = 32768
+	}
+	clock := cfg.Engine.Clock
+	if clock == nil {
+		clock = modelretry.SystemClock()
+	}
+	return &Runner{cfg: cfg, clock: clock}
+}
+
+// Run runs one turn to its terminal. Every provider request is one attempt
+// of a single modelretry call, so model-layer retries (a failure before
+// output) and turn-layer retries (output rejected: truncated, failing the
+// response schema, or cut after it began) share one counter and one bound.
+// Each retry's notice is emitted before its backoff; cancelling ctx ends
+// the turn "cancelled" without another request.
+func (r *Runner) Run(ctx context.Context, spec Spec, sink Sink) Outcome {
+	t := &run{r: r, spec: spec, sink: sink, start: r.clock.Now(), usageComplete: true,
+		// Events must land even after ctx is cancelled: the closing item
+		// and the terminal are written on behalf of the cancellation.
+		emitCtx: context.WithoutCancel(ctx)}
+	return t.run(ctx)
+}
+
+// run is the state of one turn.
+type run struct {
+	r       *Runner
+	spec    Spec
+	sink    Sink
+	emitCtx context.Context
+	start   time.Time
+
+	firstToken    time.Time
+	usage         msp.TokenUsage
+	hasUsage      bool
+	outputTokens  int64
+	usageComplete bool
+	structured    string
+	attempts      int
+}
+
+func (t *run) run(ctx context.Context) Outcome {
+	policy := t.r.cfg.Policy
+	if rp := t.spec.Retry; rp != nil {
+		if rp.MaxAttempts != nil {
+			policy = policy.WithMaxAttempts(*rp.MaxAttempts, policy.MaxAttempts)
+		}
+		if rp.GrowMaxTokens != nil {
+			policy = policy.WithGrowMaxTokens(*rp.GrowMaxTokens)
+		}
+	}
+	call, err := t.r.cfg.Engine.Start(policy)
+	if err != nil {
+		return t.fail(msp.TurnErrorConfig, fmt.Sprintf("retry policy: %v", err), false)
+	}
+	var schema *Schema
+	if len(t.spec.ResponseSchema) > 0 {
+		if schema, err = CompileSchema(t.spec.ResponseSchema); err != nil {
+			return t.fail(msp.TurnErrorConfig, err.Error(), false)
+		}
+	}
+	maxTokens := t.spec.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = t.r.cfg.DefaultMaxTokens
+	}
+	for {
+		a, err := call.Begin(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return t.cancelled()
+			}
+			return t.fail(msp.TurnErrorModel, fmt.Sprintf("no attempt left: %v", err), false)
+		}
+		t.attempts = a.N()
+		res := t.attempt(ctx, a.N(), maxTokens)
+		if res.sinkErr != nil {
+			// The request reached the provider: it stays counted.
+			a.Fail(ctx, modelretry.Failure{Kind: msp.TurnErrorLog})
+			return t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the session log: %v", res.sinkErr), true)
+		}
+		if ctx.Err() != nil {
+			a.Fail(ctx, modelretry.Failure{Kind: modelretry.KindCancelled})
+			return t.cancelled()
+		}
+
+		var d modelretry.Decision
+		var reason string
+		switch {
+		case res.err != nil && res.text == "":
+			// Nothing was committed: a model-layer retry.
+			d = a.Fail(ctx, t.r.cfg.Engine.Classify(signal(res.err)))
+		case res.err != nil:
+			// The stream broke after output began: the output is void and
+			// the whole request re-runs (a turn-layer retry).
+			f := t.r.cfg.Engine.Classify(signal(res.err))
+			f.Retryable = f.Retryable || f.Kind == modelretry.KindStreamInterrupted
+			reason = "provider stream disconnected"
+			if f.Kind != modelretry.KindStreamInterrupted {
+				reason = "provider stream failed: " + f.Reason()
+			}
+			d = a.Rerun(ctx, f)
+		case res.finish == provider.FinishLength:
+			next, grows := modelretry.NextMaxTokens(maxTokens, t.r.cfg.ModelMaxTokens, policy.GrowMaxTokens)
+			f := modelretry.Failure{Kind: modelretry.KindTruncated, Retryable: grows || !policy.GrowMaxTokens,
+				Message: fmt.Sprintf("output truncated at %d tokens", maxTokens)}
+			reason = fmt.Sprintf("output truncated at %d tokens; retrying with %d", maxTokens, next)
+			d = a.Rerun(ctx, f)
+			if d.Retry {
+				maxTokens = next
+			}
+		case res.finish == provider.FinishContentFilter:
+			d = a.Fail(ctx, modelretry.Failure{Kind: modelretry.KindContentFilter, Message: "the provider filtered the answer"})
+		case schema != nil:
+			if verr := schema.Check(res.text); verr != nil {
+				reason = clip("answer does not match the response schema: "+verr.Error(), 160)
+				d = a.Rerun(ctx, modelretry.Failure{Kind: modelretry.KindSchemaViolation, Retryable: true, Message: verr.Error()})
+				break
+			}
+			fallthrough
+		default:
+			a.Succeed()
+			return t.completed(res.text)
+		}
+
+		if !d.Retry {
+			if d.Stop == modelretry.StopCancelled {
+				return t.cancelled()
+			}
+			return t.failDecision(d)
+		}
+		err = call.Backoff(ctx, func(d modelretry.Decision) error {
+			if d.Layer == modelretry.LayerTurn {
+				return t.sink.Emit(t.emitCtx, msp.NotifyTurnRetryScheduled, &msp.TurnRetryScheduledParams{
+					TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
+					RetryDelayMs: d.Delay.Milliseconds(), Reason: clip(reason, 160)})
+			}
+			return t.sink.Emit(t.emitCtx, msp.NotifyTurnModelRetryScheduled, &msp.TurnModelRetryScheduledParams{
+				TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
+				RetryDelayMs: d.Delay.Milliseconds(), System: t.r.cfg.Model.System(), ErrorKind: d.Failure.Kind,
+				HTTPStatus: d.Failure.HTTPStatus})
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return t.cancelled()
+			}
+			return t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the retry notice: %v", err), true)
+		}
+	}
+}
+
+// attemptResult is how one provider request went.
+type attemptResult struct {
+	text    string
+	finish  string
+	err     error // the provider's failure
+	sinkErr error // the session log refused an event
+}
+
+// attempt sends one request, streaming its output into a fresh
+// agentMessage item opened at the first delta, and closes that item with
+// the attempt's fate. Usage the provider reported is accounted (and
+// announced) whatever the fate.
+func (t *run) attempt(ctx context.Context, n, maxTokens int) attemptResult {
+	actx, stop := context.WithCancel(ctx)
+	defer stop()
+	var res attemptResult
+	var text strings.Builder
+	var item *msp.Item
+	began := t.r.clock.Now()
+	req := provider.Request{Model: t.spec.Model, Messages: t.spec.History, MaxTokens: maxTokens,
+		ResponseSchema: t.spec.ResponseSchema, Attempt: n}
+	resp, err := t.r.cfg.Model.Stream(actx, req, func(delta string) {
+		if delta == "" || res.sinkErr != nil {
+			return
+		}
+		if item == nil {
+			if item, res.sinkErr = t.openItem(); res.sinkErr != nil {
+				stop()
+				return
+			}
+			if t.firstToken.IsZero() {
+				t.firstToken = t.r.clock.Now()
+			}
+		}
+		text.WriteString(delta)
+		t.sink.Delta(item.ItemID, delta)
+	})
+	res.text, res.finish, res.err = text.String(), resp.FinishReason, err
+	if res.sinkErr != nil {
+		return res
+	}
+	if res.err == nil && ctx.Err() == nil && item == nil {
+		// A successful empty answer still gets its item.
+		if item, res.sinkErr = t.openItem(); res.sinkErr != nil {
+			return res
+		}
+	}
+	if item != nil {
+		status := msp.ItemFailed
+		switch {
+		case ctx.Err() != nil:
+			status = msp.ItemCancelled
+		case res.err == nil && res.finish != provider.FinishLength && res.finish != provider.FinishContentFilter:
+			status = msp.ItemCompleted // a schema check may still reject it below
+		}
+		res.sinkErr = t.closeItem(item, res.text, status)
+	}
+	if res.sinkErr == nil {
+		res.sinkErr = t.account(resp, time.Since(began))
+	}
+	return res
+}
+
+func (t *run) openItem() (*msp.Item, error) {
+	turnID, empty := t.spec.TurnID, ""
+	it := msp.Item{ItemID: uuid.Must(uuid.NewV7()).String(), Kind: msp.ItemAgentMessage, Revision: 1,
+		Status: msp.ItemInProgress, TurnID: &turnID, Text: &empty}
+	return &it, t.sink.Emit(t.emitCtx, msp.NotifyItemStarted, &msp.ItemParams{Item: it})
+}
+
+func (t *run) closeItem(it *msp.Item, text, status string) error {
+	done := *it
+	done.Revision++
+	done.Status = status
+	done.Text = &text
+	done.RecordedAt = t.r.clock.Now().UTC().Format("2006-01-02T15:04:05.000Z")
+	return t.sink.Emit(t.emitCtx, msp.NotifyItemCompleted, &msp.ItemParams{Item: done})
+}
+
+// account adds one response's usage to the turn's totals and announces it
+// with session/tokenUsage; a response without usage makes the count a
+// floor (usageComplete false).
+func (t *run) account(resp provider.Response, took time.Duration) error {
+	if resp.StructuredOutput != "" {
+		t.structured = resp.StructuredOutput
+	}
+	u := resp.Usage
+	if u == nil {
+		t.usageComplete = false
+		return nil
+	}
+	usage := msp.TokenUsage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+		CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens}
+	t.usage.InputTokens += usage.InputTokens
+	t.usage.OutputTokens += usage.OutputTokens
+	t.usage.CachedTokens += usage.CachedTokens
+	t.usage.ReasoningTokens += usage.ReasoningTokens
+	t.hasUsage = true
+	t.outputTokens += u.OutputTokens
+	ms := took.Milliseconds()
+	return t.sink.Emit(t.emitCtx, msp.NotifySessionTokenUsage, &msp.SessionTokenUsageParams{
+		TurnID: t.spec.TurnID, Usage: usage, PromptTokens: u.InputTokens,
+		TotalTokens: u.InputTokens + u.OutputTokens, DurationMs: &ms,
+		FinishReason: resp.FinishReason, ModelID: resp.Model})
+}
+
+// completed, fail and cancelled build the terminal.
+func (t *run) completed(answer string) Outcome {
+	o := t.terminal(msp.TerminalCompleted)
+	o.Answer = answer
+	return o
+}
+
+func (t *run) cancelled() Outcome { return t.terminal(msp.TerminalCancelled) }
+
+func (t *run) fail(kind, message string, retryable bool) Outcome {
+	o := t.terminal(msp.TerminalFailed)
+	o.Completed.Error = &msp.TurnError{Kind: kind, Message: message, Retryable: retryable}
+	return o
+}
+
+// failDecision reports a failure the retry layer did not retry.
+func (t *run) failDecision(d modelretry.Decision) Outcome {
+	f := d.Failure
+	msg := f.Reason()
+	switch d.Stop {
+	case modelretry.StopAttemptsExhausted:
+		msg = fmt.Sprintf("%s; gave up after %d attempts", msg, d.Attempt)
+	case modelretry.StopRetryAfterTooLong:
+		msg = fmt.Sprintf("%s; the provider asked to wait %s, longer than this server waits", msg, d.Delay)
+	case modelretry.StopBudgetExhausted:
+		msg = fmt.Sprintf("%s; the retry budget for this provider is spent", Describe(f.OriginalKind))
+	case modelretry.StopDeadline:
+		msg = fmt.Sprintf("%s; no time left to retry", msg)
+	}
+	if f.Message != "" && f.Kind != modelretry.KindTruncated {
+		msg = msg + ": " + f.Message
+	}
+	// retryable tells the user whether trying the turn again may help.
+	retryable := f.Retryable || f.Kind == modelretry.KindBudgetExhausted || d.Stop == modelretry.StopAttemptsExhausted
+	return t.fail(msp.TurnErrorModel, clip(msg, 500), retryable)
+}
+
+func (t *run) terminal(terminal string) Outcome {
+	now := t.r.clock.Now()
+	dur := now.Sub(t.start).Milliseconds()
+	c := msp.TurnCompletedParams{
+		TurnID:     t.spec.TurnID,
+		Terminal:   terminal,
+		DurationMs: &dur,
+		Attempts: &msp.Attempts{Count: t.attempts, OutputTokens: t.outputTokens,
+			UsageComplete: t.usageComplete && t.attempts > 0},
+	}
+	if t.attempts == 0 {
+		c.Attempts.UsageComplete = true // nothing was asked, nothing is missing
+	}
+	if len(t.spec.ResponseSchema) > 0 && t.structured != "" {
+		c.Attempts.StructuredOutput = t.structured
+	}
+	if !t.firstToken.IsZero() {
+		ttft := t.firstToken.Sub(t.start).Milliseconds()
+		c.TimeToFirstTokenMs = &ttft
+	}
+	if t.hasUsage {
+		u := t.usage
+		c.Usage = &u
+	}
+	return Outcome{Completed: c}
+}
+
+// signal adapts a provider failure for classification.
+func signal(err error) modelretry.Signal {
+	var pe *provider.Error
+	if errors.As(err, &pe) {
+		return modelretry.Signal{Kind: pe.Kind, HTTPStatus: pe.HTTPStatus, Header: pe.Header, Message: pe.Message}
+	}
+	return modelretry.Signal{Message: err.Error()}
+}
+
+// Describe returns short user-facing words for an errorKind.
+func Describe(kind string) string { return modelretry.Describe(kind) }
+
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

@@ -1,0 +1,68 @@
+package turn
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// Schema is a compiled response schema: the JSON Schema a turn's answer
+// must satisfy.
+type Schema struct{ s *jsonschema.Schema }
+
+// CompileSchema compiles a turn's responseSchema. Session admission calls
+// it so that a broken schema is refused at turn/start, not mid-turn.
+func CompileSchema(raw json.RawMessage) (*Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("responseSchema is not JSON: %w", err)
+	}
+	if _, ok := doc.(map[string]any); !ok {
+		return nil, errors.New("responseSchema must be a JSON Schema object")
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("response.schema.json", doc); err != nil {
+		return nil, fmt.Errorf("responseSchema: %w", err)
+	}
+	s, err := c.Compile("response.schema.json")
+	if err != nil {
+		return nil, fmt.Errorf("responseSchema does not compile: %w", err)
+	}
+	return &Schema{s: s}, nil
+}
+
+// Check validates an answer: it must be JSON (optionally fenced as a
+// Markdown code block, which models add) that satisfies the schema.
+func (s *Schema) Check(answer string) error {
+	text := strings.TrimSpace(answer)
+	if strings.HasPrefix(text, "```") {
+		text = strings.TrimPrefix(text, "```json")
+		text = strings.TrimPrefix(text, "```")
+		text = strings.TrimSuffix(strings.TrimSpace(text), "```")
+	}
+	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+	if err != nil {
+		return errors.New("the answer is not valid JSON")
+	}
+	if err := s.s.Validate(inst); err != nil {
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &ve) {
+			return errors.New(firstLeaf(ve))
+		}
+		return err
+	}
+	return nil
+}
+
+// firstLeaf words the deepest first cause of a validation error.
+func firstLeaf(ve *jsonschema.ValidationError) string {
+	for len(ve.Causes) > 0 {
+		ve = ve.Causes[0]
+	}
+	loc := "/" + strings.Join(ve.InstanceLocation, "/")
+	return fmt.Sprintf("at %s: %s", loc, ve.ErrorKind.LocalizedString(nil))
+}
