@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,7 +59,8 @@ func (c *conn) serve(ctx context.Context) {
 		c.writeLoop(ctx)
 	}()
 
-	rpc := jsonrpc2.NewConn(ctx, &objectStream{c: c, ctx: ctx}, &handler{c: c})
+	rpc := jsonrpc2.NewConn(ctx, &objectStream{c: c, ctx: ctx}, &handler{c: c},
+		jsonrpc2.SetLogger(slogPrinter{c.log}))
 	select {
 	case <-rpc.DisconnectNotify():
 	case <-ctx.Done():
@@ -150,6 +153,14 @@ func (c *conn) replyError(id json.RawMessage, e *msp.Error) {
 		return
 	}
 	c.out.pushProtected(frame)
+}
+
+// slogPrinter routes jsonrpc2's own log lines (connection ends, mostly)
+// to debug level.
+type slogPrinter struct{ log *slog.Logger }
+
+func (p slogPrinter) Printf(format string, v ...any) {
+	p.log.Debug(strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
 // objectStream bridges jsonrpc2 onto the connection. Reads pass through

@@ -105,7 +105,11 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 			return nil, nil, msp.ErrInvalidParams("", "view/page params: %v", err)
 		}
 		if p.Anchor != "" {
-			return nil, nil, msp.ErrInvalidParams("anchor", "anchor %q is not served: this host keeps every event and has no compaction boundaries", p.Anchor)
+			// mspd never compacts, so no anchor has a boundary to resolve.
+			e := msp.NewError(msp.CodeBoundaryPruned, msp.KindNoBoundary, "session has no %s boundary: this host never compacts; page by cursor", p.Anchor)
+			e.Data.Anchor = p.Anchor
+			e.Data.LatestBoundaryCursor = json.RawMessage("null")
+			return nil, nil, e
 		}
 		res, err := mgr.Page(ctx, p)
 		return res, nil, err

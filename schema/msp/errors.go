@@ -19,7 +19,7 @@ const (
 	CodeSessionNotLoaded = -32024
 	CodeCommandRejected  = -32030
 	CodeBackpressured    = -32031
-	CodeViewTruncated    = -32040
+	CodeBoundaryPruned   = -32042
 )
 
 // Error kinds (camelCase) carried in error.data.kind.
@@ -38,7 +38,8 @@ const (
 	KindSessionNotLoaded   = "sessionNotLoaded"
 	KindCommandRejected    = "commandRejected"
 	KindBackpressured      = "backpressured"
-	KindViewTruncated      = "viewTruncated"
+	KindBoundaryPruned     = "boundaryPruned"
+	KindNoBoundary         = "noBoundary"
 )
 
 // Snake_case reasons of commandRejected and notFound errors.
@@ -52,15 +53,17 @@ const (
 
 // ErrorData is the data member of an MSP error; Kind is always set.
 type ErrorData struct {
-	Kind           string         `json:"kind"`
-	Retryable      *bool          `json:"retryable,omitempty"`
-	Reason         string         `json:"reason,omitempty"`
-	SessionID      string         `json:"sessionId,omitempty"`
-	CommandID      string         `json:"commandId,omitempty"`
-	LimitBytes     int64          `json:"limitBytes,omitempty"`
-	Capacity       int            `json:"capacity,omitempty"`
-	EarliestCursor *string        `json:"earliestCursor,omitempty"`
-	Details        map[string]any `json:"details,omitempty"`
+	Kind       string `json:"kind"`
+	Retryable  *bool  `json:"retryable,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	SessionID  string `json:"sessionId,omitempty"`
+	CommandID  string `json:"commandId,omitempty"`
+	LimitBytes int64  `json:"limitBytes,omitempty"`
+	Capacity   int    `json:"capacity,omitempty"`
+	Anchor     string `json:"anchor,omitempty"`
+	// LatestBoundaryCursor is sent as an explicit null ("null") when set.
+	LatestBoundaryCursor json.RawMessage `json:"latestBoundaryCursor,omitempty"`
+	Details              map[string]any  `json:"details,omitempty"`
 }
 
 // Error is a typed MSP error: the JSON-RPC error object of a response.

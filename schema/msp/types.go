@@ -64,20 +64,29 @@ type CallAccounting struct {
 // The required-nullable members are pointers without omitempty so that they
 // are always present, as null when unset.
 type Session struct {
-	ActiveTurnID    *string `json:"activeTurnId"`
-	CreatedAt       string  `json:"createdAt"`
-	FirstUserPrompt string  `json:"firstUserPrompt,omitempty"`
-	ForkedFrom      *string `json:"forkedFrom"`
-	LastActivityAt  string  `json:"lastActivityAt,omitempty"`
-	ModelID         *string `json:"modelId"`
-	Name            string  `json:"name,omitempty"`
-	Path            string  `json:"path"`
-	ProviderID      *string `json:"providerId"`
-	SessionID       string  `json:"sessionId"`
-	Status          string  `json:"status"`
-	TurnCount       int     `json:"turnCount"`
-	UpdatedAt       string  `json:"updatedAt"`
-	WorkspaceRoot   *string `json:"workspaceRoot"`
+	ActiveTurnID    *string         `json:"activeTurnId"`
+	CreatedAt       string          `json:"createdAt"`
+	FirstUserPrompt string          `json:"firstUserPrompt,omitempty"`
+	ForkedFrom      *ForkProvenance `json:"forkedFrom"`
+	LastActivityAt  string          `json:"lastActivityAt,omitempty"`
+	ModelID         *string         `json:"modelId"`
+	Name            string          `json:"name,omitempty"`
+	Path            string          `json:"path"`
+	ProviderID      *string         `json:"providerId"`
+	SessionID       string          `json:"sessionId"`
+	Status          string          `json:"status"`
+	TurnCount       int             `json:"turnCount"`
+	UpdatedAt       string          `json:"updatedAt"`
+	WorkspaceRoot   *string         `json:"workspaceRoot"`
+}
+
+// ForkProvenance names where a forked session was cut from; mspd does not
+// fork, so it is always null, but the type keeps the wire shape honest.
+type ForkProvenance struct {
+	CommandID   string `json:"commandId"`
+	CutCursor   string `json:"cutCursor"`
+	CutExplicit bool   `json:"cutExplicit"`
+	SessionID   string `json:"sessionId"`
 }
 
 // Session statuses.
@@ -480,15 +489,15 @@ type ModelListResult struct {
 
 // ModelEntry is one configured model.
 type ModelEntry struct {
-	ContextLimit *int64  `json:"contextLimit"`
-	Cost         any     `json:"cost"`
-	Description  *string `json:"description"`
-	DisplayLabel string  `json:"displayLabel"`
-	IsActive     bool    `json:"isActive"`
-	IsDefault    bool    `json:"isDefault"`
-	ModelID      string  `json:"modelId"`
-	OutputLimit  *int64  `json:"outputLimit"`
-	ProfileID    *string `json:"profileId"`
-	ProviderID   string  `json:"providerId"`
-	ReleaseDate  *string `json:"releaseDate"`
+	ContextLimit *int64          `json:"contextLimit"`
+	Cost         json.RawMessage `json:"cost"` // always null: mspd knows no prices
+	Description  *string         `json:"description"`
+	DisplayLabel string          `json:"displayLabel"`
+	IsActive     bool            `json:"isActive"`
+	IsDefault    bool            `json:"isDefault"`
+	ModelID      string          `json:"modelId"`
+	OutputLimit  *int64          `json:"outputLimit"`
+	ProfileID    *string         `json:"profileId"`
+	ProviderID   string          `json:"providerId"`
+	ReleaseDate  *string         `json:"releaseDate"`
 }

@@ -236,7 +236,7 @@ func TestErrorsAgreeWithUpstream(t *testing.T) {
 		CodeInvalidParams: KindInvalidParams, CodeInternal: KindInternal, CodeOverloaded: KindOverloaded,
 		CodeInputTooLarge: KindInputTooLarge, CodeNotFound: KindNotFound, CodeSessionNotFound: KindSessionNotFound,
 		CodeSessionNotLoaded: KindSessionNotLoaded, CodeCommandRejected: KindCommandRejected,
-		CodeBackpressured: KindBackpressured, CodeViewTruncated: KindViewTruncated,
+		CodeBackpressured: KindBackpressured, CodeBoundaryPruned: KindBoundaryPruned,
 	} {
 		if registered[code].Kind != kind {
 			t.Errorf("errors.go code %d (%s) is registered as %+v", code, kind, registered[code])
@@ -336,7 +336,7 @@ func TestGoTypesMatchSchema(t *testing.T) {
 	excluded.History = SessionHistory{Mode: HistoryNone, NoneReason: NoneExcluded}
 	stop := TurnStopParams{CommandID: testCommand, SessionID: testSession, TurnID: testCommand}
 	ack := CommandAck{CommandID: testCommand, Status: StatusAccepted, TurnID: testCommand}
-	rpe := &Error{Code: CodeViewTruncated, Message: "truncated", Data: ErrorData{Kind: KindViewTruncated, SessionID: testSession, Retryable: ptr(false)}}
+	rpe := &Error{Code: CodeBoundaryPruned, Message: "no boundary", Data: ErrorData{Kind: KindNoBoundary, SessionID: testSession, Anchor: "latestCompaction", LatestBoundaryCursor: json.RawMessage("null"), Retryable: ptr(false)}}
 
 	tests := []struct {
 		def   string
@@ -403,7 +403,7 @@ func TestGoTypesMatchSchema(t *testing.T) {
 		{"ModelListResult", ModelListResult{ProviderID: "openai", Source: "configCatalog", Models: []ModelEntry{
 			{DisplayLabel: "GPT Test", IsActive: true, IsDefault: true, ModelID: "gpt-test", ProviderID: "openai", ContextLimit: ptr[int64](128000)},
 			{DisplayLabel: "Other", ModelID: "other", ProviderID: "openai", Description: ptr("cheap"), ReleaseDate: ptr("2025-01-01"),
-				Cost: map[string]any{"cached": "0.1", "currency": "USD", "input": "1", "output": "4"}},
+				Cost: json.RawMessage(`{"cached":"0.1","currency":"USD","input":"1","output":"4"}`)},
 		}}},
 		{"ErrorObject", rpe},
 		{"ErrorObject", ErrInvalidParams("retry.maxAttempts", "must be >= 1")},

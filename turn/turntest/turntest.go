@@ -1,0 +1,101 @@
+// Package turntest records what a turn emits, for tests of the turn runner
+// and of providers driven through it.
+package turntest
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+
+	"mspd/schema/msp"
+)
+
+// Event is one emitted event: a durable one (Params set) or a delta.
+type Event struct {
+	Method string
+	Params msp.ViewParams
+	// ItemID and Delta are set for item/delta.
+	ItemID string
+	Delta  string
+}
+
+// Sink is a turn.Sink that records every event in order. Set Fail to make
+// Emit refuse events (a broken session log).
+type Sink struct {
+	mu     sync.Mutex
+	events []Event
+	// Fail, when non-nil, is returned by Emit for methods it reports true.
+	Fail func(method string) error
+}
+
+// Emit implements turn.Sink.
+func (s *Sink) Emit(_ context.Context, method string, params msp.ViewParams) error {
+	if s.Fail != nil {
+		if err := s.Fail(method); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, Event{Method: method, Params: params})
+	return nil
+}
+
+// Delta implements turn.Sink.
+func (s *Sink) Delta(itemID, text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, Event{Method: msp.NotifyItemDelta, ItemID: itemID, Delta: text})
+}
+
+// Events returns a copy of the events so far.
+func (s *Sink) Events() []Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Event(nil), s.events...)
+}
+
+// Methods returns the methods emitted so far, with runs of item/delta
+// collapsed to one entry, e.g. "turn/modelRetryScheduled, item/started,
+// item/delta, item/completed, session/tokenUsage".
+func (s *Sink) Methods() string {
+	var out []string
+	for _, e := range s.Events() {
+		if e.Method == msp.NotifyItemDelta && len(out) > 0 && out[len(out)-1] == msp.NotifyItemDelta {
+			continue
+		}
+		out = append(out, e.Method)
+	}
+	return strings.Join(out, ", ")
+}
+
+// Of returns the params of every durable event of one method, in order.
+func Of[T msp.ViewParams](s *Sink, method string) []T {
+	var out []T
+	for _, e := range s.Events() {
+		if e.Method == method && e.Params != nil {
+			if p, ok := e.Params.(T); ok {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// Text concatenates the deltas streamed into one item.
+func (s *Sink) Text(itemID string) string {
+	var b strings.Builder
+	for _, e := range s.Events() {
+		if e.Method == msp.NotifyItemDelta && e.ItemID == itemID {
+			b.WriteString(e.Delta)
+		}
+	}
+	return b.String()
+}
+
+// JSON renders an event's params, for failure messages.
+func JSON(p msp.ViewParams) string {
+	b, _ := json.Marshal(p)
+	return string(b)
+}
