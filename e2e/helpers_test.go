@@ -135,7 +135,6 @@ func compact(ms []string) string {
 	return b.String()
 }
 
-
 // decode unmarshals a notification's params, failing the test on error.
 func decode[T any](t *testing.T, n client.Notification) T {
 	t.Helper()

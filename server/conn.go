@@ -40,7 +40,7 @@ func newConn(srv *Server, t transport, log *slog.Logger) *conn {
 	return &conn{
 		srv:  srv,
 		t:    t,
-		out:  newOutbox(srv.cfg.QueueFrames, srv.cfg.QueueBytes),
+		out:  newOutbox(srv.cfg.QueueFrames, srv.cfg.QueueBytes, gapFrame),
 		log:  log,
 		done: make(chan struct{}),
 	}
@@ -108,7 +108,7 @@ func (c *conn) Deliver(n session.Notification) {
 	if c.optedOut(n.Method) {
 		return
 	}
-	c.out.pushView(n.SessionID, n.Cursor, n.Frame, gapFrame)
+	c.out.pushView(n.SessionID, n.Cursor, n.Frame, n.Durable)
 }
 
 // Replay implements session.Subscriber.

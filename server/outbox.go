@@ -17,6 +17,7 @@ var errClosed = errors.New("connection closed")
 // with one view/gap at the next accepted event. So a slow reader costs
 // bounded memory and never stalls a session or other readers.
 type outbox struct {
+	gapFrame  func(sessionID, after, next string) []byte
 	maxFrames int
 	maxBytes  int
 
@@ -30,6 +31,7 @@ type outbox struct {
 	wake     chan struct{} // the writer has work
 	space    chan struct{} // a gappable frame left the queue
 	views    map[string]*viewState
+	tails    int // views holding a dropped durable event to re-deliver
 	dropped  uint64
 	gaps     uint64
 }
@@ -39,10 +41,18 @@ type viewState struct {
 	last      string // cursor of the last event queued
 	inHole    bool
 	holeAfter string
+	// tail is the newest durable event dropped in the open hole. Once there
+	// is room again it is delivered and the hole reported, so a reader that
+	// fell behind at the end of a turn still gets the turn's terminal
+	// without waiting for the session's next event.
+	tail, tailCursor string
+	tailFrame        []byte
+	lostAfterTail    bool // a delta was dropped after tail
 }
 
-func newOutbox(maxFrames, maxBytes int) *outbox {
+func newOutbox(maxFrames, maxBytes int, gapFrame func(sessionID, after, next string) []byte) *outbox {
 	return &outbox{
+		gapFrame:  gapFrame,
 		maxFrames: maxFrames,
 		maxBytes:  maxBytes,
 		wake:      make(chan struct{}, 1),
@@ -82,13 +92,22 @@ func (o *outbox) roomLocked(size int) bool {
 // subscribed starts tracking a session's view after cursor from.
 func (o *outbox) subscribed(sessionID, from string) {
 	o.mu.Lock()
+	o.dropViewLocked(sessionID)
 	o.views[sessionID] = &viewState{last: from}
 	o.mu.Unlock()
 }
 
+func (o *outbox) dropViewLocked(sessionID string) {
+	if v := o.views[sessionID]; v != nil && v.tailFrame != nil {
+		o.tails--
+	}
+	delete(o.views, sessionID)
+}
+
 // pushView queues a view event, or drops it and opens a hole when the
-// budget is spent. gap renders the view/gap frame for a closed hole.
-func (o *outbox) pushView(sessionID, cursor string, frame []byte, gap func(sessionID, after, next string) []byte) {
+// budget is spent. A durable event dropped is kept as the hole's tail
+// until there is room to deliver it.
+func (o *outbox) pushView(sessionID, cursor string, frame []byte, durable bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
@@ -103,18 +122,53 @@ func (o *outbox) pushView(sessionID, cursor string, frame []byte, gap func(sessi
 		if !v.inHole {
 			v.inHole, v.holeAfter = true, v.last
 		}
+		if durable {
+			if v.tailFrame == nil {
+				o.tails++
+			}
+			v.tailCursor, v.tailFrame, v.lostAfterTail = cursor, frame, false
+		} else if v.tailFrame != nil {
+			v.lostAfterTail = true
+		}
 		o.dropped++
 		return
 	}
+	if v.tailFrame != nil { // this event supersedes the kept tail
+		v.tailCursor, v.tailFrame = "", nil
+		o.tails--
+	}
+	o.acceptLocked(sessionID, v, cursor, frame)
+}
+
+// acceptLocked queues a view event; when it closes a hole, the view/gap
+// marker follows it, so that next names an event whose delivery is proven.
+func (o *outbox) acceptLocked(sessionID string, v *viewState, cursor string, frame []byte) {
 	o.appendLocked(frame, true)
 	if v.inHole {
-		// The marker follows the first event after the hole, so that next
-		// names an event whose delivery is proven.
-		o.appendLocked(gap(sessionID, v.holeAfter, cursor), false)
+		o.appendLocked(o.gapFrame(sessionID, v.holeAfter, cursor), false)
 		v.inHole = false
 		o.gaps++
 	}
 	v.last = cursor
+}
+
+// flushTailsLocked delivers kept tails that now fit.
+func (o *outbox) flushTailsLocked() {
+	for id, v := range o.views {
+		if o.tails == 0 {
+			return
+		}
+		if v.tailFrame == nil || !o.roomLocked(len(v.tailFrame)) {
+			continue
+		}
+		cursor, frame, lost := v.tailCursor, v.tailFrame, v.lostAfterTail
+		v.tailCursor, v.tailFrame = "", nil
+		o.tails--
+		o.acceptLocked(id, v, cursor, frame)
+		if lost { // deltas after the tail are gone too: keep reporting
+			v.inHole, v.holeAfter = true, cursor
+		}
+	}
 }
 
 // pushReplay queues a replayed view event, waiting for room.
@@ -145,7 +199,7 @@ func (o *outbox) pushReplay(ctx context.Context, sessionID, cursor string, frame
 // forget stops tracking a session (view/unsubscribe).
 func (o *outbox) forget(sessionID string) {
 	o.mu.Lock()
-	delete(o.views, sessionID)
+	o.dropViewLocked(sessionID)
 	o.mu.Unlock()
 }
 
@@ -161,6 +215,9 @@ func (o *outbox) next(ctx context.Context) ([]byte, error) {
 			if g {
 				o.nGap--
 				o.gapBytes -= len(f)
+				if o.tails > 0 {
+					o.flushTailsLocked()
+				}
 			}
 			if o.head == len(o.frames) { // reuse the backing arrays
 				o.frames, o.gappable, o.head = o.frames[:0], o.gappable[:0], 0
