@@ -1,0 +1,223 @@
+// Package anthropic is mspd's provider.Model for Anthropic's Messages API,
+// streamed through the official Go SDK (github.com/anthropics/anthropic-sdk-go/v2).
+//
+// Every Stream call is exactly one HTTP request: the SDK's own retries are
+// off, because mspd's retry layer owns every attempt, counts it and
+// announces its backoff. Failures come back as *provider.Error carrying the
+// signals modelretry classifies (kind hint, HTTP status, retry headers).
+//
+// Accounting choices:
+//
+//   - Usage is reported only for a stream that ended with message_stop and
+//     whose message_delta carried output_tokens. A stream that broke, failed
+//     or never reported output tokens returns a nil Usage, so the turn's
+//     usageComplete is false (RFC 0248): the input tokens of message_start
+//     alone would make the count look complete when it is a floor.
+//   - InputTokens counts every prompt token once: input_tokens +
+//     cache_read_input_tokens + cache_creation_input_tokens; CachedTokens is
+//     the cache-read part.
+//
+// Liveness: IdleTimeout bounds every silence of the connection, from
+// sending the request to the response headers and between any two reads of
+// the body. Any bytes count, pings included: the API sends pings precisely
+// to show a slow stream is alive, and a model thinking for a long time
+// before its first token is not a dead connection.
+package anthropic
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"mspd/provider"
+)
+
+// Defaults applied by New.
+const (
+	// DefaultSystem is the OpenTelemetry gen_ai.provider.name.
+	DefaultSystem = "anthropic"
+	// DefaultIdleTimeout bounds a silent connection.
+	DefaultIdleTimeout = 60 * time.Second
+	// DefaultMaxTokens is max_tokens when a Request names none; the API
+	// requires the field.
+	DefaultMaxTokens = 1024
+)
+
+// Structured output modes for Config.StructuredMode.
+const (
+	// StructuredTool forces a call of the tool ToolName whose input_schema
+	// is the response schema; the answer is the tool input, streamed as
+	// text. Reported as provider.StructuredNative.
+	StructuredTool = "tool"
+	// StructuredPromptMode embeds the schema in the system prompt and asks
+	// for JSON only. Reported as provider.StructuredPrompt.
+	StructuredPromptMode = "prompt"
+)
+
+// ToolName is the tool forced in StructuredTool mode.
+const ToolName = "respond"
+
+// Config configures a Model.
+type Config struct {
+	// APIKey authenticates every request. Required. It never appears in
+	// errors or messages.
+	APIKey string
+	// BaseURL is the API root; empty means the SDK's production URL.
+	// Environment variables (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY, ...) are
+	// ignored: mspd's configuration is explicit.
+	BaseURL string
+	// Model is the model id used when Request.Model is empty. Required.
+	Model string
+	// System is the OpenTelemetry gen_ai.provider.name reported in retry
+	// notices; default DefaultSystem.
+	System string
+	// IdleTimeout fails a request whose connection stays silent this long
+	// (see the package doc) with Kind "timeout"; 0 means
+	// DefaultIdleTimeout, a negative value turns the check off.
+	IdleTimeout time.Duration
+	// HTTPClient sends the requests; nil means a client with
+	// http.DefaultTransport. Its Timeout, if set, bounds the whole stream.
+	HTTPClient *http.Client
+	// StructuredMode is StructuredTool (the default) or
+	// StructuredPromptMode. A response schema whose top level is not
+	// {"type": "object"} is always sent in prompt mode, since a tool's
+	// input must be an object.
+	StructuredMode string
+}
+
+// Model is a provider.Model for the Anthropic Messages API. It is safe for
+// concurrent use.
+type Model struct {
+	client anthropic.Client
+	cfg    Config
+}
+
+var _ provider.Model = (*Model)(nil)
+
+// New validates cfg, applies its defaults and returns a Model.
+func New(cfg Config) (*Model, error) {
+	if cfg.APIKey == "" {
+		return nil, errors.New("anthropic: Config.APIKey is required")
+	}
+	if cfg.Model == "" {
+		return nil, errors.New("anthropic: Config.Model is required")
+	}
+	if cfg.System == "" {
+		cfg.System = DefaultSystem
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	switch cfg.StructuredMode {
+	case "":
+		cfg.StructuredMode = StructuredTool
+	case StructuredTool, StructuredPromptMode:
+	default:
+		return nil, errors.New("anthropic: Config.StructuredMode must be \"tool\" or \"prompt\"")
+	}
+	var hc http.Client
+	if cfg.HTTPClient != nil {
+		hc = *cfg.HTTPClient
+	}
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	// The watch sits under the SDK (and any tracing it adds), so it sees
+	// every byte of the wire, pings included.
+	hc.Transport = &watchTransport{base: base}
+	opts := []option.RequestOption{
+		option.WithoutEnvironmentDefaults(),
+		option.WithAPIKey(cfg.APIKey),
+		option.WithHTTPClient(&hc),
+		option.WithMaxRetries(0), // mspd's retry layer owns every attempt
+	}
+	if cfg.BaseURL != "" {
+		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
+	}
+	return &Model{client: anthropic.NewClient(opts...), cfg: cfg}, nil
+}
+
+// System returns the configured gen_ai.provider.name.
+func (m *Model) System() string { return m.cfg.System }
+
+// Stream sends req as one streamed Messages request and reports its text
+// deltas (or, in tool mode, the forced tool's input JSON) through onText.
+// It returns ctx.Err() itself when ctx ends, and a *provider.Error for
+// every other failure.
+func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(string)) (provider.Response, error) {
+	if err := ctx.Err(); err != nil {
+		return provider.Response{}, err
+	}
+	params, plan, err := m.params(req)
+	if err != nil {
+		return provider.Response{}, err
+	}
+	var resp provider.Response
+	if plan.structured != "" {
+		resp.StructuredOutput = plan.structured
+	}
+
+	w := newWatch(m.cfg.IdleTimeout)
+	sctx, cancel := context.WithCancel(context.WithValue(ctx, watchKey{}, w))
+	defer cancel()
+	w.start(cancel)
+	defer w.stop()
+
+	var opts []option.RequestOption
+	if req.Attempt > 1 {
+		// Tell the API the true retry count; the SDK would always say 0.
+		opts = append(opts, option.WithHeader("X-Stainless-Retry-Count", strconv.Itoa(req.Attempt-1)))
+	}
+	stream := m.client.Messages.NewStreaming(sctx, params, opts...)
+	defer stream.Close()
+
+	st := newStreamState(plan, onText)
+	for !st.stopped && stream.Next() {
+		st.handle(stream.Current())
+	}
+	resp.Model = st.model
+	streamErr := stream.Err()
+
+	switch {
+	case ctx.Err() != nil:
+		return resp, ctx.Err()
+	case w.fired():
+		return resp, m.redact(&provider.Error{Kind: kindTimeout,
+			Message: "no data from the provider for " + m.cfg.IdleTimeout.String(), Err: errIdle})
+	case streamErr != nil:
+		return resp, m.failure(streamErr, w.gotHeaders())
+	case !st.stopped:
+		return resp, &provider.Error{Kind: kindStreamInterrupted,
+			Message: "the stream ended before message_stop"}
+	}
+	resp.Usage = st.usage()
+	switch st.stopReason {
+	case anthropic.StopReasonEndTurn, anthropic.StopReasonStopSequence:
+		resp.FinishReason = provider.FinishStop
+	case anthropic.StopReasonMaxTokens:
+		resp.FinishReason = provider.FinishLength
+	case anthropic.StopReasonRefusal:
+		resp.FinishReason = provider.FinishContentFilter
+	case anthropic.StopReasonModelContextWindowExceeded:
+		// Not a truncation: more max_tokens cannot help, so it must not
+		// become a growing truncation retry.
+		return resp, &provider.Error{Kind: kindContextLengthExceeded,
+			Message: "the conversation filled the model's context window"}
+	case anthropic.StopReasonToolUse:
+		if plan.tool {
+			// The forced tool call is the answer.
+			resp.FinishReason = provider.FinishStop
+			break
+		}
+		resp.FinishReason = string(st.stopReason)
+	default:
+		resp.FinishReason = string(st.stopReason)
+	}
+	return resp, nil
+}
