@@ -1,0 +1,206 @@
+package anthropic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+
+	"mspd/provider"
+)
+
+// errorKinds this package hints; the camelCase vocabulary of modelretry
+// (retry-background §4.1), repeated so a provider does not depend on the
+// retry engine.
+const (
+	kindRateLimited           = "rateLimited"
+	kindQuotaExhausted        = "quotaExhausted"
+	kindOverloaded            = "overloaded"
+	kindServerError           = "serverError"
+	kindTimeout               = "timeout"
+	kindConnectionError       = "connectionError"
+	kindStreamInterrupted     = "streamInterrupted"
+	kindContextLengthExceeded = "contextLengthExceeded"
+	kindInvalidRequest        = "invalidRequest"
+	kindAuth                  = "auth"
+	kindNotFound              = "notFound"
+	kindConflict              = "conflict"
+)
+
+// errIdle is the cause of an idle-timeout failure.
+var errIdle = errors.New("anthropic: stream idle timeout")
+
+// maxMessage bounds provider text carried in an Error's Message.
+const maxMessage = 300
+
+// errorType is what the Anthropic error vocabulary (error.type) means to
+// mspd: the kind hint, and the HTTP status the type implies when it arrives
+// in a stream after a 200 (the API docs pair them so).
+var errorTypes = map[string]struct {
+	kind   string
+	status int
+}{
+	"invalid_request_error": {kindInvalidRequest, http.StatusBadRequest},
+	"authentication_error":  {kindAuth, http.StatusUnauthorized},
+	"billing_error":         {kindQuotaExhausted, http.StatusPaymentRequired},
+	"permission_error":      {kindAuth, http.StatusForbidden},
+	"not_found_error":       {kindNotFound, http.StatusNotFound},
+	"conflict_error":        {kindConflict, http.StatusConflict},
+	"request_too_large":     {kindInvalidRequest, http.StatusRequestEntityTooLarge},
+	"rate_limit_error":      {kindRateLimited, http.StatusTooManyRequests},
+	"api_error":             {kindServerError, http.StatusInternalServerError},
+	"timeout_error":         {kindTimeout, http.StatusGatewayTimeout},
+	"overloaded_error":      {kindOverloaded, 529},
+}
+
+// kindForType maps error.type (and, for invalid requests, the message) to a
+// kind hint; "" leaves the kind to the HTTP status.
+func kindForType(typ, msg string) string {
+	if typ == "invalid_request_error" && contextTooLong(msg) {
+		return kindContextLengthExceeded
+	}
+	return errorTypes[typ].kind
+}
+
+// contextTooLong recognises the 400s that say the prompt does not fit:
+// "prompt is too long: 210000 tokens > 200000 maximum", and "input length
+// and `max_tokens` exceed context limit", which a grown max_tokens causes
+// and a retry cannot fix.
+func contextTooLong(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "prompt is too long") || strings.Contains(m, "exceed context limit")
+}
+
+// failure describes a failed request. gotHeaders says whether response
+// headers had arrived, which splits a dropped connection (nothing came)
+// from an interrupted stream.
+func (m *Model) failure(err error, gotHeaders bool) *provider.Error {
+	var aerr *anthropic.Error
+	if errors.As(err, &aerr) {
+		return m.redact(apiError(aerr))
+	}
+	cause := err
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		cause = uerr.Err // the URL adds nothing users need
+	}
+	pe := &provider.Error{Err: err}
+	switch {
+	case isTimeout(err):
+		pe.Kind, pe.Message = kindTimeout, "the request timed out: "+cause.Error()
+	case !gotHeaders:
+		pe.Kind, pe.Message = kindConnectionError, "no response from the provider: "+cause.Error()
+	default:
+		pe.Kind, pe.Message = kindStreamInterrupted, "the stream broke: "+cause.Error()
+	}
+	return m.redact(pe)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// apiError maps an API error: an HTTP error response, or an SSE error
+// event after a 200.
+func apiError(aerr *anthropic.Error) *provider.Error {
+	typ, msg := errorBody(aerr.RawJSON())
+	if typ == "" {
+		typ = string(aerr.Type())
+	}
+	if msg == "" {
+		msg = aerr.Message
+	}
+	pe := &provider.Error{Kind: kindForType(typ, msg), HTTPStatus: aerr.StatusCode, Err: detach(aerr)}
+	if aerr.StatusCode < 400 {
+		// An in-stream error: report the status its type implies
+		// (overloaded_error → 529); its 200's headers say nothing about it.
+		// A type mspd does not know still broke an accepted stream.
+		pe.HTTPStatus = errorTypes[typ].status
+		if pe.Kind == "" {
+			pe.Kind = kindStreamInterrupted
+		}
+		pe.Message = clip("error event in the stream: " + describe(typ, msg, 0))
+		return pe
+	}
+	if aerr.Response != nil {
+		pe.Header = retryHeaders(aerr.Response.Header)
+	}
+	pe.Message = clip(describe(typ, msg, aerr.StatusCode))
+	return pe
+}
+
+// errorBody reads {"type":"error","error":{"type":..., "message":...}}
+// itself, so types the SDK does not list (request_too_large) still count.
+func errorBody(raw string) (typ, msg string) {
+	var body struct {
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal([]byte(raw), &body) != nil {
+		return "", ""
+	}
+	return body.Error.Type, body.Error.Message
+}
+
+func describe(typ, msg string, status int) string {
+	switch {
+	case typ != "" && msg != "":
+		return typ + ": " + msg
+	case typ != "":
+		return typ
+	case msg != "":
+		return msg
+	}
+	return http.StatusText(status)
+}
+
+// retryHeaders keeps the headers that steer retries.
+func retryHeaders(h http.Header) http.Header {
+	var out http.Header
+	for _, name := range [...]string{"Retry-After", "Retry-After-Ms", "X-Should-Retry"} {
+		if v := h.Values(name); len(v) > 0 {
+			if out == nil {
+				out = http.Header{}
+			}
+			out[name] = append([]string(nil), v...)
+		}
+	}
+	return out
+}
+
+// detach copies an API error without its request and response, which
+// carry the credential header.
+func detach(aerr *anthropic.Error) error {
+	c := *aerr
+	c.Request, c.Response = nil, nil
+	return &c
+}
+
+// redact removes the API key from everything an Error says, in case a
+// server or proxy echoes it.
+func (m *Model) redact(pe *provider.Error) *provider.Error {
+	key := m.cfg.APIKey
+	if key == "" {
+		return pe
+	}
+	pe.Message = strings.ReplaceAll(pe.Message, key, "[redacted]")
+	if pe.Err != nil && strings.Contains(pe.Err.Error(), key) {
+		pe.Err = errors.New(strings.ReplaceAll(pe.Err.Error(), key, "[redacted]"))
+	}
+	return pe
+}
+
+func clip(s string) string {
+	if len(s) <= maxMessage {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxMessage], "") + "…"
+}

@@ -1,0 +1,295 @@
+// Package openai is mspd's OpenAI provider: streaming Chat Completions
+// through the official SDK (github.com/openai/openai-go/v3), for OpenAI
+// itself or any compatible endpoint (vLLM, llama.cpp, gateways).
+//
+// The SDK's own retries are off: every Stream call is exactly one HTTP
+// request, so mspd's retry layer counts and announces every attempt. A failed
+// request is returned as a *provider.Error carrying the raw signals mspd
+// classifies: the HTTP status, the headers that steer retries, and a Kind
+// when the body or the stream says more than the status does (see errors.go
+// for the table). Credentials never appear in errors.
+//
+// When ctx is cancelled, Stream returns ctx.Err() unwrapped.
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/shared"
+
+	"mspd/provider"
+)
+
+// Defaults for Config.
+const (
+	// DefaultBaseURL is OpenAI's API root.
+	DefaultBaseURL = "https://api.openai.com/v1/"
+	// DefaultSystem is the OTel gen_ai.provider.name reported for OpenAI.
+	DefaultSystem = "openai"
+	// DefaultIdleTimeout bounds silence on an open request. Codex waits
+	// 300 s; a chat user watching nothing happen for a minute is already
+	// better served by a retry.
+	DefaultIdleTimeout = 60 * time.Second
+)
+
+// Names of the request field that carries Request.MaxTokens.
+const (
+	// MaxCompletionTokens is OpenAI's current field, required by reasoning
+	// models.
+	MaxCompletionTokens = "max_completion_tokens"
+	// MaxTokens is the deprecated field older compatible servers still read.
+	MaxTokens = "max_tokens"
+)
+
+// responseSchemaName is the json_schema.name sent with a ResponseSchema;
+// OpenAI requires one, and nothing else reads it.
+const responseSchemaName = "response"
+
+// Config configures a Model.
+type Config struct {
+	// APIKey is sent as a bearer token. It may be empty for a compatible
+	// server without authentication. It never appears in errors.
+	APIKey string
+	// BaseURL is the API root, e.g. "http://localhost:8000/v1" for vLLM;
+	// "" means DefaultBaseURL. chat/completions is resolved against it.
+	BaseURL string
+	// Model is the model id used when a Request names none; required.
+	Model string
+	// System is the OTel gen_ai.provider.name to report: "" means
+	// DefaultSystem; set e.g. "vllm" for a compatible endpoint.
+	System string
+	// IdleTimeout fails a request, as Kind "timeout", when the server sends
+	// nothing for this long, whether before the response headers or between
+	// stream chunks. Only time spent waiting on the server counts, not time
+	// spent in onText. 0 means DefaultIdleTimeout; negative disables it.
+	IdleTimeout time.Duration
+	// HTTPClient sends the requests; nil uses a client on a clone of
+	// http.DefaultTransport. Its Timeout, if any, bounds whole streams, so
+	// leave it 0 and rely on IdleTimeout.
+	HTTPClient *http.Client
+	// MaxTokensField names the request field for Request.MaxTokens:
+	// MaxCompletionTokens ("" means this) or MaxTokens for older compatible
+	// servers.
+	MaxTokensField string
+	// Organization and Project, when set, are sent as OpenAI-Organization
+	// and OpenAI-Project.
+	Organization string
+	Project      string
+}
+
+// Model streams Chat Completions. It keeps no per-request state and is safe
+// for concurrent use.
+type Model struct {
+	cfg  Config
+	chat oai.ChatCompletionService
+}
+
+// New validates cfg and returns a Model. The SDK client is built from cfg
+// alone: OPENAI_* environment variables are not read, so what mspd's
+// configuration says is what is sent.
+func New(cfg Config) (*Model, error) {
+	if cfg.Model == "" {
+		return nil, errors.New("openai: Config.Model is required")
+	}
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		// The URL is not echoed: it may carry credentials.
+		return nil, errors.New("openai: Config.BaseURL must be an absolute http(s) URL")
+	}
+	if cfg.System == "" {
+		cfg.System = DefaultSystem
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	switch cfg.MaxTokensField {
+	case "":
+		cfg.MaxTokensField = MaxCompletionTokens
+	case MaxCompletionTokens, MaxTokens:
+	default:
+		return nil, fmt.Errorf("openai: Config.MaxTokensField %q is neither %q nor %q",
+			cfg.MaxTokensField, MaxCompletionTokens, MaxTokens)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = defaultHTTPClient()
+	}
+	opts := []option.RequestOption{
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithHTTPClient(cfg.HTTPClient),
+		// mspd owns every attempt: one Stream, one HTTP request.
+		option.WithMaxRetries(0),
+	}
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	}
+	if cfg.Organization != "" {
+		opts = append(opts, option.WithOrganization(cfg.Organization))
+	}
+	if cfg.Project != "" {
+		opts = append(opts, option.WithProject(cfg.Project))
+	}
+	// The service, not oai.NewClient, which would fold in OPENAI_API_KEY,
+	// OPENAI_BASE_URL and OPENAI_CUSTOM_HEADERS from the environment.
+	return &Model{cfg: cfg, chat: oai.NewChatCompletionService(opts...)}, nil
+}
+
+func defaultHTTPClient() *http.Client {
+	if t, ok := http.DefaultTransport.(*http.Transport); ok {
+		return &http.Client{Transport: t.Clone()}
+	}
+	return &http.Client{Transport: http.DefaultTransport}
+}
+
+// System implements provider.Model.
+func (m *Model) System() string { return m.cfg.System }
+
+// Stream implements provider.Model: one streamed Chat Completions request.
+// A stream that ends without a finish_reason and without data: [DONE] fails
+// as streamInterrupted; one that finished but lost its usage chunk succeeds
+// with nil Usage.
+func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(string)) (provider.Response, error) {
+	var resp provider.Response
+	params, err := m.params(req)
+	if err != nil {
+		return resp, err
+	}
+	if len(req.ResponseSchema) > 0 {
+		resp.StructuredOutput = provider.StructuredNative
+	}
+
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := newWatch(m.cfg.IdleTimeout, cancel)
+	defer w.stop()
+	stream := m.chat.NewStreaming(sctx, params,
+		option.WithMiddleware(w.middleware),
+		// The SDK counts its own retries (always 0 here); tell the server
+		// how many mspd has made instead.
+		option.WithHeader("X-Stainless-Retry-Count", strconv.Itoa(max(req.Attempt-1, 0))))
+	defer stream.Close()
+
+	var finish string
+	refused := false
+	for stream.Next() {
+		c := stream.Current()
+		if c.Model != "" {
+			resp.Model = c.Model
+		}
+		if c.JSON.Usage.Valid() {
+			// The last one wins: some compatible servers report running
+			// totals in every chunk.
+			resp.Usage = &provider.Usage{
+				InputTokens:     c.Usage.PromptTokens,
+				OutputTokens:    c.Usage.CompletionTokens,
+				CachedTokens:    c.Usage.PromptTokensDetails.CachedTokens,
+				ReasoningTokens: c.Usage.CompletionTokensDetails.ReasoningTokens,
+			}
+		}
+		for _, ch := range c.Choices {
+			if ch.Index != 0 { // only one choice is asked for
+				continue
+			}
+			if ch.Delta.Content != "" {
+				onText(ch.Delta.Content)
+			}
+			if ch.Delta.Refusal != "" {
+				refused = true
+			}
+			if ch.FinishReason != "" {
+				finish = ch.FinishReason
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return resp, err
+	}
+	if err := stream.Err(); err != nil {
+		return resp, m.failure(err, w)
+	}
+	if finish == "" && !w.sawDone() {
+		return resp, &provider.Error{Kind: kindStreamInterrupted,
+			Message: "the stream ended before a finish_reason or data: [DONE]"}
+	}
+	resp.FinishReason = finishReason(finish, refused)
+	return resp, nil
+}
+
+// params builds the request body.
+func (m *Model) params(req provider.Request) (oai.ChatCompletionNewParams, error) {
+	p := oai.ChatCompletionNewParams{
+		Model:         shared.ChatModel(m.cfg.Model),
+		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: param.NewOpt(true)},
+	}
+	if req.Model != "" {
+		p.Model = shared.ChatModel(req.Model)
+	}
+	p.Messages = make([]oai.ChatCompletionMessageParamUnion, 0, len(req.Messages))
+	for i, msg := range req.Messages {
+		switch msg.Role {
+		case provider.RoleUser:
+			p.Messages = append(p.Messages, oai.UserMessage(msg.Text))
+		case provider.RoleAssistant:
+			p.Messages = append(p.Messages, oai.AssistantMessage(msg.Text))
+		default:
+			return p, &provider.Error{Kind: kindInvalidRequest,
+				Message: fmt.Sprintf("message %d has unsupported role %q", i, msg.Role)}
+		}
+	}
+	if req.MaxTokens > 0 {
+		if m.cfg.MaxTokensField == MaxTokens {
+			p.MaxTokens = param.NewOpt(int64(req.MaxTokens))
+		} else {
+			p.MaxCompletionTokens = param.NewOpt(int64(req.MaxTokens))
+		}
+	}
+	if len(req.ResponseSchema) > 0 {
+		if !json.Valid(req.ResponseSchema) {
+			return p, &provider.Error{Kind: kindInvalidRequest, Message: "the response schema is not valid JSON"}
+		}
+		// strict false: strict mode rejects common schemas (optional
+		// properties, additionalProperties unset), and mspd validates the
+		// answer itself.
+		p.ResponseFormat = oai.ChatCompletionNewParamsResponseFormatUnion{
+			OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+				JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{
+					Name:   responseSchemaName,
+					Schema: req.ResponseSchema,
+					Strict: param.NewOpt(false),
+				},
+			},
+		}
+	}
+	return p, nil
+}
+
+// finishReason normalises OpenAI's finish_reason. A refusal (the model
+// declining, reported in delta.refusal with finish_reason "stop") is a
+// content filter, as Anthropic's stop_reason "refusal" is: retrying it
+// would only be refused again.
+func finishReason(reason string, refused bool) string {
+	switch reason {
+	case "stop":
+		if refused {
+			return provider.FinishContentFilter
+		}
+		return provider.FinishStop
+	case "length":
+		return provider.FinishLength
+	case "content_filter":
+		return provider.FinishContentFilter
+	}
+	return reason
+}
