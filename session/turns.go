@@ -29,6 +29,11 @@ func (m *Manager) StartTurn(ctx context.Context, raw json.RawMessage) (json.RawM
 		e.Data.Reason = "unsupported"
 		return nil, nil, e
 	}
+	if len(p.ResponseSchema) > 0 {
+		if _, err := turn.CompileSchema(p.ResponseSchema); err != nil {
+			return nil, nil, msp.ErrInvalidParams("responseSchema", "%v", err)
+		}
+	}
 	s, err := m.load(ctx, p.SessionID)
 	if err != nil {
 		return nil, nil, err

@@ -251,9 +251,18 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int) attemptResult {
 		res.sinkErr = t.closeItem(item, res.text, status)
 	}
 	if res.sinkErr == nil {
-		res.sinkErr = t.account(resp, time.Since(began))
+		res.sinkErr = t.account(resp, t.r.clock.Now().Sub(began), refusedBeforeOutput(res))
 	}
 	return res
+}
+
+// refusedBeforeOutput tells whether the provider answered an attempt with
+// an error status before any output: it generated nothing, so the attempt
+// is accounted as zero output tokens rather than as missing usage. A
+// dropped connection or a timeout may have been billed; those stay unknown.
+func refusedBeforeOutput(res attemptResult) bool {
+	var pe *provider.Error
+	return res.err != nil && res.text == "" && errors.As(res.err, &pe) && pe.HTTPStatus != 0
 }
 
 func (t *run) openItem() (*msp.Item, error) {
@@ -274,14 +283,14 @@ func (t *run) closeItem(it *msp.Item, text, status string) error {
 
 // account adds one response's usage to the turn's totals and announces it
 // with session/tokenUsage; a response without usage makes the count a
-// floor (usageComplete false).
-func (t *run) account(resp provider.Response, took time.Duration) error {
+// floor (usageComplete false) unless the provider refused it outright.
+func (t *run) account(resp provider.Response, took time.Duration, refused bool) error {
 	if resp.StructuredOutput != "" {
 		t.structured = resp.StructuredOutput
 	}
 	u := resp.Usage
 	if u == nil {
-		t.usageComplete = false
+		t.usageComplete = t.usageComplete && refused
 		return nil
 	}
 	usage := msp.TokenUsage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,

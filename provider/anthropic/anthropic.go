@@ -189,7 +189,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 		return resp, ctx.Err()
 	case w.fired():
 		return resp, m.redact(&provider.Error{Kind: kindTimeout,
-			Message: "no data from the provider for " + m.cfg.IdleTimeout.String(), Err: errIdle})
+			Message: "no data from the provider for " + m.cfg.IdleTimeout.String(), Err: idleError{}})
 	case streamErr != nil:
 		return resp, m.failure(streamErr, w.gotHeaders())
 	case !st.stopped:

@@ -32,30 +32,45 @@ const (
 	kindConflict              = "conflict"
 )
 
-// errIdle is the cause of an idle-timeout failure.
-var errIdle = errors.New("anthropic: stream idle timeout")
+// idleError is the cause of an idle-timeout failure.
+type idleError struct{}
+
+func (idleError) Error() string { return "anthropic: stream idle timeout" }
+func (idleError) Timeout() bool { return true }
 
 // maxMessage bounds provider text carried in an Error's Message.
 const maxMessage = 300
 
-// errorType is what the Anthropic error vocabulary (error.type) means to
-// mspd: the kind hint, and the HTTP status the type implies when it arrives
-// in a stream after a 200 (the API docs pair them so).
-var errorTypes = map[string]struct {
-	kind   string
-	status int
-}{
-	"invalid_request_error": {kindInvalidRequest, http.StatusBadRequest},
-	"authentication_error":  {kindAuth, http.StatusUnauthorized},
-	"billing_error":         {kindQuotaExhausted, http.StatusPaymentRequired},
-	"permission_error":      {kindAuth, http.StatusForbidden},
-	"not_found_error":       {kindNotFound, http.StatusNotFound},
-	"conflict_error":        {kindConflict, http.StatusConflict},
-	"request_too_large":     {kindInvalidRequest, http.StatusRequestEntityTooLarge},
-	"rate_limit_error":      {kindRateLimited, http.StatusTooManyRequests},
-	"api_error":             {kindServerError, http.StatusInternalServerError},
-	"timeout_error":         {kindTimeout, http.StatusGatewayTimeout},
-	"overloaded_error":      {kindOverloaded, 529},
+// typeInfo says what an Anthropic error type (error.type) means to mspd:
+// the kind hint, and the HTTP status the type implies when it arrives in a
+// stream after a 200 (the API docs pair them so). Unknown types give
+// ("", 0).
+func typeInfo(typ string) (kind string, status int) {
+	switch typ {
+	case "invalid_request_error":
+		return kindInvalidRequest, http.StatusBadRequest
+	case "authentication_error":
+		return kindAuth, http.StatusUnauthorized
+	case "billing_error":
+		return kindQuotaExhausted, http.StatusPaymentRequired
+	case "permission_error":
+		return kindAuth, http.StatusForbidden
+	case "not_found_error":
+		return kindNotFound, http.StatusNotFound
+	case "conflict_error":
+		return kindConflict, http.StatusConflict
+	case "request_too_large":
+		return kindInvalidRequest, http.StatusRequestEntityTooLarge
+	case "rate_limit_error":
+		return kindRateLimited, http.StatusTooManyRequests
+	case "api_error":
+		return kindServerError, http.StatusInternalServerError
+	case "timeout_error":
+		return kindTimeout, http.StatusGatewayTimeout
+	case "overloaded_error":
+		return kindOverloaded, 529
+	}
+	return "", 0
 }
 
 // kindForType maps error.type (and, for invalid requests, the message) to a
@@ -64,7 +79,8 @@ func kindForType(typ, msg string) string {
 	if typ == "invalid_request_error" && contextTooLong(msg) {
 		return kindContextLengthExceeded
 	}
-	return errorTypes[typ].kind
+	kind, _ := typeInfo(typ)
+	return kind
 }
 
 // contextTooLong recognises the 400s that say the prompt does not fit:
@@ -121,7 +137,7 @@ func apiError(aerr *anthropic.Error) *provider.Error {
 		// An in-stream error: report the status its type implies
 		// (overloaded_error → 529); its 200's headers say nothing about it.
 		// A type mspd does not know still broke an accepted stream.
-		pe.HTTPStatus = errorTypes[typ].status
+		_, pe.HTTPStatus = typeInfo(typ)
 		if pe.Kind == "" {
 			pe.Kind = kindStreamInterrupted
 		}

@@ -31,10 +31,8 @@ type watch struct {
 	status     int
 	header     http.Header
 
-	line      []byte // the start of the current SSE line
-	lineLong  bool   // the line outgrew line's capacity
+	line      []byte // the first maxLine bytes of the current SSE line
 	done      bool   // data: [DONE] was received
-	lastRead  error  // the body's last read error
 	beforeHdr bool   // the watchdog fired while waiting for headers
 }
 
@@ -106,29 +104,25 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.w.disarm()
 	b.w.scan(p[:n])
-	if err != nil {
-		b.w.lastRead = err
-	}
 	return n, err
 }
 
 func (b *watchedBody) Close() error { return b.rc.Close() }
 
 // scan feeds body bytes through a tiny line splitter. Only a line's first
-// maxLine bytes are kept, so scanning costs no allocation.
+// maxLine bytes are kept (a prefix is all isDone needs), so scanning costs
+// no allocation.
 func (w *watch) scan(p []byte) {
 	for _, c := range p {
 		if c == '\n' || c == '\r' {
-			if !w.lineLong && isDone(w.line) {
+			if isDone(w.line) {
 				w.done = true
 			}
-			w.line, w.lineLong = w.line[:0], false
+			w.line = w.line[:0]
 			continue
 		}
 		if len(w.line) < maxLine {
 			w.line = append(w.line, c)
-		} else {
-			w.lineLong = true
 		}
 	}
 }
