@@ -48,7 +48,7 @@ func startDaemon(t *testing.T, cfg daemon.Config) *daemon.Daemon {
 		cfg.Retry.MaxBackoff = 20 * time.Millisecond
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = discardLogger()
 	}
 	d, err := daemon.New(context.Background(), cfg)
 	if err != nil {
@@ -197,3 +197,5 @@ func cursorPos(t *testing.T, c string) [2]int64 {
 	}
 	return [2]int64{seq, sub}
 }
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

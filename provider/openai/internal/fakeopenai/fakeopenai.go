@@ -1,0 +1,324 @@
+// Package fakeopenai is a fake OpenAI Chat Completions server for tests. It
+// speaks the wire format of retry-background §6.1–6.2 exactly (headers,
+// chunk shapes, error bodies, mid-stream error frames), answers each
+// request with the next scripted Reply, and records every request so tests
+// can count attempts and inspect bodies.
+package fakeopenai
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Model is the model the fake answers as unless a frame names another.
+const Model = "gpt-4o-mini-2024-07-18"
+
+// Done is the stream's terminal frame payload.
+const Done = "[DONE]"
+
+// Reply answers one request.
+type Reply func(w http.ResponseWriter, r *http.Request)
+
+// Request is one request the server received.
+type Request struct {
+	Method string
+	Path   string
+	Header http.Header
+	// Raw is the body as sent; Body is it decoded.
+	Raw  []byte
+	Body map[string]any
+}
+
+// Server is a running fake. Requests to any path other than
+// <prefix>/chat/completions get OpenAI's 404 body.
+type Server struct {
+	// URL is the base URL to configure clients with, prefix included
+	// (e.g. "http://127.0.0.1:1234/v1").
+	URL string
+
+	t      testing.TB
+	srv    *httptest.Server
+	prefix string
+
+	mu      sync.Mutex
+	replies []Reply
+	reqs    []Request
+}
+
+// New starts a server under prefix (e.g. "/v1") answering the i-th chat
+// completions request with replies[i]; a request beyond the script fails
+// the test. The server is closed when the test ends.
+func New(t testing.TB, prefix string, replies ...Reply) *Server {
+	t.Helper()
+	s := &Server{t: t, prefix: strings.TrimSuffix(prefix, "/"), replies: replies}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.srv.URL + s.prefix
+	t.Cleanup(func() {
+		// Stalled handlers return once their connection is gone.
+		s.srv.CloseClientConnections()
+		s.srv.Close()
+	})
+	return s
+}
+
+// Client returns an HTTP client for the server.
+func (s *Server) Client() *http.Client { return s.srv.Client() }
+
+// Requests returns the chat completions requests received so far.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.reqs...)
+}
+
+// Count returns how many chat completions requests were received.
+func (s *Server) Count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.reqs)
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != s.prefix+"/chat/completions" {
+		Error(http.StatusNotFound, `{"error":{"message":"Invalid URL (`+r.Method+` `+r.URL.Path+`)","type":"invalid_request_error","param":null,"code":null}}`)(w, r)
+		return
+	}
+	raw, _ := io.ReadAll(r.Body)
+	req := Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Raw: raw}
+	if err := json.Unmarshal(raw, &req.Body); err != nil {
+		s.t.Errorf("fakeopenai: request body is not JSON: %v", err)
+	}
+	s.mu.Lock()
+	n := len(s.reqs)
+	s.reqs = append(s.reqs, req)
+	var reply Reply
+	if n < len(s.replies) {
+		reply = s.replies[n]
+	}
+	s.mu.Unlock()
+	if reply == nil {
+		s.t.Errorf("fakeopenai: request %d has no scripted reply", n+1)
+		Error(http.StatusTeapot, `{"error":{"message":"no reply scripted","type":"fake","param":null,"code":null}}`)(w, r)
+		return
+	}
+	w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%04d", n+1))
+	reply(w, r)
+}
+
+// commonHeaders are the headers OpenAI sends on every response.
+func commonHeaders(h http.Header) {
+	h.Set("Openai-Organization", "user-fake")
+	h.Set("Openai-Processing-Ms", "42")
+	h.Set("Openai-Version", "2020-10-01")
+	h.Set("X-Ratelimit-Limit-Requests", "5000")
+	h.Set("X-Ratelimit-Limit-Tokens", "160000")
+	h.Set("X-Ratelimit-Remaining-Requests", "4999")
+	h.Set("X-Ratelimit-Remaining-Tokens", "159976")
+	h.Set("X-Ratelimit-Reset-Requests", "12ms")
+	h.Set("X-Ratelimit-Reset-Tokens", "9ms")
+}
+
+// writeFrames sends the stream's headers and then each payload as one
+// "data: <payload>\n\n" frame, flushed so the client sees it at once.
+func writeFrames(w http.ResponseWriter, frames []string) {
+	h := w.Header()
+	commonHeaders(h)
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache, must-revalidate")
+	w.WriteHeader(http.StatusOK)
+	f := w.(http.Flusher)
+	f.Flush()
+	for _, p := range frames {
+		fmt.Fprintf(w, "data: %s\n\n", p)
+		f.Flush()
+	}
+}
+
+// Stream answers 200 with frames, then ends the response cleanly. Without
+// Done among the frames that is a stream cut short.
+func Stream(frames ...string) Reply {
+	return func(w http.ResponseWriter, r *http.Request) { writeFrames(w, frames) }
+}
+
+// StreamStall sends frames, then sends nothing more until the client
+// gives up: an idle stream.
+func StreamStall(frames ...string) Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		writeFrames(w, frames)
+		<-r.Context().Done()
+	}
+}
+
+// StreamAbort sends frames, then drops the connection mid-body, so the
+// client reads an unexpected EOF.
+func StreamAbort(frames ...string) Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		writeFrames(w, frames)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// StallHeaders never answers: the request waits for headers until the
+// client gives up.
+func StallHeaders() Reply {
+	return func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+}
+
+// Reset resets the TCP connection before any response byte is written.
+func Reset() Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			panic(err)
+		}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // close with RST, not FIN
+		}
+		_ = conn.Close()
+	}
+}
+
+// Error answers status with body as application/json, plus header pairs
+// ("Retry-After-Ms", "1500", ...).
+func Error(status int, body string, header ...string) Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		commonHeaders(h)
+		h.Set("Content-Type", "application/json; charset=utf-8")
+		for i := 0; i+1 < len(header); i += 2 {
+			h.Set(header[i], header[i+1])
+		}
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}
+}
+
+// ErrorBody renders OpenAI's error JSON (§6.2); a code of "" is null.
+func ErrorBody(message, typ, code string) string {
+	e := errorObject{Message: message, Type: typ}
+	if code != "" {
+		e.Code = &code
+	}
+	b, _ := json.Marshal(map[string]errorObject{"error": e})
+	return string(b)
+}
+
+type errorObject struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+// Bodies of §6.2, verbatim.
+const (
+	// RateLimitBody is a transient 429.
+	RateLimitBody = `{"error":{"message":"Rate limit reached for gpt-4o-mini in organization org-fake on requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in 20s.","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
+	// QuotaBody is a 429 that waiting will not cure.
+	QuotaBody = `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`
+	// ContextLengthBody is a 400 for a prompt that does not fit.
+	ContextLengthBody = `{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`
+	// ServerErrorBody is a 500.
+	ServerErrorBody = `{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}`
+	// OverloadedBody is a 503.
+	OverloadedBody = `{"error":{"message":"The engine is currently overloaded, please try again later","type":"server_error","param":null,"code":null}}`
+)
+
+// chunk is a chat.completion.chunk in OpenAI's member order.
+type chunk struct {
+	ID                string   `json:"id"`
+	Object            string   `json:"object"`
+	Created           int64    `json:"created"`
+	Model             string   `json:"model"`
+	ServiceTier       string   `json:"service_tier"`
+	SystemFingerprint string   `json:"system_fingerprint"`
+	Choices           []choice `json:"choices"`
+	Usage             *usage   `json:"usage"`
+}
+
+type choice struct {
+	Index        int     `json:"index"`
+	Delta        delta   `json:"delta"`
+	Logprobs     *string `json:"logprobs"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+type delta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+	Refusal *string `json:"refusal,omitempty"`
+}
+
+type usage struct {
+	PromptTokens            int64          `json:"prompt_tokens"`
+	CompletionTokens        int64          `json:"completion_tokens"`
+	TotalTokens             int64          `json:"total_tokens"`
+	PromptTokensDetails     map[string]any `json:"prompt_tokens_details"`
+	CompletionTokensDetails map[string]any `json:"completion_tokens_details"`
+}
+
+func render(c chunk) string {
+	c.ID, c.Object, c.Created = "chatcmpl-fake1", "chat.completion.chunk", 1700000000
+	c.ServiceTier, c.SystemFingerprint = "default", "fp_fake"
+	if c.Model == "" {
+		c.Model = Model
+	}
+	if c.Choices == nil {
+		c.Choices = []choice{}
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// Role is the first chunk: the assistant role with empty content.
+func Role() string {
+	empty := ""
+	return render(chunk{Choices: []choice{{Delta: delta{Role: "assistant", Content: &empty}}}})
+}
+
+// Delta is a content chunk.
+func Delta(text string) string {
+	return render(chunk{Choices: []choice{{Delta: delta{Content: &text}}}})
+}
+
+// Refusal is a refusal chunk.
+func Refusal(text string) string {
+	return render(chunk{Choices: []choice{{Delta: delta{Refusal: &text}}}})
+}
+
+// Finish is the chunk carrying finish_reason, with an empty delta.
+func Finish(reason string) string {
+	return render(chunk{Choices: []choice{{FinishReason: &reason}}})
+}
+
+// Usage is the include_usage chunk: empty choices and the counters.
+func Usage(prompt, completion, cached, reasoning int64) string {
+	return render(chunk{Usage: &usage{
+		PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion,
+		PromptTokensDetails:     map[string]any{"cached_tokens": cached, "audio_tokens": 0},
+		CompletionTokensDetails: map[string]any{"reasoning_tokens": reasoning, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+	}})
+}
+
+// ErrorFrame is a mid-stream error frame: data: {"error": {...}}.
+func ErrorFrame(message, typ, code string) string { return ErrorBody(message, typ, code) }
+
+// Answer is a whole successful stream: role, one delta per part, finish
+// "stop", usage (prompt 12, completion len(parts)) and Done.
+func Answer(parts ...string) []string {
+	frames := []string{Role()}
+	for _, p := range parts {
+		frames = append(frames, Delta(p))
+	}
+	return append(frames, Finish("stop"), Usage(12, int64(len(parts)), 0, 0), Done)
+}
