@@ -41,6 +41,10 @@ type Config struct {
 	Demo demo.Config
 	// Retry is the host retry policy; zero fields take modelretry defaults.
 	Retry modelretry.Policy
+	// RetryBudget bounds retries across all turns of the provider (gRPC
+	// retry throttling): zero values take modelretry's defaults (10 tokens,
+	// ratio 0.1); negative Tokens disables the budget.
+	RetryBudget Budget
 	// DefaultMaxTokens bounds each attempt when a turn names no maxTokens.
 	DefaultMaxTokens int
 	// Server configures transports and limits.
@@ -49,6 +53,14 @@ type Config struct {
 	Clock modelretry.Clock
 	// Logger receives logs (default slog.Default()).
 	Logger *slog.Logger
+}
+
+// Budget sizes the shared retry budget.
+type Budget struct {
+	// Tokens is the bucket size; retries stop below half of it.
+	Tokens int
+	// Ratio is what a success gives back.
+	Ratio float64
 }
 
 // Daemon is a running mspd.
@@ -91,7 +103,12 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", dbPath, err)
 	}
-	engine := &modelretry.Engine{Clock: cfg.Clock, Budget: modelretry.DefaultBudget()}
+	budget, err := newBudget(cfg)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	engine := &modelretry.Engine{Clock: cfg.Clock, Budget: budget}
 	runner := turn.NewRunner(turn.Config{Model: model, Engine: engine, Policy: policy, DefaultMaxTokens: cfg.DefaultMaxTokens})
 	now := time.Now
 	if cfg.Clock != nil {
@@ -131,6 +148,26 @@ func newModel(cfg Config) (provider.Model, error) {
 		return scripted.New(), nil
 	}
 	return nil, fmt.Errorf("unknown provider %q (want demo or scripted)", cfg.Provider)
+}
+
+// newBudget builds the provider's shared retry budget (nil: unthrottled).
+func newBudget(cfg Config) (*modelretry.Budget, error) {
+	tokens, ratio := cfg.RetryBudget.Tokens, cfg.RetryBudget.Ratio
+	switch {
+	case tokens < 0:
+		return nil, nil
+	case tokens == 0 && ratio == 0:
+		return modelretry.DefaultBudget(), nil
+	case tokens == 0:
+		tokens = 10
+	case ratio == 0:
+		ratio = 0.1
+	}
+	b, err := modelretry.NewBudget(tokens, ratio)
+	if err != nil {
+		return nil, fmt.Errorf("retry budget: %w", err)
+	}
+	return b, nil
 }
 
 func withDefaults(p modelretry.Policy) modelretry.Policy {

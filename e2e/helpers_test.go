@@ -50,6 +50,11 @@ func startDaemon(t *testing.T, cfg daemon.Config) *daemon.Daemon {
 	if cfg.Logger == nil {
 		cfg.Logger = discardLogger()
 	}
+	if cfg.RetryBudget.Tokens == 0 {
+		// The scenario tests script failures back to back on one daemon;
+		// TestRetryBudget covers the budget.
+		cfg.RetryBudget.Tokens = -1
+	}
 	d, err := daemon.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("daemon.New: %v", err)

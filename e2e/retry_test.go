@@ -275,3 +275,36 @@ func TestRetryScenarios(t *testing.T) {
 		}
 	})
 }
+
+// TestRetryBudget: during an outage the shared budget stops retries, so
+// failures are not multiplied; the terminal says so.
+func TestRetryBudget(t *testing.T) {
+	d := startDaemon(t, daemon.Config{RetryBudget: daemon.Budget{Tokens: 10, Ratio: 0.1}})
+	c := dial(t, d.URL(), client.Options{})
+	ctx := testCtx(t)
+	start, err := c.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outage := scripted.Script(scripted.Step{Status: 503}, scripted.Step{Status: 503}, scripted.Step{Status: 503},
+		scripted.Step{Status: 503}, scripted.Step{Status: 503})
+	retries := 0
+	var last msp.TurnCompletedParams
+	for range 2 {
+		ack, err := c.StartTurn(ctx, start.Session.SessionID, outage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, err := c.WaitTurn(ctx, ack.TurnID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		retries += len(only(events, msp.NotifyTurnModelRetryScheduled))
+		last = decode[msp.TurnCompletedParams](t, events[len(events)-1])
+	}
+	// 10 tokens, retries only above 5: four retries in all, then the
+	// fifth failure is not retried, and the second turn gets one request.
+	if retries != 4 || last.Attempts.Count != 1 || last.Error == nil || !strings.Contains(last.Error.Message, "retry budget") {
+		t.Fatalf("retries %d; last turn %+v %+v", retries, last.Attempts, last.Error)
+	}
+}

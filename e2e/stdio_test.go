@@ -3,8 +3,8 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"

@@ -30,6 +30,14 @@ type TurnRunner interface {
 	Run(ctx context.Context, spec turn.Spec, sink turn.Sink) turn.Outcome
 }
 
+// Catalog knows the configured providers and their models.
+type Catalog interface {
+	// Resolve checks a session/start's providerId and modelId (empty for
+	// "the default") and returns what the session will use. A refusal is
+	// an *msp.Error naming the field.
+	Resolve(providerID, modelID string) (provider, model string, err error)
+}
+
 // Config configures a Manager.
 type Config struct {
 	// Store holds every session durably.
@@ -38,9 +46,13 @@ type Config struct {
 	Runner TurnRunner
 	// LogPath is reported as every Session's path: where its log lives.
 	LogPath string
-	// ProviderID and ModelID are the defaults a new session reports.
+	// ProviderID and ModelID are the defaults a new session reports when
+	// there is no Catalog.
 	ProviderID string
 	ModelID    string
+	// Catalog, when set, resolves the provider and model a session/start
+	// asks for (and their defaults); unknown ones are refused.
+	Catalog Catalog
 	// MaxQueuedTurns bounds each session's turn queue (default 16); a
 	// turn/start beyond it is refused as backpressured.
 	MaxQueuedTurns int
@@ -249,8 +261,9 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 			return nil, nil, msp.ErrInvalidParams("sessionId", "sessionId must be a UUID")
 		}
 	}
-	if p.ProviderID != nil && m.cfg.ProviderID != "" && *p.ProviderID != m.cfg.ProviderID {
-		return nil, nil, msp.ErrInvalidParams("providerId", "provider %q is not configured (this server runs %q)", *p.ProviderID, m.cfg.ProviderID)
+	providerID, modelID, err := m.resolveModel(p)
+	if err != nil {
+		return nil, nil, err
 	}
 	var started *msp.Session
 	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionStart, raw, func(a *admission) (json.RawMessage, error) {
@@ -264,14 +277,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 		}
 		now := m.now()
 		st := state{CreatedAt: now, UpdatedAt: now}
-		st.ProviderID = optional(m.cfg.ProviderID)
-		st.ModelID = optional(m.cfg.ModelID)
-		if p.ProviderID != nil {
-			st.ProviderID = p.ProviderID
-		}
-		if p.ModelID != "" {
-			st.ModelID = &p.ModelID
-		}
+		st.ProviderID, st.ModelID = optional(providerID), optional(modelID)
 		root := p.WorkspaceRoot
 		if root == "" && len(p.WorkspaceRoots) > 0 {
 			root = p.WorkspaceRoots[0]
@@ -302,6 +308,25 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 		return nil, nil, msp.ErrInternal("stored result unreadable: %v", err)
 	}
 	return resp, m.attachAfter(sub, res.Session.SessionID, res.ViewCursor), nil
+}
+
+// resolveModel picks the provider and model of a new session.
+func (m *Manager) resolveModel(p msp.SessionStartParams) (string, string, error) {
+	requested := ""
+	if p.ProviderID != nil {
+		requested = *p.ProviderID
+	}
+	if m.cfg.Catalog != nil {
+		return m.cfg.Catalog.Resolve(requested, p.ModelID)
+	}
+	if requested != "" && m.cfg.ProviderID != "" && requested != m.cfg.ProviderID {
+		return "", "", msp.ErrInvalidParams("providerId", "provider %q is not configured (this server runs %q)", requested, m.cfg.ProviderID)
+	}
+	model := m.cfg.ModelID
+	if p.ModelID != "" {
+		model = p.ModelID
+	}
+	return m.cfg.ProviderID, model, nil
 }
 
 // attachAfter returns a function that subscribes sub to a session after a

@@ -243,6 +243,7 @@ func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 			SessionID:      s.id,
 			TurnID:         pt.TurnID,
 			History:        append([]provider.Message(nil), s.history...),
+			ProviderID:     deref(st.ProviderID),
 			Model:          deref(st.ModelID),
 			MaxTokens:      pt.MaxTokens,
 			ResponseSchema: pt.ResponseSchema,

@@ -31,6 +31,9 @@ type Spec struct {
 	// History is the conversation so far, oldest first, ending with this
 	// turn's user message.
 	History []provider.Message
+	// ProviderID names the configured provider the session uses; a router
+	// picks the runner by it.
+	ProviderID string
 	// Model is the provider's model id; empty for the provider default.
 	Model string
 	// MaxTokens bounds each attempt's output; 0 takes the runner default.

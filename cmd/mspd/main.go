@@ -68,6 +68,8 @@ func serve(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Retry.MaxBackoff, "retry-max-backoff", 8*time.Second, "cap of the computed backoff")
 	fs.DurationVar(&cfg.Retry.MaxServerDelay, "retry-max-server-delay", 60*time.Second, "longest Retry-After honoured; longer fails the turn at once")
 	fs.StringVar(&jitter, "retry-jitter", "full", "backoff jitter: full (U(0,d)) or proportional (d·U(0.75,1))")
+	fs.IntVar(&cfg.RetryBudget.Tokens, "retry-budget-tokens", 10, "retry budget shared by all turns (gRPC retry throttling): retries stop while fewer than half the tokens remain; negative disables it")
+	fs.Float64Var(&cfg.RetryBudget.Ratio, "retry-budget-ratio", 0.1, "tokens a successful request gives back to the retry budget")
 	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", 1024, "output bound of an attempt when a turn names no maxTokens")
 	fs.Int64Var(&cfg.Server.MaxFrameBytes, "max-frame-bytes", 10<<20, "largest inbound frame")
 	fs.IntVar(&cfg.Server.QueueFrames, "queue-frames", 1024, "view events queued per connection before a slow reader gets view/gap")

@@ -1,0 +1,947 @@
+package openai_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"mspd/modelretry"
+	"mspd/modelretry/retrytest"
+	"mspd/provider"
+	"mspd/provider/openai"
+	"mspd/provider/openai/internal/fakeopenai"
+	"mspd/schema/msp"
+	"mspd/turn"
+	"mspd/turn/turntest"
+)
+
+// testKey is shaped like a real project key so redaction is exercised on
+// the real pattern too.
+const testKey = "sk-proj-TESTKEY0123456789abcdefghijSECRET"
+
+// newModel returns a Model on srv; mod adjusts the config.
+func newModel(t *testing.T, srv *fakeopenai.Server, mod func(*openai.Config)) *openai.Model {
+	t.Helper()
+	cfg := openai.Config{APIKey: testKey, BaseURL: srv.URL, Model: "gpt-4o-mini", HTTPClient: srv.Client()}
+	if mod != nil {
+		mod(&cfg)
+	}
+	m, err := openai.New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return m
+}
+
+var hello = provider.Request{Messages: []provider.Message{{Role: provider.RoleUser, Text: "Hi"}}, MaxTokens: 64, Attempt: 1}
+
+// stream runs one request and collects its text.
+func stream(t *testing.T, m provider.Model, req provider.Request) (string, provider.Response, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var text strings.Builder
+	resp, err := m.Stream(ctx, req, func(s string) { text.WriteString(s) })
+	if ctx.Err() != nil {
+		t.Fatalf("Stream did not return within the test deadline")
+	}
+	return text.String(), resp, err
+}
+
+func providerError(t *testing.T, err error) *provider.Error {
+	t.Helper()
+	var pe *provider.Error
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v (%T) is not a *provider.Error", err, err)
+	}
+	return pe
+}
+
+func TestStreamAnswer(t *testing.T) {
+	srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(
+		fakeopenai.Role(), fakeopenai.Delta("Hel"), fakeopenai.Delta("lo"), fakeopenai.Delta(" there"),
+		fakeopenai.Finish("stop"), fakeopenai.Usage(12, 16, 4, 3), fakeopenai.Done))
+	text, resp, err := stream(t, newModel(t, srv, nil), hello)
+	if err != nil {
+		t.Fatalf("Stream: %v", err)
+	}
+	want := provider.Response{FinishReason: provider.FinishStop, Model: fakeopenai.Model,
+		Usage: &provider.Usage{InputTokens: 12, OutputTokens: 16, CachedTokens: 4, ReasoningTokens: 3}}
+	if text != "Hello there" || !reflect.DeepEqual(resp, want) {
+		t.Errorf("got %q %+v (usage %+v), want %q %+v", text, resp, resp.Usage, "Hello there", want)
+	}
+	if n := srv.Count(); n != 1 {
+		t.Errorf("%d requests, want 1", n)
+	}
+}
+
+func TestFinishReasons(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		frames []string
+		want   string
+	}{
+		{"stop", []string{fakeopenai.Finish("stop")}, provider.FinishStop},
+		{"length", []string{fakeopenai.Finish("length")}, provider.FinishLength},
+		{"content_filter", []string{fakeopenai.Finish("content_filter")}, provider.FinishContentFilter},
+		{"tool_calls verbatim", []string{fakeopenai.Finish("tool_calls")}, "tool_calls"},
+		{"refusal is a content filter", []string{fakeopenai.Refusal("I can't help with that."), fakeopenai.Finish("stop")}, provider.FinishContentFilter},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			frames := append([]string{fakeopenai.Role(), fakeopenai.Delta("x")}, tc.frames...)
+			frames = append(frames, fakeopenai.Usage(1, 1, 0, 0), fakeopenai.Done)
+			srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(frames...))
+			_, resp, err := stream(t, newModel(t, srv, nil), hello)
+			if err != nil || resp.FinishReason != tc.want {
+				t.Errorf("got %q, %v; want %q", resp.FinishReason, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestStreamEnds covers how a stream may end without an error frame.
+func TestStreamEnds(t *testing.T) {
+	t.Run("usage chunk missing", func(t *testing.T) {
+		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hi"),
+			fakeopenai.Finish("stop"), fakeopenai.Done))
+		text, resp, err := stream(t, newModel(t, srv, nil), hello)
+		if err != nil || text != "Hi" || resp.Usage != nil || resp.FinishReason != provider.FinishStop {
+			t.Errorf("got %q %+v %v; want Hi, stop, nil usage", text, resp, err)
+		}
+	})
+	t.Run("cut after finish, before usage and DONE", func(t *testing.T) {
+		// The answer is whole; only the accounting is lost.
+		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hi"),
+			fakeopenai.Finish("stop")))
+		_, resp, err := stream(t, newModel(t, srv, nil), hello)
+		if err != nil || resp.Usage != nil || resp.FinishReason != provider.FinishStop {
+			t.Errorf("got %+v %v; want stop with nil usage", resp, err)
+		}
+	})
+	t.Run("DONE without finish_reason", func(t *testing.T) {
+		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hi"),
+			fakeopenai.Done))
+		_, resp, err := stream(t, newModel(t, srv, nil), hello)
+		if err != nil || resp.FinishReason != "" {
+			t.Errorf("got %+v %v; want success with no finish reason", resp, err)
+		}
+	})
+	t.Run("cut before finish and DONE", func(t *testing.T) {
+		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hel")))
+		text, _, err := stream(t, newModel(t, srv, nil), hello)
+		pe := providerError(t, err)
+		if text != "Hel" || pe.Kind != "streamInterrupted" || pe.HTTPStatus != 0 {
+			t.Errorf("got %q %+v", text, pe)
+		}
+	})
+}
+
+// TestErrorMapping is the error table, one request each, through the SDK.
+func TestErrorMapping(t *testing.T) {
+	type want struct {
+		kind    string
+		status  int
+		header  http.Header
+		message string // a substring
+	}
+	for _, tc := range []struct {
+		name  string
+		reply fakeopenai.Reply
+		cfg   func(*openai.Config)
+		want  want
+	}{
+		{"429 rate limit with retry-after-ms",
+			fakeopenai.Error(429, fakeopenai.RateLimitBody, "Retry-After-Ms", "1500", "Retry-After", "2"),
+			nil, want{"rateLimited", 429, http.Header{"Retry-After-Ms": {"1500"}, "Retry-After": {"2"}}, "try again in 20s"}},
+		{"429 insufficient_quota",
+			fakeopenai.Error(429, fakeopenai.QuotaBody),
+			nil, want{"quotaExhausted", 429, nil, "exceeded your current quota"}},
+		{"429 quota by type only",
+			fakeopenai.Error(429, `{"error":{"message":"quota","type":"insufficient_quota","param":null,"code":null}}`),
+			nil, want{"quotaExhausted", 429, nil, "quota"}},
+		{"400 context_length_exceeded",
+			fakeopenai.Error(400, fakeopenai.ContextLengthBody),
+			nil, want{"contextLengthExceeded", 400, nil, "maximum context length"}},
+		{"404 model_not_found",
+			fakeopenai.Error(404, `{"error":{"message":"The model 'gpt-9' does not exist","type":"invalid_request_error","param":null,"code":"model_not_found"}}`),
+			nil, want{"notFound", 404, nil, "does not exist"}},
+		{"500 status decides",
+			fakeopenai.Error(500, fakeopenai.ServerErrorBody),
+			nil, want{"", 500, nil, "The server had an error"}},
+		{"503 with x-should-retry and azure delay",
+			fakeopenai.Error(503, fakeopenai.OverloadedBody, "X-Should-Retry", "true", "X-Ms-Retry-After-Ms", "250"),
+			nil, want{"", 503, http.Header{"X-Should-Retry": {"true"}, "X-Ms-Retry-After-Ms": {"250"}}, "overloaded"}},
+		{"502 html body",
+			fakeopenai.Error(502, "<html><body><h1>502 Bad Gateway</h1></body></html>"),
+			nil, want{"", 502, nil, "Bad Gateway"}},
+		{"503 error member not an object",
+			fakeopenai.Error(503, `{"error":"upstream unavailable"}`, "Retry-After", "1"),
+			nil, want{"", 503, http.Header{"Retry-After": {"1"}}, "Service Unavailable"}},
+		{"400 vLLM top-level error",
+			fakeopenai.Error(400, `{"object":"error","message":"max_tokens is too large","type":"BadRequestError","param":null,"code":400}`),
+			nil, want{"", 400, nil, "max_tokens is too large"}},
+		{"connection reset before headers",
+			fakeopenai.Reset(),
+			nil, want{"connectionError", 0, nil, "no response"}},
+		{"idle before headers",
+			fakeopenai.StallHeaders(),
+			func(c *openai.Config) { c.IdleTimeout = 30 * time.Millisecond }, want{"timeout", 0, nil, "no response from the server within 30ms"}},
+		{"http client timeout before headers",
+			fakeopenai.StallHeaders(),
+			func(c *openai.Config) { c.HTTPClient = &http.Client{Timeout: 30 * time.Millisecond} }, want{"timeout", 0, nil, "timed out"}},
+		{"idle mid-stream",
+			fakeopenai.StreamStall(fakeopenai.Role(), fakeopenai.Delta("Hel")),
+			func(c *openai.Config) { c.IdleTimeout = 30 * time.Millisecond }, want{"timeout", 0, nil, "no data from the server for 30ms"}},
+		{"connection dropped mid-body",
+			fakeopenai.StreamAbort(fakeopenai.Role(), fakeopenai.Delta("Hel")),
+			nil, want{"streamInterrupted", 0, nil, "unexpected EOF"}},
+		{"frame server_error",
+			fakeopenai.Stream(fakeopenai.Role(), fakeopenai.ErrorFrame("The server had an error while processing your request.", "server_error", "")),
+			nil, want{"serverError", 500, nil, "The server had an error"}},
+		{"frame overloaded",
+			fakeopenai.Stream(fakeopenai.Role(), fakeopenai.ErrorFrame("slow down", "overloaded", "slow_down")),
+			nil, want{"overloaded", 503, nil, "slow down"}},
+		{"frame rate limit",
+			fakeopenai.Stream(fakeopenai.Role(), fakeopenai.ErrorFrame("Please try again in 1.2s.", "requests", "rate_limit_exceeded")),
+			nil, want{"rateLimited", 429, nil, "try again in 1.2s"}},
+		{"frame insufficient_quota",
+			fakeopenai.Stream(fakeopenai.ErrorFrame("quota", "insufficient_quota", "insufficient_quota")),
+			nil, want{"quotaExhausted", 429, nil, "quota"}},
+		{"frame vLLM numeric code",
+			fakeopenai.Stream(fakeopenai.Role(), `{"error":{"object":"error","message":"engine dead","type":"InternalServerError","param":null,"code":500}}`),
+			nil, want{"serverError", 500, nil, "engine dead"}},
+		{"frame vLLM numeric code, unknown type",
+			fakeopenai.Stream(fakeopenai.Role(), `{"error":{"object":"error","message":"busy","type":"EngineBusy","param":null,"code":503}}`),
+			nil, want{"", 503, nil, "busy"}},
+		{"frame unknown",
+			fakeopenai.Stream(fakeopenai.Role(), fakeopenai.ErrorFrame("something odd", "weird_error", "")),
+			nil, want{"streamInterrupted", 0, nil, "something odd"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := fakeopenai.New(t, "/v1", tc.reply)
+			_, _, err := stream(t, newModel(t, srv, tc.cfg), hello)
+			pe := providerError(t, err)
+			got := want{pe.Kind, pe.HTTPStatus, pe.Header, pe.Message}
+			if got.kind != tc.want.kind || got.status != tc.want.status || !reflect.DeepEqual(got.header, tc.want.header) ||
+				!strings.Contains(got.message, tc.want.message) {
+				t.Errorf("got %+v\nwant %+v", got, tc.want)
+			}
+			if n := srv.Count(); n != 1 {
+				t.Errorf("%d requests, want exactly 1 (SDK retries must be off)", n)
+			}
+		})
+	}
+}
+
+func TestConnectionRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	m, err := openai.New(openai.Config{APIKey: testKey, BaseURL: "http://" + addr + "/v1", Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = stream(t, m, hello)
+	pe := providerError(t, err)
+	if pe.Kind != "connectionError" || pe.HTTPStatus != 0 || !strings.Contains(pe.Message, "refused") {
+		t.Errorf("got %+v", pe)
+	}
+	if strings.Contains(pe.Error(), addr) {
+		t.Errorf("message %q repeats the URL", pe.Error())
+	}
+}
+
+// TestKeyNeverInErrors: OpenAI's 401 quotes the key back; a proxy may
+// echo it whole. Neither reaches the error.
+func TestKeyNeverInErrors(t *testing.T) {
+	body := fmt.Sprintf(`{"error":{"message":"Incorrect API key provided: %s. Also seen as sk-proj-********************abcd and Bearer %s.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`, testKey, testKey)
+	for _, tc := range []struct {
+		name  string
+		reply fakeopenai.Reply
+	}{
+		{"401 body", fakeopenai.Error(401, body, "Www-Authenticate", "Bearer "+testKey)},
+		{"error frame", fakeopenai.Stream(fakeopenai.Role(), `{"error":{"message":"bad key `+testKey+`","type":"server_error","param":null,"code":null}}`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := fakeopenai.New(t, "/v1", tc.reply)
+			_, _, err := stream(t, newModel(t, srv, nil), hello)
+			pe := providerError(t, err)
+			if tc.name == "401 body" && pe.HTTPStatus != 401 {
+				t.Errorf("status %d, want 401", pe.HTTPStatus)
+			}
+			if got := srv.Requests()[0].Header.Get("Authorization"); got != "Bearer "+testKey {
+				t.Errorf("Authorization %q, want the key sent", got)
+			}
+			var dump strings.Builder
+			for e := error(pe); e != nil; e = errors.Unwrap(e) {
+				fmt.Fprintf(&dump, "%v|%+v|%#v|", e, e, e)
+			}
+			fmt.Fprintf(&dump, "%s|%v|%#v", pe.Message, pe.Header, *pe)
+			for _, secret := range []string{testKey, "TESTKEY", "abcd"} {
+				if strings.Contains(dump.String(), secret) {
+					t.Errorf("error text contains %q: %s", secret, dump.String())
+				}
+			}
+			if !strings.Contains(pe.Message, "Incorrect API key") && tc.name == "401 body" {
+				t.Errorf("message %q lost its meaning", pe.Message)
+			}
+		})
+	}
+}
+
+func TestCancel(t *testing.T) {
+	srv := fakeopenai.New(t, "/v1", fakeopenai.StreamStall(fakeopenai.Role(), fakeopenai.Delta("Hel")))
+	m := newModel(t, srv, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Stream(ctx, hello, func(string) { cancel() })
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != context.Canceled {
+			t.Errorf("got %v (%T), want context.Canceled unwrapped", err, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stream did not return after cancellation")
+	}
+}
+
+func TestCancelWhileWaitingForHeaders(t *testing.T) {
+	srv := fakeopenai.New(t, "/v1", fakeopenai.StallHeaders())
+	m := newModel(t, srv, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := m.Stream(ctx, hello, func(string) {})
+	if err != context.Canceled || time.Since(start) > 5*time.Second {
+		t.Errorf("got %v after %v, want context.Canceled promptly", err, time.Since(start))
+	}
+}
+
+func TestRequestBody(t *testing.T) {
+	srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Answer("ok")...))
+	req := provider.Request{Model: "gpt-4.1", MaxTokens: 300, Attempt: 3, Messages: []provider.Message{
+		{Role: provider.RoleUser, Text: "Hi"},
+		{Role: provider.RoleAssistant, Text: "Hello! How can I help?"},
+		{Role: provider.RoleUser, Text: "Tell me a joke."},
+	}}
+	if _, _, err := stream(t, newModel(t, srv, func(c *openai.Config) { c.Organization, c.Project = "org-1", "proj-1" }), req); err != nil {
+		t.Fatal(err)
+	}
+	r := srv.Requests()[0]
+	want := map[string]any{
+		"model": "gpt-4.1",
+		"messages": []any{
+			map[string]any{"role": "user", "content": "Hi"},
+			map[string]any{"role": "assistant", "content": "Hello! How can I help?"},
+			map[string]any{"role": "user", "content": "Tell me a joke."},
+		},
+		"max_completion_tokens": float64(300),
+		"stream":                true,
+		"stream_options":        map[string]any{"include_usage": true},
+	}
+	if !reflect.DeepEqual(r.Body, want) {
+		t.Errorf("body %s\nwant %v", r.Raw, want)
+	}
+	for name, want := range map[string]string{
+		"Authorization":           "Bearer " + testKey,
+		"Content-Type":            "application/json",
+		"X-Stainless-Retry-Count": "2", // mspd's retries so far, not the SDK's
+		"Openai-Organization":     "org-1",
+		"Openai-Project":          "proj-1",
+	} {
+		if got := r.Header.Get(name); got != want {
+			t.Errorf("header %s = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestConfig(t *testing.T) {
+	t.Run("max_tokens for older servers", func(t *testing.T) {
+		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Answer("ok")...))
+		if _, _, err := stream(t, newModel(t, srv, func(c *openai.Config) { c.MaxTokensField = openai.MaxTokens }), hello); err != nil {
+			t.Fatal(err)
+		}
+		b := srv.Requests()[0].Body
+		if b["max_tokens"] != float64(64) || b["max_completion_tokens"] != nil {
+			t.Errorf("body %s", srv.Requests()[0].Raw)
+		}
+	})
+	t.Run("request model defaults to config", func(t *testing.T) {
+		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Answer("ok")...))
+		if _, _, err := stream(t, newModel(t, srv, nil), hello); err != nil {
+			t.Fatal(err)
+		}
+		if got := srv.Requests()[0].Body["model"]; got != "gpt-4o-mini" {
+			t.Errorf("model %v", got)
+		}
+	})
+	t.Run("system", func(t *testing.T) {
+		srv := fakeopenai.New(t, "/v1")
+		if s := newModel(t, srv, nil).System(); s != "openai" {
+			t.Errorf("default System %q", s)
+		}
+		if s := newModel(t, srv, func(c *openai.Config) { c.System = "vllm" }).System(); s != "vllm" {
+			t.Errorf("configured System %q", s)
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		cfg  openai.Config
+	}{
+		{"no model", openai.Config{}},
+		{"bad max tokens field", openai.Config{Model: "m", MaxTokensField: "max_output_tokens"}},
+		{"relative base URL", openai.Config{Model: "m", BaseURL: "localhost:8000/v1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := openai.New(tc.cfg); err == nil {
+				t.Error("New accepted it")
+			}
+		})
+	}
+	t.Run("unsupported role", func(t *testing.T) {
+		srv := fakeopenai.New(t, "/v1")
+		_, _, err := stream(t, newModel(t, srv, nil), provider.Request{Messages: []provider.Message{{Role: "system", Text: "x"}}})
+		if pe := providerError(t, err); pe.Kind != "invalidRequest" || srv.Count() != 0 {
+			t.Errorf("got %+v after %d requests", pe, srv.Count())
+		}
+	})
+}
+
+// TestEnvironmentIgnored: OPENAI_* variables must not redirect requests or
+// swap the key; mspd's configuration is the only source.
+func TestEnvironmentIgnored(t *testing.T) {
+	t.Setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+	t.Setenv("OPENAI_API_KEY", "sk-from-the-environment")
+	t.Setenv("OPENAI_CUSTOM_HEADERS", "X-Leak: yes")
+	srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Answer("ok")...))
+	if _, _, err := stream(t, newModel(t, srv, nil), hello); err != nil {
+		t.Fatal(err)
+	}
+	h := srv.Requests()[0].Header
+	if h.Get("Authorization") != "Bearer "+testKey || h.Get("X-Leak") != "" {
+		t.Errorf("headers %v", h)
+	}
+}
+
+// TestBaseURL: compatible servers mount the API under other prefixes.
+func TestBaseURL(t *testing.T) {
+	for _, prefix := range []string{"/v1", "/openai/v1", ""} {
+		for _, slash := range []string{"", "/"} {
+			t.Run(prefix+slash, func(t *testing.T) {
+				srv := fakeopenai.New(t, prefix, fakeopenai.Stream(fakeopenai.Answer("ok")...))
+				m := newModel(t, srv, func(c *openai.Config) { c.BaseURL = srv.URL + slash; c.APIKey = "" })
+				text, _, err := stream(t, m, hello)
+				if err != nil || text != "ok" {
+					t.Fatalf("got %q, %v", text, err)
+				}
+				r := srv.Requests()[0]
+				if r.Path != prefix+"/chat/completions" || r.Header.Get("Authorization") != "" {
+					t.Errorf("path %q, authorization %q", r.Path, r.Header.Get("Authorization"))
+				}
+			})
+		}
+	}
+}
+
+func TestStructuredOutputRequest(t *testing.T) {
+	schema := json.RawMessage(`{"type":"object","properties":{"answer":{"type":"string"}},"required":["answer"]}`)
+	srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Answer(`{"answer":`, `"42"}`)...))
+	req := hello
+	req.ResponseSchema = schema
+	text, resp, err := stream(t, newModel(t, srv, nil), req)
+	if err != nil || text != `{"answer":"42"}` || resp.StructuredOutput != provider.StructuredNative {
+		t.Fatalf("got %q %+v %v", text, resp, err)
+	}
+	var wantSchema any
+	_ = json.Unmarshal(schema, &wantSchema)
+	want := map[string]any{"type": "json_schema", "json_schema": map[string]any{
+		"name": "response", "schema": wantSchema, "strict": false}}
+	if got := srv.Requests()[0].Body["response_format"]; !reflect.DeepEqual(got, want) {
+		t.Errorf("response_format %v\nwant %v", got, want)
+	}
+}
+
+// --- through the turn runner ---
+
+// notice is the content of a turn/modelRetryScheduled.
+type notice struct {
+	Attempt, NextAttempt, MaxAttempts int
+	RetryDelayMs                      int64
+	System, ErrorKind                 string
+	HTTPStatus                        int
+}
+
+// turnNotice is the content of a turn/retryScheduled.
+type turnNotice struct {
+	Attempt, NextAttempt, MaxAttempts int
+	RetryDelayMs                      int64
+	Reason                            string
+}
+
+type turnRun struct {
+	out   turn.Outcome
+	sink  *turntest.Sink
+	clock *retrytest.Clock
+	start time.Time
+}
+
+// runTurn runs one turn through the real runner on a fake clock, advancing
+// the clock by each backoff as soon as the runner sleeps in it.
+func runTurn(t *testing.T, m provider.Model, spec turn.Spec, start time.Time, mod func(*turn.Config)) turnRun {
+	t.Helper()
+	clk := retrytest.NewClock(start)
+	cfg := turn.Config{Model: m, Engine: &modelretry.Engine{Clock: clk, Rand: retrytest.Fixed(0.5)},
+		Policy: modelretry.DefaultPolicy(), DefaultMaxTokens: 256, ModelMaxTokens: 4096}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r := turn.NewRunner(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sink := &turntest.Sink{}
+	done := make(chan turn.Outcome, 1)
+	go func() { done <- r.Run(ctx, spec, sink) }()
+	advCtx, stopAdv := context.WithCancel(ctx)
+	advDone := make(chan struct{})
+	go func() {
+		defer close(advDone)
+		for clk.WaitForSleepers(advCtx, 1) == nil {
+			s := clk.Sleeps()
+			clk.Advance(s[len(s)-1])
+		}
+	}()
+	var out turn.Outcome
+	select {
+	case out = <-done:
+	case <-ctx.Done():
+		t.Fatalf("turn did not end; events so far: %s", sink.Methods())
+	}
+	stopAdv()
+	<-advDone
+	return turnRun{out: out, sink: sink, clock: clk, start: start}
+}
+
+func modelNotices(s *turntest.Sink) []notice {
+	var out []notice
+	for _, p := range turntest.Of[*msp.TurnModelRetryScheduledParams](s, msp.NotifyTurnModelRetryScheduled) {
+		if p.TurnID != "turn-1" {
+			panic("wrong turn id " + p.TurnID)
+		}
+		out = append(out, notice{p.Attempt, p.NextAttempt, p.MaxAttempts, p.RetryDelayMs, p.System, p.ErrorKind, p.HTTPStatus})
+	}
+	return out
+}
+
+func turnNotices(s *turntest.Sink) []turnNotice {
+	var out []turnNotice
+	for _, p := range turntest.Of[*msp.TurnRetryScheduledParams](s, msp.NotifyTurnRetryScheduled) {
+		out = append(out, turnNotice{p.Attempt, p.NextAttempt, p.MaxAttempts, p.RetryDelayMs, p.Reason})
+	}
+	return out
+}
+
+// items returns the closing status and text of each agentMessage item.
+func items(s *turntest.Sink) [][2]string {
+	var out [][2]string
+	for _, p := range turntest.Of[*msp.ItemParams](s, msp.NotifyItemCompleted) {
+		out = append(out, [2]string{p.Item.Status, *p.Item.Text})
+	}
+	return out
+}
+
+func TestTurnScenarios(t *testing.T) {
+	const (
+		answer    = "item/started, item/delta, item/completed, session/tokenUsage"
+		modelThen = "turn/modelRetryScheduled, " + answer
+	)
+	ok := fakeopenai.Stream(fakeopenai.Answer("Hel", "lo")...) // 2 output tokens
+	schema := json.RawMessage(`{"type":"object","properties":{"answer":{"type":"string"}},"required":["answer"]}`)
+
+	type scenario struct {
+		name     string
+		replies  func(start time.Time) []fakeopenai.Reply
+		model    func(*openai.Config)
+		spec     func(*turn.Spec)
+		methods  string
+		model_   []notice
+		turn_    []turnNotice
+		items    [][2]string
+		terminal string
+		errText  string // substring of the turn error's message
+		attempts msp.Attempts
+		check    func(t *testing.T, srv *fakeopenai.Server, r turnRun)
+	}
+	fixed := func(r ...fakeopenai.Reply) func(time.Time) []fakeopenai.Reply {
+		return func(time.Time) []fakeopenai.Reply { return r }
+	}
+	oa := func(attempt int, delay int64, kind string, status int) notice {
+		return notice{attempt, attempt + 1, 5, delay, "openai", kind, status}
+	}
+	scenarios := []scenario{
+		{
+			name: "normal answer with usage",
+			replies: fixed(fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hel"), fakeopenai.Delta("lo"),
+				fakeopenai.Finish("stop"), fakeopenai.Usage(12, 16, 4, 3), fakeopenai.Done)),
+			methods: answer, items: [][2]string{{"completed", "Hello"}}, terminal: "completed",
+			attempts: msp.Attempts{Count: 1, OutputTokens: 16, UsageComplete: true},
+			check: func(t *testing.T, _ *fakeopenai.Server, r turnRun) {
+				if r.out.Answer != "Hello" {
+					t.Errorf("answer %q", r.out.Answer)
+				}
+				want := &msp.TokenUsage{InputTokens: 12, OutputTokens: 16, CachedTokens: 4, ReasoningTokens: 3}
+				if !reflect.DeepEqual(r.out.Completed.Usage, want) {
+					t.Errorf("usage %+v", r.out.Completed.Usage)
+				}
+				u := turntest.Of[*msp.SessionTokenUsageParams](r.sink, msp.NotifySessionTokenUsage)
+				if len(u) != 1 || u[0].FinishReason != "stop" || u[0].ModelID != fakeopenai.Model || u[0].TotalTokens != 28 {
+					t.Errorf("tokenUsage %s", turntest.JSON(u[0]))
+				}
+			},
+		},
+		{
+			name:     "429 retry-after-ms",
+			replies:  fixed(fakeopenai.Error(429, fakeopenai.RateLimitBody, "Retry-After-Ms", "1500"), ok),
+			methods:  modelThen,
+			model_:   []notice{oa(1, 1500, "rateLimited", 429)},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
+			check: sleeps(1500 * time.Millisecond),
+		},
+		{
+			name: "429 retry-after HTTP date",
+			replies: func(start time.Time) []fakeopenai.Reply {
+				date := start.Add(3 * time.Second).UTC().Format(http.TimeFormat)
+				return []fakeopenai.Reply{fakeopenai.Error(429, fakeopenai.RateLimitBody, "Retry-After", date), ok}
+			},
+			methods:  modelThen,
+			model_:   []notice{oa(1, 3000, "rateLimited", 429)},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
+			check: sleeps(3 * time.Second),
+		},
+		{
+			name:     "429 retry-after seconds",
+			replies:  fixed(fakeopenai.Error(429, fakeopenai.RateLimitBody, "Retry-After", "2"), ok),
+			methods:  modelThen,
+			model_:   []notice{oa(1, 2000, "rateLimited", 429)},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
+		},
+		{
+			name:     "429 message delay without headers",
+			replies:  fixed(fakeopenai.Error(429, fakeopenai.RateLimitBody), ok),
+			methods:  modelThen,
+			model_:   []notice{oa(1, 20000, "rateLimited", 429)}, // "Please try again in 20s."
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
+		},
+		{
+			name:     "429 insufficient_quota is not retried",
+			replies:  fixed(fakeopenai.Error(429, fakeopenai.QuotaBody, "Retry-After", "1")),
+			methods:  "",
+			terminal: "failed", errText: "quota exhausted (HTTP 429)",
+			attempts: msp.Attempts{Count: 1},
+		},
+		{
+			name: "500 502 503 retried",
+			replies: fixed(fakeopenai.Error(500, fakeopenai.ServerErrorBody),
+				fakeopenai.Error(502, "<html><body><h1>502 Bad Gateway</h1></body></html>"),
+				fakeopenai.Error(503, fakeopenai.OverloadedBody), ok),
+			methods: "turn/modelRetryScheduled, turn/modelRetryScheduled, " + modelThen,
+			model_: []notice{oa(1, 250, "serverError", 500), oa(2, 500, "serverError", 502),
+				oa(3, 1000, "overloaded", 503)},
+			terminal: "completed", attempts: msp.Attempts{Count: 4, OutputTokens: 2},
+			check: sleeps(250*time.Millisecond, 500*time.Millisecond, time.Second),
+		},
+		{
+			name: "529 with x-should-retry true",
+			replies: fixed(fakeopenai.Error(529, `{"error":{"message":"Overloaded","type":"overloaded_error","param":null,"code":null}}`,
+				"X-Should-Retry", "true"), ok),
+			methods: modelThen, model_: []notice{oa(1, 250, "overloaded", 529)},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
+		},
+		{
+			name: "400 with x-should-retry true",
+			replies: fixed(fakeopenai.Error(400, `{"error":{"message":"Invalid request, please retry","type":"invalid_request_error","param":null,"code":null}}`,
+				"X-Should-Retry", "true"), ok),
+			methods: modelThen, model_: []notice{oa(1, 250, "invalidRequest", 400)},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
+		},
+		{
+			name:     "500 with x-should-retry false",
+			replies:  fixed(fakeopenai.Error(500, fakeopenai.ServerErrorBody, "X-Should-Retry", "false")),
+			terminal: "failed", errText: "server error (HTTP 500)",
+			attempts: msp.Attempts{Count: 1},
+		},
+		{
+			name:     "400 context_length_exceeded",
+			replies:  fixed(fakeopenai.Error(400, fakeopenai.ContextLengthBody)),
+			terminal: "failed", errText: "context too long (HTTP 400)",
+			attempts: msp.Attempts{Count: 1},
+		},
+		{
+			name: "401 is not retried",
+			replies: fixed(fakeopenai.Error(401, `{"error":{"message":"Incorrect API key provided: `+testKey+`.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`,
+				"Www-Authenticate", `Bearer realm="OpenAI API"`)),
+			terminal: "failed", errText: "not authorized (HTTP 401)",
+			attempts: msp.Attempts{Count: 1},
+			check: func(t *testing.T, _ *fakeopenai.Server, r turnRun) {
+				if m := r.out.Completed.Error.Message; strings.Contains(m, "TESTKEY") {
+					t.Errorf("turn error leaks the key: %q", m)
+				}
+			},
+		},
+		{
+			name:     "connection reset before headers",
+			replies:  fixed(fakeopenai.Reset(), ok),
+			methods:  modelThen,
+			model_:   []notice{oa(1, 250, "connectionError", 0)},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
+		},
+		{
+			name: "stream cut after deltas",
+			replies: fixed(fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hel"), fakeopenai.Delta("lo wor")),
+				ok),
+			methods: "item/started, item/delta, item/completed, turn/retryScheduled, " + answer,
+			turn_:   []turnNotice{{1, 2, 5, 250, "provider stream disconnected"}},
+			items:   [][2]string{{"failed", "Hello wor"}, {"completed", "Hello"}},
+			// The cut attempt's usage never came: a floor, not a count.
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
+			check: distinctItems,
+		},
+		{
+			name: "connection dropped mid-body",
+			replies: fixed(fakeopenai.StreamAbort(fakeopenai.Role(), fakeopenai.Delta("Hel")),
+				ok),
+			methods:  "item/started, item/delta, item/completed, turn/retryScheduled, " + answer,
+			turn_:    []turnNotice{{1, 2, 5, 250, "provider stream disconnected"}},
+			items:    [][2]string{{"failed", "Hel"}, {"completed", "Hello"}},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
+		},
+		{
+			name: "error frame before any content",
+			replies: fixed(fakeopenai.Stream(fakeopenai.Role(),
+				fakeopenai.ErrorFrame("The server had an error while processing your request.", "server_error", "")), ok),
+			methods:  modelThen,
+			model_:   []notice{oa(1, 250, "serverError", 500)},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
+		},
+		{
+			name: "error frame after content",
+			replies: fixed(fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hel"),
+				fakeopenai.ErrorFrame("The server had an error while processing your request.", "server_error", "")), ok),
+			methods:  "item/started, item/delta, item/completed, turn/retryScheduled, " + answer,
+			turn_:    []turnNotice{{1, 2, 5, 250, "provider stream failed: server error (HTTP 500)"}},
+			items:    [][2]string{{"failed", "Hel"}, {"completed", "Hello"}},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
+		},
+		{
+			name:     "idle stream after content",
+			model:    func(c *openai.Config) { c.IdleTimeout = 40 * time.Millisecond },
+			replies:  fixed(fakeopenai.StreamStall(fakeopenai.Role(), fakeopenai.Delta("Hel")), ok),
+			methods:  "item/started, item/delta, item/completed, turn/retryScheduled, " + answer,
+			turn_:    []turnNotice{{1, 2, 5, 250, "provider stream failed: timed out"}},
+			items:    [][2]string{{"failed", "Hel"}, {"completed", "Hello"}},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
+		},
+		{
+			name:     "idle stream before content",
+			model:    func(c *openai.Config) { c.IdleTimeout = 40 * time.Millisecond },
+			replies:  fixed(fakeopenai.StreamStall(fakeopenai.Role()), fakeopenai.StallHeaders(), ok),
+			methods:  "turn/modelRetryScheduled, " + modelThen,
+			model_:   []notice{oa(1, 250, "timeout", 0), oa(2, 500, "timeout", 0)},
+			terminal: "completed", attempts: msp.Attempts{Count: 3, OutputTokens: 2},
+		},
+		{
+			name: "finish_reason length grows max tokens",
+			spec: func(s *turn.Spec) { s.MaxTokens = 100 },
+			replies: fixed(fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Once upon"), fakeopenai.Finish("length"),
+				fakeopenai.Usage(12, 100, 0, 0), fakeopenai.Done), ok),
+			methods:  answer + ", turn/retryScheduled, " + answer,
+			turn_:    []turnNotice{{1, 2, 5, 250, "output truncated at 100 tokens; retrying with 200"}},
+			items:    [][2]string{{"failed", "Once upon"}, {"completed", "Hello"}},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 102, UsageComplete: true},
+			check: func(t *testing.T, srv *fakeopenai.Server, _ turnRun) {
+				var got []any
+				for _, r := range srv.Requests() {
+					got = append(got, r.Body["max_completion_tokens"])
+				}
+				if !reflect.DeepEqual(got, []any{float64(100), float64(200)}) {
+					t.Errorf("max_completion_tokens per request %v, want [100 200]", got)
+				}
+			},
+		},
+		{
+			name:     "structured output native",
+			spec:     func(s *turn.Spec) { s.ResponseSchema = schema },
+			replies:  fixed(fakeopenai.Stream(fakeopenai.Answer(`{"answer":`, `"42"}`)...)),
+			methods:  answer,
+			terminal: "completed",
+			attempts: msp.Attempts{Count: 1, OutputTokens: 2, UsageComplete: true, StructuredOutput: "native"},
+			check: func(t *testing.T, srv *fakeopenai.Server, r turnRun) {
+				rf, _ := srv.Requests()[0].Body["response_format"].(map[string]any)
+				js, _ := rf["json_schema"].(map[string]any)
+				if rf["type"] != "json_schema" || js["name"] != "response" || js["strict"] != false || js["schema"] == nil {
+					t.Errorf("response_format %v", rf)
+				}
+				if r.out.Answer != `{"answer":"42"}` {
+					t.Errorf("answer %q", r.out.Answer)
+				}
+			},
+		},
+		{
+			name: "structured output violation re-runs",
+			spec: func(s *turn.Spec) { s.ResponseSchema = schema },
+			replies: fixed(fakeopenai.Stream(fakeopenai.Answer(`{"nope":1}`)...),
+				fakeopenai.Stream(fakeopenai.Answer(`{"answer":"42"}`)...)),
+			methods:  answer + ", turn/retryScheduled, " + answer,
+			items:    [][2]string{{"completed", `{"nope":1}`}, {"completed", `{"answer":"42"}`}},
+			terminal: "completed",
+			attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true, StructuredOutput: "native"},
+			check: func(t *testing.T, _ *fakeopenai.Server, r turnRun) {
+				if n := turnNotices(r.sink); len(n) != 1 || !strings.HasPrefix(n[0].Reason, "answer does not match the response schema") {
+					t.Errorf("turn notices %+v", n)
+				}
+			},
+		},
+		{
+			name: "usage chunk missing",
+			replies: fixed(fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hi"), fakeopenai.Finish("stop"),
+				fakeopenai.Done)),
+			methods:  "item/started, item/delta, item/completed",
+			terminal: "completed", attempts: msp.Attempts{Count: 1, OutputTokens: 0, UsageComplete: false},
+		},
+		{
+			name: "history and max tokens on the wire",
+			spec: func(s *turn.Spec) {
+				s.MaxTokens = 300
+				s.History = []provider.Message{
+					{Role: provider.RoleUser, Text: "Hi"},
+					{Role: provider.RoleAssistant, Text: "Hello! How can I help?"},
+					{Role: provider.RoleUser, Text: "Tell me a joke."},
+				}
+			},
+			replies:  fixed(fakeopenai.Error(500, fakeopenai.ServerErrorBody), ok),
+			methods:  modelThen,
+			model_:   []notice{oa(1, 250, "serverError", 500)},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
+			check: func(t *testing.T, srv *fakeopenai.Server, _ turnRun) {
+				reqs := srv.Requests()
+				for i, r := range reqs {
+					msgs, _ := r.Body["messages"].([]any)
+					var roles []string
+					for _, m := range msgs {
+						mm := m.(map[string]any)
+						roles = append(roles, fmt.Sprintf("%s:%s", mm["role"], mm["content"]))
+					}
+					want := []string{"user:Hi", "assistant:Hello! How can I help?", "user:Tell me a joke."}
+					if !reflect.DeepEqual(roles, want) || r.Body["max_completion_tokens"] != float64(300) ||
+						r.Body["stream"] != true {
+						t.Errorf("request %d body %s", i+1, r.Raw)
+					}
+					if got := r.Header.Get("X-Stainless-Retry-Count"); got != fmt.Sprint(i) {
+						t.Errorf("request %d X-Stainless-Retry-Count %q, want %d", i+1, got, i)
+					}
+				}
+			},
+		},
+		{
+			name:  "compatible server under a prefix reports its system",
+			model: func(c *openai.Config) { c.System = "vllm"; c.MaxTokensField = openai.MaxTokens },
+			replies: fixed(fakeopenai.Stream(fakeopenai.Role(),
+				`{"error":{"object":"error","message":"engine dead","type":"InternalServerError","param":null,"code":500}}`), ok),
+			methods:  modelThen,
+			model_:   []notice{{1, 2, 5, 250, "vllm", "serverError", 500}},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
+		},
+		{
+			name:     "attempts exhausted",
+			replies:  fixed(fakeopenai.Error(503, fakeopenai.OverloadedBody), fakeopenai.Error(503, fakeopenai.OverloadedBody), fakeopenai.Error(503, fakeopenai.OverloadedBody)),
+			spec:     func(s *turn.Spec) { n := 3; s.Retry = &msp.RetryPolicy{MaxAttempts: &n} },
+			methods:  "turn/modelRetryScheduled, turn/modelRetryScheduled",
+			model_:   []notice{{1, 2, 3, 250, "openai", "overloaded", 503}, {2, 3, 3, 500, "openai", "overloaded", 503}},
+			terminal: "failed", errText: "overloaded (HTTP 503); gave up after 3 attempts",
+			attempts: msp.Attempts{Count: 3},
+		},
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			start := time.Now().Truncate(time.Second)
+			srv := fakeopenai.New(t, "/v1", sc.replies(start)...)
+			m := newModel(t, srv, sc.model)
+			spec := turn.Spec{SessionID: "session-1", TurnID: "turn-1",
+				History: []provider.Message{{Role: provider.RoleUser, Text: "Hi"}}}
+			if sc.spec != nil {
+				sc.spec(&spec)
+			}
+			r := runTurn(t, m, spec, start, nil)
+			c := r.out.Completed
+			if got := r.sink.Methods(); got != sc.methods {
+				t.Errorf("methods\n got %s\nwant %s", got, sc.methods)
+			}
+			if got := modelNotices(r.sink); !reflect.DeepEqual(got, sc.model_) {
+				t.Errorf("turn/modelRetryScheduled\n got %+v\nwant %+v", got, sc.model_)
+			}
+			if got := turnNotices(r.sink); !reflect.DeepEqual(got, sc.turn_) {
+				t.Errorf("turn/retryScheduled\n got %+v\nwant %+v", got, sc.turn_)
+			}
+			if sc.items != nil {
+				if got := items(r.sink); !reflect.DeepEqual(got, sc.items) {
+					t.Errorf("items %v, want %v", got, sc.items)
+				}
+			}
+			if c.Terminal != sc.terminal {
+				t.Errorf("terminal %q, want %q (error %+v)", c.Terminal, sc.terminal, c.Error)
+			}
+			if sc.errText != "" && (c.Error == nil || c.Error.Kind != msp.TurnErrorModel || !strings.Contains(c.Error.Message, sc.errText)) {
+				t.Errorf("turn error %+v, want modelError containing %q", c.Error, sc.errText)
+			}
+			if sc.errText == "" && c.Error != nil {
+				t.Errorf("unexpected turn error %+v", c.Error)
+			}
+			if c.Attempts == nil || *c.Attempts != sc.attempts {
+				t.Errorf("attempts %+v, want %+v", c.Attempts, sc.attempts)
+			}
+			// One HTTP request per attempt: the SDK never retries behind
+			// mspd's back.
+			if n := srv.Count(); n != sc.attempts.Count {
+				t.Errorf("server saw %d requests for %d attempts", n, sc.attempts.Count)
+			}
+			if sc.check != nil {
+				sc.check(t, srv, r)
+			}
+		})
+	}
+}
+
+// sleeps checks the backoffs slept on the fake clock.
+func sleeps(want ...time.Duration) func(*testing.T, *fakeopenai.Server, turnRun) {
+	return func(t *testing.T, _ *fakeopenai.Server, r turnRun) {
+		if got := r.clock.Sleeps(); !reflect.DeepEqual(got, want) {
+			t.Errorf("slept %v, want %v", got, want)
+		}
+	}
+}
+
+// distinctItems checks each attempt streamed into its own item.
+func distinctItems(t *testing.T, _ *fakeopenai.Server, r turnRun) {
+	started := turntest.Of[*msp.ItemParams](r.sink, msp.NotifyItemStarted)
+	if len(started) != 2 || started[0].Item.ItemID == started[1].Item.ItemID {
+		t.Fatalf("items %v", started)
+	}
+	if got := r.sink.Text(started[0].Item.ItemID); got != "Hello wor" {
+		t.Errorf("first item deltas %q", got)
+	}
+	if got := r.sink.Text(started[1].Item.ItemID); got != "Hello" {
+		t.Errorf("second item deltas %q", got)
+	}
+}
