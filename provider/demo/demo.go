@@ -123,7 +123,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 		return provider.Response{}, err
 	}
 
-	prompt := lastUserText(req.Messages)
+	prompt := provider.LastUserText(req.Messages)
 	r := m.rng("reply", req)
 	text := reply(r, keywords(prompt))
 	resp := provider.Response{FinishReason: provider.FinishStop, Model: req.Model}
@@ -145,7 +145,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	}
 
 	// One token per word keeps the MaxTokens arithmetic obvious in the UI.
-	words := splitWords(text)
+	words := provider.SplitWords(text)
 	if req.MaxTokens > 0 && len(words) > req.MaxTokens {
 		words = words[:req.MaxTokens]
 		resp.FinishReason = provider.FinishLength
@@ -472,35 +472,6 @@ func compact(raw json.RawMessage) string {
 		return "null"
 	}
 	return b.String()
-}
-
-// splitWords cuts text into word deltas, each carrying the whitespace
-// before it, so the deltas concatenate back to text exactly.
-func splitWords(text string) []string {
-	var chunks []string
-	start, inWord := 0, false
-	for i, r := range text {
-		space := unicode.IsSpace(r)
-		if !space && !inWord && i > start && strings.TrimSpace(text[start:i]) != "" {
-			chunks = append(chunks, text[start:i])
-			start = i
-		}
-		inWord = !space
-	}
-	if start < len(text) {
-		chunks = append(chunks, text[start:])
-	}
-	return chunks
-}
-
-// lastUserText is the text of the turn's user message.
-func lastUserText(msgs []provider.Message) string {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == provider.RoleUser {
-			return msgs[i].Text
-		}
-	}
-	return ""
 }
 
 // promptWords estimates input tokens as the words of the whole history.

@@ -31,7 +31,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"mspd/provider"
@@ -140,7 +139,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	if err := ctx.Err(); err != nil {
 		return provider.Response{}, err
 	}
-	text := lastUserText(req.Messages)
+	text := provider.LastUserText(req.Messages)
 	steps, scripted, err := parseScript(text)
 	if err != nil {
 		return provider.Response{}, &provider.Error{Kind: KindInvalidRequest, Message: err.Error(), Err: err}
@@ -208,7 +207,7 @@ func serve(ctx context.Context, req provider.Request, s Step, onText func(string
 
 // echo answers an unscripted turn with its own text.
 func echo(ctx context.Context, req provider.Request, text string, onText func(string)) (provider.Response, error) {
-	if err := streamChunks(ctx, splitWords(text), 0, onText); err != nil {
+	if err := streamChunks(ctx, provider.SplitWords(text), 0, onText); err != nil {
 		return provider.Response{}, err
 	}
 	resp := provider.Response{
@@ -405,36 +404,6 @@ func split(text string, n int) []string {
 		start = end
 	}
 	return chunks
-}
-
-// splitWords cuts text into word-sized deltas, each word carrying the
-// whitespace before it, so the deltas concatenate back to text.
-func splitWords(text string) []string {
-	var chunks []string
-	start, inWord := 0, false
-	for i, r := range text {
-		space := unicode.IsSpace(r)
-		if !space && !inWord && i > start && strings.TrimSpace(text[start:i]) != "" {
-			chunks = append(chunks, text[start:i])
-			start = i
-		}
-		inWord = !space
-	}
-	if start < len(text) {
-		chunks = append(chunks, text[start:])
-	}
-	return chunks
-}
-
-// lastUserText is the text of the turn's user message: the last message
-// with the user role.
-func lastUserText(msgs []provider.Message) string {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == provider.RoleUser {
-			return msgs[i].Text
-		}
-	}
-	return ""
 }
 
 // inputTokens estimates the prompt at about four characters a token.
