@@ -12,14 +12,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
 	"mspd/modelretry"
-	"mspd/provider"
+	"mspd/provider/catalog"
 	"mspd/provider/demo"
-	"mspd/provider/scripted"
-	"mspd/schema/msp"
 	"mspd/server"
 	"mspd/session"
 	"mspd/store/sqlite"
@@ -33,15 +32,22 @@ type Config struct {
 	Listen string
 	// DataDir holds the SQLite database (default ./mspd-data).
 	DataDir string
-	// Provider names the model provider: demo (default) or scripted.
+	// ConfigFile, when set, is a TOML file naming the providers (see
+	// package catalog); Provider, Model and Demo are then ignored.
+	ConfigFile string
+	// Provider names the single provider without a ConfigFile: demo
+	// (default), scripted, openai or anthropic.
 	Provider string
-	// Model is the provider's model id; empty for its default.
+	// Model is that provider's model id; empty for its default.
 	Model string
 	// Demo configures the demo provider.
 	Demo demo.Config
+	// Env reads the providers' environment variables (API keys, base
+	// URLs); nil means os.Getenv.
+	Env catalog.Env
 	// Retry is the host retry policy; zero fields take modelretry defaults.
 	Retry modelretry.Policy
-	// RetryBudget bounds retries across all turns of the provider (gRPC
+	// RetryBudget bounds retries across all turns of each provider (gRPC
 	// retry throttling): zero values take modelretry's defaults (10 tokens,
 	// ratio 0.1); negative Tokens disables the budget.
 	RetryBudget Budget
@@ -90,38 +96,30 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	model, err := newModel(cfg)
+	cat, err := newCatalog(cfg)
 	if err != nil {
 		return nil, err
 	}
-	policy := withDefaults(cfg.Retry)
-	if err := policy.Validate(); err != nil {
-		return nil, fmt.Errorf("retry policy: %w", err)
+	runners, err := newRunners(cfg, cat)
+	if err != nil {
+		return nil, err
 	}
 	dbPath := filepath.Join(dir, "mspd.db")
 	st, err := sqlite.Open(dbPath)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", dbPath, err)
 	}
-	budget, err := newBudget(cfg)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	engine := &modelretry.Engine{Clock: cfg.Clock, Budget: budget}
-	runner := turn.NewRunner(turn.Config{Model: model, Engine: engine, Policy: policy, DefaultMaxTokens: cfg.DefaultMaxTokens})
 	now := time.Now
 	if cfg.Clock != nil {
 		now = cfg.Clock.Now
 	}
 	mgr, err := session.New(ctx, session.Config{
-		Store:      st,
-		Runner:     runner,
-		LogPath:    dbPath,
-		ProviderID: model.System(),
-		ModelID:    cfg.Model,
-		Now:        now,
-		Logger:     cfg.Logger,
+		Store:   st,
+		Runner:  runners,
+		LogPath: dbPath,
+		Catalog: cat,
+		Now:     now,
+		Logger:  cfg.Logger,
 	})
 	if err != nil {
 		st.Close()
@@ -130,27 +128,70 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	scfg := cfg.Server
 	scfg.Home = dir
 	scfg.Logger = cfg.Logger
-	scfg.Models = modelList(model.System(), cfg.Model)
+	scfg.Models = cat
 	srv, err := server.New(mgr, scfg)
 	if err != nil {
 		mgr.Close()
 		st.Close()
 		return nil, err
 	}
+	for _, p := range cat.Providers() {
+		cfg.Logger.Info("provider", "id", p.ID, "type", p.Type, "model", p.DefaultModel, "system", p.Model.System())
+	}
 	return &Daemon{cfg: cfg, store: st, mgr: mgr, srv: srv}, nil
 }
 
-func newModel(cfg Config) (provider.Model, error) {
-	switch cfg.Provider {
-	case "", "demo":
-		return demo.New(cfg.Demo), nil
-	case "scripted":
-		return scripted.New(), nil
+func newCatalog(cfg Config) (*catalog.Catalog, error) {
+	env := cfg.Env
+	if env == nil {
+		env = os.Getenv
 	}
-	return nil, fmt.Errorf("unknown provider %q (want demo or scripted)", cfg.Provider)
+	if cfg.ConfigFile != "" {
+		return catalog.Load(cfg.ConfigFile, env)
+	}
+	return catalog.Single(cfg.Provider, cfg.Model, cfg.Demo, env)
 }
 
-// newBudget builds the provider's shared retry budget (nil: unthrottled).
+// newRunners gives each provider its own turn runner and retry budget:
+// one provider's outage must not throttle another's retries.
+func newRunners(cfg Config, cat *catalog.Catalog) (*router, error) {
+	policy := withDefaults(cfg.Retry)
+	if err := policy.Validate(); err != nil {
+		return nil, fmt.Errorf("retry policy: %w", err)
+	}
+	r := &router{byID: make(map[string]*turn.Runner), def: cat.Default().ID}
+	for _, p := range cat.Providers() {
+		budget, err := newBudget(cfg)
+		if err != nil {
+			return nil, err
+		}
+		r.byID[p.ID] = turn.NewRunner(turn.Config{
+			Model:            p.Model,
+			Engine:           &modelretry.Engine{Clock: cfg.Clock, Budget: budget},
+			Policy:           policy,
+			DefaultMaxTokens: cfg.DefaultMaxTokens,
+			ModelMaxTokens:   p.MaxOutputTokens,
+		})
+	}
+	return r, nil
+}
+
+// router runs each turn on its session's provider.
+type router struct {
+	byID map[string]*turn.Runner
+	def  string
+}
+
+func (r *router) Run(ctx context.Context, spec turn.Spec, sink turn.Sink) turn.Outcome {
+	runner, ok := r.byID[spec.ProviderID]
+	if !ok {
+		// A session from a run with other providers configured.
+		runner = r.byID[r.def]
+	}
+	return runner.Run(ctx, spec, sink)
+}
+
+// newBudget builds a provider's retry budget (nil: unthrottled).
 func newBudget(cfg Config) (*modelretry.Budget, error) {
 	tokens, ratio := cfg.RetryBudget.Tokens, cfg.RetryBudget.Ratio
 	switch {
@@ -189,21 +230,6 @@ func withDefaults(p modelretry.Policy) modelretry.Policy {
 	}
 	d.Jitter = p.Jitter
 	return d
-}
-
-func modelList(providerID, modelID string) msp.ModelListResult {
-	if modelID == "" {
-		modelID = providerID + "-default"
-		if providerID == demo.System {
-			modelID = demo.DefaultModel
-		}
-	}
-	return msp.ModelListResult{
-		ProviderID: providerID,
-		Source:     "configCatalog",
-		Models: []msp.ModelEntry{{ModelID: modelID, ProviderID: providerID, DisplayLabel: providerID + " · " + modelID,
-			IsActive: true, IsDefault: true}},
-	}
 }
 
 // Handler is the daemon's HTTP handler (for tests that serve it themselves).

@@ -114,7 +114,22 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 		res, err := mgr.Page(ctx, p)
 		return res, nil, err
 	case msp.MethodModelList:
-		return c.srv.cfg.Models, nil, nil
+		var p struct {
+			SessionID string `json:"sessionId"`
+		}
+		if err := json.Unmarshal(params, &p); err != nil {
+			return nil, nil, msp.ErrInvalidParams("", "model/list params: %v", err)
+		}
+		var providerID, modelID string
+		if p.SessionID != "" {
+			if providerID, modelID, err = mgr.SessionModel(ctx, p.SessionID); err != nil {
+				return nil, nil, err
+			}
+		}
+		if c.srv.cfg.Models == nil {
+			return msp.ModelListResult{ProviderID: providerID, Source: "configCatalog", Models: []msp.ModelEntry{}}, nil, nil
+		}
+		return c.srv.cfg.Models.List(providerID, modelID), nil, nil
 	}
 	return nil, nil, msp.NewError(msp.CodeMethodNotFound, msp.KindMethodNotFound, "method %q is not served by this host", method)
 }

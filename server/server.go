@@ -45,10 +45,16 @@ type Config struct {
 	// OriginPatterns lists the browser origins allowed besides the
 	// server's own host (coder/websocket patterns, e.g. "localhost:*").
 	OriginPatterns []string
-	// Models is what model/list returns.
-	Models msp.ModelListResult
+	// Models answers model/list; nil serves an empty catalog.
+	Models ModelLister
 	// Logger receives connection logs (default slog.Default()).
 	Logger *slog.Logger
+}
+
+// ModelLister renders model/list for a session's (or, when empty, the
+// default) provider and model.
+type ModelLister interface {
+	List(providerID, modelID string) msp.ModelListResult
 }
 
 // Server serves MSP connections for a session manager.

@@ -542,6 +542,17 @@ func (m *Manager) Unsubscribe(ctx context.Context, sub Subscriber, sessionID str
 	return nil
 }
 
+// SessionModel returns the provider and model a session uses.
+func (m *Manager) SessionModel(ctx context.Context, sessionID string) (providerID, modelID string, err error) {
+	s, err := m.load(ctx, sessionID)
+	if err != nil {
+		return "", "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return deref(s.st.ProviderID), deref(s.st.ModelID), nil
+}
+
 // Page serves view/page.
 func (m *Manager) Page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageResult, error) {
 	s, err := m.load(ctx, p.SessionID)

@@ -1,0 +1,289 @@
+// Package catalog builds the model providers mspd is configured with —
+// from the --provider/--model flags and the providers' environment
+// variables, or from a TOML file naming several — and answers which
+// provider and model a session may use and what model/list returns.
+//
+// API keys are read from the environment only, never from the file, and
+// never appear in errors or listings.
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"mspd/provider"
+	"mspd/provider/anthropic"
+	"mspd/provider/demo"
+	"mspd/provider/openai"
+	"mspd/provider/scripted"
+	"mspd/schema/msp"
+)
+
+// Provider types.
+const (
+	TypeDemo      = "demo"
+	TypeScripted  = "scripted"
+	TypeOpenAI    = "openai"
+	TypeAnthropic = "anthropic"
+)
+
+// Default models when a configuration names none.
+const (
+	DefaultOpenAIModel    = "gpt-4o-mini"
+	DefaultAnthropicModel = "claude-sonnet-4-5"
+)
+
+// Entry configures one provider: a [[providers]] table of the file.
+type Entry struct {
+	// ID is the providerId clients pick in session/start (default: Type).
+	ID string `toml:"id"`
+	// Type is openai (also any OpenAI-compatible server), anthropic, demo
+	// or scripted.
+	Type string `toml:"type"`
+	// Model is the default model; Models lists every model offered
+	// (default: just Model).
+	Model  string   `toml:"model"`
+	Models []string `toml:"models"`
+	// BaseURL points an openai entry at a compatible server, or an
+	// anthropic entry at a proxy (default: the provider's own, or
+	// OPENAI_BASE_URL / ANTHROPIC_BASE_URL).
+	BaseURL string `toml:"base_url"`
+	// APIKeyEnv names the environment variable holding the key (default
+	// OPENAI_API_KEY / ANTHROPIC_API_KEY).
+	APIKeyEnv string `toml:"api_key_env"`
+	// System is the OpenTelemetry gen_ai.provider.name reported in retry
+	// notices (default: openai, anthropic, demo, scripted).
+	System string `toml:"system"`
+	// IdleTimeout fails an attempt whose stream is silent this long.
+	IdleTimeout duration `toml:"idle_timeout"`
+	// MaxOutputTokens caps truncation growth (the model's output limit).
+	MaxOutputTokens int `toml:"max_output_tokens"`
+	// MaxTokensField is "max_tokens" for older OpenAI-compatible servers.
+	MaxTokensField string `toml:"max_tokens_field"`
+	// StructuredMode is "tool" (default) or "prompt" for anthropic.
+	StructuredMode string `toml:"structured_mode"`
+	// Demo settings.
+	WordDelay duration `toml:"word_delay"`
+	Faults    float64  `toml:"faults"`
+	Seed      int64    `toml:"seed"`
+}
+
+// File is the configuration file.
+type File struct {
+	// Default is the id of the provider a session gets when it names none
+	// (default: the first).
+	Default   string  `toml:"default"`
+	Providers []Entry `toml:"providers"`
+}
+
+// duration reads "60s"-style TOML strings.
+type duration struct{ time.Duration }
+
+func (d *duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	d.Duration = v
+	return err
+}
+
+// Provider is one configured provider.
+type Provider struct {
+	ID    string
+	Type  string
+	Model provider.Model
+	// DefaultModel is what a session gets when it names no model.
+	DefaultModel string
+	// Models are the model ids sessions may pick.
+	Models []string
+	// MaxOutputTokens caps truncation growth; 0 for the runner default.
+	MaxOutputTokens int
+}
+
+// Catalog is the set of configured providers.
+type Catalog struct {
+	providers []*Provider
+	def       *Provider
+}
+
+// Env looks up an environment variable (os.Getenv in production).
+type Env func(string) string
+
+// Load reads a TOML configuration file.
+func Load(path string, env Env) (*Catalog, error) {
+	var f File
+	md, err := toml.DecodeFile(path, &f)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	if undecoded := md.Undecoded(); len(undecoded) > 0 {
+		return nil, fmt.Errorf("catalog: %s: unknown key %s", path, undecoded[0])
+	}
+	return Build(f, env)
+}
+
+// Single builds a catalog of one provider from the --provider and --model
+// flags and the provider's environment variables.
+func Single(typ, model string, demoCfg demo.Config, env Env) (*Catalog, error) {
+	e := Entry{Type: typ, Model: model, Faults: demoCfg.FaultRate, Seed: demoCfg.Seed}
+	e.WordDelay.Duration = demoCfg.WordDelay
+	return Build(File{Providers: []Entry{e}}, env)
+}
+
+// Build makes the providers of f.
+func Build(f File, env Env) (*Catalog, error) {
+	if env == nil {
+		env = os.Getenv
+	}
+	if len(f.Providers) == 0 {
+		return nil, errors.New("catalog: no providers configured")
+	}
+	c := &Catalog{}
+	for i, e := range f.Providers {
+		p, err := build(e, env)
+		if err != nil {
+			return nil, fmt.Errorf("catalog: provider %d (%s): %w", i+1, e.ID, err)
+		}
+		if c.Get(p.ID) != nil {
+			return nil, fmt.Errorf("catalog: provider id %q configured twice", p.ID)
+		}
+		c.providers = append(c.providers, p)
+	}
+	c.def = c.providers[0]
+	if f.Default != "" {
+		if c.def = c.Get(f.Default); c.def == nil {
+			return nil, fmt.Errorf("catalog: default provider %q is not configured", f.Default)
+		}
+	}
+	return c, nil
+}
+
+func build(e Entry, env Env) (*Provider, error) {
+	if e.Type == "" {
+		e.Type = TypeDemo
+	}
+	if e.ID == "" {
+		e.ID = e.Type
+	}
+	p := &Provider{ID: e.ID, Type: e.Type, MaxOutputTokens: e.MaxOutputTokens}
+	keyEnv := e.APIKeyEnv
+	switch e.Type {
+	case TypeDemo:
+		p.DefaultModel = or(e.Model, demo.DefaultModel)
+		p.Model = demo.New(demo.Config{WordDelay: e.WordDelay.Duration, FaultRate: e.Faults, Seed: e.Seed})
+	case TypeScripted:
+		p.DefaultModel = or(e.Model, "script")
+		p.Model = scripted.New()
+	case TypeOpenAI:
+		p.DefaultModel = or(e.Model, DefaultOpenAIModel)
+		m, err := openai.New(openai.Config{
+			APIKey:         env(or(keyEnv, "OPENAI_API_KEY")),
+			BaseURL:        or(e.BaseURL, env("OPENAI_BASE_URL")),
+			Model:          p.DefaultModel,
+			System:         e.System,
+			IdleTimeout:    e.IdleTimeout.Duration,
+			MaxTokensField: e.MaxTokensField,
+		})
+		if err != nil {
+			return nil, err
+		}
+		p.Model = m
+	case TypeAnthropic:
+		p.DefaultModel = or(e.Model, DefaultAnthropicModel)
+		keyEnv = or(keyEnv, "ANTHROPIC_API_KEY")
+		key := env(keyEnv)
+		if key == "" {
+			return nil, fmt.Errorf("no API key: set %s", keyEnv)
+		}
+		m, err := anthropic.New(anthropic.Config{
+			APIKey:         key,
+			BaseURL:        or(e.BaseURL, env("ANTHROPIC_BASE_URL")),
+			Model:          p.DefaultModel,
+			System:         e.System,
+			IdleTimeout:    e.IdleTimeout.Duration,
+			StructuredMode: e.StructuredMode,
+		})
+		if err != nil {
+			return nil, err
+		}
+		p.Model = m
+	default:
+		return nil, fmt.Errorf("unknown type %q (want openai, anthropic, demo or scripted)", e.Type)
+	}
+	p.Models = e.Models
+	if !slices.Contains(p.Models, p.DefaultModel) {
+		p.Models = append([]string{p.DefaultModel}, p.Models...)
+	}
+	return p, nil
+}
+
+func or(v, fallback string) string {
+	if v != "" {
+		return v
+	}
+	return fallback
+}
+
+// Get returns the provider with an id, or nil.
+func (c *Catalog) Get(id string) *Provider {
+	for _, p := range c.providers {
+		if p.ID == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// Default returns the provider sessions get when they name none.
+func (c *Catalog) Default() *Provider { return c.def }
+
+// Providers returns every configured provider, in configuration order.
+func (c *Catalog) Providers() []*Provider { return slices.Clone(c.providers) }
+
+// Resolve checks a session/start's providerId and modelId, filling in the
+// defaults; it implements session.Catalog.
+func (c *Catalog) Resolve(providerID, modelID string) (string, string, error) {
+	p := c.def
+	if providerID != "" {
+		if p = c.Get(providerID); p == nil {
+			return "", "", msp.ErrInvalidParams("providerId", "provider %q is not configured (model/list names the configured ones)", providerID)
+		}
+	}
+	if modelID == "" {
+		return p.ID, p.DefaultModel, nil
+	}
+	if !slices.Contains(p.Models, modelID) {
+		return "", "", msp.ErrInvalidParams("modelId", "model %q is not configured for provider %q", modelID, p.ID)
+	}
+	return p.ID, modelID, nil
+}
+
+// List renders model/list: every configured model of every provider, the
+// active one marked. activeProvider and activeModel name a session's
+// choice; empty means the defaults.
+func (c *Catalog) List(activeProvider, activeModel string) msp.ModelListResult {
+	if activeProvider == "" {
+		activeProvider, activeModel = c.def.ID, c.def.DefaultModel
+	}
+	res := msp.ModelListResult{ProviderID: activeProvider, Source: "configCatalog", Models: []msp.ModelEntry{}}
+	for _, p := range c.providers {
+		for _, m := range p.Models {
+			entry := msp.ModelEntry{
+				ModelID:      m,
+				ProviderID:   p.ID,
+				DisplayLabel: p.ID + " · " + m,
+				IsDefault:    p == c.def && m == p.DefaultModel,
+				IsActive:     p.ID == activeProvider && m == activeModel,
+			}
+			if p.MaxOutputTokens > 0 {
+				limit := int64(p.MaxOutputTokens)
+				entry.OutputLimit = &limit
+			}
+			res.Models = append(res.Models, entry)
+		}
+	}
+	return res
+}
