@@ -32,7 +32,8 @@ type Request struct {
 	// Messages is the history, oldest first; the last one is the turn's
 	// user message.
 	Messages []Message
-	// MaxTokens bounds the output of this attempt.
+	// MaxTokens bounds the output of this attempt; 0 leaves it to the
+	// provider (the turn runner always sets it).
 	MaxTokens int
 	// ResponseSchema, when set, is a JSON Schema the answer must satisfy.
 	ResponseSchema json.RawMessage
@@ -103,6 +104,11 @@ type Error struct {
 	Header http.Header
 	// Message is a short description safe for logs and users.
 	Message string
+	// Accepted is true when the provider had accepted the request (its
+	// stream was open) before the failure, as with an error event inside a
+	// stream: output may have been generated and billed even without a
+	// delta, so the attempt's usage is unknown rather than zero.
+	Accepted bool
 	// Err is the underlying error, if any.
 	Err error
 }

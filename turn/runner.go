@@ -256,13 +256,14 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int) attemptResult {
 	return res
 }
 
-// refusedBeforeOutput tells whether the provider answered an attempt with
-// an error status before any output: it generated nothing, so the attempt
-// is accounted as zero output tokens rather than as missing usage. A
-// dropped connection or a timeout may have been billed; those stay unknown.
+// refusedBeforeOutput tells whether the provider refused an attempt with
+// an error response before accepting it: it generated nothing, so the
+// attempt is accounted as zero output tokens rather than as missing usage.
+// A dropped connection, a timeout or an error inside an accepted stream
+// may have been billed; those stay unknown.
 func refusedBeforeOutput(res attemptResult) bool {
 	var pe *provider.Error
-	return res.err != nil && res.text == "" && errors.As(res.err, &pe) && pe.HTTPStatus != 0
+	return res.err != nil && res.text == "" && errors.As(res.err, &pe) && pe.HTTPStatus != 0 && !pe.Accepted
 }
 
 func (t *run) openItem() (*msp.Item, error) {

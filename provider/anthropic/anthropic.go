@@ -10,12 +10,28 @@
 //
 //   - Usage is reported only for a stream that ended with message_stop and
 //     whose message_delta carried output_tokens. A stream that broke, failed
-//     or never reported output tokens returns a nil Usage, so the turn's
-//     usageComplete is false (RFC 0248): the input tokens of message_start
-//     alone would make the count look complete when it is a floor.
+//     or never reported output tokens returns a nil Usage, marking the count
+//     unknown (RFC 0248 usageComplete false): the input tokens of
+//     message_start alone would make a floor look complete. An HTTP error
+//     response also has a nil Usage; the turn runner counts such a refusal
+//     as zero.
 //   - InputTokens counts every prompt token once: input_tokens +
 //     cache_read_input_tokens + cache_creation_input_tokens; CachedTokens is
 //     the cache-read part.
+//
+// Errors: an HTTP error keeps its status and its retry-after,
+// retry-after-ms and x-should-retry headers, with a Kind from the body's
+// error.type (rate_limit_error → rateLimited, overloaded_error → overloaded,
+// api_error → serverError, authentication_error and permission_error →
+// auth, billing_error → quotaExhausted, invalid_request_error →
+// invalidRequest or, for a prompt too long, contextLengthExceeded,
+// not_found_error → notFound, request_too_large → invalidRequest,
+// timeout_error → timeout); an unknown type leaves Kind empty for the
+// status to decide. An SSE error event after the 200 reports the status its
+// type implies (overloaded_error → 529) and, for an unknown type,
+// streamInterrupted. No response at all is connectionError, a stream that
+// ends or breaks before message_stop streamInterrupted, and a client-side
+// or idle timeout timeout.
 //
 // Liveness: IdleTimeout bounds every silence of the connection, from
 // sending the request to the response headers and between any two reads of
@@ -67,7 +83,8 @@ type Config struct {
 	// APIKey authenticates every request. Required. It never appears in
 	// errors or messages.
 	APIKey string
-	// BaseURL is the API root; empty means the SDK's production URL.
+	// BaseURL is the API root, without /v1 (the SDK appends v1/messages);
+	// empty means the SDK's production URL.
 	// Environment variables (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY, ...) are
 	// ignored: mspd's configuration is explicit.
 	BaseURL string
@@ -158,10 +175,10 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	if err != nil {
 		return provider.Response{}, err
 	}
-	var resp provider.Response
-	if plan.structured != "" {
-		resp.StructuredOutput = plan.structured
+	if onText == nil {
+		onText = func(string) {}
 	}
+	resp := provider.Response{StructuredOutput: plan.structured}
 
 	w := newWatch(m.cfg.IdleTimeout)
 	sctx, cancel := context.WithCancel(context.WithValue(ctx, watchKey{}, w))
@@ -181,18 +198,23 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	for !st.stopped && stream.Next() {
 		st.handle(stream.Current())
 	}
+	// Nothing more is read: a late idle firing must not fail a finished
+	// stream.
+	w.stop()
 	resp.Model = st.model
 	streamErr := stream.Err()
 
 	switch {
 	case ctx.Err() != nil:
 		return resp, ctx.Err()
+	case st.stopped && streamErr == nil:
+		// Finished; read on below.
 	case w.fired():
 		return resp, m.redact(&provider.Error{Kind: kindTimeout,
 			Message: "no data from the provider for " + m.cfg.IdleTimeout.String(), Err: idleError{}})
 	case streamErr != nil:
 		return resp, m.failure(streamErr, w.gotHeaders())
-	case !st.stopped:
+	default:
 		return resp, &provider.Error{Kind: kindStreamInterrupted,
 			Message: "the stream ended before message_stop"}
 	}
@@ -207,6 +229,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	case anthropic.StopReasonModelContextWindowExceeded:
 		// Not a truncation: more max_tokens cannot help, so it must not
 		// become a growing truncation retry.
+		resp.FinishReason = string(st.stopReason)
 		return resp, &provider.Error{Kind: kindContextLengthExceeded,
 			Message: "the conversation filled the model's context window"}
 	case anthropic.StopReasonToolUse:

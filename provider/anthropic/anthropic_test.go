@@ -1,6 +1,7 @@
 package anthropic_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -425,8 +426,8 @@ func TestTurnScenarios(t *testing.T) {
 			modelRetries: []modelRetry{{1, 2, 5, 1500, sys, "rateLimited", 429}},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
-			// The 429 reported no usage, so the count is a floor.
-			attempts: msp.Attempts{Count: 2, OutputTokens: 3, UsageComplete: false},
+			// The runner counts a refusal with an HTTP status as zero usage.
+			attempts: msp.Attempts{Count: 2, OutputTokens: 3, UsageComplete: true},
 		},
 		{
 			name: "429 with retry-after as an HTTP date",
@@ -438,7 +439,7 @@ func TestTurnScenarios(t *testing.T) {
 			modelRetries: []modelRetry{{1, 2, 5, 3000, sys, "rateLimited", 429}},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
-			attempts:     msp.Attempts{Count: 2, OutputTokens: 3, UsageComplete: false},
+			attempts:     msp.Attempts{Count: 2, OutputTokens: 3, UsageComplete: true},
 		},
 		{
 			name: "402 billing_error is not retried",
@@ -448,7 +449,7 @@ func TestTurnScenarios(t *testing.T) {
 			methods:  "",
 			terminal: msp.TerminalFailed,
 			errorHas: []string{"quota exhausted (HTTP 402)", "credit balance"},
-			attempts: msp.Attempts{Count: 1},
+			attempts: msp.Attempts{Count: 1, UsageComplete: true},
 		},
 		{
 			name: "400 billing_error is quotaExhausted, not retried",
@@ -458,7 +459,7 @@ func TestTurnScenarios(t *testing.T) {
 			methods:  "",
 			terminal: msp.TerminalFailed,
 			errorHas: []string{"quota exhausted (HTTP 400)"},
-			attempts: msp.Attempts{Count: 1},
+			attempts: msp.Attempts{Count: 1, UsageComplete: true},
 		},
 		{
 			name: "500 api_error retried",
@@ -469,7 +470,7 @@ func TestTurnScenarios(t *testing.T) {
 			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "serverError", 500}},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
-			attempts:     msp.Attempts{Count: 2, OutputTokens: 2},
+			attempts:     msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
 		},
 		{
 			name: "502 and 503 from a proxy retried",
@@ -483,7 +484,7 @@ func TestTurnScenarios(t *testing.T) {
 			},
 			terminal: msp.TerminalCompleted,
 			answer:   "ok",
-			attempts: msp.Attempts{Count: 3, OutputTokens: 2},
+			attempts: msp.Attempts{Count: 3, OutputTokens: 2, UsageComplete: true},
 		},
 		{
 			name: "529 overloaded_error with x-should-retry true",
@@ -494,7 +495,7 @@ func TestTurnScenarios(t *testing.T) {
 			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "overloaded", 529}},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
-			attempts:     msp.Attempts{Count: 2, OutputTokens: 2},
+			attempts:     msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
 		},
 		{
 			name: "400 invalid_request_error with x-should-retry true is retried",
@@ -505,7 +506,7 @@ func TestTurnScenarios(t *testing.T) {
 			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "invalidRequest", 400}},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
-			attempts:     msp.Attempts{Count: 2, OutputTokens: 2},
+			attempts:     msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
 		},
 		{
 			name: "400 prompt is too long is contextLengthExceeded",
@@ -515,7 +516,7 @@ func TestTurnScenarios(t *testing.T) {
 			methods:  "",
 			terminal: msp.TerminalFailed,
 			errorHas: []string{"context too long (HTTP 400)"},
-			attempts: msp.Attempts{Count: 1},
+			attempts: msp.Attempts{Count: 1, UsageComplete: true},
 		},
 		{
 			name: "401 authentication_error is not retried",
@@ -525,7 +526,7 @@ func TestTurnScenarios(t *testing.T) {
 			methods:  "",
 			terminal: msp.TerminalFailed,
 			errorHas: []string{"not authorized (HTTP 401)"},
-			attempts: msp.Attempts{Count: 1},
+			attempts: msp.Attempts{Count: 1, UsageComplete: true},
 			check: func(t *testing.T, f *fake, res turnResult) {
 				if strings.Contains(turntest.JSON(&res.out.Completed), testKey) {
 					t.Error("the turn's terminal carries the API key")
@@ -542,8 +543,10 @@ func TestTurnScenarios(t *testing.T) {
 			attempts:     msp.Attempts{Count: 2, OutputTokens: 2},
 		},
 		{
-			name:        "stream cut after deltas is a turn-layer retry",
-			steps:       func(*retrytest.Clock) []step { return []step{cut("Hel", "lo"), answer("end_turn", 4, "Hello", " again")} },
+			name: "stream cut after deltas is a turn-layer retry",
+			steps: func(*retrytest.Clock) []step {
+				return []step{cut("Hel", "lo"), answer("end_turn", 4, "Hello", " again")}
+			},
 			methods:     seq(drift, trs, good),
 			turnRetries: []turnRetry{{1, 2, 5, 250, "provider stream disconnected"}},
 			items:       []string{"failed:Hello", "completed:Hello again"},
@@ -562,17 +565,23 @@ func TestTurnScenarios(t *testing.T) {
 			},
 		},
 		{
-			name:         "in-stream overloaded_error before any text",
-			steps:        func(*retrytest.Clock) []step { return []step{streamError("overloaded_error"), answer("end_turn", 2, "ok")} },
+			name: "in-stream overloaded_error before any text",
+			steps: func(*retrytest.Clock) []step {
+				return []step{streamError("overloaded_error"), answer("end_turn", 2, "ok")}
+			},
 			methods:      seq(mrs, good),
 			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "overloaded", 529}},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
-			attempts:     msp.Attempts{Count: 2, OutputTokens: 2},
+			// The stream had been accepted (message_start reported input
+			// tokens) before the error, so that attempt's usage is unknown.
+			attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: false},
 		},
 		{
-			name:        "in-stream overloaded_error after text",
-			steps:       func(*retrytest.Clock) []step { return []step{streamError("overloaded_error", "Par", "tial"), answer("end_turn", 2, "ok")} },
+			name: "in-stream overloaded_error after text",
+			steps: func(*retrytest.Clock) []step {
+				return []step{streamError("overloaded_error", "Par", "tial"), answer("end_turn", 2, "ok")}
+			},
 			methods:     seq(drift, trs, good),
 			turnRetries: []turnRetry{{1, 2, 5, 250, "provider stream failed: overloaded (HTTP 529)"}},
 			items:       []string{"failed:Partial", "completed:ok"},
@@ -746,7 +755,7 @@ func TestTurnScenarios(t *testing.T) {
 			methods:  "",
 			terminal: msp.TerminalFailed,
 			errorHas: []string{"overloaded (HTTP 529)", "gave up after 1 attempts"},
-			attempts: msp.Attempts{Count: 1},
+			attempts: msp.Attempts{Count: 1, UsageComplete: true},
 		},
 	}
 	for _, tc := range tests {
@@ -829,10 +838,9 @@ func jsonEqual(a, b []byte) bool {
 }
 
 func schemaCompact(s json.RawMessage) []byte {
-	var v any
-	_ = json.Unmarshal(s, &v)
-	b, _ := json.Marshal(v)
-	return b
+	var b bytes.Buffer
+	_ = json.Compact(&b, s)
+	return b.Bytes()
 }
 
 // ---- the Model on its own --------------------------------------------------

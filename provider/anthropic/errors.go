@@ -138,6 +138,7 @@ func apiError(aerr *anthropic.Error) *provider.Error {
 		// (overloaded_error → 529); its 200's headers say nothing about it.
 		// A type mspd does not know still broke an accepted stream.
 		_, pe.HTTPStatus = typeInfo(typ)
+		pe.Accepted = true
 		if pe.Kind == "" {
 			pe.Kind = kindStreamInterrupted
 		}

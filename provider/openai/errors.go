@@ -139,7 +139,8 @@ func bodyKind(code, typ string) string {
 //	rate_limit_exceeded, rate_limit_error       → rateLimited, 429
 //	context_length_exceeded                     → contextLengthExceeded, 400
 //	model_not_found                             → notFound, 404
-//	invalid_request_error, BadRequestError      → invalidRequest, 400
+//	invalid_request_error, BadRequestError,
+//	  invalid_prompt                            → invalidRequest, 400
 //	server_error, api_error, internal_error,
 //	  InternalServerError                       → serverError, 500
 //	overloaded, overloaded_error, slow_down,
@@ -194,7 +195,7 @@ func frameKind(code, typ string) (string, int) {
 		switch strings.ToLower(s) {
 		case "rate_limit_error":
 			return kindRateLimited, http.StatusTooManyRequests
-		case "invalid_request_error", "badrequesterror":
+		case "invalid_request_error", "badrequesterror", "invalid_prompt":
 			return kindInvalidRequest, http.StatusBadRequest
 		case "server_error", "api_error", "internal_error", "internalservererror":
 			return kindServerError, http.StatusInternalServerError
@@ -222,17 +223,15 @@ func topLevelError(body io.Reader) (code, typ, msg string) {
 	return code, f.Type, f.Message
 }
 
-// retryHeaderNames are the response headers that steer mspd's retries.
-var retryHeaderNames = [...]string{"Retry-After", "Retry-After-Ms", "X-Should-Retry", "X-Ms-Retry-After-Ms"}
-
-// retryHeaders copies the headers that steer retries, and nothing else:
-// the error must not carry cookies or account details onward.
+// retryHeaders copies the headers that steer mspd's retries, and nothing
+// else: the error must not carry cookies or account details onward.
 func retryHeaders(h http.Header) http.Header {
+	names := [...]string{"Retry-After", "Retry-After-Ms", "X-Should-Retry", "X-Ms-Retry-After-Ms"}
 	var out http.Header
-	for _, name := range retryHeaderNames {
+	for _, name := range names {
 		if vs := h.Values(name); len(vs) > 0 {
 			if out == nil {
-				out = make(http.Header, len(retryHeaderNames))
+				out = make(http.Header, len(names))
 			}
 			out[name] = append([]string(nil), vs...)
 		}

@@ -1,6 +1,7 @@
 // Package openai is mspd's OpenAI provider: streaming Chat Completions
 // through the official SDK (github.com/openai/openai-go/v3), for OpenAI
-// itself or any compatible endpoint (vLLM, llama.cpp, gateways).
+// itself or any compatible endpoint (vLLM, llama.cpp, gateways), or the
+// Responses API when Config.API says so.
 //
 // The SDK's own retries are off: every Stream call is exactly one HTTP
 // request, so mspd's retry layer counts and announces every attempt. A failed
@@ -25,6 +26,7 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
 	"mspd/provider"
@@ -40,6 +42,15 @@ const (
 	// 300 s; a chat user watching nothing happen for a minute is already
 	// better served by a retry.
 	DefaultIdleTimeout = 60 * time.Second
+)
+
+// APIs a Model can speak.
+const (
+	// APIChatCompletions is POST chat/completions, which every compatible
+	// server implements.
+	APIChatCompletions = "chat"
+	// APIResponses is POST responses, OpenAI's newer API.
+	APIResponses = "responses"
 )
 
 // Names of the request field that carries Request.MaxTokens.
@@ -77,21 +88,26 @@ type Config struct {
 	// http.DefaultTransport. Its Timeout, if any, bounds whole streams, so
 	// leave it 0 and rely on IdleTimeout.
 	HTTPClient *http.Client
-	// MaxTokensField names the request field for Request.MaxTokens:
-	// MaxCompletionTokens ("" means this) or MaxTokens for older compatible
-	// servers.
+	// MaxTokensField names the Chat Completions field for
+	// Request.MaxTokens: MaxCompletionTokens ("" means this) or MaxTokens
+	// for older compatible servers. The Responses API always uses
+	// max_output_tokens.
 	MaxTokensField string
-	// Organization and Project, when set, are sent as OpenAI-Organization
-	// and OpenAI-Project.
+	// API selects the endpoint: APIChatCompletions ("" means this) or
+	// APIResponses.
+	API string
+	// Organization, when set, is sent as OpenAI-Organization.
 	Organization string
-	Project      string
+	// Project, when set, is sent as OpenAI-Project.
+	Project string
 }
 
 // Model streams Chat Completions. It keeps no per-request state and is safe
 // for concurrent use.
 type Model struct {
-	cfg  Config
-	chat oai.ChatCompletionService
+	cfg       Config
+	chat      oai.ChatCompletionService
+	responses responses.ResponseService
 }
 
 // New validates cfg and returns a Model. The SDK client is built from cfg
@@ -123,6 +139,13 @@ func New(cfg Config) (*Model, error) {
 		return nil, fmt.Errorf("openai: Config.MaxTokensField %q is neither %q nor %q",
 			cfg.MaxTokensField, MaxCompletionTokens, MaxTokens)
 	}
+	switch cfg.API {
+	case "":
+		cfg.API = APIChatCompletions
+	case APIChatCompletions, APIResponses:
+	default:
+		return nil, fmt.Errorf("openai: Config.API %q is neither %q nor %q", cfg.API, APIChatCompletions, APIResponses)
+	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = defaultHTTPClient()
 	}
@@ -141,9 +164,10 @@ func New(cfg Config) (*Model, error) {
 	if cfg.Project != "" {
 		opts = append(opts, option.WithProject(cfg.Project))
 	}
-	// The service, not oai.NewClient, which would fold in OPENAI_API_KEY,
+	// The services, not oai.NewClient, which would fold in OPENAI_API_KEY,
 	// OPENAI_BASE_URL and OPENAI_CUSTOM_HEADERS from the environment.
-	return &Model{cfg: cfg, chat: oai.NewChatCompletionService(opts...)}, nil
+	return &Model{cfg: cfg, chat: oai.NewChatCompletionService(opts...),
+		responses: responses.NewResponseService(opts...)}, nil
 }
 
 func defaultHTTPClient() *http.Client {
@@ -156,29 +180,69 @@ func defaultHTTPClient() *http.Client {
 // System implements provider.Model.
 func (m *Model) System() string { return m.cfg.System }
 
-// Stream implements provider.Model: one streamed Chat Completions request.
-// A stream that ends without a finish_reason and without data: [DONE] fails
-// as streamInterrupted; one that finished but lost its usage chunk succeeds
-// with nil Usage.
+// Stream implements provider.Model: one streamed request. On Chat
+// Completions a stream that ends without a finish_reason and without
+// data: [DONE] fails as streamInterrupted; one that finished but lost its
+// usage chunk succeeds with nil Usage. On the Responses API a stream that
+// ends without response.completed, response.incomplete or response.failed
+// fails as streamInterrupted.
 func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(string)) (provider.Response, error) {
-	var resp provider.Response
-	params, err := m.params(req)
-	if err != nil {
-		return resp, err
+	if err := checkMessages(req); err != nil {
+		return provider.Response{}, err
 	}
-	if len(req.ResponseSchema) > 0 {
-		resp.StructuredOutput = provider.StructuredNative
-	}
-
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := newWatch(m.cfg.IdleTimeout, cancel)
 	defer w.stop()
-	stream := m.chat.NewStreaming(sctx, params,
+	opts := []option.RequestOption{
 		option.WithMiddleware(w.middleware),
 		// The SDK counts its own retries (always 0 here); tell the server
 		// how many mspd has made instead.
-		option.WithHeader("X-Stainless-Retry-Count", strconv.Itoa(max(req.Attempt-1, 0))))
+		option.WithHeader("X-Stainless-Retry-Count", strconv.Itoa(max(req.Attempt-1, 0))),
+	}
+	var resp provider.Response
+	var err error
+	if m.cfg.API == APIResponses {
+		resp, err = m.streamResponses(sctx, req, onText, opts)
+	} else {
+		resp, err = m.streamChat(sctx, req, onText, opts, w)
+	}
+	if len(req.ResponseSchema) > 0 {
+		resp.StructuredOutput = provider.StructuredNative
+	}
+	if err == nil {
+		return resp, nil
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return resp, cerr
+	}
+	var pe *provider.Error
+	if errors.As(err, &pe) {
+		return resp, err
+	}
+	return resp, m.failure(err, w)
+}
+
+// checkMessages refuses what no OpenAI API accepts, before any request.
+func checkMessages(req provider.Request) error {
+	for i, msg := range req.Messages {
+		if msg.Role != provider.RoleUser && msg.Role != provider.RoleAssistant {
+			return &provider.Error{Kind: kindInvalidRequest,
+				Message: fmt.Sprintf("message %d has unsupported role %q", i, msg.Role)}
+		}
+	}
+	if len(req.ResponseSchema) > 0 && !json.Valid(req.ResponseSchema) {
+		return &provider.Error{Kind: kindInvalidRequest, Message: "the response schema is not valid JSON"}
+	}
+	return nil
+}
+
+// streamChat streams from chat/completions. Errors other than
+// *provider.Error are left to Stream to map.
+func (m *Model) streamChat(ctx context.Context, req provider.Request, onText func(string),
+	opts []option.RequestOption, w *watch) (provider.Response, error) {
+	var resp provider.Response
+	stream := m.chat.NewStreaming(ctx, m.params(req), opts...)
 	defer stream.Close()
 
 	var finish string
@@ -213,11 +277,8 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 			}
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return resp, err
-	}
 	if err := stream.Err(); err != nil {
-		return resp, m.failure(err, w)
+		return resp, err
 	}
 	if finish == "" && !w.sawDone() {
 		return resp, &provider.Error{Kind: kindStreamInterrupted,
@@ -227,8 +288,8 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	return resp, nil
 }
 
-// params builds the request body.
-func (m *Model) params(req provider.Request) (oai.ChatCompletionNewParams, error) {
+// params builds the chat/completions body; checkMessages has vetted req.
+func (m *Model) params(req provider.Request) oai.ChatCompletionNewParams {
 	p := oai.ChatCompletionNewParams{
 		Model:         shared.ChatModel(m.cfg.Model),
 		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: param.NewOpt(true)},
@@ -237,15 +298,11 @@ func (m *Model) params(req provider.Request) (oai.ChatCompletionNewParams, error
 		p.Model = shared.ChatModel(req.Model)
 	}
 	p.Messages = make([]oai.ChatCompletionMessageParamUnion, 0, len(req.Messages))
-	for i, msg := range req.Messages {
-		switch msg.Role {
-		case provider.RoleUser:
-			p.Messages = append(p.Messages, oai.UserMessage(msg.Text))
-		case provider.RoleAssistant:
+	for _, msg := range req.Messages {
+		if msg.Role == provider.RoleAssistant {
 			p.Messages = append(p.Messages, oai.AssistantMessage(msg.Text))
-		default:
-			return p, &provider.Error{Kind: kindInvalidRequest,
-				Message: fmt.Sprintf("message %d has unsupported role %q", i, msg.Role)}
+		} else {
+			p.Messages = append(p.Messages, oai.UserMessage(msg.Text))
 		}
 	}
 	if req.MaxTokens > 0 {
@@ -256,9 +313,6 @@ func (m *Model) params(req provider.Request) (oai.ChatCompletionNewParams, error
 		}
 	}
 	if len(req.ResponseSchema) > 0 {
-		if !json.Valid(req.ResponseSchema) {
-			return p, &provider.Error{Kind: kindInvalidRequest, Message: "the response schema is not valid JSON"}
-		}
 		// strict false: strict mode rejects common schemas (optional
 		// properties, additionalProperties unset), and mspd validates the
 		// answer itself.
@@ -272,7 +326,7 @@ func (m *Model) params(req provider.Request) (oai.ChatCompletionNewParams, error
 			},
 		}
 	}
-	return p, nil
+	return p
 }
 
 // finishReason normalises OpenAI's finish_reason. A refusal (the model

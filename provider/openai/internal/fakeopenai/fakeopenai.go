@@ -1,8 +1,9 @@
-// Package fakeopenai is a fake OpenAI Chat Completions server for tests. It
-// speaks the wire format of retry-background §6.1–6.2 exactly (headers,
-// chunk shapes, error bodies, mid-stream error frames), answers each
-// request with the next scripted Reply, and records every request so tests
-// can count attempts and inspect bodies.
+// Package fakeopenai is a fake OpenAI API server for tests: Chat
+// Completions and Responses streaming. It speaks the wire format of
+// retry-background §6.1–6.3 exactly (headers, chunk and event shapes, error
+// bodies, mid-stream error frames), answers each request with the next
+// scripted Reply, and records every request so tests can count attempts
+// and inspect bodies.
 package fakeopenai
 
 import (
@@ -36,8 +37,9 @@ type Request struct {
 	Body map[string]any
 }
 
-// Server is a running fake. Requests to any path other than
-// <prefix>/chat/completions get OpenAI's 404 body.
+// Server is a running fake. Requests to <prefix>/chat/completions and
+// <prefix>/responses share one script; any other path gets OpenAI's 404
+// body.
 type Server struct {
 	// URL is the base URL to configure clients with, prefix included
 	// (e.g. "http://127.0.0.1:1234/v1").
@@ -52,9 +54,9 @@ type Server struct {
 	reqs    []Request
 }
 
-// New starts a server under prefix (e.g. "/v1") answering the i-th chat
-// completions request with replies[i]; a request beyond the script fails
-// the test. The server is closed when the test ends.
+// New starts a server under prefix (e.g. "/v1") answering the i-th
+// request with replies[i]; a request beyond the script fails the test. The
+// server is closed when the test ends.
 func New(t testing.TB, prefix string, replies ...Reply) *Server {
 	t.Helper()
 	s := &Server{t: t, prefix: strings.TrimSuffix(prefix, "/"), replies: replies}
@@ -71,14 +73,14 @@ func New(t testing.TB, prefix string, replies ...Reply) *Server {
 // Client returns an HTTP client for the server.
 func (s *Server) Client() *http.Client { return s.srv.Client() }
 
-// Requests returns the chat completions requests received so far.
+// Requests returns the scripted requests received so far.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Request(nil), s.reqs...)
 }
 
-// Count returns how many chat completions requests were received.
+// Count returns how many scripted requests were received.
 func (s *Server) Count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -86,7 +88,7 @@ func (s *Server) Count() int {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != s.prefix+"/chat/completions" {
+	if r.Method != http.MethodPost || r.URL.Path != s.prefix+"/chat/completions" && r.URL.Path != s.prefix+"/responses" {
 		Error(http.StatusNotFound, `{"error":{"message":"Invalid URL (`+r.Method+` `+r.URL.Path+`)","type":"invalid_request_error","param":null,"code":null}}`)(w, r)
 		return
 	}
@@ -126,7 +128,9 @@ func commonHeaders(h http.Header) {
 }
 
 // writeFrames sends the stream's headers and then each payload as one
-// "data: <payload>\n\n" frame, flushed so the client sees it at once.
+// "data: <payload>\n\n" frame, flushed so the client sees it at once. A
+// Responses event (a JSON object with a "type") is preceded by its
+// "event: <type>" line, as OpenAI sends it.
 func writeFrames(w http.ResponseWriter, frames []string) {
 	h := w.Header()
 	commonHeaders(h)
@@ -136,6 +140,12 @@ func writeFrames(w http.ResponseWriter, frames []string) {
 	f := w.(http.Flusher)
 	f.Flush()
 	for _, p := range frames {
+		var ev struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal([]byte(p), &ev) == nil && ev.Type != "" {
+			fmt.Fprintf(w, "event: %s\n", ev.Type)
+		}
 		fmt.Fprintf(w, "data: %s\n\n", p)
 		f.Flush()
 	}
@@ -321,4 +331,77 @@ func Answer(parts ...string) []string {
 		frames = append(frames, Delta(p))
 	}
 	return append(frames, Finish("stop"), Usage(12, int64(len(parts)), 0, 0), Done)
+}
+
+// Responses API events (§6.3). Each carries its sequence_number.
+
+// responseObject is the "response" member of lifecycle events.
+type responseObject struct {
+	ID                string         `json:"id"`
+	Object            string         `json:"object"`
+	CreatedAt         int64          `json:"created_at"`
+	Status            string         `json:"status"`
+	Error             map[string]any `json:"error"`
+	IncompleteDetails map[string]any `json:"incomplete_details"`
+	Model             string         `json:"model"`
+	Output            []any          `json:"output"`
+	Usage             map[string]any `json:"usage"`
+}
+
+func event(typ string, seq int, fields map[string]any) string {
+	fields["type"], fields["sequence_number"] = typ, seq
+	b, err := json.Marshal(fields)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+func response(status string) *responseObject {
+	return &responseObject{ID: "resp_fake1", Object: "response", CreatedAt: 1700000000, Status: status,
+		Model: Model, Output: []any{}}
+}
+
+func responseUsage(input, output, cached, reasoning int64) map[string]any {
+	return map[string]any{"input_tokens": input, "output_tokens": output, "total_tokens": input + output,
+		"input_tokens_details": map[string]any{"cached_tokens": cached}, "output_tokens_details": map[string]any{"reasoning_tokens": reasoning}}
+}
+
+// RCreated is response.created.
+func RCreated() string {
+	return event("response.created", 0, map[string]any{"response": response("in_progress")})
+}
+
+// RTextDelta is response.output_text.delta number seq.
+func RTextDelta(seq int, text string) string {
+	return event("response.output_text.delta", seq, map[string]any{"item_id": "msg_fake1", "output_index": 0,
+		"content_index": 0, "delta": text, "logprobs": []any{}})
+}
+
+// RCompleted is response.completed with usage.
+func RCompleted(seq int, input, output, cached, reasoning int64) string {
+	r := response("completed")
+	r.Usage = responseUsage(input, output, cached, reasoning)
+	return event("response.completed", seq, map[string]any{"response": r})
+}
+
+// RIncomplete is response.incomplete for reason ("max_output_tokens",
+// "content_filter"), with usage.
+func RIncomplete(seq int, reason string, input, output int64) string {
+	r := response("incomplete")
+	r.IncompleteDetails = map[string]any{"reason": reason}
+	r.Usage = responseUsage(input, output, 0, 0)
+	return event("response.incomplete", seq, map[string]any{"response": r})
+}
+
+// RFailed is response.failed with error code and message.
+func RFailed(seq int, code, message string) string {
+	r := response("failed")
+	r.Error = map[string]any{"code": code, "message": message}
+	return event("response.failed", seq, map[string]any{"response": r})
+}
+
+// RError is the standalone error event.
+func RError(seq int, code, message string) string {
+	return event("error", seq, map[string]any{"code": code, "message": message, "param": nil})
 }
