@@ -117,7 +117,7 @@ func (t *run) run(ctx context.Context) Outcome {
 			return t.fail(msp.TurnErrorModel, fmt.Sprintf("no attempt left: %v", err), false)
 		}
 		t.attempts = a.N()
-		res := t.attempt(ctx, a.N(), maxTokens)
+		res := t.attempt(ctx, a.N(), maxTokens, schema)
 		if res.sinkErr != nil {
 			// The request reached the provider: it stays counted.
 			a.Fail(ctx, modelretry.Failure{Kind: msp.TurnErrorLog})
@@ -149,19 +149,18 @@ func (t *run) run(ctx context.Context) Outcome {
 			f := modelretry.Failure{Kind: modelretry.KindTruncated, Retryable: grows || !policy.GrowMaxTokens,
 				Message: fmt.Sprintf("output truncated at %d tokens", maxTokens)}
 			reason = fmt.Sprintf("output truncated at %d tokens; retrying with %d", maxTokens, next)
+			if next == maxTokens {
+				reason = fmt.Sprintf("output truncated at %d tokens; retrying with the same limit", maxTokens)
+			}
 			d = a.Rerun(ctx, f)
 			if d.Retry {
 				maxTokens = next
 			}
 		case res.finish == provider.FinishContentFilter:
 			d = a.Fail(ctx, modelretry.Failure{Kind: modelretry.KindContentFilter, Message: "the provider filtered the answer"})
-		case schema != nil:
-			if verr := schema.Check(res.text); verr != nil {
-				reason = clip("answer does not match the response schema: "+verr.Error(), 160)
-				d = a.Rerun(ctx, modelretry.Failure{Kind: modelretry.KindSchemaViolation, Retryable: true, Message: verr.Error()})
-				break
-			}
-			fallthrough
+		case res.schemaErr != nil:
+			reason = clip("answer does not match the response schema: "+res.schemaErr.Error(), 160)
+			d = a.Rerun(ctx, modelretry.Failure{Kind: modelretry.KindSchemaViolation, Retryable: true, Message: res.schemaErr.Error()})
 		default:
 			a.Succeed()
 			return t.completed(res.text)
@@ -195,17 +194,20 @@ func (t *run) run(ctx context.Context) Outcome {
 
 // attemptResult is how one provider request went.
 type attemptResult struct {
-	text    string
-	finish  string
-	err     error // the provider's failure
-	sinkErr error // the session log refused an event
+	text      string
+	finish    string
+	err       error // the provider's failure
+	schemaErr error // a finished answer failed the response schema
+	sinkErr   error // the session log refused an event
 }
 
 // attempt sends one request, streaming its output into a fresh
 // agentMessage item opened at the first delta, and closes that item with
-// the attempt's fate. Usage the provider reported is accounted (and
-// announced) whatever the fate.
-func (t *run) attempt(ctx context.Context, n, maxTokens int) attemptResult {
+// the attempt's fate: completed only for an answer the turn keeps (finished,
+// not truncated or filtered, and satisfying schema when there is one).
+// Usage the provider reported is accounted (and announced) whatever the
+// fate.
+func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) attemptResult {
 	actx, stop := context.WithCancel(ctx)
 	defer stop()
 	var res attemptResult
@@ -246,7 +248,12 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int) attemptResult {
 		case ctx.Err() != nil:
 			status = msp.ItemCancelled
 		case res.err == nil && res.finish != provider.FinishLength && res.finish != provider.FinishContentFilter:
-			status = msp.ItemCompleted // a schema check may still reject it below
+			if schema != nil {
+				res.schemaErr = schema.Check(res.text)
+			}
+			if res.schemaErr == nil {
+				status = msp.ItemCompleted
+			}
 		}
 		res.sinkErr = t.closeItem(item, res.text, status)
 	}

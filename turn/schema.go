@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"mspd/schema/msp"
 )
 
 // Schema is a compiled response schema: the JSON Schema a turn's answer
@@ -48,21 +50,12 @@ func (s *Schema) Check(answer string) error {
 	if err != nil {
 		return errors.New("the answer is not valid JSON")
 	}
-	if err := s.s.Validate(inst); err != nil {
-		var ve *jsonschema.ValidationError
-		if errors.As(err, &ve) {
-			return errors.New(firstLeaf(ve))
+	if errs := msp.ValidationErrors(s.s.Validate(inst)); len(errs) > 0 {
+		fe := errs[0]
+		if fe.Field == "" {
+			return errors.New(fe.Message)
 		}
-		return err
+		return fmt.Errorf("%s: %s", fe.Field, fe.Message)
 	}
 	return nil
-}
-
-// firstLeaf words the deepest first cause of a validation error.
-func firstLeaf(ve *jsonschema.ValidationError) string {
-	for len(ve.Causes) > 0 {
-		ve = ve.Causes[0]
-	}
-	loc := "/" + strings.Join(ve.InstanceLocation, "/")
-	return fmt.Sprintf("at %s: %s", loc, ve.ErrorKind.LocalizedString(nil))
 }

@@ -65,6 +65,13 @@ type Entry struct {
 	MaxOutputTokens int `toml:"max_output_tokens"`
 	// MaxTokensField is "max_tokens" for older OpenAI-compatible servers.
 	MaxTokensField string `toml:"max_tokens_field"`
+	// API is "chat" (Chat Completions, the default) or "responses" for an
+	// openai entry.
+	API string `toml:"api"`
+	// Organization and Project are sent as OpenAI-Organization and
+	// OpenAI-Project.
+	Organization string `toml:"organization"`
+	Project      string `toml:"project"`
 	// StructuredMode is "tool" (default) or "prompt" for anthropic.
 	StructuredMode string `toml:"structured_mode"`
 	// Demo settings.
@@ -186,6 +193,9 @@ func build(e Entry, env Env) (*Provider, error) {
 			System:         e.System,
 			IdleTimeout:    e.IdleTimeout.Duration,
 			MaxTokensField: e.MaxTokensField,
+			API:            e.API,
+			Organization:   e.Organization,
+			Project:        e.Project,
 		})
 		if err != nil {
 			return nil, err

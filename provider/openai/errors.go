@@ -173,7 +173,8 @@ func (m *Model) streamError(data []byte) *provider.Error {
 	if msg == "" {
 		msg = "the server sent an error in the stream"
 	}
-	pe := &provider.Error{Message: m.redact(msg)}
+	// The stream was open: whatever it cost is unknown, not zero.
+	pe := &provider.Error{Message: m.redact(msg), Accepted: true}
 	pe.Kind, pe.HTTPStatus = frameKind(code, e.Type)
 	if pe.Kind == kindStreamInterrupted && status >= 400 && status <= 599 {
 		pe.Kind, pe.HTTPStatus = "", status

@@ -764,14 +764,13 @@ func TestTurnScenarios(t *testing.T) {
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
 		},
 		{
-			// The implied HTTP 500 makes the runner account this attempt as
-			// refused (zero usage), though the 200 stream had begun.
+			// The 200 stream had begun: that attempt's usage is unknown.
 			name: "error frame before any content",
 			replies: fixed(fakeopenai.Stream(fakeopenai.Role(),
 				fakeopenai.ErrorFrame("The server had an error while processing your request.", "server_error", "")), ok),
 			methods:  modelThen,
 			model_:   []notice{oa(1, 250, "serverError", 500)},
-			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
 		},
 		{
 			name: "error frame after content",
@@ -843,21 +842,18 @@ func TestTurnScenarios(t *testing.T) {
 				fakeopenai.Stream(fakeopenai.Answer(`{"answer":"42"}`)...)),
 			methods:  answer + ", turn/retryScheduled, " + answer,
 			turn_:    []turnNotice{{1, 2, 5, 250, "answer does not match the response schema: the answer is not valid JSON"}},
-			items:    [][2]string{{"completed", `The answer is 42.`}, {"completed", `{"answer":"42"}`}},
+			items:    [][2]string{{"failed", `The answer is 42.`}, {"completed", `{"answer":"42"}`}},
 			terminal: "completed",
 			attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true, StructuredOutput: "native"},
 		},
 		{
 			name: "structured output missing property re-runs",
-			// turn/schema.go firstLeaf calls ErrorKind.LocalizedString(nil),
-			// which dereferences the nil *message.Printer: the runner
-			// panics on any JSON answer that fails the schema.
-			skip: "turn.Schema.Check panics: LocalizedString(nil) (turn/schema.go:67)",
 			spec: func(s *turn.Spec) { s.ResponseSchema = schema },
 			replies: fixed(fakeopenai.Stream(fakeopenai.Answer(`{"nope":1}`)...),
 				fakeopenai.Stream(fakeopenai.Answer(`{"answer":"42"}`)...)),
 			methods:  answer + ", turn/retryScheduled, " + answer,
-			items:    [][2]string{{"completed", `{"nope":1}`}, {"completed", `{"answer":"42"}`}},
+			turn_:    []turnNotice{{1, 2, 5, 250, "answer does not match the response schema: answer: required"}},
+			items:    [][2]string{{"failed", `{"nope":1}`}, {"completed", `{"answer":"42"}`}},
 			terminal: "completed",
 			attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true, StructuredOutput: "native"},
 			check: func(t *testing.T, _ *fakeopenai.Server, r turnRun) {
@@ -914,7 +910,7 @@ func TestTurnScenarios(t *testing.T) {
 				`{"error":{"object":"error","message":"engine dead","type":"InternalServerError","param":null,"code":500}}`), ok),
 			methods:  modelThen,
 			model_:   []notice{{1, 2, 5, 250, "vllm", "serverError", 500}},
-			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
+			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
 		},
 		{
 			name:     "attempts exhausted",
@@ -1000,4 +996,135 @@ func distinctItems(t *testing.T, _ *fakeopenai.Server, r turnRun) {
 	if got := r.sink.Text(started[1].Item.ItemID); got != "Hello" {
 		t.Errorf("second item deltas %q", got)
 	}
+}
+
+// --- Responses API ---
+
+func responsesModel(t *testing.T, srv *fakeopenai.Server) *openai.Model {
+	return newModel(t, srv, func(c *openai.Config) { c.API = openai.APIResponses })
+}
+
+func TestResponsesAPI(t *testing.T) {
+	t.Run("answer and request body", func(t *testing.T) {
+		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RTextDelta(1, "Hel"),
+			fakeopenai.RTextDelta(2, "lo"), fakeopenai.RCompleted(3, 12, 16, 4, 3)))
+		req := hello
+		req.Messages = []provider.Message{{Role: provider.RoleUser, Text: "Hi"},
+			{Role: provider.RoleAssistant, Text: "Hello!"}, {Role: provider.RoleUser, Text: "Bye"}}
+		req.ResponseSchema = json.RawMessage(`{"type":"object"}`)
+		text, resp, err := stream(t, responsesModel(t, srv), req)
+		want := provider.Response{FinishReason: provider.FinishStop, Model: fakeopenai.Model, StructuredOutput: "native",
+			Usage: &provider.Usage{InputTokens: 12, OutputTokens: 16, CachedTokens: 4, ReasoningTokens: 3}}
+		if err != nil || text != "Hello" || !reflect.DeepEqual(resp, want) {
+			t.Fatalf("got %q %+v %v", text, resp, err)
+		}
+		r := srv.Requests()[0]
+		wantBody := map[string]any{
+			"model": "gpt-4o-mini", "stream": true, "store": false, "max_output_tokens": float64(64),
+			"input": []any{
+				map[string]any{"role": "user", "content": "Hi"},
+				map[string]any{"role": "assistant", "content": "Hello!"},
+				map[string]any{"role": "user", "content": "Bye"},
+			},
+			"text": map[string]any{"format": map[string]any{"type": "json_schema", "name": "response",
+				"schema": map[string]any{"type": "object"}, "strict": false}},
+		}
+		if r.Path != "/v1/responses" || !reflect.DeepEqual(r.Body, wantBody) {
+			t.Errorf("%s %s\nwant %v", r.Path, r.Raw, wantBody)
+		}
+	})
+	for _, tc := range []struct {
+		name   string
+		frames []string
+		finish string
+	}{
+		{"incomplete max_output_tokens", []string{fakeopenai.RIncomplete(2, "max_output_tokens", 5, 64)}, provider.FinishLength},
+		{"incomplete content_filter", []string{fakeopenai.RIncomplete(2, "content_filter", 5, 3)}, provider.FinishContentFilter},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			frames := append([]string{fakeopenai.RCreated(), fakeopenai.RTextDelta(1, "x")}, tc.frames...)
+			srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(frames...))
+			_, resp, err := stream(t, responsesModel(t, srv), hello)
+			if err != nil || resp.FinishReason != tc.finish || resp.Usage == nil {
+				t.Errorf("got %+v %v, want %q with usage", resp, err, tc.finish)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name   string
+		reply  fakeopenai.Reply
+		kind   string
+		status int
+	}{
+		{"response.failed server_error", fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RFailed(1, "server_error", "boom")), "serverError", 500},
+		{"response.failed invalid_prompt", fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RFailed(1, "invalid_prompt", "no")), "invalidRequest", 400},
+		{"error event rate limit", fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RError(1, "rate_limit_exceeded", "Please try again in 2s.")), "rateLimited", 429},
+		{"cut before terminal", fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RTextDelta(1, "Hel")), "streamInterrupted", 0},
+		{"429 quota", fakeopenai.Error(429, fakeopenai.QuotaBody), "quotaExhausted", 429},
+		{"idle", fakeopenai.StreamStall(fakeopenai.RCreated()), "timeout", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := fakeopenai.New(t, "/v1", tc.reply)
+			m := newModel(t, srv, func(c *openai.Config) { c.API = openai.APIResponses; c.IdleTimeout = 40 * time.Millisecond })
+			_, _, err := stream(t, m, hello)
+			pe := providerError(t, err)
+			if pe.Kind != tc.kind || pe.HTTPStatus != tc.status || srv.Count() != 1 {
+				t.Errorf("got %+v after %d requests, want %s %d", pe, srv.Count(), tc.kind, tc.status)
+			}
+		})
+	}
+	t.Run("bad API", func(t *testing.T) {
+		if _, err := openai.New(openai.Config{Model: "m", API: "assistants"}); err == nil {
+			t.Error("New accepted it")
+		}
+	})
+}
+
+func TestResponsesTurn(t *testing.T) {
+	ok := fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RTextDelta(1, "Hel"), fakeopenai.RTextDelta(2, "lo"),
+		fakeopenai.RCompleted(3, 12, 2, 0, 0))
+	t.Run("truncation doubles max_output_tokens", func(t *testing.T) {
+		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RTextDelta(1, "Once"),
+			fakeopenai.RIncomplete(2, "max_output_tokens", 12, 100)), ok)
+		spec := turn.Spec{TurnID: "turn-1", MaxTokens: 100, History: []provider.Message{{Role: provider.RoleUser, Text: "Hi"}}}
+		r := runTurn(t, responsesModel(t, srv), spec, time.Now(), nil)
+		want := "item/started, item/delta, item/completed, session/tokenUsage, turn/retryScheduled, item/started, item/delta, item/completed, session/tokenUsage"
+		if got := r.sink.Methods(); got != want {
+			t.Errorf("methods %s", got)
+		}
+		if got := turnNotices(r.sink); !reflect.DeepEqual(got, []turnNotice{{1, 2, 5, 250, "output truncated at 100 tokens; retrying with 200"}}) {
+			t.Errorf("notices %+v", got)
+		}
+		var sent []any
+		for _, q := range srv.Requests() {
+			sent = append(sent, q.Body["max_output_tokens"])
+		}
+		if !reflect.DeepEqual(sent, []any{float64(100), float64(200)}) {
+			t.Errorf("max_output_tokens %v", sent)
+		}
+		if a := *r.out.Completed.Attempts; a != (msp.Attempts{Count: 2, OutputTokens: 102, UsageComplete: true}) {
+			t.Errorf("attempts %+v", a)
+		}
+	})
+	t.Run("response.failed before output, then cut after output", func(t *testing.T) {
+		srv := fakeopenai.New(t, "/v1",
+			fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RFailed(1, "server_error", "boom")),
+			fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RTextDelta(1, "Hel")),
+			ok)
+		spec := turn.Spec{TurnID: "turn-1", History: []provider.Message{{Role: provider.RoleUser, Text: "Hi"}}}
+		r := runTurn(t, responsesModel(t, srv), spec, time.Now(), nil)
+		want := "turn/modelRetryScheduled, item/started, item/delta, item/completed, turn/retryScheduled, item/started, item/delta, item/completed, session/tokenUsage"
+		if got := r.sink.Methods(); got != want {
+			t.Errorf("methods %s", got)
+		}
+		if got := modelNotices(r.sink); !reflect.DeepEqual(got, []notice{{1, 2, 5, 250, "openai", "serverError", 500}}) {
+			t.Errorf("model notices %+v", got)
+		}
+		if got := turnNotices(r.sink); !reflect.DeepEqual(got, []turnNotice{{2, 3, 5, 500, "provider stream disconnected"}}) {
+			t.Errorf("turn notices %+v", got)
+		}
+		if r.out.Answer != "Hello" || r.out.Completed.Attempts.Count != 3 || srv.Count() != 3 {
+			t.Errorf("answer %q attempts %+v requests %d", r.out.Answer, r.out.Completed.Attempts, srv.Count())
+		}
+	})
 }

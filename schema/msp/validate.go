@@ -405,11 +405,25 @@ func decode(b []byte) (any, []FieldError) {
 	return v, nil
 }
 
+// ValidationErrors turns an error returned by (*jsonschema.Schema).Validate
+// into FieldErrors worded like the validator's own, for code that checks
+// documents against schemas other than MSP's (a turn's responseSchema).
+func ValidationErrors(err error) []FieldError {
+	if err == nil {
+		return nil
+	}
+	return fieldErrors(err, "")
+}
+
 func validate(sch *jsonschema.Schema, inst any, prefix string) []FieldError {
 	err := sch.Validate(inst)
 	if err == nil {
 		return nil
 	}
+	return fieldErrors(err, prefix)
+}
+
+func fieldErrors(err error, prefix string) []FieldError {
 	ve, ok := err.(*jsonschema.ValidationError)
 	if !ok {
 		return []FieldError{{prefix, err.Error()}}
