@@ -238,6 +238,11 @@ func recoverID(prefix []byte) (json.RawMessage, bool) {
 			return nil, false
 		}
 		if key == "id" {
+			// A number running to the end of the cut prefix may itself be
+			// cut ("id":12 of "id":1234): only a delimited id is trusted.
+			if dec.InputOffset() >= int64(len(prefix)) && !bytes.HasPrefix(val, []byte(`"`)) {
+				return nil, false
+			}
 			if _, ok := validID(val); ok {
 				return val, true
 			}

@@ -219,9 +219,7 @@ func (o *outbox) next(ctx context.Context) ([]byte, error) {
 					o.flushTailsLocked()
 				}
 			}
-			if o.head == len(o.frames) { // reuse the backing arrays
-				o.frames, o.gappable, o.head = o.frames[:0], o.gappable[:0], 0
-			}
+			o.compactLocked()
 			o.mu.Unlock()
 			if g {
 				select {
@@ -241,6 +239,22 @@ func (o *outbox) next(ctx context.Context) ([]byte, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+}
+
+// compactLocked reclaims the slots of sent frames: at once when the queue
+// is empty, and by moving the rest to the front once more than half the
+// slice is spent, so a reader that stays a little behind forever does not
+// grow the backing arrays forever.
+func (o *outbox) compactLocked() {
+	switch {
+	case o.head == len(o.frames):
+		o.frames, o.gappable, o.head = o.frames[:0], o.gappable[:0], 0
+	case o.head >= 64 && o.head*2 >= len(o.frames):
+		n := copy(o.frames, o.frames[o.head:])
+		copy(o.gappable, o.gappable[o.head:])
+		clear(o.frames[n:])
+		o.frames, o.gappable, o.head = o.frames[:n], o.gappable[:n], 0
 	}
 }
 

@@ -183,6 +183,9 @@ func (s *session) checkCursor(c string) (cursor, error) {
 // between replay and live delivery.
 func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) error {
 	const batch = 256
+	// A connection re-attaching starts over from after: live events must
+	// not interleave with its replay.
+	s.unsubscribe(sub)
 	last := after.seq
 	for {
 		recs, err := s.m.store.Records(ctx, s.id, last, batch)
@@ -339,10 +342,10 @@ func fold(ctx context.Context, st store.Store, id string) (folded, error) {
 }
 
 // historyMessage tells which completed items the model sees again: the
-// user's messages and the agent's completed answers, never a rejected
-// attempt.
+// user's messages and the agent's completed, non-empty answers (as a live
+// session keeps them), never a rejected attempt.
 func historyMessage(it msp.Item) (provider.Message, bool) {
-	if it.Text == nil || it.Status != msp.ItemCompleted {
+	if it.Text == nil || *it.Text == "" || it.Status != msp.ItemCompleted {
 		return provider.Message{}, false
 	}
 	switch it.Kind {

@@ -80,10 +80,12 @@ func TestSchemaCheck(t *testing.T) {
 		{"prose", `The answer is 42.`, []string{"not valid JSON"}},
 		{"two values", `{"answer": 1} {"answer": 2}`, []string{"not valid JSON"}},
 		{"empty", ``, []string{"not valid JSON"}},
-		{"wrong type at a member", `{"answer": "forty-two"}`, []string{"/answer", "integer"}},
-		{"wrong type deep", `{"answer": 1, "tags": ["a", 2]}`, []string{"/tags/1", "string"}},
-		{"missing required", `{"tags": []}`, []string{"at /:", "answer"}},
-		{"not an object", `[42]`, []string{"at /:", "object"}},
+		// The message names the location as a dotted field path, as
+		// msp.ValidationErrors words it for invalidParams.
+		{"wrong type at a member", `{"answer": "forty-two"}`, []string{"answer: ", "integer"}},
+		{"wrong type deep", `{"answer": 1, "tags": ["a", 2]}`, []string{"tags.1: ", "string"}},
+		{"missing required", `{"tags": []}`, []string{"answer: ", "required"}},
+		{"not an object", `[42]`, []string{"object", "array"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,12 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,101 +15,21 @@ import (
 	"mspd/modelretry/retrytest"
 	"mspd/provider"
 	"mspd/provider/anthropic"
+	"mspd/provider/anthropic/anthropictest"
 	"mspd/schema/msp"
 	"mspd/turn"
 	"mspd/turn/turntest"
 )
 
 const (
-	testKey   = "sk-ant-api03-TESTKEY-0123456789abcdef"
-	testModel = "claude-test-1"
+	testKey   = anthropictest.Key
+	testModel = anthropictest.Model
 )
 
-// ---- the fake Anthropic Messages server ----------------------------------
-
-// step answers one HTTP request; request n is answered by step n-1.
-type step func(w http.ResponseWriter, r *http.Request)
-
-// seen is one request the fake received.
-type seen struct {
-	header http.Header
-	body   map[string]any
-	raw    string
-}
-
-// fake speaks the Messages wire format of retry-background §6.4 and checks
-// what every request carries.
-type fake struct {
-	t     *testing.T
-	srv   *httptest.Server
-	mu    sync.Mutex
-	steps []step
-	reqs  []seen
-}
-
-func newFake(t *testing.T, steps ...step) *fake {
+// newModel returns a Model talking to the fake.
+func newModel(t *testing.T, f *anthropictest.Server, mod ...func(*anthropic.Config)) *anthropic.Model {
 	t.Helper()
-	f := &fake{t: t, steps: steps}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
-	raw, err := io.ReadAll(r.Body)
-	if err != nil {
-		f.t.Errorf("reading request body: %v", err)
-	}
-	if r.Method != http.MethodPost || r.URL.Path != "/v1/messages" {
-		f.t.Errorf("request %s %s; want POST /v1/messages", r.Method, r.URL.Path)
-	}
-	if got := credential(r.Header); got != testKey {
-		f.t.Errorf("credential %q; want the configured key", got)
-	}
-	if r.Header.Get("anthropic-version") == "" {
-		f.t.Error("no anthropic-version header")
-	}
-	if ct := r.Header.Get("content-type"); !strings.HasPrefix(ct, "application/json") {
-		f.t.Errorf("content-type %q; want application/json", ct)
-	}
-	var body map[string]any
-	if err := json.Unmarshal(raw, &body); err != nil {
-		f.t.Errorf("request body is not JSON: %v", err)
-	}
-	if body["stream"] != true {
-		f.t.Errorf("stream = %v; want true", body["stream"])
-	}
-	f.mu.Lock()
-	f.reqs = append(f.reqs, seen{header: r.Header.Clone(), body: body, raw: string(raw)})
-	n := len(f.reqs)
-	f.mu.Unlock()
-	if n > len(f.steps) {
-		f.t.Errorf("unexpected request %d (only %d scripted)", n, len(f.steps))
-		apiError(500, "api_error", "unscripted")(w, r)
-		return
-	}
-	f.steps[n-1](w, r)
-}
-
-// credential is the API key a request carries: x-api-key, or the bearer
-// token SDK v2's WithAPIKey sends.
-func credential(h http.Header) string {
-	if k := h.Get("x-api-key"); k != "" {
-		return k
-	}
-	return strings.TrimPrefix(h.Get("authorization"), "Bearer ")
-}
-
-func (f *fake) requests() []seen {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]seen(nil), f.reqs...)
-}
-
-// model returns a Model talking to the fake.
-func (f *fake) model(t *testing.T, mod ...func(*anthropic.Config)) *anthropic.Model {
-	t.Helper()
-	cfg := anthropic.Config{APIKey: testKey, BaseURL: f.srv.URL, Model: testModel, HTTPClient: f.srv.Client()}
+	cfg := anthropic.Config{APIKey: testKey, BaseURL: f.URL(), Model: testModel, HTTPClient: f.Client()}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -122,148 +38,6 @@ func (f *fake) model(t *testing.T, mod ...func(*anthropic.Config)) *anthropic.Mo
 		t.Fatal(err)
 	}
 	return m
-}
-
-// sse writes an event stream.
-type sse struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
-}
-
-func startSSE(w http.ResponseWriter) *sse {
-	w.Header().Set("content-type", "text/event-stream")
-	w.Header().Set("cache-control", "no-cache")
-	w.Header().Set("request-id", "req_011CStreamTest")
-	w.WriteHeader(http.StatusOK)
-	s := &sse{w: w, rc: http.NewResponseController(w)}
-	_ = s.rc.Flush()
-	return s
-}
-
-func (s *sse) send(event, data string) {
-	fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, data)
-	_ = s.rc.Flush()
-}
-
-// Event data, byte for byte as the API sends it.
-func msgStart(in int) string {
-	return fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":%q,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"output_tokens":1}}}`, testModel, in)
-}
-
-func msgStartCached(in, read, create int) string {
-	return fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":%q,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"output_tokens":1}}}`, testModel, in, create, read)
-}
-
-const (
-	textStart = `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`
-	toolStart = `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_01","name":"respond","input":{}}}`
-	ping      = `{"type": "ping"}`
-	blockStop = `{"type":"content_block_stop","index":0}`
-	msgStop   = `{"type":"message_stop"}`
-)
-
-func textDelta(s string) string {
-	q, _ := json.Marshal(s)
-	return fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%s}}`, q)
-}
-
-func jsonDelta(s string) string {
-	q, _ := json.Marshal(s)
-	return fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":%s}}`, q)
-}
-
-func msgDelta(stop string, out int) string {
-	return fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%q,"stop_sequence":null},"usage":{"output_tokens":%d}}`, stop, out)
-}
-
-func errEvent(typ, msg string) string {
-	return fmt.Sprintf(`{"type": "error", "error": {"type": %q, "message": %q}}`, typ, msg)
-}
-
-// answer streams a complete text answer.
-func answer(stop string, out int, chunks ...string) step {
-	return func(w http.ResponseWriter, r *http.Request) {
-		s := startSSE(w)
-		s.send("message_start", msgStart(25))
-		s.send("content_block_start", textStart)
-		s.send("ping", ping)
-		for _, c := range chunks {
-			s.send("content_block_delta", textDelta(c))
-		}
-		s.send("content_block_stop", blockStop)
-		s.send("message_delta", msgDelta(stop, out))
-		s.send("message_stop", msgStop)
-	}
-}
-
-// apiError answers with an error status and the API's error body.
-func apiError(status int, typ, msg string, header ...string) step {
-	return func(w http.ResponseWriter, r *http.Request) {
-		for i := 0; i+1 < len(header); i += 2 {
-			w.Header().Set(header[i], header[i+1])
-		}
-		w.Header().Set("content-type", "application/json")
-		w.Header().Set("request-id", "req_011CErrorTest")
-		w.WriteHeader(status)
-		fmt.Fprintf(w, `{"type":"error","error":{"type":%q,"message":%q},"request_id":"req_011CErrorTest"}`, typ, msg)
-	}
-}
-
-// plainError answers with a non-JSON body, as a proxy in front of the API
-// would.
-func plainError(status int) step {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("content-type", "text/html")
-		w.WriteHeader(status)
-		fmt.Fprintf(w, "<html><body>%d %s</body></html>", status, http.StatusText(status))
-	}
-}
-
-// reset drops the connection before any response byte.
-func reset(w http.ResponseWriter, r *http.Request) {
-	conn, _, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		panic(err)
-	}
-	if tc, ok := conn.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0) // RST, not FIN
-	}
-	conn.Close()
-}
-
-// cut streams some text, then ends the body without message_delta or
-// message_stop.
-func cut(chunks ...string) step {
-	return func(w http.ResponseWriter, r *http.Request) {
-		s := startSSE(w)
-		s.send("message_start", msgStart(25))
-		s.send("content_block_start", textStart)
-		for _, c := range chunks {
-			s.send("content_block_delta", textDelta(c))
-		}
-	}
-}
-
-// streamError streams some text, then an in-stream error event.
-func streamError(typ string, chunks ...string) step {
-	return func(w http.ResponseWriter, r *http.Request) {
-		s := startSSE(w)
-		s.send("message_start", msgStart(25))
-		if len(chunks) > 0 {
-			s.send("content_block_start", textStart)
-		}
-		for _, c := range chunks {
-			s.send("content_block_delta", textDelta(c))
-		}
-		s.send("error", errEvent(typ, "Overloaded"))
-	}
-}
-
-// stall starts a stream and then sends nothing until the client leaves.
-func stall(w http.ResponseWriter, r *http.Request) {
-	s := startSSE(w)
-	s.send("message_start", msgStart(25))
-	<-r.Context().Done()
 }
 
 // ---- driving a turn through the real runner ------------------------------
@@ -383,7 +157,7 @@ func TestTurnScenarios(t *testing.T) {
 
 	tests := []struct {
 		name   string
-		steps  func(clk *retrytest.Clock) []step
+		steps  func(clk *retrytest.Clock) []anthropictest.Reply
 		config func(*anthropic.Config)
 		spec   turn.Spec
 
@@ -395,17 +169,19 @@ func TestTurnScenarios(t *testing.T) {
 		errorHas     []string // substrings of Completed.Error.Message
 		answer       string
 		attempts     msp.Attempts
-		check        func(t *testing.T, f *fake, res turnResult)
+		check        func(t *testing.T, f *anthropictest.Server, res turnResult)
 	}{
 		{
-			name:     "normal streamed answer with usage",
-			steps:    func(*retrytest.Clock) []step { return []step{answer("end_turn", 15, "Hello", ", world")} },
+			name: "normal streamed answer with usage",
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.Answer("end_turn", 15, "Hello", ", world")}
+			},
 			methods:  good,
 			items:    []string{"completed:Hello, world"},
 			terminal: msp.TerminalCompleted,
 			answer:   "Hello, world",
 			attempts: msp.Attempts{Count: 1, OutputTokens: 15, UsageComplete: true},
-			check: func(t *testing.T, f *fake, res turnResult) {
+			check: func(t *testing.T, f *anthropictest.Server, res turnResult) {
 				u := res.out.Completed.Usage
 				if u == nil || u.InputTokens != 25 || u.OutputTokens != 15 {
 					t.Errorf("usage %+v; want input 25, output 15", u)
@@ -418,9 +194,9 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "429 rate_limit_error with retry-after-ms",
-			steps: func(*retrytest.Clock) []step {
-				return []step{apiError(429, "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit",
-					"retry-after-ms", "1500", "anthropic-ratelimit-requests-remaining", "0"), answer("end_turn", 3, "ok")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.APIError(429, "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit",
+					"retry-after-ms", "1500", "anthropic-ratelimit-requests-remaining", "0"), anthropictest.Answer("end_turn", 3, "ok")}
 			},
 			methods:      seq(mrs, good),
 			modelRetries: []modelRetry{{1, 2, 5, 1500, sys, "rateLimited", 429}},
@@ -431,9 +207,9 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "429 with retry-after as an HTTP date",
-			steps: func(clk *retrytest.Clock) []step {
+			steps: func(clk *retrytest.Clock) []anthropictest.Reply {
 				date := clk.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat)
-				return []step{apiError(429, "rate_limit_error", "rate limited", "retry-after", date), answer("end_turn", 3, "ok")}
+				return []anthropictest.Reply{anthropictest.APIError(429, "rate_limit_error", "rate limited", "retry-after", date), anthropictest.Answer("end_turn", 3, "ok")}
 			},
 			methods:      seq(mrs, good),
 			modelRetries: []modelRetry{{1, 2, 5, 3000, sys, "rateLimited", 429}},
@@ -443,8 +219,8 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "402 billing_error is not retried",
-			steps: func(*retrytest.Clock) []step {
-				return []step{apiError(402, "billing_error", "Your credit balance is too low")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.APIError(402, "billing_error", "Your credit balance is too low")}
 			},
 			methods:  "",
 			terminal: msp.TerminalFailed,
@@ -453,8 +229,8 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "400 billing_error is quotaExhausted, not retried",
-			steps: func(*retrytest.Clock) []step {
-				return []step{apiError(400, "billing_error", "Your credit balance is too low")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.APIError(400, "billing_error", "Your credit balance is too low")}
 			},
 			methods:  "",
 			terminal: msp.TerminalFailed,
@@ -463,8 +239,8 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "500 api_error retried",
-			steps: func(*retrytest.Clock) []step {
-				return []step{apiError(500, "api_error", "Internal server error"), answer("end_turn", 2, "ok")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.APIError(500, "api_error", "Internal server error"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:      seq(mrs, good),
 			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "serverError", 500}},
@@ -474,8 +250,8 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "502 and 503 from a proxy retried",
-			steps: func(*retrytest.Clock) []step {
-				return []step{plainError(502), plainError(503), answer("end_turn", 2, "ok")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.PlainError(502), anthropictest.PlainError(503), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods: seq(mrs, mrs, good),
 			modelRetries: []modelRetry{
@@ -488,8 +264,8 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "529 overloaded_error with x-should-retry true",
-			steps: func(*retrytest.Clock) []step {
-				return []step{apiError(529, "overloaded_error", "Overloaded", "x-should-retry", "true"), answer("end_turn", 2, "ok")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.APIError(529, "overloaded_error", "Overloaded", "x-should-retry", "true"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:      seq(mrs, good),
 			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "overloaded", 529}},
@@ -499,8 +275,8 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "400 invalid_request_error with x-should-retry true is retried",
-			steps: func(*retrytest.Clock) []step {
-				return []step{apiError(400, "invalid_request_error", "transient validation failure", "x-should-retry", "true"), answer("end_turn", 2, "ok")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.APIError(400, "invalid_request_error", "transient validation failure", "x-should-retry", "true"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:      seq(mrs, good),
 			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "invalidRequest", 400}},
@@ -510,8 +286,8 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "400 prompt is too long is contextLengthExceeded",
-			steps: func(*retrytest.Clock) []step {
-				return []step{apiError(400, "invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.APIError(400, "invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum")}
 			},
 			methods:  "",
 			terminal: msp.TerminalFailed,
@@ -520,22 +296,24 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "401 authentication_error is not retried",
-			steps: func(*retrytest.Clock) []step {
-				return []step{apiError(401, "authentication_error", "invalid x-api-key")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.APIError(401, "authentication_error", "invalid x-api-key")}
 			},
 			methods:  "",
 			terminal: msp.TerminalFailed,
 			errorHas: []string{"not authorized (HTTP 401)"},
 			attempts: msp.Attempts{Count: 1, UsageComplete: true},
-			check: func(t *testing.T, f *fake, res turnResult) {
+			check: func(t *testing.T, f *anthropictest.Server, res turnResult) {
 				if strings.Contains(turntest.JSON(&res.out.Completed), testKey) {
 					t.Error("the turn's terminal carries the API key")
 				}
 			},
 		},
 		{
-			name:         "connection reset before headers",
-			steps:        func(*retrytest.Clock) []step { return []step{reset, answer("end_turn", 2, "ok")} },
+			name: "connection reset before headers",
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.Reset(), anthropictest.Answer("end_turn", 2, "ok")}
+			},
 			methods:      seq(mrs, good),
 			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "connectionError", 0}},
 			terminal:     msp.TerminalCompleted,
@@ -544,8 +322,8 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "stream cut after deltas is a turn-layer retry",
-			steps: func(*retrytest.Clock) []step {
-				return []step{cut("Hel", "lo"), answer("end_turn", 4, "Hello", " again")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.Cut("Hel", "lo"), anthropictest.Answer("end_turn", 4, "Hello", " again")}
 			},
 			methods:     seq(drift, trs, good),
 			turnRetries: []turnRetry{{1, 2, 5, 250, "provider stream disconnected"}},
@@ -554,7 +332,7 @@ func TestTurnScenarios(t *testing.T) {
 			answer:      "Hello again",
 			// The cut attempt reported no output count.
 			attempts: msp.Attempts{Count: 2, OutputTokens: 4, UsageComplete: false},
-			check: func(t *testing.T, f *fake, res turnResult) {
+			check: func(t *testing.T, f *anthropictest.Server, res turnResult) {
 				ids := map[string]bool{}
 				for _, p := range turntest.Of[*msp.ItemParams](res.sink, msp.NotifyItemStarted) {
 					ids[p.Item.ItemID] = true
@@ -566,8 +344,8 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "in-stream overloaded_error before any text",
-			steps: func(*retrytest.Clock) []step {
-				return []step{streamError("overloaded_error"), answer("end_turn", 2, "ok")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.StreamError("overloaded_error"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:      seq(mrs, good),
 			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "overloaded", 529}},
@@ -579,8 +357,8 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "in-stream overloaded_error after text",
-			steps: func(*retrytest.Clock) []step {
-				return []step{streamError("overloaded_error", "Par", "tial"), answer("end_turn", 2, "ok")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.StreamError("overloaded_error", "Par", "tial"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:     seq(drift, trs, good),
 			turnRetries: []turnRetry{{1, 2, 5, 250, "provider stream failed: overloaded (HTTP 529)"}},
@@ -590,8 +368,10 @@ func TestTurnScenarios(t *testing.T) {
 			attempts:    msp.Attempts{Count: 2, OutputTokens: 2},
 		},
 		{
-			name:         "idle stream times out",
-			steps:        func(*retrytest.Clock) []step { return []step{stall, answer("end_turn", 2, "ok")} },
+			name: "idle stream times out",
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.Stall(), anthropictest.Answer("end_turn", 2, "ok")}
+			},
 			config:       func(c *anthropic.Config) { c.IdleTimeout = 150 * time.Millisecond },
 			methods:      seq(mrs, good),
 			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "timeout", 0}},
@@ -601,8 +381,8 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "max_tokens truncation retry doubles max_tokens",
-			steps: func(*retrytest.Clock) []step {
-				return []step{answer("max_tokens", 100, "A long answer that was cut"), answer("end_turn", 150, "A long answer, whole")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.Answer("max_tokens", 100, "A long answer that was cut"), anthropictest.Answer("end_turn", 150, "A long answer, whole")}
 			},
 			methods:     seq(good, trs, good),
 			turnRetries: []turnRetry{{1, 2, 5, 250, "output truncated at 100 tokens; retrying with 200"}},
@@ -610,20 +390,20 @@ func TestTurnScenarios(t *testing.T) {
 			terminal:    msp.TerminalCompleted,
 			answer:      "A long answer, whole",
 			attempts:    msp.Attempts{Count: 2, OutputTokens: 250, UsageComplete: true},
-			check: func(t *testing.T, f *fake, res turnResult) {
-				reqs := f.requests()
-				if got := []any{reqs[0].body["max_tokens"], reqs[1].body["max_tokens"]}; got[0] != 100.0 || got[1] != 200.0 {
+			check: func(t *testing.T, f *anthropictest.Server, res turnResult) {
+				reqs := f.Requests()
+				if got := []any{reqs[0].Body["max_tokens"], reqs[1].Body["max_tokens"]}; got[0] != 100.0 || got[1] != 200.0 {
 					t.Errorf("max_tokens of the two requests %v; want [100 200]", got)
 				}
-				if got := reqs[1].header.Get("X-Stainless-Retry-Count"); got != "1" {
+				if got := reqs[1].Header.Get("X-Stainless-Retry-Count"); got != "1" {
 					t.Errorf("second request X-Stainless-Retry-Count %q; want 1", got)
 				}
 			},
 		},
 		{
 			name: "model_context_window_exceeded is not retried",
-			steps: func(*retrytest.Clock) []step {
-				return []step{answer("model_context_window_exceeded", 40, "Some text")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.Answer("model_context_window_exceeded", 40, "Some text")}
 			},
 			methods:  drift + ", session/tokenUsage",
 			items:    []string{"failed:Some text"},
@@ -633,18 +413,18 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "structured output native: forced tool, input streamed",
-			steps: func(*retrytest.Clock) []step {
-				return []step{func(w http.ResponseWriter, r *http.Request) {
-					s := startSSE(w)
-					s.send("message_start", msgStart(40))
-					s.send("content_block_start", toolStart)
-					s.send("ping", ping)
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{func(w http.ResponseWriter, r *http.Request) {
+					s := anthropictest.StartSSE(w)
+					s.Send("message_start", anthropictest.MsgStart(40))
+					s.Send("content_block_start", anthropictest.ToolStart)
+					s.Send("ping", anthropictest.Ping)
 					for _, c := range []string{``, `{"ans`, `wer": "4`, `2"}`} {
-						s.send("content_block_delta", jsonDelta(c))
+						s.Send("content_block_delta", anthropictest.JSONDelta(c))
 					}
-					s.send("content_block_stop", blockStop)
-					s.send("message_delta", msgDelta("tool_use", 12))
-					s.send("message_stop", msgStop)
+					s.Send("content_block_stop", anthropictest.BlockStop)
+					s.Send("message_delta", anthropictest.MsgDelta("tool_use", 12))
+					s.Send("message_stop", anthropictest.MsgStop)
 				}}
 			},
 			spec:     turn.Spec{ResponseSchema: schema},
@@ -652,8 +432,8 @@ func TestTurnScenarios(t *testing.T) {
 			terminal: msp.TerminalCompleted,
 			answer:   `{"answer": "42"}`,
 			attempts: msp.Attempts{Count: 1, OutputTokens: 12, UsageComplete: true, StructuredOutput: "native"},
-			check: func(t *testing.T, f *fake, res turnResult) {
-				body := f.requests()[0].body
+			check: func(t *testing.T, f *anthropictest.Server, res turnResult) {
+				body := f.Requests()[0].Body
 				tools, _ := body["tools"].([]any)
 				if len(tools) != 1 {
 					t.Fatalf("tools %v; want one", body["tools"])
@@ -675,8 +455,8 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "structured output prompt: schema in the system prompt",
-			steps: func(*retrytest.Clock) []step {
-				return []step{answer("end_turn", 9, `{"answer":`, ` "42"}`)}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.Answer("end_turn", 9, `{"answer":`, ` "42"}`)}
 			},
 			config:   func(c *anthropic.Config) { c.StructuredMode = anthropic.StructuredPromptMode },
 			spec:     turn.Spec{ResponseSchema: schema},
@@ -684,8 +464,8 @@ func TestTurnScenarios(t *testing.T) {
 			terminal: msp.TerminalCompleted,
 			answer:   `{"answer": "42"}`,
 			attempts: msp.Attempts{Count: 1, OutputTokens: 9, UsageComplete: true, StructuredOutput: "prompt"},
-			check: func(t *testing.T, f *fake, res turnResult) {
-				body := f.requests()[0].body
+			check: func(t *testing.T, f *anthropictest.Server, res turnResult) {
+				body := f.Requests()[0].Body
 				sysBlocks, _ := body["system"].([]any)
 				if len(sysBlocks) != 1 {
 					t.Fatalf("system %v; want one text block", body["system"])
@@ -701,15 +481,15 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "no message_delta usage: usageComplete false",
-			steps: func(*retrytest.Clock) []step {
-				return []step{func(w http.ResponseWriter, r *http.Request) {
-					s := startSSE(w)
-					s.send("message_start", msgStart(25))
-					s.send("content_block_start", textStart)
-					s.send("content_block_delta", textDelta("ok"))
-					s.send("content_block_stop", blockStop)
-					s.send("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null}}`)
-					s.send("message_stop", msgStop)
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{func(w http.ResponseWriter, r *http.Request) {
+					s := anthropictest.StartSSE(w)
+					s.Send("message_start", anthropictest.MsgStart(25))
+					s.Send("content_block_start", anthropictest.TextStart)
+					s.Send("content_block_delta", anthropictest.TextDelta("ok"))
+					s.Send("content_block_stop", anthropictest.BlockStop)
+					s.Send("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null}}`)
+					s.Send("message_stop", anthropictest.MsgStop)
 				}}
 			},
 			methods:  drift,
@@ -718,8 +498,10 @@ func TestTurnScenarios(t *testing.T) {
 			attempts: msp.Attempts{Count: 1, OutputTokens: 0, UsageComplete: false},
 		},
 		{
-			name:  "history alternates roles and max_tokens is sent",
-			steps: func(*retrytest.Clock) []step { return []step{answer("end_turn", 2, "ok")} },
+			name: "history alternates roles and max_tokens is sent",
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.Answer("end_turn", 2, "ok")}
+			},
 			spec: turn.Spec{MaxTokens: 321, History: []provider.Message{
 				{Role: provider.RoleAssistant, Text: "Welcome!"},
 				{Role: provider.RoleUser, Text: "a"},
@@ -733,8 +515,8 @@ func TestTurnScenarios(t *testing.T) {
 			terminal: msp.TerminalCompleted,
 			answer:   "ok",
 			attempts: msp.Attempts{Count: 1, OutputTokens: 2, UsageComplete: true},
-			check: func(t *testing.T, f *fake, res turnResult) {
-				body := f.requests()[0].body
+			check: func(t *testing.T, f *anthropictest.Server, res turnResult) {
+				body := f.Requests()[0].Body
 				want := `[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},` +
 					`{"role":"assistant","content":[{"type":"text","text":"c"},{"type":"text","text":"d"}]},` +
 					`{"role":"user","content":[{"type":"text","text":"e"}]}]`
@@ -748,8 +530,8 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "SDK retries off: one HTTP request per attempt",
-			steps: func(*retrytest.Clock) []step {
-				return []step{apiError(529, "overloaded_error", "Overloaded", "x-should-retry", "true", "retry-after", "0")}
+			steps: func(*retrytest.Clock) []anthropictest.Reply {
+				return []anthropictest.Reply{anthropictest.APIError(529, "overloaded_error", "Overloaded", "x-should-retry", "true", "retry-after", "0")}
 			},
 			spec:     turn.Spec{Retry: &msp.RetryPolicy{MaxAttempts: &one}},
 			methods:  "",
@@ -763,12 +545,12 @@ func TestTurnScenarios(t *testing.T) {
 			t.Parallel()
 			clk := newClock()
 			steps := tc.steps(clk)
-			f := newFake(t, steps...)
+			f := anthropictest.New(t, steps...)
 			var mods []func(*anthropic.Config)
 			if tc.config != nil {
 				mods = append(mods, tc.config)
 			}
-			res := runTurn(t, clk, f.model(t, mods...), tc.spec)
+			res := runTurn(t, clk, newModel(t, f, mods...), tc.spec)
 			c := res.out.Completed
 
 			if got := res.sink.Methods(); got != tc.methods {
@@ -805,7 +587,7 @@ func TestTurnScenarios(t *testing.T) {
 				t.Errorf("attempts %+v; want %+v", c.Attempts, tc.attempts)
 			}
 			// Exactly one HTTP request per attempt: the SDK never retries.
-			if got := len(f.requests()); c.Attempts != nil && got != c.Attempts.Count {
+			if got := len(f.Requests()); c.Attempts != nil && got != c.Attempts.Count {
 				t.Errorf("%d HTTP requests for %d attempts", got, c.Attempts.Count)
 			}
 			if tc.check != nil {
@@ -860,18 +642,18 @@ func stream(t *testing.T, m *anthropic.Model, req provider.Request) (string, pro
 
 func TestStreamRequestAndResponse(t *testing.T) {
 	t.Parallel()
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-		s := startSSE(w)
-		s.send("message_start", msgStartCached(10, 100, 20))
-		s.send("content_block_start", textStart)
-		s.send("content_block_delta", textDelta("Hi "))
-		s.send("ping", ping)
-		s.send("content_block_delta", textDelta("there"))
-		s.send("content_block_stop", blockStop)
-		s.send("message_delta", msgDelta("end_turn", 7))
-		s.send("message_stop", msgStop)
+	f := anthropictest.New(t, func(w http.ResponseWriter, r *http.Request) {
+		s := anthropictest.StartSSE(w)
+		s.Send("message_start", anthropictest.MsgStartCached(10, 100, 20))
+		s.Send("content_block_start", anthropictest.TextStart)
+		s.Send("content_block_delta", anthropictest.TextDelta("Hi "))
+		s.Send("ping", anthropictest.Ping)
+		s.Send("content_block_delta", anthropictest.TextDelta("there"))
+		s.Send("content_block_stop", anthropictest.BlockStop)
+		s.Send("message_delta", anthropictest.MsgDelta("end_turn", 7))
+		s.Send("message_stop", anthropictest.MsgStop)
 	})
-	m := f.model(t)
+	m := newModel(t, f)
 	if m.System() != "anthropic" {
 		t.Errorf("System() = %q; want anthropic", m.System())
 	}
@@ -886,15 +668,15 @@ func TestStreamRequestAndResponse(t *testing.T) {
 	if resp.Usage == nil || *resp.Usage != want {
 		t.Errorf("usage %+v; want %+v", resp.Usage, want)
 	}
-	req := f.requests()[0]
-	if req.body["max_tokens"] != 1024.0 {
-		t.Errorf("max_tokens %v; want the default 1024", req.body["max_tokens"])
+	req := f.Requests()[0]
+	if req.Body["max_tokens"] != 1024.0 {
+		t.Errorf("max_tokens %v; want the default 1024", req.Body["max_tokens"])
 	}
-	if got := req.header.Get("X-Stainless-Retry-Count"); got != "2" {
+	if got := req.Header.Get("X-Stainless-Retry-Count"); got != "2" {
 		t.Errorf("X-Stainless-Retry-Count %q; want 2 for attempt 3", got)
 	}
-	t.Logf("SDK sends anthropic-version %q, credential via %s", req.header.Get("anthropic-version"),
-		map[bool]string{true: "x-api-key", false: "authorization: Bearer"}[req.header.Get("x-api-key") != ""])
+	t.Logf("SDK sends anthropic-version %q, credential via %s", req.Header.Get("anthropic-version"),
+		map[bool]string{true: "x-api-key", false: "authorization: Bearer"}[req.Header.Get("x-api-key") != ""])
 }
 
 func TestFinishReasons(t *testing.T) {
@@ -907,14 +689,14 @@ func TestFinishReasons(t *testing.T) {
 		{"pause_turn", "pause_turn"},
 		{"tool_use", "tool_use"}, // not the forced tool: verbatim
 	} {
-		f := newFake(t, answer(tc.stop, 1, "x"))
-		_, resp, err := stream(t, f.model(t), provider.Request{})
+		f := anthropictest.New(t, anthropictest.Answer(tc.stop, 1, "x"))
+		_, resp, err := stream(t, newModel(t, f), provider.Request{})
 		if err != nil || resp.FinishReason != tc.want {
 			t.Errorf("stop_reason %s: finish %q, err %v; want %q", tc.stop, resp.FinishReason, err, tc.want)
 		}
 	}
-	f := newFake(t, answer("model_context_window_exceeded", 1, "x"))
-	_, resp, err := stream(t, f.model(t), provider.Request{})
+	f := anthropictest.New(t, anthropictest.Answer("model_context_window_exceeded", 1, "x"))
+	_, resp, err := stream(t, newModel(t, f), provider.Request{})
 	var pe *provider.Error
 	if !errors.As(err, &pe) || pe.Kind != "contextLengthExceeded" || resp.Usage == nil {
 		t.Errorf("model_context_window_exceeded: err %v, usage %+v; want contextLengthExceeded with usage", err, resp.Usage)
@@ -927,33 +709,33 @@ func TestErrorMapping(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name      string
-		step      step
+		reply     anthropictest.Reply
 		kind      string
 		status    int
 		header    map[string]string
 		classKind string
 		retryable bool
 	}{
-		{"rate limit", apiError(429, "rate_limit_error", "slow down", "retry-after", "2"), "rateLimited", 429, map[string]string{"Retry-After": "2"}, "rateLimited", true},
-		{"overloaded", apiError(529, "overloaded_error", "Overloaded", "x-should-retry", "true"), "overloaded", 529, map[string]string{"X-Should-Retry": "true"}, "overloaded", true},
-		{"api error", apiError(500, "api_error", "oops", "retry-after-ms", "20"), "serverError", 500, map[string]string{"Retry-After-Ms": "20"}, "serverError", true},
-		{"auth", apiError(401, "authentication_error", "invalid x-api-key"), "auth", 401, nil, "auth", false},
-		{"permission", apiError(403, "permission_error", "no"), "auth", 403, nil, "auth", false},
-		{"billing", apiError(402, "billing_error", "credit"), "quotaExhausted", 402, nil, "quotaExhausted", false},
-		{"invalid", apiError(400, "invalid_request_error", "bad"), "invalidRequest", 400, nil, "invalidRequest", false},
-		{"prompt too long", apiError(400, "invalid_request_error", "prompt is too long: 300000 tokens > 200000 maximum"), "contextLengthExceeded", 400, nil, "contextLengthExceeded", false},
-		{"exceeds context", apiError(400, "invalid_request_error", "input length and `max_tokens` exceed context limit: 190000 + 20000 > 200000"), "contextLengthExceeded", 400, nil, "contextLengthExceeded", false},
-		{"not found", apiError(404, "not_found_error", "model: nope"), "notFound", 404, nil, "notFound", false},
-		{"too large", apiError(413, "request_too_large", "Request exceeds the maximum allowed number of bytes"), "invalidRequest", 413, nil, "invalidRequest", false},
-		{"timeout", apiError(504, "timeout_error", "timed out"), "timeout", 504, nil, "timeout", true},
-		{"unknown type", apiError(503, "brand_new_error", "??"), "", 503, nil, "overloaded", true},
-		{"non-JSON body", plainError(502), "", 502, nil, "serverError", true},
-		{"x-should-retry false", apiError(500, "api_error", "no", "x-should-retry", "false"), "serverError", 500, map[string]string{"X-Should-Retry": "false"}, "serverError", false},
+		{"rate limit", anthropictest.APIError(429, "rate_limit_error", "slow down", "retry-after", "2"), "rateLimited", 429, map[string]string{"Retry-After": "2"}, "rateLimited", true},
+		{"overloaded", anthropictest.APIError(529, "overloaded_error", "Overloaded", "x-should-retry", "true"), "overloaded", 529, map[string]string{"X-Should-Retry": "true"}, "overloaded", true},
+		{"api error", anthropictest.APIError(500, "api_error", "oops", "retry-after-ms", "20"), "serverError", 500, map[string]string{"Retry-After-Ms": "20"}, "serverError", true},
+		{"auth", anthropictest.APIError(401, "authentication_error", "invalid x-api-key"), "auth", 401, nil, "auth", false},
+		{"permission", anthropictest.APIError(403, "permission_error", "no"), "auth", 403, nil, "auth", false},
+		{"billing", anthropictest.APIError(402, "billing_error", "credit"), "quotaExhausted", 402, nil, "quotaExhausted", false},
+		{"invalid", anthropictest.APIError(400, "invalid_request_error", "bad"), "invalidRequest", 400, nil, "invalidRequest", false},
+		{"prompt too long", anthropictest.APIError(400, "invalid_request_error", "prompt is too long: 300000 tokens > 200000 maximum"), "contextLengthExceeded", 400, nil, "contextLengthExceeded", false},
+		{"exceeds context", anthropictest.APIError(400, "invalid_request_error", "input length and `max_tokens` exceed context limit: 190000 + 20000 > 200000"), "contextLengthExceeded", 400, nil, "contextLengthExceeded", false},
+		{"not found", anthropictest.APIError(404, "not_found_error", "model: nope"), "notFound", 404, nil, "notFound", false},
+		{"too large", anthropictest.APIError(413, "request_too_large", "Request exceeds the maximum allowed number of bytes"), "invalidRequest", 413, nil, "invalidRequest", false},
+		{"timeout", anthropictest.APIError(504, "timeout_error", "timed out"), "timeout", 504, nil, "timeout", true},
+		{"unknown type", anthropictest.APIError(503, "brand_new_error", "??"), "", 503, nil, "overloaded", true},
+		{"non-JSON body", anthropictest.PlainError(502), "", 502, nil, "serverError", true},
+		{"x-should-retry false", anthropictest.APIError(500, "api_error", "no", "x-should-retry", "false"), "serverError", 500, map[string]string{"X-Should-Retry": "false"}, "serverError", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFake(t, tc.step)
-			text, resp, err := stream(t, f.model(t), provider.Request{})
+			f := anthropictest.New(t, tc.reply)
+			text, resp, err := stream(t, newModel(t, f), provider.Request{})
 			var pe *provider.Error
 			if !errors.As(err, &pe) {
 				t.Fatalf("error %v (%T); want *provider.Error", err, err)
@@ -976,8 +758,8 @@ func TestErrorMapping(t *testing.T) {
 			if fl.Kind != tc.classKind || fl.Retryable != tc.retryable {
 				t.Errorf("classified %q retryable %v; want %q %v", fl.Kind, fl.Retryable, tc.classKind, tc.retryable)
 			}
-			if len(f.requests()) != 1 {
-				t.Errorf("%d HTTP requests; the SDK must not retry", len(f.requests()))
+			if len(f.Requests()) != 1 {
+				t.Errorf("%d HTTP requests; the SDK must not retry", len(f.Requests()))
 			}
 		})
 	}
@@ -999,8 +781,8 @@ func TestInStreamErrors(t *testing.T) {
 		{"invalid_request_error", "invalidRequest", 400},
 		{"mystery_error", "streamInterrupted", 0},
 	} {
-		f := newFake(t, streamError(tc.typ, "partial"))
-		text, resp, err := stream(t, f.model(t), provider.Request{})
+		f := anthropictest.New(t, anthropictest.StreamError(tc.typ, "partial"))
+		text, resp, err := stream(t, newModel(t, f), provider.Request{})
 		var pe *provider.Error
 		if !errors.As(err, &pe) || pe.Kind != tc.kind || pe.HTTPStatus != tc.status {
 			t.Errorf("%s: error %v; want kind %q status %d", tc.typ, err, tc.kind, tc.status)
@@ -1023,36 +805,36 @@ func TestTransportFailures(t *testing.T) {
 	}
 	t.Run("reset before headers", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, reset)
-		if _, _, err := stream(t, f.model(t), provider.Request{}); kind(err) != "connectionError" {
+		f := anthropictest.New(t, anthropictest.Reset())
+		if _, _, err := stream(t, newModel(t, f), provider.Request{}); kind(err) != "connectionError" {
 			t.Errorf("error %v; want connectionError", err)
 		}
 	})
 	t.Run("EOF before message_stop", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, cut("a", "b"))
-		text, resp, err := stream(t, f.model(t), provider.Request{})
+		f := anthropictest.New(t, anthropictest.Cut("a", "b"))
+		text, resp, err := stream(t, newModel(t, f), provider.Request{})
 		if kind(err) != "streamInterrupted" || text != "ab" || resp.Usage != nil {
 			t.Errorf("error %v, text %q, usage %+v; want streamInterrupted, ab, no usage", err, text, resp.Usage)
 		}
 	})
 	t.Run("reset mid-stream", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-			s := startSSE(w)
-			s.send("message_start", msgStart(5))
-			s.send("content_block_start", textStart)
-			s.send("content_block_delta", textDelta("a"))
-			reset(w, r)
+		f := anthropictest.New(t, func(w http.ResponseWriter, r *http.Request) {
+			s := anthropictest.StartSSE(w)
+			s.Send("message_start", anthropictest.MsgStart(5))
+			s.Send("content_block_start", anthropictest.TextStart)
+			s.Send("content_block_delta", anthropictest.TextDelta("a"))
+			anthropictest.Reset()(w, r)
 		})
-		if _, _, err := stream(t, f.model(t), provider.Request{}); kind(err) != "streamInterrupted" {
+		if _, _, err := stream(t, newModel(t, f), provider.Request{}); kind(err) != "streamInterrupted" {
 			t.Errorf("error %v; want streamInterrupted", err)
 		}
 	})
 	t.Run("idle stream", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, stall)
-		m := f.model(t, func(c *anthropic.Config) { c.IdleTimeout = 100 * time.Millisecond })
+		f := anthropictest.New(t, anthropictest.Stall())
+		m := newModel(t, f, func(c *anthropic.Config) { c.IdleTimeout = 100 * time.Millisecond })
 		start := time.Now()
 		_, _, err := stream(t, m, provider.Request{})
 		if kind(err) != "timeout" {
@@ -1064,37 +846,37 @@ func TestTransportFailures(t *testing.T) {
 	})
 	t.Run("silent before headers", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-		m := f.model(t, func(c *anthropic.Config) { c.IdleTimeout = 100 * time.Millisecond })
+		f := anthropictest.New(t, anthropictest.StallHeaders())
+		m := newModel(t, f, func(c *anthropic.Config) { c.IdleTimeout = 100 * time.Millisecond })
 		if _, _, err := stream(t, m, provider.Request{}); kind(err) != "timeout" {
 			t.Errorf("error %v; want timeout", err)
 		}
 	})
 	t.Run("pings keep a stream alive", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-			s := startSSE(w)
-			s.send("message_start", msgStart(5))
+		f := anthropictest.New(t, func(w http.ResponseWriter, r *http.Request) {
+			s := anthropictest.StartSSE(w)
+			s.Send("message_start", anthropictest.MsgStart(5))
 			for range 8 {
 				time.Sleep(40 * time.Millisecond)
-				s.send("ping", ping)
+				s.Send("ping", anthropictest.Ping)
 			}
-			s.send("content_block_start", textStart)
-			s.send("content_block_delta", textDelta("alive"))
-			s.send("content_block_stop", blockStop)
-			s.send("message_delta", msgDelta("end_turn", 1))
-			s.send("message_stop", msgStop)
+			s.Send("content_block_start", anthropictest.TextStart)
+			s.Send("content_block_delta", anthropictest.TextDelta("alive"))
+			s.Send("content_block_stop", anthropictest.BlockStop)
+			s.Send("message_delta", anthropictest.MsgDelta("end_turn", 1))
+			s.Send("message_stop", anthropictest.MsgStop)
 		})
-		m := f.model(t, func(c *anthropic.Config) { c.IdleTimeout = 150 * time.Millisecond })
+		m := newModel(t, f, func(c *anthropic.Config) { c.IdleTimeout = 150 * time.Millisecond })
 		if text, _, err := stream(t, m, provider.Request{}); err != nil || text != "alive" {
 			t.Errorf("text %q, error %v; want alive: pings are liveness", text, err)
 		}
 	})
 	t.Run("client request timeout", func(t *testing.T) {
 		t.Parallel()
-		f := newFake(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-		m := f.model(t, func(c *anthropic.Config) {
-			hc := *f.srv.Client()
+		f := anthropictest.New(t, anthropictest.StallHeaders())
+		m := newModel(t, f, func(c *anthropic.Config) {
+			hc := *f.Client()
 			hc.Timeout = 100 * time.Millisecond
 			c.HTTPClient, c.IdleTimeout = &hc, -1
 		})
@@ -1106,14 +888,14 @@ func TestTransportFailures(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	t.Parallel()
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-		s := startSSE(w)
-		s.send("message_start", msgStart(5))
-		s.send("content_block_start", textStart)
-		s.send("content_block_delta", textDelta("a"))
+	f := anthropictest.New(t, func(w http.ResponseWriter, r *http.Request) {
+		s := anthropictest.StartSSE(w)
+		s.Send("message_start", anthropictest.MsgStart(5))
+		s.Send("content_block_start", anthropictest.TextStart)
+		s.Send("content_block_delta", anthropictest.TextDelta("a"))
 		<-r.Context().Done()
 	})
-	m := f.model(t)
+	m := newModel(t, f)
 	ctx, cancel := context.WithCancel(context.Background())
 	start := time.Now()
 	_, err := m.Stream(ctx, provider.Request{Messages: []provider.Message{{Role: provider.RoleUser, Text: "Hi"}}, Attempt: 1},
@@ -1126,8 +908,8 @@ func TestCancel(t *testing.T) {
 	}
 	// Already cancelled: no request at all.
 	_, err = m.Stream(ctx, provider.Request{Messages: []provider.Message{{Role: provider.RoleUser, Text: "Hi"}}}, func(string) {})
-	if err != context.Canceled || len(f.requests()) != 1 {
-		t.Errorf("error %v after %d requests; want context.Canceled and no new request", err, len(f.requests()))
+	if err != context.Canceled || len(f.Requests()) != 1 {
+		t.Errorf("error %v after %d requests; want context.Canceled and no new request", err, len(f.Requests()))
 	}
 }
 
@@ -1135,13 +917,13 @@ func TestCancel(t *testing.T) {
 // into an Error.
 func TestKeyNeverInErrors(t *testing.T) {
 	t.Parallel()
-	for _, st := range []step{
-		apiError(401, "authentication_error", "invalid x-api-key"),
-		apiError(401, "authentication_error", "invalid x-api-key: "+testKey),
-		streamError("authentication_error"),
+	for _, st := range []anthropictest.Reply{
+		anthropictest.APIError(401, "authentication_error", "invalid x-api-key"),
+		anthropictest.APIError(401, "authentication_error", "invalid x-api-key: "+testKey),
+		anthropictest.StreamError("authentication_error"),
 	} {
-		f := newFake(t, st)
-		_, _, err := stream(t, f.model(t), provider.Request{})
+		f := anthropictest.New(t, st)
+		_, _, err := stream(t, newModel(t, f), provider.Request{})
 		var pe *provider.Error
 		if !errors.As(err, &pe) || pe.Kind != "auth" {
 			t.Fatalf("error %v; want auth", err)
@@ -1160,27 +942,27 @@ func TestKeyNeverInErrors(t *testing.T) {
 
 func TestStructuredFallsBackToPromptForNonObjectSchema(t *testing.T) {
 	t.Parallel()
-	f := newFake(t, answer("end_turn", 2, `["a"]`))
-	_, resp, err := stream(t, f.model(t), provider.Request{ResponseSchema: json.RawMessage(`{"type":"array","items":{"type":"string"}}`)})
+	f := anthropictest.New(t, anthropictest.Answer("end_turn", 2, `["a"]`))
+	_, resp, err := stream(t, newModel(t, f), provider.Request{ResponseSchema: json.RawMessage(`{"type":"array","items":{"type":"string"}}`)})
 	if err != nil || resp.StructuredOutput != provider.StructuredPrompt {
 		t.Errorf("structured %q, err %v; want prompt", resp.StructuredOutput, err)
 	}
-	if _, ok := f.requests()[0].body["tools"]; ok {
+	if _, ok := f.Requests()[0].Body["tools"]; ok {
 		t.Error("a tool was sent for a non-object schema")
 	}
 }
 
 func TestToolWithoutArguments(t *testing.T) {
 	t.Parallel()
-	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-		s := startSSE(w)
-		s.send("message_start", msgStart(5))
-		s.send("content_block_start", toolStart)
-		s.send("content_block_stop", blockStop)
-		s.send("message_delta", msgDelta("tool_use", 3))
-		s.send("message_stop", msgStop)
+	f := anthropictest.New(t, func(w http.ResponseWriter, r *http.Request) {
+		s := anthropictest.StartSSE(w)
+		s.Send("message_start", anthropictest.MsgStart(5))
+		s.Send("content_block_start", anthropictest.ToolStart)
+		s.Send("content_block_stop", anthropictest.BlockStop)
+		s.Send("message_delta", anthropictest.MsgDelta("tool_use", 3))
+		s.Send("message_stop", anthropictest.MsgStop)
 	})
-	text, resp, err := stream(t, f.model(t), provider.Request{ResponseSchema: json.RawMessage(`{"type":"object"}`)})
+	text, resp, err := stream(t, newModel(t, f), provider.Request{ResponseSchema: json.RawMessage(`{"type":"object"}`)})
 	if err != nil || text != "{}" || resp.StructuredOutput != provider.StructuredNative || resp.FinishReason != provider.FinishStop {
 		t.Errorf("text %q, resp %+v, err %v; want {} native stop", text, resp, err)
 	}
@@ -1188,8 +970,8 @@ func TestToolWithoutArguments(t *testing.T) {
 
 func TestRequestValidation(t *testing.T) {
 	t.Parallel()
-	f := newFake(t)
-	m := f.model(t)
+	f := anthropictest.New(t)
+	m := newModel(t, f)
 	for _, msgs := range [][]provider.Message{
 		nil,
 		{{Role: provider.RoleAssistant, Text: "only me"}},
@@ -1201,7 +983,7 @@ func TestRequestValidation(t *testing.T) {
 			t.Errorf("messages %+v: error %v; want invalidRequest", msgs, err)
 		}
 	}
-	if n := len(f.requests()); n != 0 {
+	if n := len(f.Requests()); n != 0 {
 		t.Errorf("%d requests sent for invalid input", n)
 	}
 }

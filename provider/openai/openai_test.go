@@ -16,7 +16,7 @@ import (
 	"mspd/modelretry/retrytest"
 	"mspd/provider"
 	"mspd/provider/openai"
-	"mspd/provider/openai/internal/fakeopenai"
+	"mspd/provider/openai/openaitest"
 	"mspd/schema/msp"
 	"mspd/turn"
 	"mspd/turn/turntest"
@@ -27,7 +27,7 @@ import (
 const testKey = "sk-proj-TESTKEY0123456789abcdefghijSECRET"
 
 // newModel returns a Model on srv; mod adjusts the config.
-func newModel(t *testing.T, srv *fakeopenai.Server, mod func(*openai.Config)) *openai.Model {
+func newModel(t *testing.T, srv *openaitest.Server, mod func(*openai.Config)) *openai.Model {
 	t.Helper()
 	cfg := openai.Config{APIKey: testKey, BaseURL: srv.URL, Model: "gpt-4o-mini", HTTPClient: srv.Client()}
 	if mod != nil {
@@ -65,14 +65,14 @@ func providerError(t *testing.T, err error) *provider.Error {
 }
 
 func TestStreamAnswer(t *testing.T) {
-	srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(
-		fakeopenai.Role(), fakeopenai.Delta("Hel"), fakeopenai.Delta("lo"), fakeopenai.Delta(" there"),
-		fakeopenai.Finish("stop"), fakeopenai.Usage(12, 16, 4, 3), fakeopenai.Done))
+	srv := openaitest.New(t, "/v1", openaitest.Stream(
+		openaitest.Role(), openaitest.Delta("Hel"), openaitest.Delta("lo"), openaitest.Delta(" there"),
+		openaitest.Finish("stop"), openaitest.Usage(12, 16, 4, 3), openaitest.Done))
 	text, resp, err := stream(t, newModel(t, srv, nil), hello)
 	if err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
-	want := provider.Response{FinishReason: provider.FinishStop, Model: fakeopenai.Model,
+	want := provider.Response{FinishReason: provider.FinishStop, Model: openaitest.Model,
 		Usage: &provider.Usage{InputTokens: 12, OutputTokens: 16, CachedTokens: 4, ReasoningTokens: 3}}
 	if text != "Hello there" || !reflect.DeepEqual(resp, want) {
 		t.Errorf("got %q %+v (usage %+v), want %q %+v", text, resp, resp.Usage, "Hello there", want)
@@ -88,16 +88,16 @@ func TestFinishReasons(t *testing.T) {
 		frames []string
 		want   string
 	}{
-		{"stop", []string{fakeopenai.Finish("stop")}, provider.FinishStop},
-		{"length", []string{fakeopenai.Finish("length")}, provider.FinishLength},
-		{"content_filter", []string{fakeopenai.Finish("content_filter")}, provider.FinishContentFilter},
-		{"tool_calls verbatim", []string{fakeopenai.Finish("tool_calls")}, "tool_calls"},
-		{"refusal is a content filter", []string{fakeopenai.Refusal("I can't help with that."), fakeopenai.Finish("stop")}, provider.FinishContentFilter},
+		{"stop", []string{openaitest.Finish("stop")}, provider.FinishStop},
+		{"length", []string{openaitest.Finish("length")}, provider.FinishLength},
+		{"content_filter", []string{openaitest.Finish("content_filter")}, provider.FinishContentFilter},
+		{"tool_calls verbatim", []string{openaitest.Finish("tool_calls")}, "tool_calls"},
+		{"refusal is a content filter", []string{openaitest.Refusal("I can't help with that."), openaitest.Finish("stop")}, provider.FinishContentFilter},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			frames := append([]string{fakeopenai.Role(), fakeopenai.Delta("x")}, tc.frames...)
-			frames = append(frames, fakeopenai.Usage(1, 1, 0, 0), fakeopenai.Done)
-			srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(frames...))
+			frames := append([]string{openaitest.Role(), openaitest.Delta("x")}, tc.frames...)
+			frames = append(frames, openaitest.Usage(1, 1, 0, 0), openaitest.Done)
+			srv := openaitest.New(t, "/v1", openaitest.Stream(frames...))
 			_, resp, err := stream(t, newModel(t, srv, nil), hello)
 			if err != nil || resp.FinishReason != tc.want {
 				t.Errorf("got %q, %v; want %q", resp.FinishReason, err, tc.want)
@@ -109,8 +109,8 @@ func TestFinishReasons(t *testing.T) {
 // TestStreamEnds covers how a stream may end without an error frame.
 func TestStreamEnds(t *testing.T) {
 	t.Run("usage chunk missing", func(t *testing.T) {
-		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hi"),
-			fakeopenai.Finish("stop"), fakeopenai.Done))
+		srv := openaitest.New(t, "/v1", openaitest.Stream(openaitest.Role(), openaitest.Delta("Hi"),
+			openaitest.Finish("stop"), openaitest.Done))
 		text, resp, err := stream(t, newModel(t, srv, nil), hello)
 		if err != nil || text != "Hi" || resp.Usage != nil || resp.FinishReason != provider.FinishStop {
 			t.Errorf("got %q %+v %v; want Hi, stop, nil usage", text, resp, err)
@@ -118,23 +118,23 @@ func TestStreamEnds(t *testing.T) {
 	})
 	t.Run("cut after finish, before usage and DONE", func(t *testing.T) {
 		// The answer is whole; only the accounting is lost.
-		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hi"),
-			fakeopenai.Finish("stop")))
+		srv := openaitest.New(t, "/v1", openaitest.Stream(openaitest.Role(), openaitest.Delta("Hi"),
+			openaitest.Finish("stop")))
 		_, resp, err := stream(t, newModel(t, srv, nil), hello)
 		if err != nil || resp.Usage != nil || resp.FinishReason != provider.FinishStop {
 			t.Errorf("got %+v %v; want stop with nil usage", resp, err)
 		}
 	})
 	t.Run("DONE without finish_reason", func(t *testing.T) {
-		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hi"),
-			fakeopenai.Done))
+		srv := openaitest.New(t, "/v1", openaitest.Stream(openaitest.Role(), openaitest.Delta("Hi"),
+			openaitest.Done))
 		_, resp, err := stream(t, newModel(t, srv, nil), hello)
 		if err != nil || resp.FinishReason != "" {
 			t.Errorf("got %+v %v; want success with no finish reason", resp, err)
 		}
 	})
 	t.Run("cut before finish and DONE", func(t *testing.T) {
-		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hel")))
+		srv := openaitest.New(t, "/v1", openaitest.Stream(openaitest.Role(), openaitest.Delta("Hel")))
 		text, _, err := stream(t, newModel(t, srv, nil), hello)
 		pe := providerError(t, err)
 		if text != "Hel" || pe.Kind != "streamInterrupted" || pe.HTTPStatus != 0 {
@@ -153,82 +153,82 @@ func TestErrorMapping(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		reply fakeopenai.Reply
+		reply openaitest.Reply
 		cfg   func(*openai.Config)
 		want  want
 	}{
 		{"429 rate limit with retry-after-ms",
-			fakeopenai.Error(429, fakeopenai.RateLimitBody, "Retry-After-Ms", "1500", "Retry-After", "2"),
+			openaitest.Error(429, openaitest.RateLimitBody, "Retry-After-Ms", "1500", "Retry-After", "2"),
 			nil, want{"rateLimited", 429, http.Header{"Retry-After-Ms": {"1500"}, "Retry-After": {"2"}}, "try again in 20s"}},
 		{"429 insufficient_quota",
-			fakeopenai.Error(429, fakeopenai.QuotaBody),
+			openaitest.Error(429, openaitest.QuotaBody),
 			nil, want{"quotaExhausted", 429, nil, "exceeded your current quota"}},
 		{"429 quota by type only",
-			fakeopenai.Error(429, `{"error":{"message":"quota","type":"insufficient_quota","param":null,"code":null}}`),
+			openaitest.Error(429, `{"error":{"message":"quota","type":"insufficient_quota","param":null,"code":null}}`),
 			nil, want{"quotaExhausted", 429, nil, "quota"}},
 		{"400 context_length_exceeded",
-			fakeopenai.Error(400, fakeopenai.ContextLengthBody),
+			openaitest.Error(400, openaitest.ContextLengthBody),
 			nil, want{"contextLengthExceeded", 400, nil, "maximum context length"}},
 		{"404 model_not_found",
-			fakeopenai.Error(404, `{"error":{"message":"The model 'gpt-9' does not exist","type":"invalid_request_error","param":null,"code":"model_not_found"}}`),
+			openaitest.Error(404, `{"error":{"message":"The model 'gpt-9' does not exist","type":"invalid_request_error","param":null,"code":"model_not_found"}}`),
 			nil, want{"notFound", 404, nil, "does not exist"}},
 		{"500 status decides",
-			fakeopenai.Error(500, fakeopenai.ServerErrorBody),
+			openaitest.Error(500, openaitest.ServerErrorBody),
 			nil, want{"", 500, nil, "The server had an error"}},
 		{"503 with x-should-retry and azure delay",
-			fakeopenai.Error(503, fakeopenai.OverloadedBody, "X-Should-Retry", "true", "X-Ms-Retry-After-Ms", "250"),
+			openaitest.Error(503, openaitest.OverloadedBody, "X-Should-Retry", "true", "X-Ms-Retry-After-Ms", "250"),
 			nil, want{"", 503, http.Header{"X-Should-Retry": {"true"}, "X-Ms-Retry-After-Ms": {"250"}}, "overloaded"}},
 		{"502 html body",
-			fakeopenai.Error(502, "<html><body><h1>502 Bad Gateway</h1></body></html>"),
+			openaitest.Error(502, "<html><body><h1>502 Bad Gateway</h1></body></html>"),
 			nil, want{"", 502, nil, "Bad Gateway"}},
 		{"503 error member not an object",
-			fakeopenai.Error(503, `{"error":"upstream unavailable"}`, "Retry-After", "1"),
+			openaitest.Error(503, `{"error":"upstream unavailable"}`, "Retry-After", "1"),
 			nil, want{"", 503, http.Header{"Retry-After": {"1"}}, "Service Unavailable"}},
 		{"400 vLLM top-level error",
-			fakeopenai.Error(400, `{"object":"error","message":"max_tokens is too large","type":"BadRequestError","param":null,"code":400}`),
+			openaitest.Error(400, `{"object":"error","message":"max_tokens is too large","type":"BadRequestError","param":null,"code":400}`),
 			nil, want{"", 400, nil, "max_tokens is too large"}},
 		{"connection reset before headers",
-			fakeopenai.Reset(),
+			openaitest.Reset(),
 			nil, want{"connectionError", 0, nil, "no response"}},
 		{"idle before headers",
-			fakeopenai.StallHeaders(),
+			openaitest.StallHeaders(),
 			func(c *openai.Config) { c.IdleTimeout = 30 * time.Millisecond }, want{"timeout", 0, nil, "no response from the server within 30ms"}},
 		{"http client timeout before headers",
-			fakeopenai.StallHeaders(),
+			openaitest.StallHeaders(),
 			func(c *openai.Config) { c.HTTPClient = &http.Client{Timeout: 30 * time.Millisecond} }, want{"timeout", 0, nil, "timed out"}},
 		{"idle mid-stream",
-			fakeopenai.StreamStall(fakeopenai.Role(), fakeopenai.Delta("Hel")),
+			openaitest.StreamStall(openaitest.Role(), openaitest.Delta("Hel")),
 			func(c *openai.Config) { c.IdleTimeout = 30 * time.Millisecond }, want{"timeout", 0, nil, "no data from the server for 30ms"}},
 		{"connection dropped mid-body",
-			fakeopenai.StreamAbort(fakeopenai.Role(), fakeopenai.Delta("Hel")),
+			openaitest.StreamAbort(openaitest.Role(), openaitest.Delta("Hel")),
 			nil, want{"streamInterrupted", 0, nil, "unexpected EOF"}},
 		{"malformed chunk",
-			fakeopenai.Stream(fakeopenai.Role(), `{"id":"chatcmpl-1","choices":[{"index":0,"delta":{"content":"Hel`),
+			openaitest.Stream(openaitest.Role(), `{"id":"chatcmpl-1","choices":[{"index":0,"delta":{"content":"Hel`),
 			nil, want{"streamInterrupted", 0, nil, "the stream broke"}},
 		{"frame server_error",
-			fakeopenai.Stream(fakeopenai.Role(), fakeopenai.ErrorFrame("The server had an error while processing your request.", "server_error", "")),
+			openaitest.Stream(openaitest.Role(), openaitest.ErrorFrame("The server had an error while processing your request.", "server_error", "")),
 			nil, want{"serverError", 500, nil, "The server had an error"}},
 		{"frame overloaded",
-			fakeopenai.Stream(fakeopenai.Role(), fakeopenai.ErrorFrame("slow down", "overloaded", "slow_down")),
+			openaitest.Stream(openaitest.Role(), openaitest.ErrorFrame("slow down", "overloaded", "slow_down")),
 			nil, want{"overloaded", 503, nil, "slow down"}},
 		{"frame rate limit",
-			fakeopenai.Stream(fakeopenai.Role(), fakeopenai.ErrorFrame("Please try again in 1.2s.", "requests", "rate_limit_exceeded")),
+			openaitest.Stream(openaitest.Role(), openaitest.ErrorFrame("Please try again in 1.2s.", "requests", "rate_limit_exceeded")),
 			nil, want{"rateLimited", 429, nil, "try again in 1.2s"}},
 		{"frame insufficient_quota",
-			fakeopenai.Stream(fakeopenai.ErrorFrame("quota", "insufficient_quota", "insufficient_quota")),
+			openaitest.Stream(openaitest.ErrorFrame("quota", "insufficient_quota", "insufficient_quota")),
 			nil, want{"quotaExhausted", 429, nil, "quota"}},
 		{"frame vLLM numeric code",
-			fakeopenai.Stream(fakeopenai.Role(), `{"error":{"object":"error","message":"engine dead","type":"InternalServerError","param":null,"code":500}}`),
+			openaitest.Stream(openaitest.Role(), `{"error":{"object":"error","message":"engine dead","type":"InternalServerError","param":null,"code":500}}`),
 			nil, want{"serverError", 500, nil, "engine dead"}},
 		{"frame vLLM numeric code, unknown type",
-			fakeopenai.Stream(fakeopenai.Role(), `{"error":{"object":"error","message":"busy","type":"EngineBusy","param":null,"code":503}}`),
+			openaitest.Stream(openaitest.Role(), `{"error":{"object":"error","message":"busy","type":"EngineBusy","param":null,"code":503}}`),
 			nil, want{"", 503, nil, "busy"}},
 		{"frame unknown",
-			fakeopenai.Stream(fakeopenai.Role(), fakeopenai.ErrorFrame("something odd", "weird_error", "")),
+			openaitest.Stream(openaitest.Role(), openaitest.ErrorFrame("something odd", "weird_error", "")),
 			nil, want{"streamInterrupted", 0, nil, "something odd"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := fakeopenai.New(t, "/v1", tc.reply)
+			srv := openaitest.New(t, "/v1", tc.reply)
 			_, _, err := stream(t, newModel(t, srv, tc.cfg), hello)
 			pe := providerError(t, err)
 			got := want{pe.Kind, pe.HTTPStatus, pe.Header, pe.Message}
@@ -247,16 +247,16 @@ func TestErrorMapping(t *testing.T) {
 // the stream's length or the time onText takes.
 func TestIdleMeansSilence(t *testing.T) {
 	t.Run("keep-alive comments", func(t *testing.T) {
-		srv := fakeopenai.New(t, "/v1", func(w http.ResponseWriter, r *http.Request) {
+		srv := openaitest.New(t, "/v1", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
 			f := w.(http.Flusher)
-			fmt.Fprintf(w, "data: %s\n\n", fakeopenai.Role())
+			fmt.Fprintf(w, "data: %s\n\n", openaitest.Role())
 			for range 8 {
 				f.Flush()
 				time.Sleep(15 * time.Millisecond)
 				fmt.Fprint(w, ": keep-alive\n\n")
 			}
-			for _, p := range fakeopenai.Answer("late")[1:] {
+			for _, p := range openaitest.Answer("late")[1:] {
 				fmt.Fprintf(w, "data: %s\n\n", p)
 			}
 		})
@@ -266,7 +266,7 @@ func TestIdleMeansSilence(t *testing.T) {
 		}
 	})
 	t.Run("slow onText", func(t *testing.T) {
-		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Answer("a", "b", "c")...))
+		srv := openaitest.New(t, "/v1", openaitest.Stream(openaitest.Answer("a", "b", "c")...))
 		m := newModel(t, srv, func(c *openai.Config) { c.IdleTimeout = 30 * time.Millisecond })
 		_, err := m.Stream(context.Background(), hello, func(string) { time.Sleep(50 * time.Millisecond) })
 		if err != nil {
@@ -302,13 +302,13 @@ func TestKeyNeverInErrors(t *testing.T) {
 	body := fmt.Sprintf(`{"error":{"message":"Incorrect API key provided: %s. Also seen as sk-proj-********************abcd and Bearer %s.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`, testKey, testKey)
 	for _, tc := range []struct {
 		name  string
-		reply fakeopenai.Reply
+		reply openaitest.Reply
 	}{
-		{"401 body", fakeopenai.Error(401, body, "Www-Authenticate", "Bearer "+testKey)},
-		{"error frame", fakeopenai.Stream(fakeopenai.Role(), `{"error":{"message":"bad key `+testKey+`","type":"server_error","param":null,"code":null}}`)},
+		{"401 body", openaitest.Error(401, body, "Www-Authenticate", "Bearer "+testKey)},
+		{"error frame", openaitest.Stream(openaitest.Role(), `{"error":{"message":"bad key `+testKey+`","type":"server_error","param":null,"code":null}}`)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := fakeopenai.New(t, "/v1", tc.reply)
+			srv := openaitest.New(t, "/v1", tc.reply)
 			_, _, err := stream(t, newModel(t, srv, nil), hello)
 			pe := providerError(t, err)
 			if tc.name == "401 body" && pe.HTTPStatus != 401 {
@@ -335,7 +335,7 @@ func TestKeyNeverInErrors(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	srv := fakeopenai.New(t, "/v1", fakeopenai.StreamStall(fakeopenai.Role(), fakeopenai.Delta("Hel")))
+	srv := openaitest.New(t, "/v1", openaitest.StreamStall(openaitest.Role(), openaitest.Delta("Hel")))
 	m := newModel(t, srv, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -354,7 +354,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestCancelWhileWaitingForHeaders(t *testing.T) {
-	srv := fakeopenai.New(t, "/v1", fakeopenai.StallHeaders())
+	srv := openaitest.New(t, "/v1", openaitest.StallHeaders())
 	m := newModel(t, srv, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(20*time.Millisecond, cancel)
@@ -366,7 +366,7 @@ func TestCancelWhileWaitingForHeaders(t *testing.T) {
 }
 
 func TestRequestBody(t *testing.T) {
-	srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Answer("ok")...))
+	srv := openaitest.New(t, "/v1", openaitest.Stream(openaitest.Answer("ok")...))
 	req := provider.Request{Model: "gpt-4.1", MaxTokens: 300, Attempt: 3, Messages: []provider.Message{
 		{Role: provider.RoleUser, Text: "Hi"},
 		{Role: provider.RoleAssistant, Text: "Hello! How can I help?"},
@@ -405,7 +405,7 @@ func TestRequestBody(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	t.Run("max_tokens for older servers", func(t *testing.T) {
-		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Answer("ok")...))
+		srv := openaitest.New(t, "/v1", openaitest.Stream(openaitest.Answer("ok")...))
 		if _, _, err := stream(t, newModel(t, srv, func(c *openai.Config) { c.MaxTokensField = openai.MaxTokens }), hello); err != nil {
 			t.Fatal(err)
 		}
@@ -415,7 +415,7 @@ func TestConfig(t *testing.T) {
 		}
 	})
 	t.Run("request model defaults to config", func(t *testing.T) {
-		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Answer("ok")...))
+		srv := openaitest.New(t, "/v1", openaitest.Stream(openaitest.Answer("ok")...))
 		if _, _, err := stream(t, newModel(t, srv, nil), hello); err != nil {
 			t.Fatal(err)
 		}
@@ -424,7 +424,7 @@ func TestConfig(t *testing.T) {
 		}
 	})
 	t.Run("system", func(t *testing.T) {
-		srv := fakeopenai.New(t, "/v1")
+		srv := openaitest.New(t, "/v1")
 		if s := newModel(t, srv, nil).System(); s != "openai" {
 			t.Errorf("default System %q", s)
 		}
@@ -447,7 +447,7 @@ func TestConfig(t *testing.T) {
 		})
 	}
 	t.Run("unsupported role", func(t *testing.T) {
-		srv := fakeopenai.New(t, "/v1")
+		srv := openaitest.New(t, "/v1")
 		_, _, err := stream(t, newModel(t, srv, nil), provider.Request{Messages: []provider.Message{{Role: "system", Text: "x"}}})
 		if pe := providerError(t, err); pe.Kind != "invalidRequest" || srv.Count() != 0 {
 			t.Errorf("got %+v after %d requests", pe, srv.Count())
@@ -461,7 +461,7 @@ func TestEnvironmentIgnored(t *testing.T) {
 	t.Setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
 	t.Setenv("OPENAI_API_KEY", "sk-from-the-environment")
 	t.Setenv("OPENAI_CUSTOM_HEADERS", "X-Leak: yes")
-	srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Answer("ok")...))
+	srv := openaitest.New(t, "/v1", openaitest.Stream(openaitest.Answer("ok")...))
 	if _, _, err := stream(t, newModel(t, srv, nil), hello); err != nil {
 		t.Fatal(err)
 	}
@@ -476,7 +476,7 @@ func TestBaseURL(t *testing.T) {
 	for _, prefix := range []string{"/v1", "/openai/v1", ""} {
 		for _, slash := range []string{"", "/"} {
 			t.Run(prefix+slash, func(t *testing.T) {
-				srv := fakeopenai.New(t, prefix, fakeopenai.Stream(fakeopenai.Answer("ok")...))
+				srv := openaitest.New(t, prefix, openaitest.Stream(openaitest.Answer("ok")...))
 				m := newModel(t, srv, func(c *openai.Config) { c.BaseURL = srv.URL + slash; c.APIKey = "" })
 				text, _, err := stream(t, m, hello)
 				if err != nil || text != "ok" {
@@ -493,7 +493,7 @@ func TestBaseURL(t *testing.T) {
 
 func TestStructuredOutputRequest(t *testing.T) {
 	schema := json.RawMessage(`{"type":"object","properties":{"answer":{"type":"string"}},"required":["answer"]}`)
-	srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.Answer(`{"answer":`, `"42"}`)...))
+	srv := openaitest.New(t, "/v1", openaitest.Stream(openaitest.Answer(`{"answer":`, `"42"}`)...))
 	req := hello
 	req.ResponseSchema = schema
 	text, resp, err := stream(t, newModel(t, srv, nil), req)
@@ -602,13 +602,13 @@ func TestTurnScenarios(t *testing.T) {
 		answer    = "item/started, item/delta, item/completed, session/tokenUsage"
 		modelThen = "turn/modelRetryScheduled, " + answer
 	)
-	ok := fakeopenai.Stream(fakeopenai.Answer("Hel", "lo")...) // 2 output tokens
+	ok := openaitest.Stream(openaitest.Answer("Hel", "lo")...) // 2 output tokens
 	schema := json.RawMessage(`{"type":"object","properties":{"answer":{"type":"string"}},"required":["answer"]}`)
 
 	type scenario struct {
 		name     string
 		skip     string // a known defect outside this package
-		replies  func(start time.Time) []fakeopenai.Reply
+		replies  func(start time.Time) []openaitest.Reply
 		model    func(*openai.Config)
 		spec     func(*turn.Spec)
 		methods  string
@@ -618,10 +618,10 @@ func TestTurnScenarios(t *testing.T) {
 		terminal string
 		errText  string // substring of the turn error's message
 		attempts msp.Attempts
-		check    func(t *testing.T, srv *fakeopenai.Server, r turnRun)
+		check    func(t *testing.T, srv *openaitest.Server, r turnRun)
 	}
-	fixed := func(r ...fakeopenai.Reply) func(time.Time) []fakeopenai.Reply {
-		return func(time.Time) []fakeopenai.Reply { return r }
+	fixed := func(r ...openaitest.Reply) func(time.Time) []openaitest.Reply {
+		return func(time.Time) []openaitest.Reply { return r }
 	}
 	oa := func(attempt int, delay int64, kind string, status int) notice {
 		return notice{attempt, attempt + 1, 5, delay, "openai", kind, status}
@@ -629,11 +629,11 @@ func TestTurnScenarios(t *testing.T) {
 	scenarios := []scenario{
 		{
 			name: "normal answer with usage",
-			replies: fixed(fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hel"), fakeopenai.Delta("lo"),
-				fakeopenai.Finish("stop"), fakeopenai.Usage(12, 16, 4, 3), fakeopenai.Done)),
+			replies: fixed(openaitest.Stream(openaitest.Role(), openaitest.Delta("Hel"), openaitest.Delta("lo"),
+				openaitest.Finish("stop"), openaitest.Usage(12, 16, 4, 3), openaitest.Done)),
 			methods: answer, items: [][2]string{{"completed", "Hello"}}, terminal: "completed",
 			attempts: msp.Attempts{Count: 1, OutputTokens: 16, UsageComplete: true},
-			check: func(t *testing.T, _ *fakeopenai.Server, r turnRun) {
+			check: func(t *testing.T, _ *openaitest.Server, r turnRun) {
 				if r.out.Answer != "Hello" {
 					t.Errorf("answer %q", r.out.Answer)
 				}
@@ -642,14 +642,14 @@ func TestTurnScenarios(t *testing.T) {
 					t.Errorf("usage %+v", r.out.Completed.Usage)
 				}
 				u := turntest.Of[*msp.SessionTokenUsageParams](r.sink, msp.NotifySessionTokenUsage)
-				if len(u) != 1 || u[0].FinishReason != "stop" || u[0].ModelID != fakeopenai.Model || u[0].TotalTokens != 28 {
+				if len(u) != 1 || u[0].FinishReason != "stop" || u[0].ModelID != openaitest.Model || u[0].TotalTokens != 28 {
 					t.Errorf("tokenUsage %s", turntest.JSON(u[0]))
 				}
 			},
 		},
 		{
 			name:     "429 retry-after-ms",
-			replies:  fixed(fakeopenai.Error(429, fakeopenai.RateLimitBody, "Retry-After-Ms", "1500"), ok),
+			replies:  fixed(openaitest.Error(429, openaitest.RateLimitBody, "Retry-After-Ms", "1500"), ok),
 			methods:  modelThen,
 			model_:   []notice{oa(1, 1500, "rateLimited", 429)},
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
@@ -657,9 +657,9 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "429 retry-after HTTP date",
-			replies: func(start time.Time) []fakeopenai.Reply {
+			replies: func(start time.Time) []openaitest.Reply {
 				date := start.Add(3 * time.Second).UTC().Format(http.TimeFormat)
-				return []fakeopenai.Reply{fakeopenai.Error(429, fakeopenai.RateLimitBody, "Retry-After", date), ok}
+				return []openaitest.Reply{openaitest.Error(429, openaitest.RateLimitBody, "Retry-After", date), ok}
 			},
 			methods:  modelThen,
 			model_:   []notice{oa(1, 3000, "rateLimited", 429)},
@@ -668,30 +668,30 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name:     "429 retry-after seconds",
-			replies:  fixed(fakeopenai.Error(429, fakeopenai.RateLimitBody, "Retry-After", "2"), ok),
+			replies:  fixed(openaitest.Error(429, openaitest.RateLimitBody, "Retry-After", "2"), ok),
 			methods:  modelThen,
 			model_:   []notice{oa(1, 2000, "rateLimited", 429)},
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
 		},
 		{
 			name:     "429 message delay without headers",
-			replies:  fixed(fakeopenai.Error(429, fakeopenai.RateLimitBody), ok),
+			replies:  fixed(openaitest.Error(429, openaitest.RateLimitBody), ok),
 			methods:  modelThen,
 			model_:   []notice{oa(1, 20000, "rateLimited", 429)}, // "Please try again in 20s."
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
 		},
 		{
 			name:     "429 insufficient_quota is not retried",
-			replies:  fixed(fakeopenai.Error(429, fakeopenai.QuotaBody, "Retry-After", "1")),
+			replies:  fixed(openaitest.Error(429, openaitest.QuotaBody, "Retry-After", "1")),
 			methods:  "",
 			terminal: "failed", errText: "quota exhausted (HTTP 429)",
 			attempts: msp.Attempts{Count: 1, UsageComplete: true},
 		},
 		{
 			name: "500 502 503 retried",
-			replies: fixed(fakeopenai.Error(500, fakeopenai.ServerErrorBody),
-				fakeopenai.Error(502, "<html><body><h1>502 Bad Gateway</h1></body></html>"),
-				fakeopenai.Error(503, fakeopenai.OverloadedBody), ok),
+			replies: fixed(openaitest.Error(500, openaitest.ServerErrorBody),
+				openaitest.Error(502, "<html><body><h1>502 Bad Gateway</h1></body></html>"),
+				openaitest.Error(503, openaitest.OverloadedBody), ok),
 			methods: "turn/modelRetryScheduled, turn/modelRetryScheduled, " + modelThen,
 			model_: []notice{oa(1, 250, "serverError", 500), oa(2, 500, "serverError", 502),
 				oa(3, 1000, "overloaded", 503)},
@@ -700,37 +700,37 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "529 with x-should-retry true",
-			replies: fixed(fakeopenai.Error(529, `{"error":{"message":"Overloaded","type":"overloaded_error","param":null,"code":null}}`,
+			replies: fixed(openaitest.Error(529, `{"error":{"message":"Overloaded","type":"overloaded_error","param":null,"code":null}}`,
 				"X-Should-Retry", "true"), ok),
 			methods: modelThen, model_: []notice{oa(1, 250, "overloaded", 529)},
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
 		},
 		{
 			name: "400 with x-should-retry true",
-			replies: fixed(fakeopenai.Error(400, `{"error":{"message":"Invalid request, please retry","type":"invalid_request_error","param":null,"code":null}}`,
+			replies: fixed(openaitest.Error(400, `{"error":{"message":"Invalid request, please retry","type":"invalid_request_error","param":null,"code":null}}`,
 				"X-Should-Retry", "true"), ok),
 			methods: modelThen, model_: []notice{oa(1, 250, "invalidRequest", 400)},
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
 		},
 		{
 			name:     "500 with x-should-retry false",
-			replies:  fixed(fakeopenai.Error(500, fakeopenai.ServerErrorBody, "X-Should-Retry", "false")),
+			replies:  fixed(openaitest.Error(500, openaitest.ServerErrorBody, "X-Should-Retry", "false")),
 			terminal: "failed", errText: "server error (HTTP 500)",
 			attempts: msp.Attempts{Count: 1, UsageComplete: true},
 		},
 		{
 			name:     "400 context_length_exceeded",
-			replies:  fixed(fakeopenai.Error(400, fakeopenai.ContextLengthBody)),
+			replies:  fixed(openaitest.Error(400, openaitest.ContextLengthBody)),
 			terminal: "failed", errText: "context too long (HTTP 400)",
 			attempts: msp.Attempts{Count: 1, UsageComplete: true},
 		},
 		{
 			name: "401 is not retried",
-			replies: fixed(fakeopenai.Error(401, `{"error":{"message":"Incorrect API key provided: `+testKey+`.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`,
+			replies: fixed(openaitest.Error(401, `{"error":{"message":"Incorrect API key provided: `+testKey+`.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`,
 				"Www-Authenticate", `Bearer realm="OpenAI API"`)),
 			terminal: "failed", errText: "not authorized (HTTP 401)",
 			attempts: msp.Attempts{Count: 1, UsageComplete: true},
-			check: func(t *testing.T, _ *fakeopenai.Server, r turnRun) {
+			check: func(t *testing.T, _ *openaitest.Server, r turnRun) {
 				if m := r.out.Completed.Error.Message; strings.Contains(m, "TESTKEY") {
 					t.Errorf("turn error leaks the key: %q", m)
 				}
@@ -738,14 +738,14 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name:     "connection reset before headers",
-			replies:  fixed(fakeopenai.Reset(), ok),
+			replies:  fixed(openaitest.Reset(), ok),
 			methods:  modelThen,
 			model_:   []notice{oa(1, 250, "connectionError", 0)},
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
 		},
 		{
 			name: "stream cut after deltas",
-			replies: fixed(fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hel"), fakeopenai.Delta("lo wor")),
+			replies: fixed(openaitest.Stream(openaitest.Role(), openaitest.Delta("Hel"), openaitest.Delta("lo wor")),
 				ok),
 			methods: "item/started, item/delta, item/completed, turn/retryScheduled, " + answer,
 			turn_:   []turnNotice{{1, 2, 5, 250, "provider stream disconnected"}},
@@ -756,7 +756,7 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "connection dropped mid-body",
-			replies: fixed(fakeopenai.StreamAbort(fakeopenai.Role(), fakeopenai.Delta("Hel")),
+			replies: fixed(openaitest.StreamAbort(openaitest.Role(), openaitest.Delta("Hel")),
 				ok),
 			methods:  "item/started, item/delta, item/completed, turn/retryScheduled, " + answer,
 			turn_:    []turnNotice{{1, 2, 5, 250, "provider stream disconnected"}},
@@ -766,16 +766,16 @@ func TestTurnScenarios(t *testing.T) {
 		{
 			// The 200 stream had begun: that attempt's usage is unknown.
 			name: "error frame before any content",
-			replies: fixed(fakeopenai.Stream(fakeopenai.Role(),
-				fakeopenai.ErrorFrame("The server had an error while processing your request.", "server_error", "")), ok),
+			replies: fixed(openaitest.Stream(openaitest.Role(),
+				openaitest.ErrorFrame("The server had an error while processing your request.", "server_error", "")), ok),
 			methods:  modelThen,
 			model_:   []notice{oa(1, 250, "serverError", 500)},
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
 		},
 		{
 			name: "error frame after content",
-			replies: fixed(fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hel"),
-				fakeopenai.ErrorFrame("The server had an error while processing your request.", "server_error", "")), ok),
+			replies: fixed(openaitest.Stream(openaitest.Role(), openaitest.Delta("Hel"),
+				openaitest.ErrorFrame("The server had an error while processing your request.", "server_error", "")), ok),
 			methods:  "item/started, item/delta, item/completed, turn/retryScheduled, " + answer,
 			turn_:    []turnNotice{{1, 2, 5, 250, "provider stream failed: server error (HTTP 500)"}},
 			items:    [][2]string{{"failed", "Hel"}, {"completed", "Hello"}},
@@ -784,7 +784,7 @@ func TestTurnScenarios(t *testing.T) {
 		{
 			name:     "idle stream after content",
 			model:    func(c *openai.Config) { c.IdleTimeout = 40 * time.Millisecond },
-			replies:  fixed(fakeopenai.StreamStall(fakeopenai.Role(), fakeopenai.Delta("Hel")), ok),
+			replies:  fixed(openaitest.StreamStall(openaitest.Role(), openaitest.Delta("Hel")), ok),
 			methods:  "item/started, item/delta, item/completed, turn/retryScheduled, " + answer,
 			turn_:    []turnNotice{{1, 2, 5, 250, "provider stream failed: timed out"}},
 			items:    [][2]string{{"failed", "Hel"}, {"completed", "Hello"}},
@@ -793,7 +793,7 @@ func TestTurnScenarios(t *testing.T) {
 		{
 			name:     "idle stream before content",
 			model:    func(c *openai.Config) { c.IdleTimeout = 40 * time.Millisecond },
-			replies:  fixed(fakeopenai.StreamStall(fakeopenai.Role()), fakeopenai.StallHeaders(), ok),
+			replies:  fixed(openaitest.StreamStall(openaitest.Role()), openaitest.StallHeaders(), ok),
 			methods:  "turn/modelRetryScheduled, " + modelThen,
 			model_:   []notice{oa(1, 250, "timeout", 0), oa(2, 500, "timeout", 0)},
 			terminal: "completed", attempts: msp.Attempts{Count: 3, OutputTokens: 2},
@@ -801,13 +801,13 @@ func TestTurnScenarios(t *testing.T) {
 		{
 			name: "finish_reason length grows max tokens",
 			spec: func(s *turn.Spec) { s.MaxTokens = 100 },
-			replies: fixed(fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Once upon"), fakeopenai.Finish("length"),
-				fakeopenai.Usage(12, 100, 0, 0), fakeopenai.Done), ok),
+			replies: fixed(openaitest.Stream(openaitest.Role(), openaitest.Delta("Once upon"), openaitest.Finish("length"),
+				openaitest.Usage(12, 100, 0, 0), openaitest.Done), ok),
 			methods:  answer + ", turn/retryScheduled, " + answer,
 			turn_:    []turnNotice{{1, 2, 5, 250, "output truncated at 100 tokens; retrying with 200"}},
 			items:    [][2]string{{"failed", "Once upon"}, {"completed", "Hello"}},
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 102, UsageComplete: true},
-			check: func(t *testing.T, srv *fakeopenai.Server, _ turnRun) {
+			check: func(t *testing.T, srv *openaitest.Server, _ turnRun) {
 				var got []any
 				for _, r := range srv.Requests() {
 					got = append(got, r.Body["max_completion_tokens"])
@@ -820,11 +820,11 @@ func TestTurnScenarios(t *testing.T) {
 		{
 			name:     "structured output native",
 			spec:     func(s *turn.Spec) { s.ResponseSchema = schema },
-			replies:  fixed(fakeopenai.Stream(fakeopenai.Answer(`{"answer":`, `"42"}`)...)),
+			replies:  fixed(openaitest.Stream(openaitest.Answer(`{"answer":`, `"42"}`)...)),
 			methods:  answer,
 			terminal: "completed",
 			attempts: msp.Attempts{Count: 1, OutputTokens: 2, UsageComplete: true, StructuredOutput: "native"},
-			check: func(t *testing.T, srv *fakeopenai.Server, r turnRun) {
+			check: func(t *testing.T, srv *openaitest.Server, r turnRun) {
 				rf, _ := srv.Requests()[0].Body["response_format"].(map[string]any)
 				js, _ := rf["json_schema"].(map[string]any)
 				if rf["type"] != "json_schema" || js["name"] != "response" || js["strict"] != false || js["schema"] == nil {
@@ -838,8 +838,8 @@ func TestTurnScenarios(t *testing.T) {
 		{
 			name: "structured output not JSON re-runs",
 			spec: func(s *turn.Spec) { s.ResponseSchema = schema },
-			replies: fixed(fakeopenai.Stream(fakeopenai.Answer(`The answer is 42.`)...),
-				fakeopenai.Stream(fakeopenai.Answer(`{"answer":"42"}`)...)),
+			replies: fixed(openaitest.Stream(openaitest.Answer(`The answer is 42.`)...),
+				openaitest.Stream(openaitest.Answer(`{"answer":"42"}`)...)),
 			methods:  answer + ", turn/retryScheduled, " + answer,
 			turn_:    []turnNotice{{1, 2, 5, 250, "answer does not match the response schema: the answer is not valid JSON"}},
 			items:    [][2]string{{"failed", `The answer is 42.`}, {"completed", `{"answer":"42"}`}},
@@ -849,14 +849,14 @@ func TestTurnScenarios(t *testing.T) {
 		{
 			name: "structured output missing property re-runs",
 			spec: func(s *turn.Spec) { s.ResponseSchema = schema },
-			replies: fixed(fakeopenai.Stream(fakeopenai.Answer(`{"nope":1}`)...),
-				fakeopenai.Stream(fakeopenai.Answer(`{"answer":"42"}`)...)),
+			replies: fixed(openaitest.Stream(openaitest.Answer(`{"nope":1}`)...),
+				openaitest.Stream(openaitest.Answer(`{"answer":"42"}`)...)),
 			methods:  answer + ", turn/retryScheduled, " + answer,
 			turn_:    []turnNotice{{1, 2, 5, 250, "answer does not match the response schema: answer: required"}},
 			items:    [][2]string{{"failed", `{"nope":1}`}, {"completed", `{"answer":"42"}`}},
 			terminal: "completed",
 			attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true, StructuredOutput: "native"},
-			check: func(t *testing.T, _ *fakeopenai.Server, r turnRun) {
+			check: func(t *testing.T, _ *openaitest.Server, r turnRun) {
 				if n := turnNotices(r.sink); len(n) != 1 || !strings.HasPrefix(n[0].Reason, "answer does not match the response schema") {
 					t.Errorf("turn notices %+v", n)
 				}
@@ -864,8 +864,8 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name: "usage chunk missing",
-			replies: fixed(fakeopenai.Stream(fakeopenai.Role(), fakeopenai.Delta("Hi"), fakeopenai.Finish("stop"),
-				fakeopenai.Done)),
+			replies: fixed(openaitest.Stream(openaitest.Role(), openaitest.Delta("Hi"), openaitest.Finish("stop"),
+				openaitest.Done)),
 			methods:  "item/started, item/delta, item/completed",
 			terminal: "completed", attempts: msp.Attempts{Count: 1, OutputTokens: 0, UsageComplete: false},
 		},
@@ -879,11 +879,11 @@ func TestTurnScenarios(t *testing.T) {
 					{Role: provider.RoleUser, Text: "Tell me a joke."},
 				}
 			},
-			replies:  fixed(fakeopenai.Error(500, fakeopenai.ServerErrorBody), ok),
+			replies:  fixed(openaitest.Error(500, openaitest.ServerErrorBody), ok),
 			methods:  modelThen,
 			model_:   []notice{oa(1, 250, "serverError", 500)},
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
-			check: func(t *testing.T, srv *fakeopenai.Server, _ turnRun) {
+			check: func(t *testing.T, srv *openaitest.Server, _ turnRun) {
 				reqs := srv.Requests()
 				for i, r := range reqs {
 					msgs, _ := r.Body["messages"].([]any)
@@ -906,7 +906,7 @@ func TestTurnScenarios(t *testing.T) {
 		{
 			name:  "compatible server under a prefix reports its system",
 			model: func(c *openai.Config) { c.System = "vllm"; c.MaxTokensField = openai.MaxTokens },
-			replies: fixed(fakeopenai.Stream(fakeopenai.Role(),
+			replies: fixed(openaitest.Stream(openaitest.Role(),
 				`{"error":{"object":"error","message":"engine dead","type":"InternalServerError","param":null,"code":500}}`), ok),
 			methods:  modelThen,
 			model_:   []notice{{1, 2, 5, 250, "vllm", "serverError", 500}},
@@ -914,7 +914,7 @@ func TestTurnScenarios(t *testing.T) {
 		},
 		{
 			name:     "attempts exhausted",
-			replies:  fixed(fakeopenai.Error(503, fakeopenai.OverloadedBody), fakeopenai.Error(503, fakeopenai.OverloadedBody), fakeopenai.Error(503, fakeopenai.OverloadedBody)),
+			replies:  fixed(openaitest.Error(503, openaitest.OverloadedBody), openaitest.Error(503, openaitest.OverloadedBody), openaitest.Error(503, openaitest.OverloadedBody)),
 			spec:     func(s *turn.Spec) { n := 3; s.Retry = &msp.RetryPolicy{MaxAttempts: &n} },
 			methods:  "turn/modelRetryScheduled, turn/modelRetryScheduled",
 			model_:   []notice{{1, 2, 3, 250, "openai", "overloaded", 503}, {2, 3, 3, 500, "openai", "overloaded", 503}},
@@ -928,7 +928,7 @@ func TestTurnScenarios(t *testing.T) {
 				t.Skip(sc.skip)
 			}
 			start := time.Now().Truncate(time.Second)
-			srv := fakeopenai.New(t, "/v1", sc.replies(start)...)
+			srv := openaitest.New(t, "/v1", sc.replies(start)...)
 			m := newModel(t, srv, sc.model)
 			spec := turn.Spec{SessionID: "session-1", TurnID: "turn-1",
 				History: []provider.Message{{Role: provider.RoleUser, Text: "Hi"}}}
@@ -976,8 +976,8 @@ func TestTurnScenarios(t *testing.T) {
 }
 
 // sleeps checks the backoffs slept on the fake clock.
-func sleeps(want ...time.Duration) func(*testing.T, *fakeopenai.Server, turnRun) {
-	return func(t *testing.T, _ *fakeopenai.Server, r turnRun) {
+func sleeps(want ...time.Duration) func(*testing.T, *openaitest.Server, turnRun) {
+	return func(t *testing.T, _ *openaitest.Server, r turnRun) {
 		if got := r.clock.Sleeps(); !reflect.DeepEqual(got, want) {
 			t.Errorf("slept %v, want %v", got, want)
 		}
@@ -985,7 +985,7 @@ func sleeps(want ...time.Duration) func(*testing.T, *fakeopenai.Server, turnRun)
 }
 
 // distinctItems checks each attempt streamed into its own item.
-func distinctItems(t *testing.T, _ *fakeopenai.Server, r turnRun) {
+func distinctItems(t *testing.T, _ *openaitest.Server, r turnRun) {
 	started := turntest.Of[*msp.ItemParams](r.sink, msp.NotifyItemStarted)
 	if len(started) != 2 || started[0].Item.ItemID == started[1].Item.ItemID {
 		t.Fatalf("items %v", started)
@@ -1000,20 +1000,20 @@ func distinctItems(t *testing.T, _ *fakeopenai.Server, r turnRun) {
 
 // --- Responses API ---
 
-func responsesModel(t *testing.T, srv *fakeopenai.Server) *openai.Model {
+func responsesModel(t *testing.T, srv *openaitest.Server) *openai.Model {
 	return newModel(t, srv, func(c *openai.Config) { c.API = openai.APIResponses })
 }
 
 func TestResponsesAPI(t *testing.T) {
 	t.Run("answer and request body", func(t *testing.T) {
-		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RTextDelta(1, "Hel"),
-			fakeopenai.RTextDelta(2, "lo"), fakeopenai.RCompleted(3, 12, 16, 4, 3)))
+		srv := openaitest.New(t, "/v1", openaitest.Stream(openaitest.RCreated(), openaitest.RTextDelta(1, "Hel"),
+			openaitest.RTextDelta(2, "lo"), openaitest.RCompleted(3, 12, 16, 4, 3)))
 		req := hello
 		req.Messages = []provider.Message{{Role: provider.RoleUser, Text: "Hi"},
 			{Role: provider.RoleAssistant, Text: "Hello!"}, {Role: provider.RoleUser, Text: "Bye"}}
 		req.ResponseSchema = json.RawMessage(`{"type":"object"}`)
 		text, resp, err := stream(t, responsesModel(t, srv), req)
-		want := provider.Response{FinishReason: provider.FinishStop, Model: fakeopenai.Model, StructuredOutput: "native",
+		want := provider.Response{FinishReason: provider.FinishStop, Model: openaitest.Model, StructuredOutput: "native",
 			Usage: &provider.Usage{InputTokens: 12, OutputTokens: 16, CachedTokens: 4, ReasoningTokens: 3}}
 		if err != nil || text != "Hello" || !reflect.DeepEqual(resp, want) {
 			t.Fatalf("got %q %+v %v", text, resp, err)
@@ -1038,12 +1038,12 @@ func TestResponsesAPI(t *testing.T) {
 		frames []string
 		finish string
 	}{
-		{"incomplete max_output_tokens", []string{fakeopenai.RIncomplete(2, "max_output_tokens", 5, 64)}, provider.FinishLength},
-		{"incomplete content_filter", []string{fakeopenai.RIncomplete(2, "content_filter", 5, 3)}, provider.FinishContentFilter},
+		{"incomplete max_output_tokens", []string{openaitest.RIncomplete(2, "max_output_tokens", 5, 64)}, provider.FinishLength},
+		{"incomplete content_filter", []string{openaitest.RIncomplete(2, "content_filter", 5, 3)}, provider.FinishContentFilter},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			frames := append([]string{fakeopenai.RCreated(), fakeopenai.RTextDelta(1, "x")}, tc.frames...)
-			srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(frames...))
+			frames := append([]string{openaitest.RCreated(), openaitest.RTextDelta(1, "x")}, tc.frames...)
+			srv := openaitest.New(t, "/v1", openaitest.Stream(frames...))
 			_, resp, err := stream(t, responsesModel(t, srv), hello)
 			if err != nil || resp.FinishReason != tc.finish || resp.Usage == nil {
 				t.Errorf("got %+v %v, want %q with usage", resp, err, tc.finish)
@@ -1052,19 +1052,19 @@ func TestResponsesAPI(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		reply  fakeopenai.Reply
+		reply  openaitest.Reply
 		kind   string
 		status int
 	}{
-		{"response.failed server_error", fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RFailed(1, "server_error", "boom")), "serverError", 500},
-		{"response.failed invalid_prompt", fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RFailed(1, "invalid_prompt", "no")), "invalidRequest", 400},
-		{"error event rate limit", fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RError(1, "rate_limit_exceeded", "Please try again in 2s.")), "rateLimited", 429},
-		{"cut before terminal", fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RTextDelta(1, "Hel")), "streamInterrupted", 0},
-		{"429 quota", fakeopenai.Error(429, fakeopenai.QuotaBody), "quotaExhausted", 429},
-		{"idle", fakeopenai.StreamStall(fakeopenai.RCreated()), "timeout", 0},
+		{"response.failed server_error", openaitest.Stream(openaitest.RCreated(), openaitest.RFailed(1, "server_error", "boom")), "serverError", 500},
+		{"response.failed invalid_prompt", openaitest.Stream(openaitest.RCreated(), openaitest.RFailed(1, "invalid_prompt", "no")), "invalidRequest", 400},
+		{"error event rate limit", openaitest.Stream(openaitest.RCreated(), openaitest.RError(1, "rate_limit_exceeded", "Please try again in 2s.")), "rateLimited", 429},
+		{"cut before terminal", openaitest.Stream(openaitest.RCreated(), openaitest.RTextDelta(1, "Hel")), "streamInterrupted", 0},
+		{"429 quota", openaitest.Error(429, openaitest.QuotaBody), "quotaExhausted", 429},
+		{"idle", openaitest.StreamStall(openaitest.RCreated()), "timeout", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := fakeopenai.New(t, "/v1", tc.reply)
+			srv := openaitest.New(t, "/v1", tc.reply)
 			m := newModel(t, srv, func(c *openai.Config) { c.API = openai.APIResponses; c.IdleTimeout = 40 * time.Millisecond })
 			_, _, err := stream(t, m, hello)
 			pe := providerError(t, err)
@@ -1081,11 +1081,11 @@ func TestResponsesAPI(t *testing.T) {
 }
 
 func TestResponsesTurn(t *testing.T) {
-	ok := fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RTextDelta(1, "Hel"), fakeopenai.RTextDelta(2, "lo"),
-		fakeopenai.RCompleted(3, 12, 2, 0, 0))
+	ok := openaitest.Stream(openaitest.RCreated(), openaitest.RTextDelta(1, "Hel"), openaitest.RTextDelta(2, "lo"),
+		openaitest.RCompleted(3, 12, 2, 0, 0))
 	t.Run("truncation doubles max_output_tokens", func(t *testing.T) {
-		srv := fakeopenai.New(t, "/v1", fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RTextDelta(1, "Once"),
-			fakeopenai.RIncomplete(2, "max_output_tokens", 12, 100)), ok)
+		srv := openaitest.New(t, "/v1", openaitest.Stream(openaitest.RCreated(), openaitest.RTextDelta(1, "Once"),
+			openaitest.RIncomplete(2, "max_output_tokens", 12, 100)), ok)
 		spec := turn.Spec{TurnID: "turn-1", MaxTokens: 100, History: []provider.Message{{Role: provider.RoleUser, Text: "Hi"}}}
 		r := runTurn(t, responsesModel(t, srv), spec, time.Now(), nil)
 		want := "item/started, item/delta, item/completed, session/tokenUsage, turn/retryScheduled, item/started, item/delta, item/completed, session/tokenUsage"
@@ -1107,9 +1107,9 @@ func TestResponsesTurn(t *testing.T) {
 		}
 	})
 	t.Run("response.failed before output, then cut after output", func(t *testing.T) {
-		srv := fakeopenai.New(t, "/v1",
-			fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RFailed(1, "server_error", "boom")),
-			fakeopenai.Stream(fakeopenai.RCreated(), fakeopenai.RTextDelta(1, "Hel")),
+		srv := openaitest.New(t, "/v1",
+			openaitest.Stream(openaitest.RCreated(), openaitest.RFailed(1, "server_error", "boom")),
+			openaitest.Stream(openaitest.RCreated(), openaitest.RTextDelta(1, "Hel")),
 			ok)
 		spec := turn.Spec{TurnID: "turn-1", History: []provider.Message{{Role: provider.RoleUser, Text: "Hi"}}}
 		r := runTurn(t, responsesModel(t, srv), spec, time.Now(), nil)

@@ -1,10 +1,13 @@
-// Package fakeopenai is a fake OpenAI API server for tests: Chat
-// Completions and Responses streaming. It speaks the wire format of
-// retry-background §6.1–6.3 exactly (headers, chunk and event shapes, error
-// bodies, mid-stream error frames), answers each request with the next
-// scripted Reply, and records every request so tests can count attempts
-// and inspect bodies.
-package fakeopenai
+// Package openaitest is a fake OpenAI API server speaking the exact wire
+// format (SSE chunks, headers, error bodies), for tests of mspd's OpenAI
+// provider and of mspd end to end.
+//
+// It covers Chat Completions and Responses streaming as retry-background
+// §6.1–6.3 describes them (headers, chunk and event shapes, error bodies,
+// mid-stream error frames), answers each request with the next scripted
+// Reply, and records every request so tests can count attempts and inspect
+// bodies.
+package openaitest
 
 import (
 	"encoding/json"
@@ -95,7 +98,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
 	req := Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Raw: raw}
 	if err := json.Unmarshal(raw, &req.Body); err != nil {
-		s.t.Errorf("fakeopenai: request body is not JSON: %v", err)
+		s.t.Errorf("openaitest: request body is not JSON: %v", err)
 	}
 	s.mu.Lock()
 	n := len(s.reqs)
@@ -106,7 +109,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	if reply == nil {
-		s.t.Errorf("fakeopenai: request %d has no scripted reply", n+1)
+		s.t.Errorf("openaitest: request %d has no scripted reply", n+1)
 		Error(http.StatusTeapot, `{"error":{"message":"no reply scripted","type":"fake","param":null,"code":null}}`)(w, r)
 		return
 	}

@@ -1,0 +1,325 @@
+// Package anthropictest is a fake Anthropic Messages API server speaking
+// the exact wire format (SSE events, headers, error bodies), for tests of
+// mspd's Anthropic provider and of mspd end to end.
+//
+// It speaks the Messages streaming format of retry-background §6.4, checks
+// what every request carries (POST /v1/messages, the API key Key, an
+// anthropic-version header, a JSON body with "stream": true), answers each
+// request with the next scripted Reply, and records every request so tests
+// can count attempts and inspect bodies.
+package anthropictest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Key is the API key the server expects; a request carrying any other
+// credential fails the test.
+const Key = "sk-ant-api03-TESTKEY-0123456789abcdef"
+
+// Model is the model the server answers as (message_start's model).
+const Model = "claude-test-1"
+
+// Path is the one path the server serves.
+const Path = "/v1/messages"
+
+// Reply answers one request.
+type Reply func(w http.ResponseWriter, r *http.Request)
+
+// Request is one request the server received.
+type Request struct {
+	Method string
+	Path   string
+	Header http.Header
+	// Raw is the body as sent; Body is it decoded.
+	Raw  []byte
+	Body map[string]any
+}
+
+// Server is a running fake.
+type Server struct {
+	t   testing.TB
+	srv *httptest.Server
+
+	mu      sync.Mutex
+	replies []Reply
+	reqs    []Request
+}
+
+// New starts a server answering request n with replies[n-1]; a request
+// beyond the script fails the test and gets a 418 invalid_request_error,
+// which mspd does not retry. Every request is checked: POST to Path,
+// credential Key (x-api-key, or authorization: Bearer), an
+// anthropic-version header, a JSON content type and a JSON body asking to
+// stream; a miss fails the test. The server is closed when the test ends.
+func New(t testing.TB, replies ...Reply) *Server {
+	t.Helper()
+	s := &Server{t: t, replies: replies}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(func() {
+		// Stalled handlers return once their connection is gone.
+		s.srv.CloseClientConnections()
+		s.srv.Close()
+	})
+	return s
+}
+
+// URL returns the base URL to configure clients with (ANTHROPIC_BASE_URL,
+// anthropic.Config.BaseURL): scheme and host only, as the SDK appends
+// /v1/messages itself.
+func (s *Server) URL() string { return s.srv.URL }
+
+// Client returns an HTTP client for the server.
+func (s *Server) Client() *http.Client { return s.srv.Client() }
+
+// Requests returns the requests received so far, in order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.reqs...)
+}
+
+// Count returns how many requests were received.
+func (s *Server) Count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.reqs)
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		s.t.Errorf("anthropictest: reading request body: %v", err)
+	}
+	if r.Method != http.MethodPost || r.URL.Path != Path {
+		s.t.Errorf("anthropictest: request %s %s; want POST %s", r.Method, r.URL.Path, Path)
+	}
+	if got := credential(r.Header); got != Key {
+		s.t.Errorf("anthropictest: credential %q; want the configured key", got)
+	}
+	if r.Header.Get("anthropic-version") == "" {
+		s.t.Error("anthropictest: no anthropic-version header")
+	}
+	if ct := r.Header.Get("content-type"); !strings.HasPrefix(ct, "application/json") {
+		s.t.Errorf("anthropictest: content-type %q; want application/json", ct)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(raw, &body); err != nil {
+		s.t.Errorf("anthropictest: request body is not JSON: %v", err)
+	}
+	if body["stream"] != true {
+		s.t.Errorf("anthropictest: stream = %v; want true", body["stream"])
+	}
+	s.mu.Lock()
+	s.reqs = append(s.reqs, Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Raw: raw, Body: body})
+	n := len(s.reqs)
+	var reply Reply
+	if n <= len(s.replies) {
+		reply = s.replies[n-1]
+	}
+	s.mu.Unlock()
+	if reply == nil {
+		msg := fmt.Sprintf("anthropictest: unexpected request %d (only %d scripted)", n, len(s.replies))
+		s.t.Error(msg)
+		APIError(http.StatusTeapot, "invalid_request_error", msg)(w, r)
+		return
+	}
+	reply(w, r)
+}
+
+// credential is the API key a request carries: x-api-key, or the bearer
+// token SDK v2's WithAPIKey sends.
+func credential(h http.Header) string {
+	if k := h.Get("x-api-key"); k != "" {
+		return k
+	}
+	return strings.TrimPrefix(h.Get("authorization"), "Bearer ")
+}
+
+// SSE writes an event stream.
+type SSE struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+// StartSSE answers 200 with the stream's headers, flushed, and returns a
+// writer for its events.
+func StartSSE(w http.ResponseWriter) *SSE {
+	w.Header().Set("content-type", "text/event-stream")
+	w.Header().Set("cache-control", "no-cache")
+	w.Header().Set("request-id", "req_011CStreamTest")
+	w.WriteHeader(http.StatusOK)
+	s := &SSE{w: w, rc: http.NewResponseController(w)}
+	_ = s.rc.Flush()
+	return s
+}
+
+// Send writes one "event: <event>\ndata: <data>\n\n" frame, flushed so
+// the client sees it at once.
+func (s *SSE) Send(event, data string) {
+	fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, data)
+	_ = s.rc.Flush()
+}
+
+// Event data, byte for byte as the API sends it.
+
+// MsgStart is message_start with in input tokens (and 1 output token).
+func MsgStart(in int) string {
+	return fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":%q,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"output_tokens":1}}}`, Model, in)
+}
+
+// MsgStartCached is message_start with in uncached input tokens, read
+// tokens read from the prompt cache and create tokens written to it.
+func MsgStartCached(in, read, create int) string {
+	return fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":%q,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"output_tokens":1}}}`, Model, in, create, read)
+}
+
+const (
+	// TextStart is content_block_start of text block 0.
+	TextStart = `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`
+	// ToolStart is content_block_start of tool_use block 0, the forced
+	// "respond" tool mspd uses for structured output.
+	ToolStart = `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_01","name":"respond","input":{}}}`
+	// Ping is a ping event, spaced as the API sends it.
+	Ping = `{"type": "ping"}`
+	// BlockStop is content_block_stop of block 0.
+	BlockStop = `{"type":"content_block_stop","index":0}`
+	// MsgStop is message_stop.
+	MsgStop = `{"type":"message_stop"}`
+)
+
+// TextDelta is a content_block_delta adding text to block 0.
+func TextDelta(text string) string {
+	q, _ := json.Marshal(text)
+	return fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%s}}`, q)
+}
+
+// JSONDelta is a content_block_delta adding partial tool input JSON to
+// block 0.
+func JSONDelta(partial string) string {
+	q, _ := json.Marshal(partial)
+	return fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":%s}}`, q)
+}
+
+// MsgDelta is message_delta with stop_reason stop and out output tokens.
+func MsgDelta(stop string, out int) string {
+	return fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%q,"stop_sequence":null},"usage":{"output_tokens":%d}}`, stop, out)
+}
+
+// ErrEvent is an in-stream error event of type typ.
+func ErrEvent(typ, msg string) string {
+	return fmt.Sprintf(`{"type": "error", "error": {"type": %q, "message": %q}}`, typ, msg)
+}
+
+// Answer streams a complete text answer: message_start (25 input tokens),
+// a text block with one delta per chunk, message_delta with stop_reason
+// stop and outputTokens, and message_stop.
+func Answer(stop string, outputTokens int, chunks ...string) Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s := StartSSE(w)
+		s.Send("message_start", MsgStart(25))
+		s.Send("content_block_start", TextStart)
+		s.Send("ping", Ping)
+		for _, c := range chunks {
+			s.Send("content_block_delta", TextDelta(c))
+		}
+		s.Send("content_block_stop", BlockStop)
+		s.Send("message_delta", MsgDelta(stop, outputTokens))
+		s.Send("message_stop", MsgStop)
+	}
+}
+
+// APIError answers status with the API's JSON error body of type typ,
+// plus header pairs ("retry-after-ms", "1500", ...).
+func APIError(status int, typ, msg string, header ...string) Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; i+1 < len(header); i += 2 {
+			w.Header().Set(header[i], header[i+1])
+		}
+		w.Header().Set("content-type", "application/json")
+		w.Header().Set("request-id", "req_011CErrorTest")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"type":"error","error":{"type":%q,"message":%q},"request_id":"req_011CErrorTest"}`, typ, msg)
+	}
+}
+
+// PlainError answers status with a non-JSON (HTML) body, as a proxy in
+// front of the API would.
+func PlainError(status int) Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("content-type", "text/html")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, "<html><body>%d %s</body></html>", status, http.StatusText(status))
+	}
+}
+
+// Reset resets the TCP connection. Before any response byte the client
+// sees a connection error; called inside a Reply after StartSSE, it cuts
+// the stream mid-body.
+func Reset() Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			panic(err)
+		}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // RST, not FIN
+		}
+		_ = conn.Close()
+	}
+}
+
+// Cut streams message_start, a text block with one delta per chunk, then
+// ends the body cleanly without message_delta or message_stop: a stream
+// cut short.
+func Cut(chunks ...string) Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s := StartSSE(w)
+		s.Send("message_start", MsgStart(25))
+		s.Send("content_block_start", TextStart)
+		for _, c := range chunks {
+			s.Send("content_block_delta", TextDelta(c))
+		}
+	}
+}
+
+// StreamError streams message_start, a text block with one delta per chunk
+// (no block without chunks), then an in-stream error event of type typ
+// with message "Overloaded".
+func StreamError(typ string, chunks ...string) Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s := StartSSE(w)
+		s.Send("message_start", MsgStart(25))
+		if len(chunks) > 0 {
+			s.Send("content_block_start", TextStart)
+		}
+		for _, c := range chunks {
+			s.Send("content_block_delta", TextDelta(c))
+		}
+		s.Send("error", ErrEvent(typ, "Overloaded"))
+	}
+}
+
+// Stall starts a stream with message_start and then sends nothing until
+// the client leaves: an idle stream.
+func Stall() Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s := StartSSE(w)
+		s.Send("message_start", MsgStart(25))
+		<-r.Context().Done()
+	}
+}
+
+// StallHeaders never answers: the request waits for headers until the
+// client leaves.
+func StallHeaders() Reply {
+	return func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+}

@@ -1,0 +1,117 @@
+package session
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestCursorRoundTrip(t *testing.T) {
+	tests := []struct {
+		text string
+		c    cursor
+	}{
+		{"v:s:0", cursor{session: "s", seq: 0}},
+		{"v:s:1", cursor{session: "s", seq: 1}},
+		{"v:0190a8e2-7f3c-7b6e-9d2a-1c2b3c4d5e6f:42", cursor{session: "0190a8e2-7f3c-7b6e-9d2a-1c2b3c4d5e6f", seq: 42}},
+		{"v:s:7.1", cursor{session: "s", seq: 7, sub: 1}},
+		{"v:s:0.3", cursor{session: "s", seq: 0, sub: 3}},
+		{"v:s:9223372036854775807.9223372036854775807", cursor{session: "s", seq: math.MaxInt64, sub: math.MaxInt64}},
+		// Session ids with ':' or '.' are split at the last ':'.
+		{"v:a:b:3", cursor{session: "a:b", seq: 3}},
+		{"v:a:b:3.2", cursor{session: "a:b", seq: 3, sub: 2}},
+		{"v:v:s:1:2", cursor{session: "v:s:1", seq: 2}},
+		{"v:a.b:5", cursor{session: "a.b", seq: 5}},
+		{"v:1.2:5.6", cursor{session: "1.2", seq: 5, sub: 6}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.text, func(t *testing.T) {
+			if got := tt.c.String(); got != tt.text {
+				t.Fatalf("String() = %q, want %q", got, tt.text)
+			}
+			c, err := parseCursor(tt.text)
+			if err != nil {
+				t.Fatalf("parseCursor(%q): %v", tt.text, err)
+			}
+			if c != tt.c {
+				t.Fatalf("parseCursor(%q) = %+v, want %+v", tt.text, c, tt.c)
+			}
+		})
+	}
+	if got := durableCursor("s", 12); got != "v:s:12" {
+		t.Errorf("durableCursor = %q", got)
+	}
+}
+
+func TestParseCursorRejects(t *testing.T) {
+	for _, text := range []string{
+		"",
+		"v",
+		"v:",
+		"v:s",
+		"v::1",
+		"v:s:",
+		"x:s:1",
+		"V:s:1",
+		" v:s:1",
+		"v:s:1 ",
+		"v:s:01",
+		"v:s:00",
+		"v:s:-1",
+		"v:s:+1",
+		"v:s:1.0",
+		"v:s:1.",
+		"v:s:.1",
+		"v:s:1.01",
+		"v:s:1.-1",
+		"v:s:1.+1",
+		"v:s:1.2.3",
+		"v:s:abc",
+		"v:s:1e3",
+		"v:s:0x10",
+		"v:s:9223372036854775808",
+		"v:s:1.9223372036854775808",
+		"v:s:1:",
+		"v:s:١",
+	} {
+		t.Run(text, func(t *testing.T) {
+			if c, err := parseCursor(text); err == nil {
+				t.Fatalf("parseCursor(%q) = %+v, want an error", text, c)
+			} else if !strings.Contains(err.Error(), "cursor") {
+				t.Fatalf("error %q does not say what failed", err)
+			}
+		})
+	}
+}
+
+// FuzzParseCursor checks that parsing never panics, that whatever parses
+// is in canonical form (String gives the input back), and that every valid
+// cursor survives String then parse.
+func FuzzParseCursor(f *testing.F) {
+	f.Add("v:s:1", "s", int64(1), int64(0))
+	f.Add("v:a:b:3.2", "a:b", int64(3), int64(2))
+	f.Add("v:s:01", "x.y", int64(0), int64(9))
+	f.Add("v:s:1.", ":", int64(math.MaxInt64), int64(math.MaxInt64))
+	f.Add("v::1", "v:s:1", int64(-1), int64(-5))
+	f.Fuzz(func(t *testing.T, text, session string, seq, sub int64) {
+		if c, err := parseCursor(text); err == nil {
+			if got := c.String(); got != text {
+				t.Fatalf("parseCursor(%q) = %+v, which prints as %q", text, c, got)
+			}
+			if c.session == "" || c.seq < 0 || c.sub < 0 {
+				t.Fatalf("parseCursor(%q) accepted %+v", text, c)
+			}
+		}
+		if session == "" || seq < 0 || sub < 0 {
+			return // not a cursor mspd mints
+		}
+		c := cursor{session: session, seq: seq, sub: sub}
+		back, err := parseCursor(c.String())
+		if err != nil {
+			t.Fatalf("parseCursor(%q) of %+v: %v", c.String(), c, err)
+		}
+		if back != c {
+			t.Fatalf("round trip of %+v gave %+v", c, back)
+		}
+	})
+}
