@@ -58,6 +58,9 @@ func (c *conn) serve(ctx context.Context) {
 		defer close(writerDone)
 		c.writeLoop(ctx)
 	}()
+	if p, ok := c.t.(pinger); ok && c.srv.cfg.PingInterval > 0 {
+		go c.keepAlive(ctx, p)
+	}
 
 	rpc := jsonrpc2.NewConn(ctx, &objectStream{c: c, ctx: ctx}, &handler{c: c},
 		jsonrpc2.SetLogger(slogPrinter{c.log}))
@@ -68,7 +71,7 @@ func (c *conn) serve(ctx context.Context) {
 	}
 	c.out.close()
 	<-writerDone
-	c.shut("connection ended")
+	c.shut("connection ended", false)
 }
 
 // writeLoop drains the outbox onto the transport. A write that cannot
@@ -85,17 +88,46 @@ func (c *conn) writeLoop(ctx context.Context) {
 		cancel()
 		if err != nil {
 			c.log.Debug("write failed; closing", "err", err)
-			c.shut("write failed")
+			c.shut("write failed", true)
 			return
 		}
 		c.srv.metrics.framesSent.Add(1)
 	}
 }
 
-func (c *conn) shut(reason string) {
+// pinger is a transport with a liveness probe (WebSocket).
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// keepAlive pings the peer until the connection ends, closing it when a
+// pong does not come back in time.
+func (c *conn) keepAlive(ctx context.Context, p pinger) {
+	t := time.NewTicker(c.srv.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, c.srv.cfg.WriteTimeout)
+		err := p.Ping(pctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			c.log.Debug("no pong; closing", "err", err)
+			c.shut("no pong", true)
+			return
+		}
+	}
+}
+
+func (c *conn) shut(reason string, dead bool) {
 	c.closeOnce.Do(func() {
 		close(c.done)
-		c.t.Close(reason)
+		c.t.Close(reason, dead)
 	})
 }
 
@@ -202,7 +234,7 @@ func (s *objectStream) ReadObject(v any) error {
 }
 
 func (s *objectStream) Close() error {
-	s.c.shut("closed")
+	s.c.shut("closed", false)
 	return nil
 }
 

@@ -42,6 +42,11 @@ type Config struct {
 	// WriteTimeout bounds one frame write; a peer that takes longer is
 	// wedged and its connection closes (default 10 s).
 	WriteTimeout time.Duration
+	// PingInterval is how often a WebSocket connection is pinged; one not
+	// answered within WriteTimeout is dead and closed, so proxies see
+	// traffic and half-open connections do not linger (default 25 s;
+	// negative disables).
+	PingInterval time.Duration
 	// OriginPatterns lists the browser origins allowed besides the
 	// server's own host (coder/websocket patterns, e.g. "localhost:*").
 	OriginPatterns []string
@@ -91,6 +96,9 @@ func New(mgr *session.Manager, cfg Config) (*Server, error) {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = 25 * time.Second
 	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
@@ -178,7 +186,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.mu.Lock()
 	for c := range s.conns {
-		c.shut("server shutting down")
+		c.shut("server shutting down", false)
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})

@@ -19,8 +19,9 @@ type transport interface {
 	ReadFrame(ctx context.Context) ([]byte, error)
 	// WriteFrame sends one frame.
 	WriteFrame(ctx context.Context, frame []byte) error
-	// Close ends the transport; reason is for the peer.
-	Close(reason string) error
+	// Close ends the transport; reason is for the peer. A dead peer
+	// (unanswered ping, failed write) gets no closing handshake.
+	Close(reason string, dead bool) error
 }
 
 // tooLargeError is an inbound frame over the frame limit; prefix keeps its
@@ -69,7 +70,13 @@ func (t *wsTransport) WriteFrame(ctx context.Context, frame []byte) error {
 	return t.c.Write(ctx, websocket.MessageText, frame)
 }
 
-func (t *wsTransport) Close(reason string) error {
+// Ping sends a WebSocket ping and waits for its pong.
+func (t *wsTransport) Ping(ctx context.Context) error { return t.c.Ping(ctx) }
+
+func (t *wsTransport) Close(reason string, dead bool) error {
+	if dead {
+		return t.c.CloseNow()
+	}
 	return t.c.Close(websocket.StatusGoingAway, reason)
 }
 
@@ -150,7 +157,7 @@ func (t *lineTransport) WriteFrame(_ context.Context, frame []byte) error {
 	return err
 }
 
-func (t *lineTransport) Close(string) error {
+func (t *lineTransport) Close(string, bool) error {
 	if t.c != nil {
 		return t.c.Close()
 	}

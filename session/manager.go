@@ -76,6 +76,8 @@ type Manager struct {
 	cancel context.CancelFunc
 	turns  sync.WaitGroup
 
+	stats counters
+
 	mu        sync.Mutex
 	sessions  map[string]*loading
 	listeners map[Subscriber]struct{}

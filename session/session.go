@@ -84,6 +84,9 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 	}
 	s.head += int64(len(evs))
 	s.sub = 0
+	for _, ev := range evs {
+		s.m.stats.observe(ev.method, ev.params)
+	}
 	ms := now.UnixMilli()
 	for i, rec := range batch.Records {
 		s.fanOutLocked(Notification{

@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"mspd/client"
+	"mspd/daemon"
+	"mspd/provider/scripted"
+	"mspd/server"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestOpsEndpoints(t *testing.T) {
+	d := startDaemon(t, daemon.Config{})
+	base := "http://" + d.Addr()
+	for _, path := range []string{"/livez", "/readyz"} {
+		if code, _ := get(t, base+path); code != http.StatusOK {
+			t.Errorf("%s: %d", path, code)
+		}
+	}
+	c := dial(t, d.URL(), client.Options{})
+	start, err := c.StartSession(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answerTurn(t, c, start.Session.SessionID, scripted.Script(scripted.Step{Status: 429}, scripted.Step{Text: "ok"}))
+	answerTurn(t, c, start.Session.SessionID, scripted.Script(scripted.Step{Status: 401}))
+	_, metrics := get(t, base+"/metrics")
+	for _, want := range []string{
+		"mspd_connections_open 1",
+		`mspd_turns_total{terminal="completed"} 1`,
+		`mspd_turns_total{terminal="failed"} 1`,
+		`mspd_model_retries_total{error_kind="rateLimited"} 1`,
+		"mspd_provider_attempts_total 3",
+		`mspd_turn_attempts_bucket{le="1"} 1`,
+		`mspd_turn_attempts_bucket{le="2"} 2`,
+		"mspd_turn_attempts_count 2",
+		"# TYPE mspd_turn_attempts histogram",
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
+		}
+	}
+}
+
+// TestUnansweredPingCloses: a peer that stops answering pings is closed,
+// so half-open connections do not linger.
+func TestUnansweredPingCloses(t *testing.T) {
+	d := startDaemon(t, daemon.Config{Server: server.Config{PingInterval: 30 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}})
+	ctx := testCtx(t)
+	// A client that never reads never answers a ping.
+	ws, _, err := websocket.Dial(ctx, d.URL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, m := get(t, "http://"+d.Addr()+"/metrics"); strings.Contains(m, "mspd_connections_open 0") {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the silent connection is still open")
+}
