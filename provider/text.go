@@ -1,7 +1,9 @@
 package provider
 
 import (
+	"context"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -34,4 +36,20 @@ func SplitWords(text string) []string {
 		chunks = append(chunks, text[start:])
 	}
 	return chunks
+}
+
+// Wait pauses for d, or until ctx is done (returning its error); local
+// models use it to pace their output.
+func Wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -210,12 +210,12 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	case st.stopped && streamErr == nil:
 		// Finished; read on below.
 	case w.fired():
-		return resp, m.redact(&provider.Error{Kind: kindTimeout,
+		return resp, m.redact(&provider.Error{Kind: provider.KindTimeout,
 			Message: "no data from the provider for " + m.cfg.IdleTimeout.String(), Err: idleError{}})
 	case streamErr != nil:
 		return resp, m.failure(streamErr, w.gotHeaders())
 	default:
-		return resp, &provider.Error{Kind: kindStreamInterrupted,
+		return resp, &provider.Error{Kind: provider.KindStreamInterrupted,
 			Message: "the stream ended before message_stop"}
 	}
 	resp.Usage = st.usage()
@@ -230,7 +230,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 		// Not a truncation: more max_tokens cannot help, so it must not
 		// become a growing truncation retry.
 		resp.FinishReason = string(st.stopReason)
-		return resp, &provider.Error{Kind: kindContextLengthExceeded,
+		return resp, &provider.Error{Kind: provider.KindContextLengthExceeded,
 			Message: "the conversation filled the model's context window"}
 	case anthropic.StopReasonToolUse:
 		if plan.tool {

@@ -14,24 +14,6 @@ import (
 	"mspd/provider"
 )
 
-// errorKinds this package hints; the camelCase vocabulary of modelretry
-// (retry-background §4.1), repeated so a provider does not depend on the
-// retry engine.
-const (
-	kindRateLimited           = "rateLimited"
-	kindQuotaExhausted        = "quotaExhausted"
-	kindOverloaded            = "overloaded"
-	kindServerError           = "serverError"
-	kindTimeout               = "timeout"
-	kindConnectionError       = "connectionError"
-	kindStreamInterrupted     = "streamInterrupted"
-	kindContextLengthExceeded = "contextLengthExceeded"
-	kindInvalidRequest        = "invalidRequest"
-	kindAuth                  = "auth"
-	kindNotFound              = "notFound"
-	kindConflict              = "conflict"
-)
-
 // idleError is the cause of an idle-timeout failure.
 type idleError struct{}
 
@@ -48,27 +30,27 @@ const maxMessage = 300
 func typeInfo(typ string) (kind string, status int) {
 	switch typ {
 	case "invalid_request_error":
-		return kindInvalidRequest, http.StatusBadRequest
+		return provider.KindInvalidRequest, http.StatusBadRequest
 	case "authentication_error":
-		return kindAuth, http.StatusUnauthorized
+		return provider.KindAuth, http.StatusUnauthorized
 	case "billing_error":
-		return kindQuotaExhausted, http.StatusPaymentRequired
+		return provider.KindQuotaExhausted, http.StatusPaymentRequired
 	case "permission_error":
-		return kindAuth, http.StatusForbidden
+		return provider.KindAuth, http.StatusForbidden
 	case "not_found_error":
-		return kindNotFound, http.StatusNotFound
+		return provider.KindNotFound, http.StatusNotFound
 	case "conflict_error":
-		return kindConflict, http.StatusConflict
+		return provider.KindConflict, http.StatusConflict
 	case "request_too_large":
-		return kindInvalidRequest, http.StatusRequestEntityTooLarge
+		return provider.KindInvalidRequest, http.StatusRequestEntityTooLarge
 	case "rate_limit_error":
-		return kindRateLimited, http.StatusTooManyRequests
+		return provider.KindRateLimited, http.StatusTooManyRequests
 	case "api_error":
-		return kindServerError, http.StatusInternalServerError
+		return provider.KindServerError, http.StatusInternalServerError
 	case "timeout_error":
-		return kindTimeout, http.StatusGatewayTimeout
+		return provider.KindTimeout, http.StatusGatewayTimeout
 	case "overloaded_error":
-		return kindOverloaded, 529
+		return provider.KindOverloaded, 529
 	}
 	return "", 0
 }
@@ -77,7 +59,7 @@ func typeInfo(typ string) (kind string, status int) {
 // kind hint; "" leaves the kind to the HTTP status.
 func kindForType(typ, msg string) string {
 	if typ == "invalid_request_error" && contextTooLong(msg) {
-		return kindContextLengthExceeded
+		return provider.KindContextLengthExceeded
 	}
 	kind, _ := typeInfo(typ)
 	return kind
@@ -108,11 +90,11 @@ func (m *Model) failure(err error, gotHeaders bool) *provider.Error {
 	pe := &provider.Error{Err: err}
 	switch {
 	case isTimeout(err):
-		pe.Kind, pe.Message = kindTimeout, "the request timed out: "+cause.Error()
+		pe.Kind, pe.Message = provider.KindTimeout, "the request timed out: "+cause.Error()
 	case !gotHeaders:
-		pe.Kind, pe.Message = kindConnectionError, "no response from the provider: "+cause.Error()
+		pe.Kind, pe.Message = provider.KindConnectionError, "no response from the provider: "+cause.Error()
 	default:
-		pe.Kind, pe.Message = kindStreamInterrupted, "the stream broke: "+cause.Error()
+		pe.Kind, pe.Message = provider.KindStreamInterrupted, "the stream broke: "+cause.Error()
 	}
 	return m.redact(pe)
 }
@@ -140,7 +122,7 @@ func apiError(aerr *anthropic.Error) *provider.Error {
 		_, pe.HTTPStatus = typeInfo(typ)
 		pe.Accepted = true
 		if pe.Kind == "" {
-			pe.Kind = kindStreamInterrupted
+			pe.Kind = provider.KindStreamInterrupted
 		}
 		pe.Message = clip("error event in the stream: " + describe(typ, msg, 0))
 		return pe

@@ -134,7 +134,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 		var node schema
 		if err := json.Unmarshal(req.ResponseSchema, &node); err != nil {
 			return provider.Response{}, &provider.Error{
-				Kind:       "invalidRequest",
+				Kind:       provider.KindInvalidRequest,
 				HTTPStatus: http.StatusBadRequest,
 				Message:    "demo: response schema is not valid JSON: " + err.Error(),
 				Err:        err,
@@ -186,20 +186,20 @@ func (m *Model) fault(req provider.Request) error {
 	case 0:
 		h := http.Header{}
 		h.Set("retry-after-ms", strconv.Itoa(300+r.IntN(1201)))
-		return &provider.Error{Kind: "rateLimited", HTTPStatus: http.StatusTooManyRequests, Header: h,
+		return &provider.Error{Kind: provider.KindRateLimited, HTTPStatus: http.StatusTooManyRequests, Header: h,
 			Message: "demo: rate limit reached for requests"}
 	case 1:
-		return &provider.Error{Kind: "overloaded", HTTPStatus: http.StatusServiceUnavailable,
+		return &provider.Error{Kind: provider.KindOverloaded, HTTPStatus: http.StatusServiceUnavailable,
 			Message: "demo: service unavailable"}
 	case 2:
 		h := http.Header{}
 		h.Set("x-should-retry", "true")
-		return &provider.Error{Kind: "overloaded", HTTPStatus: 529, Header: h,
+		return &provider.Error{Kind: provider.KindOverloaded, HTTPStatus: 529, Header: h,
 			Message: "demo: overloaded"}
 	case 3:
-		return &provider.Error{Kind: "timeout", Message: "demo: timed out waiting for the first byte"}
+		return &provider.Error{Kind: provider.KindTimeout, Message: "demo: timed out waiting for the first byte"}
 	default:
-		return &provider.Error{Kind: "connectionError", Message: "demo: connection reset by peer"}
+		return &provider.Error{Kind: provider.KindConnectionError, Message: "demo: connection reset by peer"}
 	}
 }
 
@@ -227,18 +227,7 @@ func (m *Model) rng(purpose string, req provider.Request) *rand.Rand {
 
 // wait pauses n word delays unless ctx ends first.
 func (m *Model) wait(ctx context.Context, n int) error {
-	d := time.Duration(n) * m.wordDelay
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return provider.Wait(ctx, time.Duration(n)*m.wordDelay)
 }
 
 // reply builds a few sentences about the prompt's keywords. The opener and

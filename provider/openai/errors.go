@@ -19,22 +19,6 @@ import (
 	"mspd/provider"
 )
 
-// Kinds this package hints (retry-background §4.1). They are spelt here
-// rather than imported, as in the other providers: a provider describes
-// failures, it does not depend on the retry engine.
-const (
-	kindRateLimited           = "rateLimited"
-	kindQuotaExhausted        = "quotaExhausted"
-	kindOverloaded            = "overloaded"
-	kindServerError           = "serverError"
-	kindTimeout               = "timeout"
-	kindConnectionError       = "connectionError"
-	kindStreamInterrupted     = "streamInterrupted"
-	kindContextLengthExceeded = "contextLengthExceeded"
-	kindInvalidRequest        = "invalidRequest"
-	kindNotFound              = "notFound"
-)
-
 // maxMessage bounds provider.Error.Message; OpenAI's rate-limit messages
 // (which carry "try again in 1.2s") fit easily.
 const maxMessage = 500
@@ -60,7 +44,7 @@ func (m *Model) failure(err error, w *watch) error {
 		if w.beforeHdr {
 			msg = fmt.Sprintf("no response from the server within %s", m.cfg.IdleTimeout)
 		}
-		return &provider.Error{Kind: kindTimeout, Message: msg, Err: errIdle}
+		return &provider.Error{Kind: provider.KindTimeout, Message: msg, Err: errIdle}
 	}
 	var ae *oai.Error
 	if errors.As(err, &ae) {
@@ -79,12 +63,12 @@ func (m *Model) failure(err error, w *watch) error {
 	cause := unwrapURL(err)
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
-		return &provider.Error{Kind: kindTimeout, Message: "request timed out: " + m.redact(cause.Error()), Err: cause}
+		return &provider.Error{Kind: provider.KindTimeout, Message: "request timed out: " + m.redact(cause.Error()), Err: cause}
 	}
 	if w.gotHeaders {
-		return &provider.Error{Kind: kindStreamInterrupted, Message: "the stream broke: " + m.redact(cause.Error()), Err: cause}
+		return &provider.Error{Kind: provider.KindStreamInterrupted, Message: "the stream broke: " + m.redact(cause.Error()), Err: cause}
 	}
-	return &provider.Error{Kind: kindConnectionError, Message: "no response: " + m.redact(cause.Error()), Err: cause}
+	return &provider.Error{Kind: provider.KindConnectionError, Message: "no response: " + m.redact(cause.Error()), Err: cause}
 }
 
 // apiError maps an HTTP error response. The *oai.Error itself is not kept
@@ -119,13 +103,13 @@ func bodyKind(code, typ string) string {
 	for _, s := range [...]string{code, typ} {
 		switch strings.ToLower(s) {
 		case "insufficient_quota":
-			return kindQuotaExhausted
+			return provider.KindQuotaExhausted
 		case "rate_limit_exceeded":
-			return kindRateLimited
+			return provider.KindRateLimited
 		case "context_length_exceeded":
-			return kindContextLengthExceeded
+			return provider.KindContextLengthExceeded
 		case "model_not_found":
-			return kindNotFound
+			return provider.KindNotFound
 		}
 	}
 	return ""
@@ -176,7 +160,7 @@ func (m *Model) streamError(data []byte) *provider.Error {
 	// The stream was open: whatever it cost is unknown, not zero.
 	pe := &provider.Error{Message: m.redact(msg), Accepted: true}
 	pe.Kind, pe.HTTPStatus = frameKind(code, e.Type)
-	if pe.Kind == kindStreamInterrupted && status >= 400 && status <= 599 {
+	if pe.Kind == provider.KindStreamInterrupted && status >= 400 && status <= 599 {
 		pe.Kind, pe.HTTPStatus = "", status
 	}
 	return pe
@@ -185,9 +169,9 @@ func (m *Model) streamError(data []byte) *provider.Error {
 func frameKind(code, typ string) (string, int) {
 	if k := bodyKind(code, typ); k != "" {
 		switch k {
-		case kindQuotaExhausted, kindRateLimited:
+		case provider.KindQuotaExhausted, provider.KindRateLimited:
 			return k, http.StatusTooManyRequests
-		case kindNotFound:
+		case provider.KindNotFound:
 			return k, http.StatusNotFound
 		}
 		return k, http.StatusBadRequest
@@ -195,17 +179,17 @@ func frameKind(code, typ string) (string, int) {
 	for _, s := range [...]string{code, typ} {
 		switch strings.ToLower(s) {
 		case "rate_limit_error":
-			return kindRateLimited, http.StatusTooManyRequests
+			return provider.KindRateLimited, http.StatusTooManyRequests
 		case "invalid_request_error", "badrequesterror", "invalid_prompt":
-			return kindInvalidRequest, http.StatusBadRequest
+			return provider.KindInvalidRequest, http.StatusBadRequest
 		case "server_error", "api_error", "internal_error", "internalservererror":
-			return kindServerError, http.StatusInternalServerError
+			return provider.KindServerError, http.StatusInternalServerError
 		case "overloaded", "overloaded_error", "slow_down", "engine_overloaded",
 			"server_overloaded", "service_unavailable", "serviceunavailableerror":
-			return kindOverloaded, http.StatusServiceUnavailable
+			return provider.KindOverloaded, http.StatusServiceUnavailable
 		}
 	}
-	return kindStreamInterrupted, 0
+	return provider.KindStreamInterrupted, 0
 }
 
 // topLevelError reads {"message", "type", "code"} from an error body that

@@ -227,12 +227,12 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 func checkMessages(req provider.Request) error {
 	for i, msg := range req.Messages {
 		if msg.Role != provider.RoleUser && msg.Role != provider.RoleAssistant {
-			return &provider.Error{Kind: kindInvalidRequest,
+			return &provider.Error{Kind: provider.KindInvalidRequest,
 				Message: fmt.Sprintf("message %d has unsupported role %q", i, msg.Role)}
 		}
 	}
 	if len(req.ResponseSchema) > 0 && !json.Valid(req.ResponseSchema) {
-		return &provider.Error{Kind: kindInvalidRequest, Message: "the response schema is not valid JSON"}
+		return &provider.Error{Kind: provider.KindInvalidRequest, Message: "the response schema is not valid JSON"}
 	}
 	return nil
 }
@@ -281,7 +281,7 @@ func (m *Model) streamChat(ctx context.Context, req provider.Request, onText fun
 		return resp, err
 	}
 	if finish == "" && !w.sawDone() {
-		return resp, &provider.Error{Kind: kindStreamInterrupted,
+		return resp, &provider.Error{Kind: provider.KindStreamInterrupted,
 			Message: "the stream ended before a finish_reason or data: [DONE]"}
 	}
 	resp.FinishReason = finishReason(finish, refused)

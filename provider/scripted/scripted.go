@@ -47,9 +47,9 @@ const (
 	KindScriptExhausted = "scriptExhausted"
 	// KindInvalidRequest fails every request of a turn whose script is
 	// malformed, naming the problem in the Message.
-	KindInvalidRequest = "invalidRequest"
+	KindInvalidRequest = provider.KindInvalidRequest
 	// KindStreamInterrupted is the default kind of a "cut" entry.
-	KindStreamInterrupted = "streamInterrupted"
+	KindStreamInterrupted = provider.KindStreamInterrupted
 )
 
 // scriptKey is the member of the user message's JSON object that holds the
@@ -365,17 +365,7 @@ func streamChunks(ctx context.Context, chunks []string, delayMs int, onText func
 
 // wait sleeps ms milliseconds unless ctx ends first.
 func wait(ctx context.Context, ms int) error {
-	if ms <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(time.Duration(ms) * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return provider.Wait(ctx, time.Duration(ms)*time.Millisecond)
 }
 
 // split cuts text into n deltas on rune boundaries, as evenly as possible:
