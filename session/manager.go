@@ -59,6 +59,10 @@ type Config struct {
 	// HistoryBudget bounds the inline history a resume returns, in bytes
 	// of encoded items (default 4 MiB); above it the client pages.
 	HistoryBudget int
+	// IdleUnload is how long a session with no subscriber and no turn
+	// stays in memory after its last use (default 10 min); it is reloaded
+	// from the store on demand.
+	IdleUnload time.Duration
 	// Now tells the time (default time.Now).
 	Now func() time.Time
 	// Logger receives operational logs (default slog.Default()).
@@ -88,6 +92,11 @@ type loading struct {
 	done chan struct{}
 	s    *session
 	err  error
+	// pins counts callers using s right now and lastUsed when the last
+	// one let go; both guarded by Manager.mu. A session is unloaded only
+	// when unpinned, unsubscribed and idle (see sweep).
+	pins     int
+	lastUsed time.Time
 }
 
 // New starts a manager over cfg.Store. Turns that were running or queued
@@ -106,6 +115,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.IdleUnload <= 0 {
+		cfg.IdleUnload = 10 * time.Minute
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -121,7 +133,50 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := m.recover(ctx); err != nil {
 		return nil, err
 	}
+	m.turns.Add(1)
+	go func() {
+		defer m.turns.Done()
+		m.sweepEvery(min(cfg.IdleUnload/4, time.Minute))
+	}()
 	return m, nil
+}
+
+// sweepEvery unloads idle sessions until the manager closes.
+func (m *Manager) sweepEvery(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+			m.sweep()
+		}
+	}
+}
+
+// sweep unloads sessions nobody uses: unpinned, without subscribers,
+// without a running or queued turn, and unused for cfg.IdleUnload. Their
+// log stays in the store; the next use loads them again.
+func (m *Manager) sweep() int {
+	cutoff := m.now().Add(-m.cfg.IdleUnload)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	unloaded := 0
+	for id, l := range m.sessions {
+		if l.pins > 0 || l.s == nil || l.lastUsed.After(cutoff) {
+			continue
+		}
+		s := l.s
+		s.mu.Lock() // lock order: Manager.mu, then session.mu
+		idle := len(s.subs) == 0 && !s.st.busy() && !s.working
+		s.mu.Unlock()
+		if idle {
+			delete(m.sessions, id)
+			unloaded++
+		}
+	}
+	return unloaded
 }
 
 // Close cancels running turns (each ends with a durable cancelled
@@ -176,14 +231,24 @@ func (m *Manager) broadcast(method string, params any) {
 	}
 }
 
-// load returns a session, loading it from the store once.
-func (m *Manager) load(ctx context.Context, id string) (*session, error) {
+// acquire returns a session, loading it from the store once, pinned in
+// memory until release is called.
+func (m *Manager) acquire(ctx context.Context, id string) (s *session, release func(), err error) {
 	m.mu.Lock()
 	l, ok := m.sessions[id]
 	if !ok {
 		l = &loading{done: make(chan struct{})}
 		m.sessions[id] = l
+	}
+	l.pins++
+	m.mu.Unlock()
+	unpin := func() {
+		m.mu.Lock()
+		l.pins--
+		l.lastUsed = m.now()
 		m.mu.Unlock()
+	}
+	if !ok {
 		l.s, l.err = m.read(ctx, id)
 		if l.err != nil {
 			m.mu.Lock()
@@ -192,14 +257,18 @@ func (m *Manager) load(ctx context.Context, id string) (*session, error) {
 		}
 		close(l.done)
 	} else {
-		m.mu.Unlock()
 		select {
 		case <-l.done:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			unpin()
+			return nil, nil, ctx.Err()
 		}
 	}
-	return l.s, l.err
+	if l.err != nil {
+		unpin()
+		return nil, nil, l.err
+	}
+	return l.s, sync.OnceFunc(unpin), nil
 }
 
 // read builds a session from its row and log.
@@ -239,11 +308,13 @@ func (m *Manager) recover(ctx context.Context) error {
 		return fmt.Errorf("session: listing busy sessions: %w", err)
 	}
 	for _, row := range rows {
-		s, err := m.load(ctx, row.ID)
+		s, release, err := m.acquire(ctx, row.ID)
 		if err != nil {
 			return fmt.Errorf("session: recovering %s: %w", row.ID, err)
 		}
-		if err := s.settleAbandoned(ctx); err != nil {
+		err = s.settleAbandoned(ctx)
+		release()
+		if err != nil {
 			return fmt.Errorf("session: recovering %s: %w", row.ID, err)
 		}
 		m.log.Info("settled turns of a previous process", "session", row.ID)
@@ -349,10 +420,11 @@ func (m *Manager) ResumeSession(ctx context.Context, sub Subscriber, raw json.Ra
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, nil, msp.ErrInvalidParams("", "session/resume params: %v", err)
 	}
-	s, err := m.load(ctx, p.SessionID)
+	s, release, err := m.acquire(ctx, p.SessionID)
 	if err != nil {
 		return nil, nil, err
 	}
+	defer release()
 	if p.Cursor != nil {
 		if _, err := s.checkCursor(*p.Cursor); err != nil {
 			return nil, nil, err
@@ -404,10 +476,11 @@ func (m *Manager) ReadSession(ctx context.Context, raw json.RawMessage) (any, er
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, msp.ErrInvalidParams("", "session/read params: %v", err)
 	}
-	s, err := m.load(ctx, p.SessionID)
+	s, release, err := m.acquire(ctx, p.SessionID)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if p.ExcludeItems == nil || *p.ExcludeItems {
 		return m.snapshot(ctx, s, false, msp.NoneExcluded)
 	}
@@ -500,10 +573,11 @@ func (m *Manager) ListSessions(ctx context.Context, raw json.RawMessage) (msp.Se
 // Subscribe serves view/subscribe (and the auto-subscribe of start and
 // resume): replay (after, head] when after is given, then live.
 func (m *Manager) Subscribe(ctx context.Context, sub Subscriber, sessionID string, after *string) error {
-	s, err := m.load(ctx, sessionID)
+	s, release, err := m.acquire(ctx, sessionID)
 	if err != nil {
 		return err
 	}
+	defer release()
 	from := cursor{session: s.id}
 	if after != nil {
 		if from, err = s.checkCursor(*after); err != nil {
@@ -520,10 +594,11 @@ func (m *Manager) Subscribe(ctx context.Context, sub Subscriber, sessionID strin
 // Head returns a session's current head cursor, checking that it exists
 // and that after, when given, is one of its cursors.
 func (m *Manager) Head(ctx context.Context, sessionID string, after *string) (string, error) {
-	s, err := m.load(ctx, sessionID)
+	s, release, err := m.acquire(ctx, sessionID)
 	if err != nil {
 		return "", err
 	}
+	defer release()
 	if after != nil {
 		if _, err := s.checkCursor(*after); err != nil {
 			return "", err
@@ -536,20 +611,22 @@ func (m *Manager) Head(ctx context.Context, sessionID string, after *string) (st
 
 // Unsubscribe serves view/unsubscribe; it is idempotent.
 func (m *Manager) Unsubscribe(ctx context.Context, sub Subscriber, sessionID string) error {
-	s, err := m.load(ctx, sessionID)
+	s, release, err := m.acquire(ctx, sessionID)
 	if err != nil {
 		return err
 	}
+	defer release()
 	s.unsubscribe(sub)
 	return nil
 }
 
 // SessionModel returns the provider and model a session uses.
 func (m *Manager) SessionModel(ctx context.Context, sessionID string) (providerID, modelID string, err error) {
-	s, err := m.load(ctx, sessionID)
+	s, release, err := m.acquire(ctx, sessionID)
 	if err != nil {
 		return "", "", err
 	}
+	defer release()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return deref(s.st.ProviderID), deref(s.st.ModelID), nil
@@ -557,10 +634,11 @@ func (m *Manager) SessionModel(ctx context.Context, sessionID string) (providerI
 
 // Page serves view/page.
 func (m *Manager) Page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageResult, error) {
-	s, err := m.load(ctx, p.SessionID)
+	s, release, err := m.acquire(ctx, p.SessionID)
 	if err != nil {
 		return msp.ViewPageResult{}, err
 	}
+	defer release()
 	return s.page(ctx, p)
 }
 

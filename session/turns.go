@@ -34,10 +34,11 @@ func (m *Manager) StartTurn(ctx context.Context, raw json.RawMessage) (json.RawM
 			return nil, nil, msp.ErrInvalidParams("responseSchema", "%v", err)
 		}
 	}
-	s, err := m.load(ctx, p.SessionID)
+	s, release, err := m.acquire(ctx, p.SessionID)
 	if err != nil {
 		return nil, nil, err
 	}
+	defer release()
 	resp, replayed, err := m.ledger.run(ctx, p.CommandID, msp.MethodTurnStart, raw, func(a *admission) (json.RawMessage, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -108,10 +109,11 @@ func (m *Manager) StopTurn(ctx context.Context, method string, raw json.RawMessa
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, msp.ErrInvalidParams("", "%s params: %v", method, err)
 	}
-	s, err := m.load(ctx, p.SessionID)
+	s, release, err := m.acquire(ctx, p.SessionID)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	resp, _, err := m.ledger.run(ctx, p.CommandID, method, raw, func(a *admission) (json.RawMessage, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -145,10 +147,11 @@ func (m *Manager) Unqueue(ctx context.Context, raw json.RawMessage) (json.RawMes
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, msp.ErrInvalidParams("", "turn/unqueue params: %v", err)
 	}
-	s, err := m.load(ctx, p.SessionID)
+	s, release, err := m.acquire(ctx, p.SessionID)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodTurnUnqueue, raw, func(a *admission) (json.RawMessage, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
