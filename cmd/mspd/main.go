@@ -1,7 +1,8 @@
 // Command mspd is the MSP session server.
 //
-//	mspd [serve] [flags]     serve MSP over WebSocket (default) or --stdio
-//	mspd validate FILE|-     check an NDJSON transcript of frames against the schema
+//	mspd [serve] [flags]       serve MSP over WebSocket (default) or --stdio
+//	mspd tail [flags] SESSION  follow a session: pretty text, JSON lines or raw answer text
+//	mspd validate FILE|-       check an NDJSON transcript of frames against the schema
 //
 // Every serve flag can also be set through the environment as MSPD_<FLAG>
 // (upper case, dashes as underscores); a flag on the command line wins.
@@ -40,11 +41,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return serve(args, stderr)
 	case "validate":
 		return validate(args, stdin, stdout, stderr)
+	case "tail":
+		return tailCmd(args, stdout, stderr)
 	case "help":
-		fmt.Fprintln(stdout, "usage: mspd [serve] [flags] | mspd validate FILE|-")
+		fmt.Fprintln(stdout, "usage: mspd [serve] [flags] | mspd tail [flags] SESSION | mspd validate FILE|-")
 		return 0
 	}
-	fmt.Fprintf(stderr, "mspd: unknown command %q (want serve or validate)\n", cmd)
+	fmt.Fprintf(stderr, "mspd: unknown command %q (want serve, tail or validate)\n", cmd)
 	return 2
 }
 

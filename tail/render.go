@@ -1,0 +1,225 @@
+// Package tail follows a session's view for a person at a terminal or for
+// a script: the engine of `mspd tail`. It renders notifications as text
+// (streaming deltas inline, retry notices as "openai · rate limited ·
+// retrying in 3s · attempt 2/5"), as JSON lines, or as the raw answer text.
+package tail
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"mspd/modelretry"
+	"mspd/schema/msp"
+)
+
+// Output formats.
+const (
+	// Pretty is text for people.
+	Pretty = "pretty"
+	// JSON is one object per notification: {"cursor", "method", "params"}.
+	JSON = "json"
+	// Raw is the agent's streamed text only.
+	Raw = "raw"
+)
+
+// renderer writes notifications in one format. It remembers which items
+// streamed deltas, so an item seen only as item/completed (paged, or after
+// a gap) still prints its whole text once.
+type renderer struct {
+	w        io.Writer
+	format   string
+	color    bool
+	streamed map[string]bool // itemId → its deltas were printed
+	open     string          // the item whose deltas are on the current line
+}
+
+func newRenderer(w io.Writer, format string, color bool) *renderer {
+	return &renderer{w: w, format: format, color: color, streamed: map[string]bool{}}
+}
+
+// event renders one notification.
+func (r *renderer) event(method string, params json.RawMessage) {
+	switch r.format {
+	case JSON:
+		var h struct {
+			ViewCursor string `json:"viewCursor"`
+		}
+		json.Unmarshal(params, &h)
+		line, _ := json.Marshal(struct {
+			Cursor string          `json:"cursor,omitempty"`
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
+		}{h.ViewCursor, method, params})
+		fmt.Fprintf(r.w, "%s\n", line)
+	case Raw:
+		r.raw(method, params)
+	default:
+		r.pretty(method, params)
+	}
+}
+
+func (r *renderer) raw(method string, params json.RawMessage) {
+	switch method {
+	case msp.NotifyItemDelta:
+		var p msp.ItemDeltaParams
+		json.Unmarshal(params, &p)
+		r.streamed[p.ItemID] = true
+		io.WriteString(r.w, p.Delta)
+	case msp.NotifyItemCompleted:
+		var p msp.ItemParams
+		json.Unmarshal(params, &p)
+		if p.Item.Kind != msp.ItemAgentMessage || p.Item.Status != msp.ItemCompleted {
+			return
+		}
+		if !r.streamed[p.Item.ItemID] && p.Item.Text != nil {
+			io.WriteString(r.w, *p.Item.Text)
+		}
+		io.WriteString(r.w, "\n")
+	}
+}
+
+// endLine finishes a line of streamed deltas before other output.
+func (r *renderer) endLine() {
+	if r.open != "" {
+		io.WriteString(r.w, "\n")
+		r.open = ""
+	}
+}
+
+func (r *renderer) pretty(method string, params json.RawMessage) {
+	switch method {
+	case msp.NotifyItemDelta:
+		var p msp.ItemDeltaParams
+		json.Unmarshal(params, &p)
+		if r.open != p.ItemID {
+			r.endLine()
+			fmt.Fprint(r.w, r.paint(bold, "agent: "))
+			r.open = p.ItemID
+		}
+		r.streamed[p.ItemID] = true
+		io.WriteString(r.w, p.Delta)
+		return
+	case msp.NotifyItemStarted, msp.NotifySessionTokenUsage:
+		return // the deltas and the terminal say it all
+	}
+	r.endLine()
+	switch method {
+	case msp.NotifyTurnStarted:
+		var p msp.TurnStartedParams
+		json.Unmarshal(params, &p)
+		fmt.Fprintln(r.w, r.paint(dim, "── turn "+short(p.TurnID)+" ──"))
+	case msp.NotifyItemCompleted:
+		var p msp.ItemParams
+		json.Unmarshal(params, &p)
+		r.item(p.Item)
+	case msp.NotifyTurnModelRetryScheduled:
+		var p msp.TurnModelRetryScheduledParams
+		json.Unmarshal(params, &p)
+		words := modelretry.Describe(p.ErrorKind)
+		if p.HTTPStatus != 0 {
+			words += fmt.Sprintf(" (%d)", p.HTTPStatus)
+		}
+		parts := []string{words, retryIn(p.RetryDelayMs), fmt.Sprintf("attempt %d/%d", p.NextAttempt, p.MaxAttempts)}
+		if p.System != "" {
+			parts = append([]string{p.System}, parts...)
+		}
+		fmt.Fprintln(r.w, r.paint(yellow, "⟳ "+strings.Join(parts, " · ")))
+	case msp.NotifyTurnRetryScheduled:
+		var p msp.TurnRetryScheduledParams
+		json.Unmarshal(params, &p)
+		fmt.Fprintln(r.w, r.paint(yellow, fmt.Sprintf("⟳ %s · %s · attempt %d/%d", p.Reason, retryIn(p.RetryDelayMs), p.NextAttempt, p.MaxAttempts)))
+	case msp.NotifyTurnCompleted:
+		var p msp.TurnCompletedParams
+		json.Unmarshal(params, &p)
+		fmt.Fprintln(r.w, r.terminal(p))
+	case msp.NotifyTurnUnqueued:
+		var p msp.TurnUnqueuedParams
+		json.Unmarshal(params, &p)
+		fmt.Fprintln(r.w, r.paint(dim, "↶ turn "+short(p.TurnID)+" withdrawn before it ran"))
+	case msp.NotifyViewGap:
+		fmt.Fprintln(r.w, r.paint(dim, "… fell behind; catching up from the log"))
+	}
+}
+
+func (r *renderer) item(it msp.Item) {
+	text := ""
+	if it.Text != nil {
+		text = *it.Text
+	}
+	switch {
+	case it.Kind == msp.ItemUserMessage:
+		fmt.Fprintln(r.w, r.paint(bold, "you: ")+text)
+	case it.Kind != msp.ItemAgentMessage:
+		return
+	case !r.streamed[it.ItemID] && it.Status == msp.ItemCompleted:
+		fmt.Fprintln(r.w, r.paint(bold, "agent: ")+text)
+	case it.Status == msp.ItemFailed:
+		fmt.Fprintln(r.w, r.paint(red, "  ✗ this attempt's answer was discarded"))
+	case it.Status == msp.ItemCancelled:
+		fmt.Fprintln(r.w, r.paint(red, "  ■ stopped"))
+	}
+}
+
+func (r *renderer) terminal(p msp.TurnCompletedParams) string {
+	var parts []string
+	if p.DurationMs != nil {
+		parts = append(parts, (time.Duration(*p.DurationMs) * time.Millisecond).Round(100*time.Millisecond).String())
+	}
+	if a := p.Attempts; a != nil {
+		word := "attempts"
+		if a.Count == 1 {
+			word = "attempt"
+		}
+		tokens := fmt.Sprintf("%d output tokens", a.OutputTokens)
+		if !a.UsageComplete {
+			tokens = "≥" + tokens
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", a.Count, word), tokens)
+	}
+	switch p.Terminal {
+	case msp.TerminalCompleted:
+		return r.paint(green, "✓ completed · "+strings.Join(parts, " · "))
+	case msp.TerminalFailed:
+		msg := "failed"
+		if p.Error != nil {
+			msg += ": " + p.Error.Message
+		}
+		return r.paint(red, "✗ "+msg)
+	}
+	return r.paint(dim, "■ "+p.Terminal)
+}
+
+// retryIn words a backoff: "retrying in 3s", "retrying in 250ms".
+func retryIn(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	if d >= time.Second {
+		d = d.Round(100 * time.Millisecond)
+	}
+	return "retrying in " + d.String()
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[len(id)-8:]
+	}
+	return id
+}
+
+// ANSI styles.
+const (
+	bold   = "1"
+	dim    = "2"
+	red    = "31"
+	green  = "32"
+	yellow = "33"
+)
+
+func (r *renderer) paint(style, s string) string {
+	if !r.color {
+		return s
+	}
+	return "\x1b[" + style + "m" + s + "\x1b[0m"
+}
