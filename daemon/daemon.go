@@ -119,7 +119,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		LogPath: dbPath,
 		Catalog: cat,
 		Now:     now,
-		Logger:  cfg.Logger,
+		// Events, pages and histories must fit the transports' frames.
+		MaxFrameBytes: int(cfg.Server.MaxFrameBytes),
+		Logger:        cfg.Logger,
 	})
 	if err != nil {
 		st.Close()

@@ -28,6 +28,8 @@ type conn struct {
 
 	initialized atomic.Bool // initialize succeeded
 	ready       atomic.Bool // the client sent initialized
+	busy        atomic.Bool // a request is being handled on the read loop
+	cancel      context.CancelFunc
 
 	mu     sync.Mutex
 	optOut map[string]bool
@@ -48,8 +50,8 @@ func newConn(srv *Server, t transport, log *slog.Logger) *conn {
 
 // serve runs the connection until the transport ends or ctx is done.
 func (c *conn) serve(ctx context.Context) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, c.cancel = context.WithCancel(ctx)
+	defer c.cancel()
 	c.srv.mgr.Listen(c)
 	defer c.srv.mgr.Detach(c)
 
@@ -113,6 +115,12 @@ func (c *conn) keepAlive(ctx context.Context, p pinger) {
 			return
 		case <-t.C:
 		}
+		if c.busy.Load() {
+			// The read loop is inside a handler, so a pong would not be
+			// read; the writes that handler makes prove the peer alive
+			// (or time out and close the connection).
+			continue
+		}
 		pctx, cancel := context.WithTimeout(ctx, c.srv.cfg.WriteTimeout)
 		err := p.Ping(pctx)
 		cancel()
@@ -124,10 +132,17 @@ func (c *conn) keepAlive(ctx context.Context, p pinger) {
 	}
 }
 
+// shut ends the connection: the transport closes, the outbox stops taking
+// frames, and the connection's context ends, so a handler waiting to
+// replay into a full outbox gives up instead of holding the connection.
 func (c *conn) shut(reason string, dead bool) {
 	c.closeOnce.Do(func() {
 		close(c.done)
 		c.t.Close(reason, dead)
+		c.out.close()
+		if c.cancel != nil {
+			c.cancel()
+		}
 	})
 }
 

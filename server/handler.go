@@ -21,6 +21,8 @@ func (h *handler) Handle(ctx context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.
 	if req.Notif {
 		return // the gate handles notifications
 	}
+	h.c.busy.Store(true)
+	defer h.c.busy.Store(false)
 	params := json.RawMessage("{}")
 	if req.Params != nil {
 		params = *req.Params
@@ -76,19 +78,11 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 		if err := json.Unmarshal(params, &p); err != nil {
 			return nil, nil, msp.ErrInvalidParams("", "view/subscribe params: %v", err)
 		}
-		head, err := mgr.Head(ctx, p.SessionID, p.After)
+		head, attach, err := mgr.ViewSubscribe(ctx, c, p.SessionID, p.After)
 		if err != nil {
 			return nil, nil, err
 		}
-		from := head
-		if p.After != nil {
-			from = *p.After
-		}
-		return msp.ViewCursorResult{ViewCursor: head}, func(ctx context.Context) {
-			if err := mgr.Subscribe(ctx, c, p.SessionID, &from); err != nil && ctx.Err() == nil {
-				c.log.Warn("subscribe failed", "session", p.SessionID, "err", err)
-			}
-		}, nil
+		return msp.ViewCursorResult{ViewCursor: head}, attach, nil
 	case msp.MethodViewUnsubscribe:
 		var p msp.ViewUnsubscribeParams
 		if err := json.Unmarshal(params, &p); err != nil {
@@ -149,7 +143,7 @@ func (h *handler) initialize(params json.RawMessage) (any, func(context.Context)
 		c.mu.Unlock()
 	}
 	c.initialized.Store(true)
-	c.log = c.log.With("client", p.ClientInfo.Name)
+	c.log.Debug("initialized", "client", p.ClientInfo.Name, "version", p.ClientInfo.Version)
 	cfg := &c.srv.cfg
 	return msp.InitializeResult{
 		ExperimentalAPI:     false,

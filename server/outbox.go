@@ -28,6 +28,7 @@ type outbox struct {
 	nGap     int // gappable frames queued
 	gapBytes int // bytes of gappable frames queued
 	closed   bool
+	shut     chan struct{} // closed with the outbox: wakes replay waiters
 	wake     chan struct{} // the writer has work
 	space    chan struct{} // a gappable frame left the queue
 	views    map[string]*viewState
@@ -56,6 +57,7 @@ func newOutbox(maxFrames, maxBytes int, gapFrame func(sessionID, after, next str
 		maxFrames: maxFrames,
 		maxBytes:  maxBytes,
 		wake:      make(chan struct{}, 1),
+		shut:      make(chan struct{}),
 		space:     make(chan struct{}, 1),
 		views:     make(map[string]*viewState),
 	}
@@ -118,6 +120,16 @@ func (o *outbox) pushView(sessionID, cursor string, frame []byte, durable bool) 
 		v = &viewState{}
 		o.views[sessionID] = v
 	}
+	if v.inHole && !durable {
+		// A hole closes only at a durable event: its view/gap names next,
+		// and view/page serves durable events only. The deltas lost here
+		// are repaired by their item's item/completed.
+		if v.tailFrame != nil {
+			v.lostAfterTail = true
+		}
+		o.dropped++
+		return
+	}
 	if !o.roomLocked(len(frame)) {
 		if !v.inHole {
 			v.inHole, v.holeAfter = true, v.last
@@ -140,15 +152,17 @@ func (o *outbox) pushView(sessionID, cursor string, frame []byte, durable bool) 
 	o.acceptLocked(sessionID, v, cursor, frame)
 }
 
-// acceptLocked queues a view event; when it closes a hole, the view/gap
-// marker follows it, so that next names an event whose delivery is proven.
+// acceptLocked queues a view event. When it closes a hole, the view/gap
+// marker goes right before it: next names an event already queued behind
+// the marker, and a client that pages (after, next) on the marker gets the
+// hole's events before the live one at next, in cursor order.
 func (o *outbox) acceptLocked(sessionID string, v *viewState, cursor string, frame []byte) {
-	o.appendLocked(frame, true)
 	if v.inHole {
 		o.appendLocked(o.gapFrame(sessionID, v.holeAfter, cursor), false)
 		v.inHole = false
 		o.gaps++
 	}
+	o.appendLocked(frame, true)
 	v.last = cursor
 }
 
@@ -190,6 +204,8 @@ func (o *outbox) pushReplay(ctx context.Context, sessionID, cursor string, frame
 		o.mu.Unlock()
 		select {
 		case <-o.space:
+		case <-o.shut:
+			return errClosed
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -261,7 +277,10 @@ func (o *outbox) compactLocked() {
 // close shuts the outbox; queued frames are still handed out by next.
 func (o *outbox) close() {
 	o.mu.Lock()
-	o.closed = true
+	if !o.closed {
+		o.closed = true
+		close(o.shut)
+	}
 	o.mu.Unlock()
 	select {
 	case o.wake <- struct{}{}:

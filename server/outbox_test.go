@@ -79,7 +79,7 @@ func TestOutboxKeepsOrderWithinBudget(t *testing.T) {
 	}
 }
 
-func TestOutboxDropOpensHoleAndOneGapFollowsNextEvent(t *testing.T) {
+func TestOutboxDropOpensHoleClosedByNextDurableEvent(t *testing.T) {
 	o := newTestOutbox(2, 1<<20)
 	o.subscribed("s", "c0")
 	delta(o, "c0.1")
@@ -92,13 +92,12 @@ func TestOutboxDropOpensHoleAndOneGapFollowsNextEvent(t *testing.T) {
 	if got := pop(t, o); got != "ev c0.1" {
 		t.Fatalf("first frame %q", got)
 	}
-	delta(o, "c0.5") // fits again, and closes the hole
-	delta(o, "c0.6") // over budget again: a new hole opens after c0.5
-	wantFrames(t, drain(t, o), "ev c0.2", "ev c0.5", "gap s c0.2→c0.5")
-	durable(o, "c1")
-	wantFrames(t, drain(t, o), "ev c1", "gap s c0.5→c1")
-	if dropped, gaps, _ := o.stats(); dropped != 3 || gaps != 2 {
-		t.Fatalf("dropped %d gaps %d, want 3 and 2", dropped, gaps)
+	delta(o, "c0.5") // room again, but a delta never closes a hole
+	wantFrames(t, drain(t, o), "ev c0.2")
+	durable(o, "c1") // closes it: the marker goes right before it
+	wantFrames(t, drain(t, o), "gap s c0.2→c1", "ev c1")
+	if dropped, gaps, _ := o.stats(); dropped != 3 || gaps != 1 {
+		t.Fatalf("dropped %d gaps %d, want 3 and 1", dropped, gaps)
 	}
 	// No hole, no gap.
 	delta(o, "c1.1")
@@ -111,8 +110,8 @@ func TestOutboxHoleBeforeAnyDeliveryStartsAtSubscription(t *testing.T) {
 	o.pushView("other", "x1", ev("x1"), false) // fills the budget
 	delta(o, "c0.1")                           // dropped
 	wantFrames(t, drain(t, o), "ev x1")
-	delta(o, "c0.2")
-	wantFrames(t, drain(t, o), "ev c0.2", "gap s c0→c0.2")
+	durable(o, "c1")
+	wantFrames(t, drain(t, o), "gap s c0→c1", "ev c1")
 }
 
 func TestOutboxByteBudget(t *testing.T) {
@@ -128,11 +127,11 @@ func TestOutboxByteBudget(t *testing.T) {
 	// A frame bigger than the whole budget still goes when nothing else is
 	// queued, so one large event cannot wedge a view forever.
 	big := strings.Repeat("x", 100)
-	o.pushView("s", "c4", []byte(big), false)
+	o.pushView("s", "c4", []byte(big), true)
 	delta(o, "c5") // no room behind the big one
-	wantFrames(t, drain(t, o), big, "gap s c2→c4")
-	delta(o, "c6")
-	wantFrames(t, drain(t, o), "ev c6", "gap s c4→c6")
+	wantFrames(t, drain(t, o), "gap s c2→c4", big)
+	durable(o, "c6")
+	wantFrames(t, drain(t, o), "gap s c4→c6", "ev c6")
 }
 
 func TestOutboxHolesPerSession(t *testing.T) {
@@ -144,8 +143,8 @@ func TestOutboxHolesPerSession(t *testing.T) {
 	o.pushView("a", "a2", ev("a2"), false) // dropped
 	wantFrames(t, drain(t, o), "ev a1", "ev b1")
 	o.pushView("b", "b2", ev("b2"), false) // b had no hole
-	o.pushView("a", "a3", ev("a3"), false)
-	wantFrames(t, drain(t, o), "ev b2", "ev a3", "gap a a1→a3")
+	o.pushView("a", "a3", ev("a3"), true)
+	wantFrames(t, drain(t, o), "ev b2", "gap a a1→a3", "ev a3")
 }
 
 func TestOutboxDeliversDroppedDurableTail(t *testing.T) {
@@ -161,7 +160,7 @@ func TestOutboxDeliversDroppedDurableTail(t *testing.T) {
 	if got := pop(t, o); got != "ev c1" {
 		t.Fatalf("first %q", got)
 	}
-	wantFrames(t, drain(t, o), "ev c2", "ev c4", "gap s c2→c4")
+	wantFrames(t, drain(t, o), "ev c2", "gap s c2→c4", "ev c4")
 	if _, _, queued := o.stats(); queued != 0 {
 		t.Fatal("frames left")
 	}
@@ -185,10 +184,10 @@ func TestOutboxDeltaLostAfterTailKeepsHoleOpen(t *testing.T) {
 	delta(o, "c3.1") // dropped after the tail
 	pop(t, o)        // c1 leaves; the tail is delivered
 	delta(o, "c3.2") // no room: still in the hole
-	wantFrames(t, drain(t, o), "ev c2", "ev c3", "gap s c2→c3")
+	wantFrames(t, drain(t, o), "ev c2", "gap s c2→c3", "ev c3")
 	durable(o, "c4")
 	// c3.1 and c3.2 were lost after c3: the hole is reported from c3.
-	wantFrames(t, drain(t, o), "ev c4", "gap s c3→c4")
+	wantFrames(t, drain(t, o), "gap s c3→c4", "ev c4")
 }
 
 func TestOutboxNewerEventSupersedesTail(t *testing.T) {
@@ -198,7 +197,7 @@ func TestOutboxNewerEventSupersedesTail(t *testing.T) {
 	o.pushView("s", "c2", []byte(strings.Repeat("b", 10)), true) // no room: tail
 	o.pushView("s", "c3", []byte("ccc"), true)                   // fits: delivered, tail dropped
 	got := drain(t, o)
-	wantFrames(t, got, strings.Repeat("a", 15), "ccc", "gap s c1→c3")
+	wantFrames(t, got, strings.Repeat("a", 15), "gap s c1→c3", "ccc")
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.tails != 0 || o.views["s"].tailFrame != nil {
@@ -261,7 +260,7 @@ func TestOutboxPushReplayWaitsForRoom(t *testing.T) {
 	}
 	// The replay moved the view to c2: a hole opened now starts there.
 	durable(o, "c3") // no room behind c2: dropped, kept as the tail
-	wantFrames(t, drain(t, o), "ev c2", "ev c3", "gap s c2→c3")
+	wantFrames(t, drain(t, o), "ev c2", "gap s c2→c3", "ev c3")
 	if dropped, gaps, _ := o.stats(); dropped != 1 || gaps != 1 {
 		t.Fatalf("dropped %d gaps %d", dropped, gaps)
 	}

@@ -152,13 +152,15 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	// frame is answered instead of closing the connection.
 	ws.SetReadLimit(-1)
 	t := &wsTransport{c: ws, limit: s.cfg.MaxFrameBytes}
-	s.run(r.Context(), t, s.log.With("remote", r.RemoteAddr))
+	// The connection outlives nothing but the server: Shutdown closes it.
+	s.run(context.WithoutCancel(r.Context()), t, s.log.With("remote", r.RemoteAddr))
 }
 
 // ServeStdio serves one connection of NDJSON frames on r and w until r
-// ends or ctx is done.
+// ends or ctx is done (then r is closed, if it can be).
 func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) {
-	s.run(ctx, newLineTransport(r, w, nil, s.cfg.MaxFrameBytes), s.log.With("transport", "stdio"))
+	closer, _ := r.(io.Closer)
+	s.run(ctx, newLineTransport(r, w, closer, s.cfg.MaxFrameBytes), s.log.With("transport", "stdio"))
 }
 
 func (s *Server) run(ctx context.Context, t transport, log *slog.Logger) {
@@ -176,8 +178,7 @@ func (s *Server) run(ctx context.Context, t transport, log *slog.Logger) {
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
-	// A connection outlives its HTTP request context only until shutdown.
-	c.serve(context.WithoutCancel(ctx))
+	c.serve(ctx)
 }
 
 // Shutdown stops accepting connections (readyz turns 503), closes the open

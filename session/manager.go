@@ -59,6 +59,9 @@ type Config struct {
 	// HistoryBudget bounds the inline history a resume returns, in bytes
 	// of encoded items (default 4 MiB); above it the client pages.
 	HistoryBudget int
+	// MaxFrameBytes is the transports' frame limit (default 10 MiB): no
+	// event, page or history this manager produces may outgrow it.
+	MaxFrameBytes int
 	// IdleUnload is how long a session with no subscriber and no turn
 	// stays in memory after its last use (default 10 min); it is reloaded
 	// from the store on demand.
@@ -109,9 +112,13 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.MaxQueuedTurns <= 0 {
 		cfg.MaxQueuedTurns = 16
 	}
+	if cfg.MaxFrameBytes <= 0 {
+		cfg.MaxFrameBytes = 10 << 20
+	}
 	if cfg.HistoryBudget <= 0 {
 		cfg.HistoryBudget = 4 << 20
 	}
+	cfg.HistoryBudget = min(cfg.HistoryBudget, frameBudget(cfg.MaxFrameBytes))
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -187,6 +194,12 @@ func (m *Manager) Close() {
 }
 
 func (m *Manager) now() time.Time { return m.cfg.Now() }
+
+// frameBudget is the payload one frame may carry: the limit less room for
+// the envelope and a result's other members.
+func frameBudget(maxFrame int) int { return maxFrame - min(64<<10, maxFrame/4) }
+
+func (m *Manager) frameBudget() int { return frameBudget(m.cfg.MaxFrameBytes) }
 
 // Listen registers sub for broadcasts; Detach undoes it.
 func (m *Manager) Listen(sub Subscriber) {
@@ -343,10 +356,16 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 		id := p.SessionID
 		if id == "" {
 			id = newID()
-		} else if _, err := m.store.Session(ctx, id); err == nil {
-			return nil, a.reject(ctx, m.store, msp.ErrCommandRejected(p.CommandID, msp.ReasonSessionIDConflict, "session %s already exists", id))
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return nil, msp.ErrInternal("checking session: %v", err)
+		} else {
+			// Two starts naming one new sessionId: one creates it, the
+			// other is refused.
+			release := m.ledger.lock("session:" + id)
+			defer release()
+			if _, err := m.store.Session(ctx, id); err == nil {
+				return nil, a.reject(ctx, m.store, msp.ErrCommandRejected(p.CommandID, msp.ReasonSessionIDConflict, "session %s already exists", id))
+			} else if !errors.Is(err, store.ErrNotFound) {
+				return nil, msp.ErrInternal("checking session: %v", err)
+			}
 		}
 		now := m.now()
 		st := state{CreatedAt: now, UpdatedAt: now}
@@ -430,6 +449,8 @@ func (m *Manager) ResumeSession(ctx context.Context, sub Subscriber, raw json.Ra
 			return nil, nil, err
 		}
 	}
+	// Re-attaching: the old subscription ends before the head is read.
+	s.detach(sub)
 	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionResume, raw, func(a *admission) (json.RawMessage, error) {
 		var snap msp.SessionSnapshot
 		var err error
@@ -511,15 +532,13 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	if err != nil {
 		return snap, msp.ErrInternal("reading session log: %v", err)
 	}
-	size := 0
 	for i := range f.items {
 		it := &f.items[i]
 		if text, ok := openText[it.ItemID]; ok && it.Status == msp.ItemInProgress {
 			it.Text = &text
 		}
-		size += len(deref(it.Text)) + 256
 	}
-	if size > m.cfg.HistoryBudget {
+	if encoded, err := encodeJSON(f.items); err != nil || len(encoded) > m.cfg.HistoryBudget {
 		snap.History.NoneReason = msp.NoneHistoryBudget
 		return snap, nil
 	}
@@ -591,22 +610,42 @@ func (m *Manager) Subscribe(ctx context.Context, sub Subscriber, sessionID strin
 	return s.subscribe(ctx, sub, from)
 }
 
-// Head returns a session's current head cursor, checking that it exists
-// and that after, when given, is one of its cursors.
-func (m *Manager) Head(ctx context.Context, sessionID string, after *string) (string, error) {
+// Head returns a session's current head cursor.
+func (m *Manager) Head(ctx context.Context, sessionID string) (string, error) {
 	s, release, err := m.acquire(ctx, sessionID)
 	if err != nil {
 		return "", err
 	}
 	defer release()
-	if after != nil {
-		if _, err := s.checkCursor(*after); err != nil {
-			return "", err
-		}
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return durableCursor(s.id, s.head), nil
+}
+
+// ViewSubscribe serves view/subscribe: it returns the head, and attach,
+// to run once the result is sent, replays (after, head] when after is
+// given and then goes live. The connection's earlier subscription to the
+// session ends before the head is read, so no event reaches it twice or
+// out of order around the result.
+func (m *Manager) ViewSubscribe(ctx context.Context, sub Subscriber, sessionID string, after *string) (string, func(context.Context), error) {
+	s, release, err := m.acquire(ctx, sessionID)
+	if err != nil {
+		return "", nil, err
+	}
+	defer release()
+	if after != nil {
+		if _, err := s.checkCursor(*after); err != nil {
+			return "", nil, err
+		}
+	}
+	s.detach(sub)
+	s.mu.Lock()
+	head, from := durableCursor(s.id, s.head), cursor{session: s.id, seq: s.head, sub: s.sub}.String()
+	s.mu.Unlock()
+	if after != nil {
+		from = *after
+	}
+	return head, m.attachAfter(sub, s.id, from), nil
 }
 
 // Unsubscribe serves view/unsubscribe; it is idempotent.

@@ -588,7 +588,7 @@ func TestStartTurnRefusesUnsupportedInput(t *testing.T) {
 	m := newManager(t, openStore(t), newHistModel(), mgrOpts{})
 	sub := newRecSub()
 	sid := startSession(t, m, sub)
-	head, err := m.Head(ctx, sid, nil)
+	head, err := m.Head(ctx, sid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -624,7 +624,7 @@ func TestStartTurnRefusesUnsupportedInput(t *testing.T) {
 		})
 	}
 	// Nothing was written, and the commandId is still free.
-	if h, _ := m.Head(ctx, sid, nil); h != head {
+	if h, _ := m.Head(ctx, sid); h != head {
 		t.Fatalf("refusals moved the head %s → %s", head, h)
 	}
 	ack := startTurn(t, m, msp.TurnStartParams{CommandID: id, SessionID: sid, Input: text, IfBusy: msp.IfBusyQueue})

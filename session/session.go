@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -59,7 +60,7 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 		h.SessionID = s.id
 		h.ViewCursor = durableCursor(s.id, seq)
 		h.SourceRange = &msp.SourceRange{First: pos, Last: pos, Stream: msp.StreamRef{ID: s.id, Kind: "session"}}
-		raw, err := json.Marshal(ev.params)
+		raw, err := encodeJSON(ev.params)
 		if err != nil {
 			return fmt.Errorf("encoding %s: %w", ev.method, err)
 		}
@@ -149,7 +150,7 @@ func (s *session) delta(itemID, text string) {
 	defer s.mu.Unlock()
 	s.sub++
 	c := cursor{session: s.id, seq: s.head, sub: s.sub}.String()
-	raw, err := json.Marshal(msp.ItemDeltaParams{SessionID: s.id, ViewCursor: c, ItemID: itemID, Delta: text})
+	raw, err := encodeJSON(msp.ItemDeltaParams{SessionID: s.id, ViewCursor: c, ItemID: itemID, Delta: text})
 	if err != nil {
 		return // a string and ids always encode
 	}
@@ -187,8 +188,10 @@ func (s *session) checkCursor(c string) (cursor, error) {
 func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) error {
 	const batch = 256
 	// A connection re-attaching starts over from after: live events must
-	// not interleave with its replay.
-	s.unsubscribe(sub)
+	// not interleave with its replay, and what it tracked of its earlier
+	// view (a hole, a kept event) is void.
+	s.detach(sub)
+	sub.Subscribed(s.id, after.String())
 	last := after.seq
 	for {
 		recs, err := s.m.store.Records(ctx, s.id, last, batch)
@@ -211,11 +214,6 @@ func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) e
 	if err != nil {
 		return msp.ErrInternal("reading session log: %v", err)
 	}
-	from := after.String()
-	if last > after.seq {
-		from = durableCursor(s.id, last)
-	}
-	sub.Subscribed(s.id, from)
 	for _, r := range recs {
 		sub.Deliver(s.recordNotification(r))
 	}
@@ -227,6 +225,13 @@ func (s *session) unsubscribe(sub Subscriber) {
 	s.mu.Lock()
 	delete(s.subs, sub)
 	s.mu.Unlock()
+}
+
+// detach ends sub's subscription and voids what it tracked of it (a hole,
+// a kept event), ahead of a re-subscription.
+func (s *session) detach(sub Subscriber) {
+	s.unsubscribe(sub)
+	sub.Subscribed(s.id, "")
 }
 
 // recordNotification renders a stored record as a notification again; its
@@ -247,9 +252,10 @@ func (s *session) page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageR
 	head := s.head
 	s.mu.Unlock()
 	res := msp.ViewPageResult{Events: []msp.ViewEvent{}}
+	backward := p.Direction == msp.Backward
 	var recs []store.Record
 	var err error
-	if p.Direction == msp.Backward {
+	if backward {
 		before := head + 1
 		if p.Cursor != nil {
 			c, cerr := s.checkCursor(*p.Cursor)
@@ -262,10 +268,6 @@ func (s *session) page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageR
 			}
 		}
 		recs, err = s.m.store.RecordsBefore(ctx, s.id, before, p.Limit)
-		if err == nil && len(recs) > 0 && recs[0].Seq > 1 {
-			next := durableCursor(s.id, recs[0].Seq)
-			res.NextCursor = &next
-		}
 	} else {
 		var after int64
 		if p.Cursor != nil {
@@ -276,18 +278,46 @@ func (s *session) page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageR
 			after = c.seq
 		}
 		recs, err = s.m.store.Records(ctx, s.id, after, p.Limit)
-		if err == nil && len(recs) > 0 && recs[len(recs)-1].Seq < head {
-			next := durableCursor(s.id, recs[len(recs)-1].Seq)
-			res.NextCursor = &next
-		}
 	}
 	if err != nil {
 		return res, msp.ErrInternal("reading session log: %v", err)
 	}
+	recs = withinBudget(recs, s.m.frameBudget(), backward)
+	if len(recs) == 0 {
+		return res, nil
+	}
 	for _, r := range recs {
 		res.Events = append(res.Events, msp.ViewEvent{Method: r.Method, Params: r.Params})
 	}
+	// nextCursor is null exactly at the end of the view.
+	if first, last := recs[0].Seq, recs[len(recs)-1].Seq; backward && first > 1 {
+		next := durableCursor(s.id, first)
+		res.NextCursor = &next
+	} else if !backward && last < head {
+		next := durableCursor(s.id, last)
+		res.NextCursor = &next
+	}
 	return res, nil
+}
+
+// withinBudget keeps as many records as fit one frame — those nearest the
+// page's cursor — and always at least one, so a page makes progress.
+func withinBudget(recs []store.Record, budget int, backward bool) []store.Record {
+	size := 0
+	for k := range recs {
+		i := k
+		if backward {
+			i = len(recs) - 1 - k
+		}
+		size += len(recs[i].Params) + len(recs[i].Method) + 32
+		if k > 0 && size > budget {
+			if backward {
+				return recs[i+1:]
+			}
+			return recs[:i]
+		}
+	}
+	return recs
 }
 
 // folded is what a pass over a session's log recovers.
@@ -358,6 +388,18 @@ func historyMessage(it msp.Item) (provider.Message, bool) {
 		return provider.Message{Role: provider.RoleAssistant, Text: *it.Text}, true
 	}
 	return provider.Message{}, false
+}
+
+// encodeJSON encodes v as mspd puts it on the wire: without HTML escaping,
+// which would make every '<', '>' and '&' of a message six bytes.
+func encodeJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // newID mints a UUIDv7.

@@ -27,9 +27,9 @@ type Subscriber interface {
 	// Replay queues a notification replayed from the log, waiting for room
 	// rather than dropping; it returns ctx's error if ctx ends first.
 	Replay(ctx context.Context, n Notification) error
-	// Subscribed tells the subscriber that live delivery for a session
-	// continues strictly after cursor from; called before the first live
-	// Deliver of that session.
+	// Subscribed tells the subscriber that delivery for a session starts
+	// over strictly after cursor from: called before the replay and the
+	// first live Deliver of a (re-)subscription.
 	Subscribed(sessionID, from string)
 	// Broadcasts tells whether the subscriber takes broadcasts
 	// (session/started): only connections past their handshake do.

@@ -24,6 +24,13 @@ func (m *Manager) StartTurn(ctx context.Context, raw json.RawMessage) (json.RawM
 	if err != nil {
 		return nil, nil, err
 	}
+	// The input comes back as the userMessage item: that event must fit a
+	// frame.
+	if encoded, _ := encodeJSON(text); len(encoded) > m.frameBudget() {
+		e := msp.NewError(msp.CodeInputTooLarge, msp.KindInputTooLarge, "turn input encodes to %d bytes; at most %d fit one frame", len(encoded), m.frameBudget())
+		e.Data.LimitBytes = int64(m.frameBudget())
+		return nil, nil, e
+	}
 	if p.IfBusy != "" && p.IfBusy != msp.IfBusyQueue {
 		e := msp.ErrInvalidParams("ifBusy", "ifBusy %q is not supported by this host; use \"queue\"", p.IfBusy)
 		e.Data.Reason = "unsupported"
@@ -109,6 +116,11 @@ func (m *Manager) StopTurn(ctx context.Context, method string, raw json.RawMessa
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, msp.ErrInvalidParams("", "%s params: %v", method, err)
 	}
+	if p.Retract {
+		e := msp.ErrInvalidParams("retract", "retract is not supported by this host: the turn's input stays in the session")
+		e.Data.Reason = "unsupported"
+		return nil, e
+	}
 	s, release, err := m.acquire(ctx, p.SessionID)
 	if err != nil {
 		return nil, err
@@ -123,7 +135,9 @@ func (m *Manager) StopTurn(ctx context.Context, method string, raw json.RawMessa
 			if target == "" {
 				target = "the current turn"
 			}
-			return nil, msp.ErrCommandRejected(p.CommandID, msp.ReasonMissingRun, "%s is not running", target)
+			// Recorded: a replay of this command must not stop a turn that
+			// started since.
+			return nil, a.reject(ctx, m.store, msp.ErrCommandRejected(p.CommandID, msp.ReasonMissingRun, "%s is not running", target))
 		}
 		res, err := json.Marshal(msp.CommandAck{CommandID: p.CommandID, Status: msp.StatusAccepted, TurnID: active.TurnID})
 		if err != nil {
@@ -163,7 +177,7 @@ func (m *Manager) Unqueue(ctx context.Context, raw json.RawMessage) (json.RawMes
 			}
 		}
 		if at < 0 {
-			return nil, msp.ErrCommandRejected(p.CommandID, msp.ReasonNotQueued, "turn %s is not queued", p.TurnID)
+			return nil, a.reject(ctx, m.store, msp.ErrCommandRejected(p.CommandID, msp.ReasonNotQueued, "turn %s is not queued", p.TurnID))
 		}
 		q := st.Queue[at]
 		st.Queue = append(st.Queue[:at], st.Queue[at+1:]...)
@@ -309,8 +323,11 @@ func (s *session) settleAbandoned(ctx context.Context) error {
 		it := oi.item
 		it.Revision++
 		it.Status = msp.ItemFailed
+		// Its deltas were ephemeral and died with the process: the text
+		// is what is known, marked as cut short.
 		text := oi.text.String()
 		it.Text = &text
+		it.Truncated = true
 		evs = append(evs, event{msp.NotifyItemCompleted, &msp.ItemParams{Item: it}})
 	}
 	if st.Active != nil {
