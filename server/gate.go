@@ -29,7 +29,13 @@ func (c *conn) gate(frame []byte) (clean []byte, ok bool) {
 	rawID, hasID := env["id"]
 	id, idOK := validID(rawID)
 	if hasID && !idOK {
-		c.replyError(nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
+		// Echo a numeric id this host cannot take (negative, fractional)
+		// so the client can match the answer; anything else is no id.
+		var echo json.RawMessage
+		if n := bytes.TrimSpace(rawID); len(n) > 0 && (n[0] == '-' || (n[0] >= '0' && n[0] <= '9')) {
+			echo = n
+		}
+		c.replyError(echo, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
 			"id must be a string or a non-negative integer"))
 		return nil, false
 	}

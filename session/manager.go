@@ -143,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	m.turns.Add(1)
 	go func() {
 		defer m.turns.Done()
-		m.sweepEvery(min(cfg.IdleUnload/4, time.Minute))
+		m.sweepEvery(max(min(cfg.IdleUnload/4, time.Minute), time.Millisecond))
 	}()
 	return m, nil
 }
@@ -164,24 +164,39 @@ func (m *Manager) sweepEvery(interval time.Duration) {
 
 // sweep unloads sessions nobody uses: unpinned, without subscribers,
 // without a running or queued turn, and unused for cfg.IdleUnload. Their
-// log stays in the store; the next use loads them again.
+// log stays in the store; the next use loads them again. Session locks are
+// taken without Manager.mu held, so a slow commit stalls no lookup.
 func (m *Manager) sweep() int {
 	cutoff := m.now().Add(-m.cfg.IdleUnload)
+	type candidate struct {
+		id       string
+		l        *loading
+		lastUsed time.Time
+	}
+	var cands []candidate
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	unloaded := 0
 	for id, l := range m.sessions {
-		if l.pins > 0 || l.s == nil || l.lastUsed.After(cutoff) {
-			continue
+		if l.pins == 0 && l.s != nil && !l.lastUsed.After(cutoff) {
+			cands = append(cands, candidate{id, l, l.lastUsed})
 		}
-		s := l.s
-		s.mu.Lock() // lock order: Manager.mu, then session.mu
+	}
+	m.mu.Unlock()
+	unloaded := 0
+	for _, c := range cands {
+		s := c.l.s
+		s.mu.Lock()
 		idle := len(s.subs) == 0 && !s.st.busy() && !s.working
 		s.mu.Unlock()
-		if idle {
-			delete(m.sessions, id)
+		if !idle {
+			continue
+		}
+		m.mu.Lock()
+		// Anyone who used it since had to pin it, which moves lastUsed.
+		if m.sessions[c.id] == c.l && c.l.pins == 0 && c.l.lastUsed.Equal(c.lastUsed) {
+			delete(m.sessions, c.id)
 			unloaded++
 		}
+		m.mu.Unlock()
 	}
 	return unloaded
 }
