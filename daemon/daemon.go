@@ -19,6 +19,7 @@ import (
 	"mspd/modelretry"
 	"mspd/provider/catalog"
 	"mspd/provider/demo"
+	"mspd/schema/msp"
 	"mspd/server"
 	"mspd/session"
 	"mspd/store/sqlite"
@@ -40,6 +41,13 @@ type Config struct {
 	Provider string
 	// Model is that provider's model id; empty for its default.
 	Model string
+	// System, IdleTimeout and OpenAIAPI refine that provider: the name
+	// reported as `system` (e.g. "ollama" for a compatible server), the
+	// silence after which an attempt fails as a timeout, and "responses"
+	// for OpenAI's Responses API.
+	System      string
+	IdleTimeout time.Duration
+	OpenAIAPI   string
 	// Demo configures the demo provider.
 	Demo demo.Config
 	// Env reads the providers' environment variables (API keys, base
@@ -117,7 +125,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		Store:   st,
 		Runner:  runners,
 		LogPath: dbPath,
-		Catalog: cat,
+		Catalog: models{cat},
 		Now:     now,
 		// Events, pages and histories must fit the transports' frames.
 		MaxFrameBytes: int(cfg.Server.MaxFrameBytes),
@@ -130,7 +138,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	scfg := cfg.Server
 	scfg.Home = dir
 	scfg.Logger = cfg.Logger
-	scfg.Models = cat
+	scfg.Models = models{cat}
 	srv, err := server.New(mgr, scfg)
 	if err != nil {
 		mgr.Close()
@@ -151,7 +159,47 @@ func newCatalog(cfg Config) (*catalog.Catalog, error) {
 	if cfg.ConfigFile != "" {
 		return catalog.Load(cfg.ConfigFile, env)
 	}
-	return catalog.Single(cfg.Provider, cfg.Model, cfg.Demo, env)
+	return catalog.Single(catalog.Entry{
+		Type:        cfg.Provider,
+		Model:       cfg.Model,
+		System:      cfg.System,
+		IdleTimeout: catalog.Duration(cfg.IdleTimeout),
+		API:         cfg.OpenAIAPI,
+		WordDelay:   catalog.Duration(cfg.Demo.WordDelay),
+		Faults:      cfg.Demo.FaultRate,
+		Seed:        cfg.Demo.Seed,
+	}, env)
+}
+
+// models adapts the catalog to MSP: session/start's provider and model,
+// and model/list.
+type models struct{ *catalog.Catalog }
+
+func (m models) Resolve(providerID, modelID string) (string, string, error) {
+	p, model, err := m.Catalog.Resolve(providerID, modelID)
+	var re *catalog.RefusedError
+	if errors.As(err, &re) {
+		return "", "", msp.ErrInvalidParams(re.Field, "%s", re.Message)
+	}
+	return p, model, err
+}
+
+func (m models) List(activeProvider, activeModel string) msp.ModelListResult {
+	if activeProvider == "" {
+		def := m.Default()
+		activeProvider, activeModel = def.ID, def.DefaultModel
+	}
+	res := msp.ModelListResult{ProviderID: activeProvider, Source: "configCatalog", Models: []msp.ModelEntry{}}
+	for _, l := range m.Models() {
+		e := msp.ModelEntry{ModelID: l.ModelID, ProviderID: l.ProviderID, DisplayLabel: l.ProviderID + " · " + l.ModelID,
+			IsDefault: l.IsDefault, IsActive: l.ProviderID == activeProvider && l.ModelID == activeModel}
+		if l.OutputLimit > 0 {
+			limit := int64(l.OutputLimit)
+			e.OutputLimit = &limit
+		}
+		res.Models = append(res.Models, e)
+	}
+	return res
 }
 
 // newRunners gives each provider its own turn runner and retry budget:

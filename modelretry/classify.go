@@ -1,7 +1,6 @@
 package modelretry
 
 import (
-	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -49,19 +48,6 @@ type Failure struct {
 	HasRetryAfter bool
 	// Message is the signal's message, for logs; not user text.
 	Message string
-}
-
-// Reason composes user-facing words for the failure, such as
-// "server error (HTTP 500)", within MSP's 160-character reason bound.
-func (f Failure) Reason() string {
-	s := Describe(f.Kind)
-	if f.HTTPStatus != 0 {
-		s = fmt.Sprintf("%s (HTTP %d)", s, f.HTTPStatus)
-	}
-	if len(s) > maxReason {
-		s = strings.ToValidUTF8(s[:maxReason], "")
-	}
-	return s
 }
 
 // Classify turns a signal into a Failure. now is the reference for an

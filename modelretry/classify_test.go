@@ -2,10 +2,8 @@ package modelretry
 
 import (
 	"net/http"
-	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 )
 
 var testNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -147,36 +145,16 @@ func TestClassifyRetryAfter(t *testing.T) {
 	}
 }
 
-func TestDescribe(t *testing.T) {
+func TestKindsAreInTheRetryTable(t *testing.T) {
 	for _, k := range []string{
 		KindRateLimited, KindQuotaExhausted, KindOverloaded, KindServerError, KindTimeout,
 		KindConnectionError, KindStreamInterrupted, KindConflict, KindContextLengthExceeded,
 		KindContentFilter, KindInvalidRequest, KindAuth, KindNotFound, KindTruncated,
 		KindSchemaViolation, KindCancelled, KindBudgetExhausted, KindUnknown,
 	} {
-		w := Describe(k)
-		if w == "" || w == k && strings.ContainsFunc(k, func(r rune) bool { return r >= 'A' && r <= 'Z' }) {
-			t.Errorf("Describe(%q) = %q", k, w)
-		}
 		if _, known := kindInfo(k); !known {
 			t.Errorf("kind %q missing from the retry table", k)
 		}
-	}
-	for kind, want := range map[string]string{
-		KindRateLimited:       "rate limited",
-		KindTimeout:           "timed out",
-		KindConnectionError:   "connection dropped",
-		KindStreamInterrupted: "stream interrupted",
-		"":                    "error",
-		"modelWentFishing":    "model went fishing",
-		"upstreamHTTPError":   "upstream http error",
-	} {
-		if got := Describe(kind); got != want {
-			t.Errorf("Describe(%q) = %q, want %q", kind, got, want)
-		}
-	}
-	if got := Describe(strings.Repeat("aB", 200)); len(got) > maxReason {
-		t.Errorf("long unknown kind not capped: %d chars", len(got))
 	}
 }
 
@@ -187,27 +165,5 @@ func TestRetryAfterDateRoundsUp(t *testing.T) {
 	f := Classify(Signal{HTTPStatus: 429, Header: h}, now)
 	if f.RetryAfter != 30*time.Second {
 		t.Fatalf("got %v, want 30s (rounded up to whole ms)", f.RetryAfter)
-	}
-}
-
-func TestFailureReason(t *testing.T) {
-	tests := []struct {
-		f    Failure
-		want string
-	}{
-		{Failure{Kind: KindServerError, HTTPStatus: 500}, "server error (HTTP 500)"},
-		{Failure{Kind: KindStreamInterrupted}, "stream interrupted"},
-		{Failure{Kind: KindOverloaded, HTTPStatus: 529}, "overloaded (HTTP 529)"},
-	}
-	for _, tt := range tests {
-		if got := tt.f.Reason(); got != tt.want {
-			t.Errorf("Reason(%+v) = %q, want %q", tt.f, got, tt.want)
-		}
-	}
-	for _, kind := range []string{strings.Repeat("aB", 200), strings.Repeat("é", 200)} {
-		long := Failure{Kind: kind, HTTPStatus: 599}
-		if got := long.Reason(); len(got) == 0 || len(got) > maxReason || !utf8.ValidString(got) {
-			t.Errorf("reason %q: length %d outside 1..%d or invalid UTF-8", got, len(got), maxReason)
-		}
 	}
 }

@@ -49,7 +49,7 @@ func Example() {
 		}
 		err = call.Backoff(ctx, func(d modelretry.Decision) error {
 			fmt.Printf("turn/modelRetryScheduled attempt %d/%d next %d in %dms (%s)\n",
-				d.Attempt, d.MaxAttempts, d.NextAttempt, d.Delay.Milliseconds(), modelretry.Describe(d.Failure.Kind))
+				d.Attempt, d.MaxAttempts, d.NextAttempt, d.Delay.Milliseconds(), d.Failure.Kind)
 			return nil
 		})
 		if err != nil {
@@ -57,7 +57,7 @@ func Example() {
 		}
 	}
 	// Output:
-	// turn/modelRetryScheduled attempt 1/3 next 2 in 2000ms (rate limited)
+	// turn/modelRetryScheduled attempt 1/3 next 2 in 2000ms (rateLimited)
 	// turn/modelRetryScheduled attempt 2/3 next 3 in 500ms (overloaded)
 	// attempt 3 succeeded; attempts.count=3
 }

@@ -2,8 +2,6 @@ package modelretry
 
 import (
 	"net/http"
-	"strings"
-	"unicode"
 )
 
 // Failure kinds: the open, camelCase errorKind vocabulary of
@@ -108,70 +106,3 @@ func KindFromStatus(status int) string {
 	// 400, 404, 413, 422 and every other 4xx: the same request fails again.
 	return KindInvalidRequest
 }
-
-// Describe gives short user-facing words for kind, for UIs and turn-layer
-// reasons. Unknown kinds are spelt out from their camelCase ("fooBar" →
-// "foo bar"), never from provider text.
-func Describe(kind string) string {
-	switch kind {
-	case KindRateLimited:
-		return "rate limited"
-	case KindQuotaExhausted:
-		return "quota exhausted"
-	case KindOverloaded:
-		return "overloaded"
-	case KindServerError:
-		return "server error"
-	case KindTimeout:
-		return "timed out"
-	case KindConnectionError:
-		return "connection dropped"
-	case KindStreamInterrupted:
-		return "stream interrupted"
-	case KindConflict:
-		return "request conflict"
-	case KindContextLengthExceeded:
-		return "context too long"
-	case KindContentFilter:
-		return "blocked by content filter"
-	case KindInvalidRequest:
-		return "invalid request"
-	case KindAuth:
-		return "not authorized"
-	case KindNotFound:
-		return "not found"
-	case KindTruncated:
-		return "output truncated"
-	case KindSchemaViolation:
-		return "output did not match the schema"
-	case KindCancelled:
-		return "cancelled"
-	case KindBudgetExhausted:
-		return "retry budget exhausted"
-	case KindUnknown, "":
-		return "error"
-	}
-	return splitCamel(kind)
-}
-
-// splitCamel turns "fooBarBaz" into "foo bar baz" and "upstreamHTTPError"
-// into "upstream http error", capped so a reason built from it stays within
-// MSP's 160 characters.
-func splitCamel(s string) string {
-	rs := []rune(s)
-	var b strings.Builder
-	for i, r := range rs {
-		if i > 0 && unicode.IsUpper(r) &&
-			(!unicode.IsUpper(rs[i-1]) || i+1 < len(rs) && unicode.IsLower(rs[i+1])) {
-			b.WriteByte(' ')
-		}
-		b.WriteRune(unicode.ToLower(r))
-		if b.Len() >= maxReason-20 {
-			break
-		}
-	}
-	return b.String()
-}
-
-// maxReason is MSP's bound on turn/retryScheduled reason (msp-protocol §3.8).
-const maxReason = 160

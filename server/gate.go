@@ -29,11 +29,13 @@ func (c *conn) gate(frame []byte) (clean []byte, ok bool) {
 	rawID, hasID := env["id"]
 	id, idOK := validID(rawID)
 	if hasID && !idOK {
-		// Echo a numeric id this host cannot take (negative, fractional)
-		// so the client can match the answer; anything else is no id.
+		// Echo an integer id this host cannot take (a negative one) so the
+		// client can match the answer; anything else is not an MSP id.
 		var echo json.RawMessage
-		if n := bytes.TrimSpace(rawID); len(n) > 0 && (n[0] == '-' || (n[0] >= '0' && n[0] <= '9')) {
-			echo = n
+		if n := bytes.TrimSpace(rawID); len(n) > 0 {
+			if _, err := strconv.ParseInt(string(n), 10, 64); err == nil {
+				echo = n
+			}
 		}
 		c.replyError(echo, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
 			"id must be a string or a non-negative integer"))

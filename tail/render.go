@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"mspd/modelretry"
 	"mspd/schema/msp"
 )
 
@@ -118,7 +117,7 @@ func (r *renderer) pretty(method string, params json.RawMessage) {
 	case msp.NotifyTurnModelRetryScheduled:
 		var p msp.TurnModelRetryScheduledParams
 		json.Unmarshal(params, &p)
-		words := modelretry.Describe(p.ErrorKind)
+		words := msp.ErrorKindWords(p.ErrorKind)
 		if p.HTTPStatus != 0 {
 			words += fmt.Sprintf(" (%d)", p.HTTPStatus)
 		}

@@ -141,7 +141,7 @@ func (t *run) run(ctx context.Context) Outcome {
 			f.Retryable = f.Retryable || f.Kind == modelretry.KindStreamInterrupted
 			reason = "provider stream disconnected"
 			if f.Kind != modelretry.KindStreamInterrupted {
-				reason = "provider stream failed: " + f.Reason()
+				reason = "provider stream failed: " + msp.FailureWords(f.Kind, f.HTTPStatus)
 			}
 			d = a.Rerun(ctx, f)
 		case res.finish == provider.FinishLength:
@@ -159,7 +159,7 @@ func (t *run) run(ctx context.Context) Outcome {
 		case res.finish == provider.FinishContentFilter:
 			d = a.Fail(ctx, modelretry.Failure{Kind: modelretry.KindContentFilter, Message: "the provider filtered the answer"})
 		case res.schemaErr != nil:
-			reason = clip("answer does not match the response schema: "+res.schemaErr.Error(), 160)
+			reason = clip("answer does not match the response schema: "+res.schemaErr.Error(), msp.MaxReason)
 			d = a.Rerun(ctx, modelretry.Failure{Kind: modelretry.KindSchemaViolation, Retryable: true, Message: res.schemaErr.Error()})
 		default:
 			a.Succeed()
@@ -176,7 +176,7 @@ func (t *run) run(ctx context.Context) Outcome {
 			if d.Layer == modelretry.LayerTurn {
 				return t.sink.Emit(t.emitCtx, msp.NotifyTurnRetryScheduled, &msp.TurnRetryScheduledParams{
 					TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
-					RetryDelayMs: d.Delay.Milliseconds(), Reason: clip(reason, 160)})
+					RetryDelayMs: d.Delay.Milliseconds(), Reason: clip(reason, msp.MaxReason)})
 			}
 			return t.sink.Emit(t.emitCtx, msp.NotifyTurnModelRetryScheduled, &msp.TurnModelRetryScheduledParams{
 				TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
@@ -334,14 +334,14 @@ func (t *run) fail(kind, message string, retryable bool) Outcome {
 // failDecision reports a failure the retry layer did not retry.
 func (t *run) failDecision(d modelretry.Decision) Outcome {
 	f := d.Failure
-	msg := f.Reason()
+	msg := msp.FailureWords(f.Kind, f.HTTPStatus)
 	switch d.Stop {
 	case modelretry.StopAttemptsExhausted:
 		msg = fmt.Sprintf("%s; gave up after %d attempts", msg, d.Attempt)
 	case modelretry.StopRetryAfterTooLong:
 		msg = fmt.Sprintf("%s; the provider asked to wait %s, longer than this server waits", msg, d.Delay)
 	case modelretry.StopBudgetExhausted:
-		msg = fmt.Sprintf("%s; the retry budget for this provider is spent", Describe(f.OriginalKind))
+		msg = fmt.Sprintf("%s; the retry budget for this provider is spent", msp.ErrorKindWords(f.OriginalKind))
 	case modelretry.StopDeadline:
 		msg = fmt.Sprintf("%s; no time left to retry", msg)
 	}
@@ -388,9 +388,6 @@ func signal(err error) modelretry.Signal {
 	}
 	return modelretry.Signal{Message: err.Error()}
 }
-
-// Describe returns short user-facing words for an errorKind.
-func Describe(kind string) string { return modelretry.Describe(kind) }
 
 func clip(s string, n int) string {
 	if r := []rune(s); len(r) > n {

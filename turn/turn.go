@@ -8,7 +8,6 @@ package turn
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"mspd/provider"
 	"mspd/schema/msp"
@@ -50,9 +49,4 @@ type Outcome struct {
 	Completed msp.TurnCompletedParams
 	// Answer is the final agent text when the turn completed.
 	Answer string
-}
-
-// Clock tells the time; tests inject a fake.
-type Clock interface {
-	Now() time.Time
 }

@@ -124,13 +124,13 @@ func apiError(aerr *anthropic.Error) *provider.Error {
 		if pe.Kind == "" {
 			pe.Kind = provider.KindStreamInterrupted
 		}
-		pe.Message = clip("error event in the stream: " + describe(typ, msg, 0))
+		pe.Message = "error event in the stream: " + describe(typ, msg, 0)
 		return pe
 	}
 	if aerr.Response != nil {
 		pe.Header = retryHeaders(aerr.Response.Header)
 	}
-	pe.Message = clip(describe(typ, msg, aerr.StatusCode))
+	pe.Message = describe(typ, msg, aerr.StatusCode)
 	return pe
 }
 
@@ -184,16 +184,16 @@ func detach(aerr *anthropic.Error) error {
 }
 
 // redact removes the API key from everything an Error says, in case a
-// server or proxy echoes it.
+// server or proxy echoes it, and only then bounds the message: clipping
+// first could leave a partial key behind.
 func (m *Model) redact(pe *provider.Error) *provider.Error {
-	key := m.cfg.APIKey
-	if key == "" {
-		return pe
+	if key := m.cfg.APIKey; key != "" {
+		pe.Message = strings.ReplaceAll(pe.Message, key, "[redacted]")
+		if pe.Err != nil && strings.Contains(pe.Err.Error(), key) {
+			pe.Err = errors.New(strings.ReplaceAll(pe.Err.Error(), key, "[redacted]"))
+		}
 	}
-	pe.Message = strings.ReplaceAll(pe.Message, key, "[redacted]")
-	if pe.Err != nil && strings.Contains(pe.Err.Error(), key) {
-		pe.Err = errors.New(strings.ReplaceAll(pe.Err.Error(), key, "[redacted]"))
-	}
+	pe.Message = clip(pe.Message)
 	return pe
 }
 

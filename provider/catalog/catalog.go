@@ -21,7 +21,6 @@ import (
 	"mspd/provider/demo"
 	"mspd/provider/openai"
 	"mspd/provider/scripted"
-	"mspd/schema/msp"
 )
 
 // Provider types.
@@ -53,8 +52,11 @@ type Entry struct {
 	// anthropic entry at a proxy (default: the provider's own, or
 	// OPENAI_BASE_URL / ANTHROPIC_BASE_URL).
 	BaseURL string `toml:"base_url"`
-	// APIKeyEnv names the environment variable holding the key (default
-	// OPENAI_API_KEY / ANTHROPIC_API_KEY).
+	// APIKeyEnv names the environment variable holding the key. Without
+	// it an entry that names no base_url uses OPENAI_API_KEY /
+	// ANTHROPIC_API_KEY; one that does gets no OpenAI key (a local server
+	// needs none) and must name its Anthropic key, so that a provider's
+	// key never goes to another endpoint by default.
 	APIKeyEnv string `toml:"api_key_env"`
 	// System is the OpenTelemetry gen_ai.provider.name reported in retry
 	// notices (default: openai, anthropic, demo, scripted).
@@ -132,13 +134,15 @@ func Load(path string, env Env) (*Catalog, error) {
 	return Build(f, env)
 }
 
-// Single builds a catalog of one provider from the --provider and --model
-// flags and the provider's environment variables.
-func Single(typ, model string, demoCfg demo.Config, env Env) (*Catalog, error) {
-	e := Entry{Type: typ, Model: model, Faults: demoCfg.FaultRate, Seed: demoCfg.Seed}
-	e.WordDelay.Duration = demoCfg.WordDelay
+// Single builds a catalog of the one provider the command-line flags
+// describe; its key and base URL come from the provider's environment
+// variables.
+func Single(e Entry, env Env) (*Catalog, error) {
 	return Build(File{Providers: []Entry{e}}, env)
 }
+
+// Duration makes a duration for an Entry field.
+func Duration(d time.Duration) duration { return duration{d} }
 
 // Build makes the providers of f.
 func Build(f File, env Env) (*Catalog, error) {
@@ -186,8 +190,15 @@ func build(e Entry, env Env) (*Provider, error) {
 		p.Model = scripted.New()
 	case TypeOpenAI:
 		p.DefaultModel = or(e.Model, DefaultOpenAIModel)
+		if keyEnv == "" && e.BaseURL == "" {
+			keyEnv = "OPENAI_API_KEY"
+		}
+		key := ""
+		if keyEnv != "" {
+			key = env(keyEnv)
+		}
 		m, err := openai.New(openai.Config{
-			APIKey:         env(or(keyEnv, "OPENAI_API_KEY")),
+			APIKey:         key,
 			BaseURL:        or(e.BaseURL, env("OPENAI_BASE_URL")),
 			Model:          p.DefaultModel,
 			System:         e.System,
@@ -203,7 +214,12 @@ func build(e Entry, env Env) (*Provider, error) {
 		p.Model = m
 	case TypeAnthropic:
 		p.DefaultModel = or(e.Model, DefaultAnthropicModel)
-		keyEnv = or(keyEnv, "ANTHROPIC_API_KEY")
+		if keyEnv == "" {
+			if e.BaseURL != "" {
+				return nil, errors.New("an entry with its own base_url must name its key with api_key_env")
+			}
+			keyEnv = "ANTHROPIC_API_KEY"
+		}
 		key := env(keyEnv)
 		if key == "" {
 			return nil, fmt.Errorf("no API key: set %s", keyEnv)
@@ -253,47 +269,51 @@ func (c *Catalog) Default() *Provider { return c.def }
 // Providers returns every configured provider, in configuration order.
 func (c *Catalog) Providers() []*Provider { return slices.Clone(c.providers) }
 
-// Resolve checks a session/start's providerId and modelId, filling in the
-// defaults; it implements session.Catalog.
+// RefusedError is a provider or model a session may not use; Field names
+// the session/start member ("providerId", "modelId").
+type RefusedError struct {
+	Field   string
+	Message string
+}
+
+func (e *RefusedError) Error() string { return e.Message }
+
+// Resolve checks a session's providerId and modelId (empty for the
+// defaults) and returns what it will use, or a *RefusedError.
 func (c *Catalog) Resolve(providerID, modelID string) (string, string, error) {
 	p := c.def
 	if providerID != "" {
 		if p = c.Get(providerID); p == nil {
-			return "", "", msp.ErrInvalidParams("providerId", "provider %q is not configured (model/list names the configured ones)", providerID)
+			return "", "", &RefusedError{"providerId", fmt.Sprintf("provider %q is not configured (model/list names the configured ones)", providerID)}
 		}
 	}
 	if modelID == "" {
 		return p.ID, p.DefaultModel, nil
 	}
 	if !slices.Contains(p.Models, modelID) {
-		return "", "", msp.ErrInvalidParams("modelId", "model %q is not configured for provider %q", modelID, p.ID)
+		return "", "", &RefusedError{"modelId", fmt.Sprintf("model %q is not configured for provider %q", modelID, p.ID)}
 	}
 	return p.ID, modelID, nil
 }
 
-// List renders model/list: every configured model of every provider, the
-// active one marked. activeProvider and activeModel name a session's
-// choice; empty means the defaults.
-func (c *Catalog) List(activeProvider, activeModel string) msp.ModelListResult {
-	if activeProvider == "" {
-		activeProvider, activeModel = c.def.ID, c.def.DefaultModel
-	}
-	res := msp.ModelListResult{ProviderID: activeProvider, Source: "configCatalog", Models: []msp.ModelEntry{}}
+// Listing is one configured model.
+type Listing struct {
+	ProviderID, ModelID string
+	// IsDefault marks the model a session gets when it names none.
+	IsDefault bool
+	// OutputLimit is the provider's configured output cap (0: unknown).
+	OutputLimit int
+}
+
+// Models lists every configured model of every provider, in
+// configuration order.
+func (c *Catalog) Models() []Listing {
+	var out []Listing
 	for _, p := range c.providers {
 		for _, m := range p.Models {
-			entry := msp.ModelEntry{
-				ModelID:      m,
-				ProviderID:   p.ID,
-				DisplayLabel: p.ID + " · " + m,
-				IsDefault:    p == c.def && m == p.DefaultModel,
-				IsActive:     p.ID == activeProvider && m == activeModel,
-			}
-			if p.MaxOutputTokens > 0 {
-				limit := int64(p.MaxOutputTokens)
-				entry.OutputLimit = &limit
-			}
-			res.Models = append(res.Models, entry)
+			out = append(out, Listing{ProviderID: p.ID, ModelID: m,
+				IsDefault: p == c.def && m == p.DefaultModel, OutputLimit: p.MaxOutputTokens})
 		}
 	}
-	return res
+	return out
 }

@@ -1,15 +1,17 @@
 package catalog
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"mspd/provider/demo"
-	"mspd/schema/msp"
+	"mspd/provider"
 )
 
 func env(vars map[string]string) Env { return func(k string) string { return vars[k] } }
@@ -73,9 +75,9 @@ func TestLoadAndResolve(t *testing.T) {
 	for _, tc := range tests {
 		p, m, err := cat.Resolve(tc.provider, tc.model)
 		if tc.field != "" {
-			var me *msp.Error
-			if !errors.As(err, &me) || me.Code != msp.CodeInvalidParams || me.Data.Details["field"] != tc.field {
-				t.Errorf("Resolve(%q, %q): %v, want invalidParams on %s", tc.provider, tc.model, err, tc.field)
+			var re *RefusedError
+			if !errors.As(err, &re) || re.Field != tc.field {
+				t.Errorf("Resolve(%q, %q): %v, want a refusal naming %s", tc.provider, tc.model, err, tc.field)
 			}
 			continue
 		}
@@ -83,26 +85,43 @@ func TestLoadAndResolve(t *testing.T) {
 			t.Errorf("Resolve(%q, %q) = %s %s %v", tc.provider, tc.model, p, m, err)
 		}
 	}
-	list := cat.List("gpt", "gpt-4o")
 	var ids []string
-	for _, e := range list.Models {
+	for _, e := range cat.Models() {
 		ids = append(ids, e.ProviderID+"/"+e.ModelID)
-		if e.IsActive != (e.ProviderID == "gpt" && e.ModelID == "gpt-4o") {
-			t.Errorf("%s active = %v", e.ModelID, e.IsActive)
-		}
 		if e.IsDefault != (e.ProviderID == "claude") {
 			t.Errorf("%s default = %v", e.ModelID, e.IsDefault)
+		}
+		if (e.ProviderID == "gpt") != (e.OutputLimit == 16384) {
+			t.Errorf("%s output limit %d", e.ModelID, e.OutputLimit)
 		}
 	}
 	if got := strings.Join(ids, " "); got != "gpt/gpt-4o-mini gpt/gpt-4o claude/claude-sonnet-4-5 local/llama3.2" {
 		t.Errorf("listed %s", got)
 	}
-	if list.ProviderID != "gpt" {
-		t.Errorf("list providerId %s", list.ProviderID)
+	if strings.Contains(jsonOf(t, cat.Models()), "secret") {
+		t.Error("a key leaked into the listing")
 	}
-	if strings.Contains(jsonOf(t, list), "secret") {
-		t.Error("a key leaked into model/list")
+}
+
+// TestKeysStayWithTheirEndpoint: an entry pointing at its own server never
+// gets the provider's default key unless it names one.
+func TestKeysStayWithTheirEndpoint(t *testing.T) {
+	vars := env(map[string]string{"OPENAI_API_KEY": "sk-openai-secret", "ANTHROPIC_API_KEY": "sk-ant-secret"})
+	if _, err := Load(writeFile(t, "[[providers]]\ntype = \"anthropic\"\nbase_url = \"http://proxy.example\"\n"), vars); err == nil || !strings.Contains(err.Error(), "api_key_env") {
+		t.Errorf("anthropic entry with a base_url and no api_key_env: %v", err)
 	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if auth := r.Header.Get("Authorization"); strings.Contains(auth, "secret") {
+			t.Errorf("the OpenAI key went to a third-party endpoint: %q", auth)
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	cat, err := Load(writeFile(t, "[[providers]]\ntype = \"openai\"\nbase_url = \""+srv.URL+"\"\nmodel = \"m\"\n"), vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat.Default().Model.Stream(context.Background(), provider.Request{Messages: []provider.Message{{Role: provider.RoleUser, Text: "hi"}}, Attempt: 1}, func(string) {})
 }
 
 func TestConfigErrorsNameTheProblem(t *testing.T) {
@@ -126,7 +145,7 @@ func TestConfigErrorsNameTheProblem(t *testing.T) {
 }
 
 func TestSingleFromFlags(t *testing.T) {
-	cat, err := Single("openai", "", demoConfig(), env(map[string]string{"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}))
+	cat, err := Single(Entry{Type: "openai"}, env(map[string]string{"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,12 +153,10 @@ func TestSingleFromFlags(t *testing.T) {
 	if p.ID != "openai" || p.DefaultModel != DefaultOpenAIModel || p.Model.System() != "openai" {
 		t.Fatalf("%+v", p)
 	}
-	if _, err := Single("anthropic", "", demoConfig(), env(nil)); err == nil || !strings.Contains(err.Error(), "ANTHROPIC_API_KEY") {
+	if _, err := Single(Entry{Type: "anthropic"}, env(nil)); err == nil || !strings.Contains(err.Error(), "ANTHROPIC_API_KEY") {
 		t.Fatalf("anthropic without a key: %v", err)
 	}
 }
-
-func demoConfig() demo.Config { return demo.Config{WordDelay: demo.NoDelay} }
 
 func jsonOf(t *testing.T, v any) string {
 	t.Helper()
