@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,8 @@ type Options struct {
 	SkipHandshake bool
 	// ReadLimit bounds inbound frames (default 16 MiB).
 	ReadLimit int64
+	// Token is sent as "Authorization: Bearer <token>" when set.
+	Token string
 }
 
 // Client is one MSP connection.
@@ -87,7 +90,11 @@ type response struct {
 // Dial connects to an MSP WebSocket endpoint (ws://host:port/msp) and,
 // unless told not to, performs the initialize handshake.
 func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
-	ws, _, err := websocket.Dial(ctx, url, nil)
+	var dial *websocket.DialOptions
+	if opts.Token != "" {
+		dial = &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + opts.Token}}}
+	}
+	ws, _, err := websocket.Dial(ctx, url, dial)
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %s: %w", url, err)
 	}

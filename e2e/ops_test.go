@@ -79,3 +79,26 @@ func TestUnansweredPingCloses(t *testing.T) {
 	}
 	t.Fatal("the silent connection is still open")
 }
+
+// TestAuthToken: with a token configured, /msp opens only with it (as a
+// bearer header, or as access_token for browsers).
+func TestAuthToken(t *testing.T) {
+	d := startDaemon(t, daemon.Config{Server: server.Config{AuthToken: "s3cret-token"}})
+	ctx := testCtx(t)
+	for _, bad := range []client.Options{{}, {Token: "wrong"}} {
+		if _, err := client.Dial(ctx, d.URL(), bad); err == nil || !strings.Contains(err.Error(), "401") {
+			t.Errorf("token %q: %v, want a 401 refusal", bad.Token, err)
+		}
+	}
+	c := dial(t, d.URL(), client.Options{Token: "s3cret-token"})
+	if _, err := c.StartSession(ctx); err != nil {
+		t.Fatal(err)
+	}
+	browser := dial(t, d.URL()+"?access_token=s3cret-token", client.Options{})
+	if _, err := browser.StartSession(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(t, "http://"+d.Addr()+"/livez"); code != http.StatusOK {
+		t.Errorf("/livez behind auth: %d", code)
+	}
+}

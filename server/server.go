@@ -9,11 +9,13 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +52,10 @@ type Config struct {
 	// OriginPatterns lists the browser origins allowed besides the
 	// server's own host (coder/websocket patterns, e.g. "localhost:*").
 	OriginPatterns []string
+	// AuthToken, when set, is required to open /msp: as
+	// "Authorization: Bearer <token>", or as ?access_token=<token> for
+	// browsers, which cannot set headers on a WebSocket handshake.
+	AuthToken string
 	// Models answers model/list; nil serves an empty catalog.
 	Models ModelLister
 	// Logger receives connection logs (default slog.Default()).
@@ -139,6 +145,11 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "server is shutting down", http.StatusServiceUnavailable)
 		return
 	}
+	if !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="mspd"`)
+		http.Error(w, "a valid token is required", http.StatusUnauthorized)
+		return
+	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		OriginPatterns: s.cfg.OriginPatterns,
 		// Compression with context takeover costs ~1.2 MiB a connection.
@@ -154,6 +165,18 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	t := &wsTransport{c: ws, limit: s.cfg.MaxFrameBytes}
 	// The connection outlives nothing but the server: Shutdown closes it.
 	s.run(context.WithoutCancel(r.Context()), t, s.log.With("remote", r.RemoteAddr))
+}
+
+// authorized checks the handshake's token, in constant time.
+func (s *Server) authorized(r *http.Request) bool {
+	if s.cfg.AuthToken == "" {
+		return true
+	}
+	got := r.URL.Query().Get("access_token")
+	if h, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		got = h
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AuthToken)) == 1
 }
 
 // ServeStdio serves one connection of NDJSON frames on r and w until r

@@ -56,8 +56,10 @@ type Config struct {
 	// MaxQueuedTurns bounds each session's turn queue (default 16); a
 	// turn/start beyond it is refused as backpressured.
 	MaxQueuedTurns int
-	// HistoryBudget bounds the inline history a resume returns, in bytes
-	// of encoded items (default 4 MiB); above it the client pages.
+	// HistoryBudget bounds the inline history a resume or read returns, in
+	// bytes of encoded items (default 512 KiB); above it the client pages.
+	// A resume's result is kept in the commandId ledger so that a replay
+	// gets it again, so this also bounds what each resume stores.
 	HistoryBudget int
 	// MaxFrameBytes is the transports' frame limit (default 10 MiB): no
 	// event, page or history this manager produces may outgrow it.
@@ -116,7 +118,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		cfg.MaxFrameBytes = 10 << 20
 	}
 	if cfg.HistoryBudget <= 0 {
-		cfg.HistoryBudget = 4 << 20
+		cfg.HistoryBudget = 512 << 10
 	}
 	cfg.HistoryBudget = min(cfg.HistoryBudget, frameBudget(cfg.MaxFrameBytes))
 	if cfg.Now == nil {

@@ -20,6 +20,8 @@ var ErrUnknownCursor = errors.New("tail: the session has no such cursor")
 type Options struct {
 	// URL is the server's MSP WebSocket endpoint.
 	URL string
+	// Token authenticates to a server that requires one.
+	Token string
 	// SessionID is the session to follow.
 	SessionID string
 	// From is a cursor to start after; with FromStart the whole log is
@@ -109,7 +111,7 @@ func (t *tailer) run(ctx context.Context) error {
 func (t *tailer) dial(ctx context.Context) (*client.Client, error) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return client.Dial(dctx, t.opts.URL, client.Options{ClientName: "mspd_tail"})
+	return client.Dial(dctx, t.opts.URL, client.Options{ClientName: "mspd_tail", Token: t.opts.Token})
 }
 
 // follow subscribes after the last event shown and renders live events,

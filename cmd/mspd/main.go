@@ -83,6 +83,7 @@ func serve(args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.Server.QueueBytes, "queue-bytes", 8<<20, "bytes of view events queued per connection before view/gap")
 	fs.DurationVar(&cfg.Server.WriteTimeout, "write-timeout", 10*time.Second, "a frame write slower than this closes the connection")
 	fs.StringVar(&cfg.Server.Fingerprint, "fingerprint", "", "schema fingerprint to report (default: the embedded schema's sha256)")
+	fs.StringVar(&cfg.Server.AuthToken, "auth-token", "", "require this token to open /msp (Authorization: Bearer, or ?access_token= from a browser); set it through MSPD_AUTH_TOKEN to keep it out of ps")
 	fs.Var(&origins, "origin", "extra allowed browser `origin` pattern for /msp (repeatable; the server's own host is always allowed)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")

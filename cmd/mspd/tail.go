@@ -23,6 +23,7 @@ func tailCmd(args []string, stdout, stderr io.Writer) int {
 	var noFollow bool
 	var color string
 	fs.StringVar(&opts.URL, "url", "ws://127.0.0.1:7700/msp", "the server's MSP WebSocket `endpoint`")
+	fs.StringVar(&opts.Token, "token", os.Getenv("MSPD_AUTH_TOKEN"), "the server's auth token (default $MSPD_AUTH_TOKEN)")
 	fs.StringVar(&opts.From, "from", "", "start after this `cursor` (a viewCursor printed earlier)")
 	fs.BoolVar(&opts.FromStart, "from-start", false, "show the whole session log first")
 	fs.BoolVar(&noFollow, "no-follow", false, "stop at the end of the log instead of following live events")
