@@ -14,6 +14,7 @@ const (
 	KindStreamInterrupted     = "streamInterrupted"
 	KindConflict              = "conflict"
 	KindContextLengthExceeded = "contextLengthExceeded"
+	KindContentFilter         = "contentFilter"
 	KindInvalidRequest        = "invalidRequest"
 	KindAuth                  = "auth"
 	KindNotFound              = "notFound"

@@ -22,6 +22,7 @@ func TestProviderKindsAreClassified(t *testing.T) {
 		provider.KindStreamInterrupted:     true,
 		provider.KindConflict:              true,
 		provider.KindContextLengthExceeded: false,
+		provider.KindContentFilter:         false,
 		provider.KindInvalidRequest:        false,
 		provider.KindAuth:                  false,
 		provider.KindNotFound:              false,

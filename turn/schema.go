@@ -27,15 +27,30 @@ func CompileSchema(raw json.RawMessage) (*Schema, error) {
 		return nil, errors.New("responseSchema must be a JSON Schema object")
 	}
 	c := jsonschema.NewCompiler()
+	// The schema is the client's: its $refs may point only inside itself.
+	// The default loader would read local files (file:// or a bare path)
+	// and tell the client whether they exist.
+	c.UseLoader(noLoader{})
 	if err := c.AddResource("response.schema.json", doc); err != nil {
 		return nil, fmt.Errorf("responseSchema: %w", err)
 	}
 	s, err := c.Compile("response.schema.json")
+	if errors.Is(err, errExternalRef) || err != nil && strings.Contains(err.Error(), errExternalRef.Error()) {
+		return nil, errExternalRef
+	}
 	if err != nil {
 		return nil, fmt.Errorf("responseSchema does not compile: %w", err)
 	}
 	return &Schema{s: s}, nil
 }
+
+// errExternalRef refuses a $ref outside the schema, without saying more.
+var errExternalRef = errors.New("responseSchema: a $ref may only point inside the schema")
+
+// noLoader refuses every external resource.
+type noLoader struct{}
+
+func (noLoader) Load(string) (any, error) { return nil, errExternalRef }
 
 // Check validates an answer: it must be JSON (optionally fenced as a
 // Markdown code block, which models add) that satisfies the schema.

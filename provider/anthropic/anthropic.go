@@ -44,6 +44,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -124,6 +125,14 @@ func New(cfg Config) (*Model, error) {
 	if cfg.Model == "" {
 		return nil, errors.New("anthropic: Config.Model is required")
 	}
+	if cfg.BaseURL != "" {
+		// Checked now, so a typo fails at start-up rather than as a
+		// connection error on every attempt; never echoed (it may carry
+		// credentials).
+		if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, errors.New("anthropic: Config.BaseURL must be an absolute http(s) URL")
+		}
+	}
 	if cfg.System == "" {
 		cfg.System = DefaultSystem
 	}
@@ -137,10 +146,7 @@ func New(cfg Config) (*Model, error) {
 	default:
 		return nil, errors.New("anthropic: Config.StructuredMode must be \"tool\" or \"prompt\"")
 	}
-	var hc http.Client
-	if cfg.HTTPClient != nil {
-		hc = *cfg.HTTPClient
-	}
+	hc := provider.NoRedirects(cfg.HTTPClient)
 	base := hc.Transport
 	if base == nil {
 		base = http.DefaultTransport
@@ -151,7 +157,7 @@ func New(cfg Config) (*Model, error) {
 	opts := []option.RequestOption{
 		option.WithoutEnvironmentDefaults(),
 		option.WithAPIKey(cfg.APIKey),
-		option.WithHTTPClient(&hc),
+		option.WithHTTPClient(hc),
 		option.WithMaxRetries(0), // mspd's retry layer owns every attempt
 	}
 	if cfg.BaseURL != "" {
@@ -209,11 +215,15 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 		return resp, ctx.Err()
 	case st.stopped && streamErr == nil:
 		// Finished; read on below.
+	case st.stopReason != "":
+		// message_delta announced the end (and the output count): only
+		// message_stop was lost, so the answer stands.
 	case w.fired():
 		return resp, m.redact(&provider.Error{Kind: provider.KindTimeout,
 			Message: "no data from the provider for " + m.cfg.IdleTimeout.String(), Err: idleError{}})
 	case streamErr != nil:
-		return resp, m.failure(streamErr, w.gotHeaders())
+		status, header := w.errorResponse()
+		return resp, m.failure(streamErr, w.gotHeaders(), status, header)
 	default:
 		return resp, &provider.Error{Kind: provider.KindStreamInterrupted,
 			Message: "the stream ended before message_stop"}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -76,11 +77,21 @@ func contextTooLong(msg string) bool {
 
 // failure describes a failed request. gotHeaders says whether response
 // headers had arrived, which splits a dropped connection (nothing came)
-// from an interrupted stream.
-func (m *Model) failure(err error, gotHeaders bool) *provider.Error {
+// from an interrupted stream; status and header describe an error
+// response whose body could not be read.
+func (m *Model) failure(err error, gotHeaders bool, status int, header http.Header) *provider.Error {
 	var aerr *anthropic.Error
 	if errors.As(err, &aerr) {
 		return m.redact(apiError(aerr))
+	}
+	if pe := provider.RedirectError(err); pe != nil {
+		return pe
+	}
+	if status >= 400 {
+		// The error body broke off: the status and its headers still say
+		// what happened and when to retry.
+		return m.redact(&provider.Error{HTTPStatus: status, Header: retryHeaders(header), Err: err,
+			Message: fmt.Sprintf("HTTP %d; the error body was cut off", status)})
 	}
 	cause := err
 	var uerr *url.Error
@@ -107,7 +118,7 @@ func isTimeout(err error) bool {
 // apiError maps an API error: an HTTP error response, or an SSE error
 // event after a 200.
 func apiError(aerr *anthropic.Error) *provider.Error {
-	typ, msg := errorBody(aerr.RawJSON())
+	typ, msg, code := errorBody(aerr.RawJSON())
 	if typ == "" {
 		typ = string(aerr.Type())
 	}
@@ -115,6 +126,9 @@ func apiError(aerr *anthropic.Error) *provider.Error {
 		msg = aerr.Message
 	}
 	pe := &provider.Error{Kind: kindForType(typ, msg), HTTPStatus: aerr.StatusCode, Err: detach(aerr)}
+	if spendLimit(code) {
+		pe.Kind = provider.KindQuotaExhausted
+	}
 	if aerr.StatusCode < 400 {
 		// An in-stream error: report the status its type implies
 		// (overloaded_error → 529); its 200's headers say nothing about it.
@@ -136,17 +150,26 @@ func apiError(aerr *anthropic.Error) *provider.Error {
 
 // errorBody reads {"type":"error","error":{"type":..., "message":...}}
 // itself, so types the SDK does not list (request_too_large) still count.
-func errorBody(raw string) (typ, msg string) {
+func errorBody(raw string) (typ, msg, code string) {
 	var body struct {
 		Error struct {
 			Type    string `json:"type"`
 			Message string `json:"message"`
+			Details struct {
+				ErrorCode string `json:"error_code"`
+			} `json:"details"`
 		} `json:"error"`
 	}
 	if json.Unmarshal([]byte(raw), &body) != nil {
-		return "", ""
+		return "", "", ""
 	}
-	return body.Error.Type, body.Error.Message
+	return body.Error.Type, body.Error.Message, body.Error.Details.ErrorCode
+}
+
+// spendLimit tells the 429 error codes of a spent budget: waiting
+// seconds will not help, unlike a rate limit.
+func spendLimit(code string) bool {
+	return code == "enforced_spend_limit_reached" || code == "contract_spend_limit_reached"
 }
 
 func describe(typ, msg string, status int) string {

@@ -13,8 +13,11 @@ import (
 type watchKey struct{}
 
 // watch observes one request on the wire: whether response headers
-// arrived, and whether the connection stayed silent longer than the idle
-// timeout, in which case it cancels the request.
+// arrived (and, for an error response, its status and headers), and
+// whether the server stayed silent longer than the idle timeout, in which
+// case it cancels the request. Only time spent waiting on the server
+// counts: the timer runs while a round trip or a body read is blocked, not
+// while the caller handles what was read (a slow onText is no timeout).
 type watch struct {
 	idle    time.Duration // <= 0: no idle check
 	headers atomic.Bool
@@ -23,11 +26,14 @@ type watch struct {
 	mu      sync.Mutex
 	timer   *time.Timer
 	stopped bool
+	status  int         // an error response's status, 0 otherwise
+	header  http.Header // that response's headers
 }
 
 func newWatch(idle time.Duration) *watch { return &watch{idle: idle} }
 
-// start arms the idle timer; cancel aborts the request when it fires.
+// start prepares the idle timer, stopped; cancel aborts the request when
+// it fires.
 func (w *watch) start(cancel context.CancelFunc) {
 	if w.idle <= 0 {
 		return
@@ -43,14 +49,24 @@ func (w *watch) start(cancel context.CancelFunc) {
 			cancel()
 		}
 	})
+	w.timer.Stop()
 }
 
-// touch records activity: the idle period starts again.
-func (w *watch) touch() {
+// waiting runs the idle timer for a blocking wait on the server.
+func (w *watch) waiting() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.timer != nil && !w.stopped && !w.expired.Load() {
 		w.timer.Reset(w.idle)
+	}
+}
+
+// done pauses the idle timer: the wait ended.
+func (w *watch) done() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.timer != nil {
+		w.timer.Stop()
 	}
 }
 
@@ -65,6 +81,14 @@ func (w *watch) stop() {
 	}
 }
 
+// errorResponse returns the status and headers of an error response, if
+// one arrived.
+func (w *watch) errorResponse() (int, http.Header) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.status, w.header
+}
+
 func (w *watch) fired() bool      { return w.expired.Load() }
 func (w *watch) gotHeaders() bool { return w.headers.Load() }
 
@@ -77,26 +101,36 @@ type watchTransport struct {
 // RoundTrip implements http.RoundTripper.
 func (t *watchTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	w, _ := req.Context().Value(watchKey{}).(*watch)
+	if w == nil {
+		return t.base.RoundTrip(req)
+	}
+	w.waiting()
 	res, err := t.base.RoundTrip(req)
-	if w == nil || err != nil {
+	w.done()
+	if err != nil {
 		return res, err
 	}
 	w.headers.Store(true)
-	w.touch()
+	if res.StatusCode >= 400 {
+		// Kept in case the error body breaks: the status and Retry-After
+		// still classify the failure.
+		w.mu.Lock()
+		w.status, w.header = res.StatusCode, res.Header.Clone()
+		w.mu.Unlock()
+	}
 	res.Body = &watchedBody{ReadCloser: res.Body, w: w}
 	return res, nil
 }
 
-// watchedBody counts every byte read, pings included, as liveness.
+// watchedBody runs the idle timer while a read blocks on the server.
 type watchedBody struct {
 	io.ReadCloser
 	w *watch
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
+	b.w.waiting()
 	n, err := b.ReadCloser.Read(p)
-	if n > 0 {
-		b.w.touch()
-	}
+	b.w.done()
 	return n, err
 }

@@ -39,6 +39,9 @@ const maxErrorBody = 64 << 10
 //	no response at all                → connectionError (refused, reset, DNS,
 //	                                    TLS, EOF before headers)
 func (m *Model) failure(err error, w *watch) error {
+	if pe := provider.RedirectError(err); pe != nil {
+		return pe
+	}
 	if w.timedOut() {
 		msg := fmt.Sprintf("no data from the server for %s", m.cfg.IdleTimeout)
 		if w.beforeHdr {
@@ -110,6 +113,9 @@ func bodyKind(code, typ string) string {
 			return provider.KindContextLengthExceeded
 		case "model_not_found":
 			return provider.KindNotFound
+		case "content_filter", "content_policy_violation":
+			// Azure's filter: asking again gets the same answer.
+			return provider.KindContentFilter
 		}
 	}
 	return ""

@@ -149,6 +149,7 @@ func New(cfg Config) (*Model, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = defaultHTTPClient()
 	}
+	cfg.HTTPClient = provider.NoRedirects(cfg.HTTPClient)
 	opts := []option.RequestOption{
 		option.WithBaseURL(cfg.BaseURL),
 		option.WithHTTPClient(cfg.HTTPClient),
@@ -277,9 +278,11 @@ func (m *Model) streamChat(ctx context.Context, req provider.Request, onText fun
 			}
 		}
 	}
-	if err := stream.Err(); err != nil {
+	if err := stream.Err(); err != nil && finish == "" {
 		return resp, err
 	}
+	// With a finish_reason the answer is whole even if the connection then
+	// broke or went quiet before data: [DONE]; only usage may be missing.
 	if finish == "" && !w.sawDone() {
 		return resp, &provider.Error{Kind: provider.KindStreamInterrupted,
 			Message: "the stream ended before a finish_reason or data: [DONE]"}
