@@ -24,6 +24,7 @@ import (
 	"mspd/session"
 	"mspd/store/sqlite"
 	"mspd/turn"
+	"mspd/web"
 )
 
 // Config is everything a daemon needs.
@@ -75,6 +76,8 @@ type Budget struct {
 	Tokens int
 	// Ratio is what a success gives back.
 	Ratio float64
+	// Refill is what each second gives back (default 0.2; negative: none).
+	Refill float64
 }
 
 // Daemon is a running mspd.
@@ -243,20 +246,29 @@ func (r *router) Run(ctx context.Context, spec turn.Spec, sink turn.Sink) turn.O
 
 // newBudget builds a provider's retry budget (nil: unthrottled).
 func newBudget(cfg Config) (*modelretry.Budget, error) {
-	tokens, ratio := cfg.RetryBudget.Tokens, cfg.RetryBudget.Ratio
-	switch {
-	case tokens < 0:
+	tokens, ratio, refill := cfg.RetryBudget.Tokens, cfg.RetryBudget.Ratio, cfg.RetryBudget.Refill
+	if tokens < 0 {
 		return nil, nil
-	case tokens == 0 && ratio == 0:
-		return modelretry.DefaultBudget(), nil
-	case tokens == 0:
+	}
+	if tokens == 0 {
 		tokens = 10
-	case ratio == 0:
+	}
+	if ratio == 0 {
 		ratio = 0.1
+	}
+	if refill == 0 {
+		refill = 0.2
 	}
 	b, err := modelretry.NewBudget(tokens, ratio)
 	if err != nil {
 		return nil, fmt.Errorf("retry budget: %w", err)
+	}
+	if refill > 0 {
+		now := time.Now
+		if cfg.Clock != nil {
+			now = cfg.Clock.Now
+		}
+		b.WithRefill(refill, now)
 	}
 	return b, nil
 }
@@ -282,8 +294,13 @@ func withDefaults(p modelretry.Policy) modelretry.Policy {
 	return d
 }
 
-// Handler is the daemon's HTTP handler (for tests that serve it themselves).
-func (d *Daemon) Handler() http.Handler { return d.srv.Handler() }
+// Handler is the daemon's HTTP handler (for tests that serve it themselves):
+// the server's endpoints and, at /, the web chat page.
+func (d *Daemon) Handler() http.Handler {
+	h := d.srv.Handler()
+	server.Mount(h, "GET /", web.Handler())
+	return h
+}
 
 // Start listens on cfg.Listen and serves in the background.
 func (d *Daemon) Start() error {
@@ -292,10 +309,10 @@ func (d *Daemon) Start() error {
 		return err
 	}
 	d.ln = ln
-	d.http = &http.Server{Handler: d.srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	d.http = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	d.served = make(chan error, 1)
 	go func() { d.served <- d.http.Serve(ln) }()
-	d.cfg.Logger.Info("mspd listening", "url", "ws://"+ln.Addr().String()+"/msp", "data", d.cfg.DataDir)
+	d.cfg.Logger.Info("mspd listening", "url", "ws://"+ln.Addr().String()+"/msp", "page", "http://"+ln.Addr().String()+"/", "data", d.cfg.DataDir)
 	return nil
 }
 

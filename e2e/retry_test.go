@@ -279,7 +279,7 @@ func TestRetryScenarios(t *testing.T) {
 // TestRetryBudget: during an outage the shared budget stops retries, so
 // failures are not multiplied; the terminal says so.
 func TestRetryBudget(t *testing.T) {
-	d := startDaemon(t, daemon.Config{RetryBudget: daemon.Budget{Tokens: 10, Ratio: 0.1}})
+	d := startDaemon(t, daemon.Config{RetryBudget: daemon.Budget{Tokens: 10, Ratio: 0.1, Refill: -1}})
 	c := dial(t, d.URL(), client.Options{})
 	ctx := testCtx(t)
 	start, err := c.StartSession(ctx)

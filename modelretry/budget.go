@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 )
 
 // Budget is a retry throttle shared by every call to one provider key:
@@ -21,6 +22,10 @@ type Budget struct {
 	// Milli-tokens: gRPC allows three decimals in tokenRatio, and integers
 	// keep long runs of ±ratio free of float drift.
 	tokens, max, ratio int64
+	// refill milli-tokens a second come back with time (see WithRefill).
+	refill int64
+	now    func() time.Time
+	last   time.Time
 }
 
 // NewBudget returns a full budget. maxTokens must be positive; tokenRatio
@@ -45,6 +50,35 @@ func DefaultBudget() *Budget {
 	return b
 }
 
+// WithRefill makes tokens also come back with time, perSecond tokens a
+// second read from now, and returns b. gRPC's bucket refills only through
+// successes, which suits a busy key; a quiet one (a single user's chat)
+// would stay throttled after one bad minute until many requests succeed.
+// With a refill, a drained key gets a retry back every 1/perSecond seconds:
+// bounded extra load during an outage, prompt recovery after it.
+func (b *Budget) WithRefill(perSecond float64, now func() time.Time) *Budget {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refill = int64(math.Round(perSecond * 1000))
+	b.now = now
+	if now != nil {
+		b.last = now()
+	}
+	return b
+}
+
+// refillLocked adds the tokens time has given back since the last call.
+func (b *Budget) refillLocked() {
+	if b.refill <= 0 || b.now == nil {
+		return
+	}
+	now := b.now()
+	if elapsed := now.Sub(b.last); elapsed > 0 {
+		b.tokens = min(b.max, b.tokens+int64(elapsed.Seconds()*float64(b.refill)))
+		b.last = now
+	}
+}
+
 // OnFailure takes one token for a transient failure and reports whether a
 // retry is still allowed.
 func (b *Budget) OnFailure() (retryAllowed bool) {
@@ -53,6 +87,7 @@ func (b *Budget) OnFailure() (retryAllowed bool) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.refillLocked()
 	b.tokens = max(0, b.tokens-1000)
 	return b.tokens > b.max/2
 }
@@ -64,6 +99,7 @@ func (b *Budget) OnSuccess() {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.refillLocked()
 	b.tokens = min(b.max, b.tokens+b.ratio)
 }
 
@@ -75,6 +111,7 @@ func (b *Budget) AllowsRetry() bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.refillLocked()
 	return b.tokens > b.max/2
 }
 
@@ -85,5 +122,6 @@ func (b *Budget) Tokens() float64 {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.refillLocked()
 	return float64(b.tokens) / 1000
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestBudgetDrainsAndRefills(t *testing.T) {
@@ -115,4 +116,32 @@ func TestNilBudget(t *testing.T) {
 		t.Fatal("a nil budget must allow everything")
 	}
 	b.OnSuccess()
+}
+
+func TestBudgetRefillsWithTime(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := DefaultBudget().WithRefill(0.2, func() time.Time { return now })
+	for range 5 {
+		b.OnFailure()
+	}
+	if b.AllowsRetry() {
+		t.Fatalf("drained to %v tokens but still allows retries", b.Tokens())
+	}
+	// During an outage the key gets one retry back every 5 s.
+	now = now.Add(time.Second)
+	if !b.AllowsRetry() || b.OnFailure() {
+		t.Fatalf("after 1s: %v tokens", b.Tokens())
+	}
+	now = now.Add(4 * time.Second)
+	if b.AllowsRetry() {
+		t.Fatalf("4s after a retry: %v tokens", b.Tokens())
+	}
+	now = now.Add(time.Second)
+	if !b.AllowsRetry() {
+		t.Fatalf("5s after a retry: %v tokens", b.Tokens())
+	}
+	now = now.Add(time.Hour)
+	if b.Tokens() != 10 {
+		t.Fatalf("refill is capped at max: %v", b.Tokens())
+	}
 }
