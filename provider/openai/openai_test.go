@@ -607,7 +607,6 @@ func TestTurnScenarios(t *testing.T) {
 
 	type scenario struct {
 		name     string
-		skip     string // a known defect outside this package
 		replies  func(start time.Time) []openaitest.Reply
 		model    func(*openai.Config)
 		spec     func(*turn.Spec)
@@ -924,9 +923,6 @@ func TestTurnScenarios(t *testing.T) {
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			if sc.skip != "" {
-				t.Skip(sc.skip)
-			}
 			start := time.Now().Truncate(time.Second)
 			srv := openaitest.New(t, "/v1", sc.replies(start)...)
 			m := newModel(t, srv, sc.model)
