@@ -97,6 +97,9 @@ func TestWebChat(t *testing.T) {
 		p.waitFor("the restored answer", `agentTexts('completed').includes('Hello from the script')`)
 		p.expect("the restored prompt", `document.querySelector('.msg.user .text').textContent.includes('mspScript')`)
 		p.expect("the chat marked current", fmt.Sprintf(`document.querySelector('#sessions [aria-current="page"]').dataset.sessionId === %q`, retrySession))
+		// Rebuilt from the log, old turns keep their retry rows and footers.
+		p.expect("the restored retry row", `[...document.querySelectorAll('#transcript')].some((t) => t.textContent.includes('rate limited (429)'))`)
+		p.expect("the restored footer", `[...document.querySelectorAll('.turn-footer')].some((f) => f.textContent.includes('2 attempts'))`)
 	})
 
 	proxy := startProxy(t, d.Addr())

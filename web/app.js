@@ -553,7 +553,11 @@
     }
   }
 
-  /** pageHistory pages a whole session's view (history not served inline). */
+  /**
+   * pageHistory replays a whole session's durable view through the live
+   * handlers (all idempotent), so a reopened chat shows what a watcher saw:
+   * messages, retry rows and turn footers.
+   */
   async function pageHistory(sessionId, epoch) {
     let cursor;
     for (;;) {
@@ -585,7 +589,12 @@
     markCurrent();
     const params = { commandId: uuidv7(), sessionId };
     if (cursor) params.cursor = cursor;
-    else resetTranscript();
+    else {
+      // The transcript is rebuilt from the log itself (below), so that old
+      // turns keep their retry rows and footers: no inline items needed.
+      params.excludeItems = true;
+      resetTranscript();
+    }
     let res;
     try {
       res = await rpc.call('session/resume', params);
@@ -605,8 +614,7 @@
     try {
       if (!cursor) {
         app.cursors.set(sessionId, res.viewCursor);
-        if (res.history.mode === 'inline') res.history.items.forEach(upsertItem);
-        else await pageHistory(sessionId, epoch);
+        await pageHistory(sessionId, epoch);
         ui.transcript.scrollTop = ui.transcript.scrollHeight;
       }
     } catch (err) {
