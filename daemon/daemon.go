@@ -49,6 +49,9 @@ type Config struct {
 	System      string
 	IdleTimeout time.Duration
 	OpenAIAPI   string
+	// MaxOutputTokens is the model's output limit: the cap of every
+	// request and of truncation growth (0: 32768).
+	MaxOutputTokens int
 	// Demo configures the demo provider.
 	Demo demo.Config
 	// Env reads the providers' environment variables (API keys, base
@@ -163,14 +166,15 @@ func newCatalog(cfg Config) (*catalog.Catalog, error) {
 		return catalog.Load(cfg.ConfigFile, env)
 	}
 	return catalog.Single(catalog.Entry{
-		Type:        cfg.Provider,
-		Model:       cfg.Model,
-		System:      cfg.System,
-		IdleTimeout: catalog.Duration(cfg.IdleTimeout),
-		API:         cfg.OpenAIAPI,
-		WordDelay:   catalog.Duration(cfg.Demo.WordDelay),
-		Faults:      cfg.Demo.FaultRate,
-		Seed:        cfg.Demo.Seed,
+		Type:            cfg.Provider,
+		Model:           cfg.Model,
+		System:          cfg.System,
+		IdleTimeout:     catalog.Duration(cfg.IdleTimeout),
+		API:             cfg.OpenAIAPI,
+		MaxOutputTokens: cfg.MaxOutputTokens,
+		WordDelay:       catalog.Duration(cfg.Demo.WordDelay),
+		Faults:          cfg.Demo.FaultRate,
+		Seed:            cfg.Demo.Seed,
 	}, env)
 }
 

@@ -27,8 +27,8 @@ type Config struct {
 	// DefaultMaxTokens is each attempt's output bound when the turn names
 	// none (default 1024).
 	DefaultMaxTokens int
-	// ModelMaxTokens is the model's largest output, the cap of truncation
-	// growth (default 32768).
+	// ModelMaxTokens is the model's largest output: no request asks for
+	// more, and truncation growth stops there (default 32768).
 	ModelMaxTokens int
 }
 
@@ -108,6 +108,9 @@ func (t *run) run(ctx context.Context) Outcome {
 	if maxTokens <= 0 {
 		maxTokens = t.r.cfg.DefaultMaxTokens
 	}
+	// No request asks for more than the model can give: the provider would
+	// refuse it outright.
+	maxTokens = min(maxTokens, t.r.cfg.ModelMaxTokens)
 	for {
 		a, err := call.Begin(ctx)
 		if err != nil {

@@ -66,6 +66,7 @@ func serve(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.System, "system", "", "provider name reported as `system` in retry notices (default: openai, anthropic, …; e.g. ollama for a compatible server)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "an attempt whose stream is silent this long fails as a timeout (default 60s)")
 	fs.StringVar(&cfg.OpenAIAPI, "openai-api", "chat", "OpenAI API: chat (Chat Completions) or responses")
+	fs.IntVar(&cfg.MaxOutputTokens, "max-output-tokens", 0, "the model's output limit: no request asks for more and truncation retries stop growing there (default 32768)")
 	fs.StringVar(&cfg.ConfigFile, "config", "", "TOML `file` naming several providers (overrides --provider and --model)")
 	fs.DurationVar(&cfg.Demo.WordDelay, "demo-word-delay", 0, "demo model pace per word (default 35ms; negative for none)")
 	fs.Float64Var(&cfg.Demo.FaultRate, "demo-faults", 0.2, "share of demo requests that fail first (429/503/529/timeouts/resets), 0..1, so the retry notices show")

@@ -1,11 +1,14 @@
 package turn_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"mspd/modelretry"
 	"mspd/provider"
+	"mspd/turn"
+	"mspd/turn/turntest"
 )
 
 // TestProviderKindsAreClassified: every errorKind a provider may hint is
@@ -35,5 +38,29 @@ func TestProviderKindsAreClassified(t *testing.T) {
 		if modelretry.Retryable(kind) != want {
 			t.Errorf("modelretry.Retryable(%s) = %v", kind, !want)
 		}
+	}
+}
+
+// maxTokensModel records the MaxTokens of each request and answers "ok".
+type maxTokensModel struct{ got []int }
+
+func (m *maxTokensModel) System() string { return "test" }
+
+func (m *maxTokensModel) Stream(_ context.Context, req provider.Request, onText func(string)) (provider.Response, error) {
+	m.got = append(m.got, req.MaxTokens)
+	onText("ok")
+	return provider.Response{FinishReason: provider.FinishStop}, nil
+}
+
+// TestRequestsNeverExceedTheModelLimit: a turn asking for more output than
+// the model gives is clamped to the model's limit, not refused by the
+// provider.
+func TestRequestsNeverExceedTheModelLimit(t *testing.T) {
+	m := &maxTokensModel{}
+	r := turn.NewRunner(turn.Config{Model: m, Engine: &modelretry.Engine{}, Policy: modelretry.DefaultPolicy(), ModelMaxTokens: 16384})
+	out := r.Run(context.Background(), turn.Spec{TurnID: "t", MaxTokens: 100000,
+		History: []provider.Message{{Role: provider.RoleUser, Text: "hi"}}}, &turntest.Sink{})
+	if out.Completed.Terminal != "completed" || len(m.got) != 1 || m.got[0] != 16384 {
+		t.Fatalf("terminal %s, requests asked for %v tokens; want one request for 16384", out.Completed.Terminal, m.got)
 	}
 }
