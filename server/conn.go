@@ -181,7 +181,7 @@ func (c *conn) optedOut(method string) bool {
 
 // gapFrame renders a view/gap notification.
 func gapFrame(sessionID, after, next string) []byte {
-	p, _ := json.Marshal(msp.ViewGapParams{SessionID: sessionID, After: after, Next: next})
+	p, _ := msp.Marshal(msp.ViewGapParams{SessionID: sessionID, After: after, Next: next})
 	return msp.EncodeNotification(msp.NotifyViewGap, p, time.Now().UnixMilli())
 }
 
@@ -190,7 +190,7 @@ func (c *conn) replyError(id json.RawMessage, e *msp.Error) {
 	if len(id) == 0 {
 		id = json.RawMessage("null")
 	}
-	frame, err := json.Marshal(struct {
+	frame, err := msp.Marshal(struct {
 		JSONRPC string          `json:"jsonrpc"`
 		ID      json.RawMessage `json:"id"`
 		Error   *msp.Error      `json:"error"`
@@ -200,6 +200,22 @@ func (c *conn) replyError(id json.RawMessage, e *msp.Error) {
 		return
 	}
 	c.out.pushProtected(frame)
+}
+
+// reply queues a success response. Responses are encoded here, not by
+// jsonrpc2, whose json.Marshal would escape HTML in results (stored
+// events included) and outgrow the frame budgets measured on them.
+func (c *conn) reply(id json.RawMessage, result any) error {
+	res, err := msp.Marshal(result)
+	if err != nil {
+		return err
+	}
+	frame := make([]byte, 0, len(res)+len(id)+32)
+	frame = append(frame, `{"jsonrpc":"2.0","id":`...)
+	frame = append(frame, id...)
+	frame = append(frame, `,"result":`...)
+	frame = append(frame, res...)
+	return c.out.pushProtected(append(frame, '}'))
 }
 
 // slogPrinter routes jsonrpc2's own log lines (connection ends, mostly)

@@ -17,7 +17,7 @@ import (
 // frame is read.
 type handler struct{ c *conn }
 
-func (h *handler) Handle(ctx context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.Request) {
+func (h *handler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	if req.Notif {
 		return // the gate handles notifications
 	}
@@ -27,18 +27,23 @@ func (h *handler) Handle(ctx context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.
 	if req.Params != nil {
 		params = *req.Params
 	}
+	id, err := json.Marshal(req.ID)
+	if err != nil {
+		h.c.log.Error("encoding a request id", "err", err)
+		return
+	}
 	result, after, err := h.dispatch(ctx, req.Method, params)
 	if err != nil {
 		h.c.srv.metrics.requestErrors.Add(1)
-		if rerr := rpc.ReplyWithError(ctx, req.ID, toRPCError(err)); rerr != nil {
-			h.c.log.Debug("reply failed", "err", rerr)
-		}
+		h.c.replyError(id, toMSPError(err))
 		return
 	}
-	if rerr := rpc.Reply(ctx, req.ID, result); rerr != nil {
+	if rerr := h.c.reply(id, result); rerr != nil {
 		h.c.log.Debug("reply failed", "err", rerr)
-		return
 	}
+	// Even when the reply could not be sent: an admitted turn must launch
+	// (a replay of its command finds it admitted), and a subscription on a
+	// closed connection ends at once.
 	if after != nil {
 		after(ctx)
 	}
@@ -176,20 +181,18 @@ func platformOS() string {
 	return "linux"
 }
 
-// toRPCError renders any handler error as a typed MSP error: every error
+// toMSPError renders any handler error as a typed MSP error: every error
 // carries data.kind.
-func toRPCError(err error) *jsonrpc2.Error {
+func toMSPError(err error) *msp.Error {
 	var me *msp.Error
-	if !errors.As(err, &me) {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			me = msp.NewError(msp.CodeOverloaded, msp.KindOverloaded, "request did not finish: %v", err)
-			retry := true
-			me.Data.Retryable = &retry
-		} else {
-			me = msp.ErrInternal("%v", err)
-		}
+	if errors.As(err, &me) {
+		return me
 	}
-	e := &jsonrpc2.Error{Code: int64(me.Code), Message: me.Message}
-	e.SetError(me.Data)
-	return e
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		me = msp.NewError(msp.CodeOverloaded, msp.KindOverloaded, "request did not finish: %v", err)
+		retry := true
+		me.Data.Retryable = &retry
+		return me
+	}
+	return msp.ErrInternal("%v", err)
 }

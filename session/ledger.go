@@ -42,7 +42,7 @@ func (a *admission) entry(resp json.RawMessage, isErr bool) store.Command {
 
 // reject records a durable rejection so that a replay gets it again.
 func (a *admission) reject(ctx context.Context, st store.Store, e *msp.Error) error {
-	raw, err := json.Marshal(e)
+	raw, err := msp.Marshal(e)
 	if err != nil {
 		return err
 	}

@@ -171,15 +171,14 @@ func (m *Manager) sweepEvery(interval time.Duration) {
 func (m *Manager) sweep() int {
 	cutoff := m.now().Add(-m.cfg.IdleUnload)
 	type candidate struct {
-		id       string
-		l        *loading
-		lastUsed time.Time
+		id string
+		l  *loading
 	}
 	var cands []candidate
 	m.mu.Lock()
 	for id, l := range m.sessions {
 		if l.pins == 0 && l.s != nil && !l.lastUsed.After(cutoff) {
-			cands = append(cands, candidate{id, l, l.lastUsed})
+			cands = append(cands, candidate{id, l})
 		}
 	}
 	m.mu.Unlock()
@@ -190,13 +189,18 @@ func (m *Manager) sweep() int {
 		idle := len(s.subs) == 0 && !s.st.busy() && !s.working
 		s.mu.Unlock()
 		if !idle {
-			continue
+			continue // the common case, decided without holding m.mu
 		}
+		// Decide for good under both locks, in their order: nobody can
+		// pin, subscribe or queue a turn in between.
 		m.mu.Lock()
-		// Anyone who used it since had to pin it, which moves lastUsed.
-		if m.sessions[c.id] == c.l && c.l.pins == 0 && c.l.lastUsed.Equal(c.lastUsed) {
-			delete(m.sessions, c.id)
-			unloaded++
+		if m.sessions[c.id] == c.l && c.l.pins == 0 {
+			s.mu.Lock()
+			if len(s.subs) == 0 && !s.st.busy() && !s.working {
+				delete(m.sessions, c.id)
+				unloaded++
+			}
+			s.mu.Unlock()
 		}
 		m.mu.Unlock()
 	}
@@ -246,7 +250,7 @@ func (m *Manager) Detach(sub Subscriber) {
 }
 
 func (m *Manager) broadcast(method string, params any) {
-	raw, err := json.Marshal(params)
+	raw, err := msp.Marshal(params)
 	if err != nil {
 		m.log.Error("encoding broadcast", "method", method, "err", err)
 		return
@@ -279,7 +283,9 @@ func (m *Manager) acquire(ctx context.Context, id string) (s *session, release f
 		m.mu.Unlock()
 	}
 	if !ok {
-		l.s, l.err = m.read(ctx, id)
+		// Loaded for every caller waiting on it, so not cut short when
+		// this one's request ends.
+		l.s, l.err = m.read(context.WithoutCancel(ctx), id)
 		if l.err != nil {
 			m.mu.Lock()
 			delete(m.sessions, id) // let a later call try again
@@ -393,7 +399,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 		}
 		st.WorkspaceRoot = optional(root)
 		wire := st.wire(id, m.cfg.LogPath)
-		res, err := json.Marshal(msp.SessionStartResult{Session: wire, ViewCursor: durableCursor(id, 0)})
+		res, err := msp.Marshal(msp.SessionStartResult{Session: wire, ViewCursor: durableCursor(id, 0)})
 		if err != nil {
 			return nil, msp.ErrInternal("encoding result: %v", err)
 		}
@@ -466,9 +472,10 @@ func (m *Manager) ResumeSession(ctx context.Context, sub Subscriber, raw json.Ra
 			return nil, nil, err
 		}
 	}
-	// Re-attaching: the old subscription ends before the head is read.
-	s.detach(sub)
-	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionResume, raw, func(a *admission) (json.RawMessage, error) {
+	resp, replayed, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionResume, raw, func(a *admission) (json.RawMessage, error) {
+		// Re-attaching: the old subscription ends before the head is read
+		// (a refused resume leaves it alone).
+		s.detach(sub)
 		var snap msp.SessionSnapshot
 		var err error
 		switch {
@@ -482,7 +489,7 @@ func (m *Manager) ResumeSession(ctx context.Context, sub Subscriber, raw json.Ra
 		if err != nil {
 			return nil, err
 		}
-		res, err := json.Marshal(snap)
+		res, err := msp.Marshal(snap)
 		if err != nil {
 			return nil, msp.ErrInternal("encoding result: %v", err)
 		}
@@ -493,6 +500,9 @@ func (m *Manager) ResumeSession(ctx context.Context, sub Subscriber, raw json.Ra
 	})
 	if err != nil {
 		return nil, nil, err
+	}
+	if replayed {
+		s.detach(sub) // attach replays from the stored result's cursor
 	}
 	after := ""
 	if p.Cursor != nil {
@@ -555,7 +565,7 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 			it.Text = &text
 		}
 	}
-	if encoded, err := encodeJSON(f.items); err != nil || len(encoded) > m.cfg.HistoryBudget {
+	if encoded, err := msp.Marshal(f.items); err != nil || len(encoded) > m.cfg.HistoryBudget {
 		snap.History.NoneReason = msp.NoneHistoryBudget
 		return snap, nil
 	}

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -60,7 +59,7 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 		h.SessionID = s.id
 		h.ViewCursor = durableCursor(s.id, seq)
 		h.SourceRange = &msp.SourceRange{First: pos, Last: pos, Stream: msp.StreamRef{ID: s.id, Kind: "session"}}
-		raw, err := encodeJSON(ev.params)
+		raw, err := msp.Marshal(ev.params)
 		if err != nil {
 			return fmt.Errorf("encoding %s: %w", ev.method, err)
 		}
@@ -150,7 +149,7 @@ func (s *session) delta(itemID, text string) {
 	defer s.mu.Unlock()
 	s.sub++
 	c := cursor{session: s.id, seq: s.head, sub: s.sub}.String()
-	raw, err := encodeJSON(msp.ItemDeltaParams{SessionID: s.id, ViewCursor: c, ItemID: itemID, Delta: text})
+	raw, err := msp.Marshal(msp.ItemDeltaParams{SessionID: s.id, ViewCursor: c, ItemID: itemID, Delta: text})
 	if err != nil {
 		return // a string and ids always encode
 	}
@@ -388,18 +387,6 @@ func historyMessage(it msp.Item) (provider.Message, bool) {
 		return provider.Message{Role: provider.RoleAssistant, Text: *it.Text}, true
 	}
 	return provider.Message{}, false
-}
-
-// encodeJSON encodes v as mspd puts it on the wire: without HTML escaping,
-// which would make every '<', '>' and '&' of a message six bytes.
-func encodeJSON(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // newID mints a UUIDv7.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"mspd/provider"
 	"mspd/schema/msp"
@@ -26,7 +27,7 @@ func (m *Manager) StartTurn(ctx context.Context, raw json.RawMessage) (json.RawM
 	}
 	// The input comes back as the userMessage item: that event must fit a
 	// frame.
-	if encoded, _ := encodeJSON(text); len(encoded) > m.frameBudget() {
+	if encoded, _ := msp.Marshal(text); len(encoded) > m.frameBudget() {
 		e := msp.NewError(msp.CodeInputTooLarge, msp.KindInputTooLarge, "turn input encodes to %d bytes; at most %d fit one frame", len(encoded), m.frameBudget())
 		e.Data.LimitBytes = int64(m.frameBudget())
 		return nil, nil, e
@@ -46,7 +47,7 @@ func (m *Manager) StartTurn(ctx context.Context, raw json.RawMessage) (json.RawM
 		return nil, nil, err
 	}
 	defer release()
-	resp, replayed, err := m.ledger.run(ctx, p.CommandID, msp.MethodTurnStart, raw, func(a *admission) (json.RawMessage, error) {
+	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodTurnStart, raw, func(a *admission) (json.RawMessage, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if len(s.st.Queue) >= m.cfg.MaxQueuedTurns {
@@ -61,7 +62,7 @@ func (m *Manager) StartTurn(ctx context.Context, raw json.RawMessage) (json.RawM
 		if s.st.busy() {
 			ack.Disposition, ack.StartedNewTurn = msp.DispositionQueued, false
 		}
-		res, err := json.Marshal(ack)
+		res, err := msp.Marshal(ack)
 		if err != nil {
 			return nil, msp.ErrInternal("encoding ack: %v", err)
 		}
@@ -80,11 +81,9 @@ func (m *Manager) StartTurn(ctx context.Context, raw json.RawMessage) (json.RawM
 	if err != nil {
 		return nil, nil, err
 	}
-	launch := func() {}
-	if !replayed {
-		launch = func() { m.kick(s) }
-	}
-	return resp, launch, nil
+	// Kicked for a replay too: the first admission's launch may have been
+	// lost with its connection, and a kick with nothing queued does nothing.
+	return resp, func() { m.kick(s) }, nil
 }
 
 // inputText joins a turn's text parts; mspd's models take text only.
@@ -139,7 +138,7 @@ func (m *Manager) StopTurn(ctx context.Context, method string, raw json.RawMessa
 			// started since.
 			return nil, a.reject(ctx, m.store, msp.ErrCommandRejected(p.CommandID, msp.ReasonMissingRun, "%s is not running", target))
 		}
-		res, err := json.Marshal(msp.CommandAck{CommandID: p.CommandID, Status: msp.StatusAccepted, TurnID: active.TurnID})
+		res, err := msp.Marshal(msp.CommandAck{CommandID: p.CommandID, Status: msp.StatusAccepted, TurnID: active.TurnID})
 		if err != nil {
 			return nil, msp.ErrInternal("encoding ack: %v", err)
 		}
@@ -181,7 +180,7 @@ func (m *Manager) Unqueue(ctx context.Context, raw json.RawMessage) (json.RawMes
 		}
 		q := st.Queue[at]
 		st.Queue = append(st.Queue[:at], st.Queue[at+1:]...)
-		res, err := json.Marshal(msp.CommandAck{CommandID: p.CommandID, Status: msp.StatusAccepted, TurnID: q.TurnID})
+		res, err := msp.Marshal(msp.CommandAck{CommandID: p.CommandID, Status: msp.StatusAccepted, TurnID: q.TurnID})
 		if err != nil {
 			return nil, msp.ErrInternal("encoding ack: %v", err)
 		}
@@ -226,6 +225,7 @@ func (m *Manager) work(s *session) {
 func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var backoff time.Duration
 	for {
 		if len(s.st.Queue) == 0 || m.ctx.Err() != nil {
 			s.working = false
@@ -247,10 +247,14 @@ func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 			{msp.NotifyItemCompleted, &msp.ItemParams{Item: user}},
 		}
 		if err := s.appendLocked(m.ctx, evs, &st); err != nil {
-			// The log refuses writes: settle this turn without a start so
-			// its wait ends, and try the next one.
-			m.log.Error("launching turn", "session", s.id, "turn", pt.TurnID, "err", err)
-			s.failLaunchLocked(pt, fmt.Sprintf("launch failed: %v", err))
+			// The log refuses writes. The turn stays queued, in memory and
+			// in the stored row, and the launch is tried again: dropping
+			// it would leave its wait unsettled for good.
+			m.log.Error("launching turn; retrying", "session", s.id, "turn", pt.TurnID, "err", err)
+			if !m.pauseLocked(s, &backoff) {
+				s.working = false
+				return nil, turn.Spec{}, false
+			}
 			continue
 		}
 		s.history = append(s.history, provider.Message{Role: provider.RoleUser, Text: text})
@@ -270,15 +274,19 @@ func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 	}
 }
 
-// failLaunchLocked drops a turn that could not launch from the queue,
-// best-effort appending its launchError terminal.
-func (s *session) failLaunchLocked(pt pendingTurn, msg string) {
-	st := s.st.clone()
-	st.Queue = removeTurn(st.Queue, pt.TurnID)
-	ev := event{msp.NotifyTurnCompleted, &msp.TurnCompletedParams{TurnID: pt.TurnID, Terminal: msp.TerminalFailed,
-		Error: &msp.TurnError{Kind: msp.TurnErrorLaunch, Message: msg, Retryable: true}}}
-	if err := s.appendLocked(context.WithoutCancel(s.m.ctx), []event{ev}, &st); err != nil {
-		s.st.Queue = st.Queue // never retry a launch forever
+// pauseLocked waits out a failed write before the next try, with s.mu
+// released meanwhile; backoff doubles from 100 ms to 5 s. It returns false
+// when the manager closes: what was not written stays in the stored row
+// for the next start to settle.
+func (m *Manager) pauseLocked(s *session, backoff *time.Duration) bool {
+	*backoff = min(max(2**backoff, 100*time.Millisecond), 5*time.Second)
+	s.mu.Unlock()
+	defer s.mu.Lock()
+	select {
+	case <-m.ctx.Done():
+		return false
+	case <-time.After(*backoff):
+		return true
 	}
 }
 
@@ -290,21 +298,30 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) {
 		s.cancel()
 		s.cancel = nil
 	}
-	st := s.st.clone()
-	st.Active = nil
-	st.TurnCount++
 	done := out.Completed
 	done.TurnID = spec.TurnID
 	// Shutting down, not stopped by a user: say why.
 	if done.Terminal == msp.TerminalCancelled && m.ctx.Err() != nil && done.Reason == "" {
 		done.Reason = "host shutting down"
 	}
-	// The terminal must land even while the manager shuts down.
+	// The terminal must land even while the manager shuts down. Until it
+	// does, the turn stays active: retiring it in memory would let the
+	// next state write drop it from the stored row, unsettled for good.
 	ctx := context.WithoutCancel(m.ctx)
-	if err := s.appendLocked(ctx, []event{{msp.NotifyTurnCompleted, &done}}, &st); err != nil {
-		m.log.Error("appending turn terminal", "session", s.id, "turn", spec.TurnID, "err", err)
-		s.st = st // the next restart settles it from the log
-		return
+	var backoff time.Duration
+	for {
+		// Built afresh on each try: turns may have been queued meanwhile.
+		st := s.st.clone()
+		st.Active = nil
+		st.TurnCount++
+		err := s.appendLocked(ctx, []event{{msp.NotifyTurnCompleted, &done}}, &st)
+		if err == nil {
+			break
+		}
+		m.log.Error("appending turn terminal; retrying", "session", s.id, "turn", spec.TurnID, "err", err)
+		if !m.pauseLocked(s, &backoff) {
+			return // the stored row still holds the turn: the next start settles it
+		}
 	}
 	if done.Terminal == msp.TerminalCompleted && out.Answer != "" {
 		s.history = append(s.history, provider.Message{Role: provider.RoleAssistant, Text: out.Answer})

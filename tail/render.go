@@ -20,23 +20,25 @@ const (
 	Pretty = "pretty"
 	// JSON is one object per notification: {"cursor", "method", "params"}.
 	JSON = "json"
-	// Raw is the agent's streamed text only.
+	// Raw is the text of the agent's kept answers only, one per line: no
+	// deltas (a discarded attempt's text never mixes in), nothing else.
 	Raw = "raw"
 )
 
-// renderer writes notifications in one format. It remembers which items
-// streamed deltas, so an item seen only as item/completed (paged, or after
-// a gap) still prints its whole text once.
+// renderer writes notifications in one format. It remembers what each
+// item streamed, so that item/completed can add what the deltas missed (a
+// gap, a reconnect) and an item seen only as item/completed still prints
+// its whole text once.
 type renderer struct {
 	w        io.Writer
 	format   string
 	color    bool
-	streamed map[string]bool // itemId → its deltas were printed
-	open     string          // the item whose deltas are on the current line
+	streamed map[string]string // itemId → the delta text printed
+	open     string            // the item whose deltas are on the current line
 }
 
 func newRenderer(w io.Writer, format string, color bool) *renderer {
-	return &renderer{w: w, format: format, color: color, streamed: map[string]bool{}}
+	return &renderer{w: w, format: format, color: color, streamed: map[string]string{}}
 }
 
 // event renders one notification.
@@ -61,22 +63,13 @@ func (r *renderer) event(method string, params json.RawMessage) {
 }
 
 func (r *renderer) raw(method string, params json.RawMessage) {
-	switch method {
-	case msp.NotifyItemDelta:
-		var p msp.ItemDeltaParams
-		json.Unmarshal(params, &p)
-		r.streamed[p.ItemID] = true
-		io.WriteString(r.w, p.Delta)
-	case msp.NotifyItemCompleted:
-		var p msp.ItemParams
-		json.Unmarshal(params, &p)
-		if p.Item.Kind != msp.ItemAgentMessage || p.Item.Status != msp.ItemCompleted {
-			return
-		}
-		if !r.streamed[p.Item.ItemID] && p.Item.Text != nil {
-			io.WriteString(r.w, *p.Item.Text)
-		}
-		io.WriteString(r.w, "\n")
+	if method != msp.NotifyItemCompleted {
+		return
+	}
+	var p msp.ItemParams
+	json.Unmarshal(params, &p)
+	if p.Item.Kind == msp.ItemAgentMessage && p.Item.Status == msp.ItemCompleted && p.Item.Text != nil {
+		io.WriteString(r.w, *p.Item.Text+"\n")
 	}
 }
 
@@ -98,11 +91,17 @@ func (r *renderer) pretty(method string, params json.RawMessage) {
 			fmt.Fprint(r.w, r.paint(bold, "agent: "))
 			r.open = p.ItemID
 		}
-		r.streamed[p.ItemID] = true
-		io.WriteString(r.w, p.Delta)
+		r.streamed[p.ItemID] += p.Delta
+		io.WriteString(r.w, sanitize(p.Delta))
 		return
 	case msp.NotifyItemStarted, msp.NotifySessionTokenUsage:
 		return // the deltas and the terminal say it all
+	case msp.NotifyItemCompleted:
+		var p msp.ItemParams
+		json.Unmarshal(params, &p)
+		if r.finishStreamed(p.Item) {
+			return
+		}
 	}
 	r.endLine()
 	switch method {
@@ -129,7 +128,7 @@ func (r *renderer) pretty(method string, params json.RawMessage) {
 	case msp.NotifyTurnRetryScheduled:
 		var p msp.TurnRetryScheduledParams
 		json.Unmarshal(params, &p)
-		fmt.Fprintln(r.w, r.paint(yellow, fmt.Sprintf("⟳ %s · %s · attempt %d/%d", p.Reason, retryIn(p.RetryDelayMs), p.NextAttempt, p.MaxAttempts)))
+		fmt.Fprintln(r.w, r.paint(yellow, fmt.Sprintf("⟳ %s · %s · attempt %d/%d", sanitize(p.Reason), retryIn(p.RetryDelayMs), p.NextAttempt, p.MaxAttempts)))
 	case msp.NotifyTurnCompleted:
 		var p msp.TurnCompletedParams
 		json.Unmarshal(params, &p)
@@ -143,6 +142,26 @@ func (r *renderer) pretty(method string, params json.RawMessage) {
 	}
 }
 
+// finishStreamed completes the line of an agent item whose deltas were
+// printed: the text they missed (lost in a gap or a reconnect) is added,
+// then the line ends. It reports whether it handled the item.
+func (r *renderer) finishStreamed(it msp.Item) bool {
+	printed, ok := r.streamed[it.ItemID]
+	if !ok || it.Kind != msp.ItemAgentMessage || it.Status != msp.ItemCompleted || it.Text == nil {
+		return false
+	}
+	delete(r.streamed, it.ItemID)
+	if rest, ok := strings.CutPrefix(*it.Text, printed); ok && r.open == it.ItemID {
+		io.WriteString(r.w, sanitize(rest))
+		r.endLine()
+		return true
+	}
+	// The deltas seen are not the start of the text: show it whole.
+	r.endLine()
+	fmt.Fprintln(r.w, r.paint(bold, "agent: ")+sanitize(*it.Text))
+	return true
+}
+
 func (r *renderer) item(it msp.Item) {
 	text := ""
 	if it.Text != nil {
@@ -150,12 +169,13 @@ func (r *renderer) item(it msp.Item) {
 	}
 	switch {
 	case it.Kind == msp.ItemUserMessage:
-		fmt.Fprintln(r.w, r.paint(bold, "you: ")+text)
+		fmt.Fprintln(r.w, r.paint(bold, "you: ")+sanitize(text))
 	case it.Kind != msp.ItemAgentMessage:
 		return
-	case !r.streamed[it.ItemID] && it.Status == msp.ItemCompleted:
-		fmt.Fprintln(r.w, r.paint(bold, "agent: ")+text)
+	case it.Status == msp.ItemCompleted:
+		fmt.Fprintln(r.w, r.paint(bold, "agent: ")+sanitize(text))
 	case it.Status == msp.ItemFailed:
+		delete(r.streamed, it.ItemID)
 		fmt.Fprintln(r.w, r.paint(red, "  ✗ this attempt's answer was discarded"))
 	case it.Status == msp.ItemCancelled:
 		fmt.Fprintln(r.w, r.paint(red, "  ■ stopped"))
@@ -184,11 +204,25 @@ func (r *renderer) terminal(p msp.TurnCompletedParams) string {
 	case msp.TerminalFailed:
 		msg := "failed"
 		if p.Error != nil {
-			msg += ": " + p.Error.Message
+			msg += ": " + sanitize(p.Error.Message)
 		}
 		return r.paint(red, "✗ "+msg)
 	}
 	return r.paint(dim, "■ "+p.Terminal)
+}
+
+// sanitize keeps model and provider text from driving the terminal: every
+// control character but newline and tab (ESC, BEL, CR, C1) becomes U+FFFD.
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' {
+			return r
+		}
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
 }
 
 // retryIn words a backoff: "retrying in 3s", "retrying in 250ms".

@@ -71,7 +71,11 @@ func (t *tailer) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer func() { c.Close() }()
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
 	if t.opts.FromStart || t.opts.From != "" {
 		var from *string
 		if t.opts.From != "" {
@@ -99,7 +103,9 @@ func (t *tailer) run(ctx context.Context) error {
 			case <-time.After(backoff):
 			}
 			backoff = min(2*backoff, 5*time.Second)
-			if c, err = t.dial(ctx); err == nil {
+			var next *client.Client
+			if next, err = t.dial(ctx); err == nil {
+				c = next
 				backoff = 250 * time.Millisecond
 				break
 			}
@@ -121,8 +127,14 @@ func (t *tailer) follow(ctx context.Context, c *client.Client) error {
 	if t.last != "" {
 		p.After = &t.last
 	}
-	if err := c.Call(ctx, msp.MethodViewSubscribe, p, nil); err != nil {
+	var res msp.ViewCursorResult
+	if err := c.Call(ctx, msp.MethodViewSubscribe, p, &res); err != nil {
 		return classify(err)
+	}
+	if t.last == "" {
+		// Live from the head: a reconnect must resume from here, not from
+		// its own "now", or what happened while it was away is lost.
+		t.last = res.ViewCursor
 	}
 	for {
 		n, err := c.Next(ctx)

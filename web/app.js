@@ -619,6 +619,9 @@
       }
     } catch (err) {
       if (epoch !== app.epoch) return;
+      // Live events must not wait on a history that will not come: let
+      // them through, and reopen from scratch on the next connection.
+      app.buffer = null;
       app.stale = true;
       if (err.kind !== 'disconnected') showError(err);
       return;
@@ -688,7 +691,17 @@
   // ------------------------------------------------------------ sending
 
   async function send(text) {
-    const sessionId = app.current || (await newChat());
+    let sessionId = app.current;
+    if (!sessionId) {
+      try {
+        sessionId = await newChat();
+      } catch (err) {
+        // Nothing was sent: give the text back to its author.
+        ui.input.value = text;
+        growInput();
+        throw err;
+      }
+    }
     const commandId = uuidv7();
     const echo = new ItemView('userMessage');
     echo.setText(text);
@@ -727,7 +740,11 @@
   async function stop() {
     ui.stop.disabled = true;
     try {
-      await rpc.call('turn/interrupt', { commandId: uuidv7(), sessionId: app.current });
+      // Name the turn on screen, so that a queued successor that started
+      // meanwhile is not the one stopped.
+      const params = { commandId: uuidv7(), sessionId: app.current };
+      if (app.running) params.turnId = app.running;
+      await rpc.call('turn/interrupt', params);
     } catch (err) {
       ui.stop.disabled = false;
       throw err;

@@ -1,6 +1,7 @@
 package msp
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 )
@@ -17,4 +18,17 @@ func EncodeNotification(method string, params json.RawMessage, emittedAtMs int64
 	b = append(b, `,"emittedAtMs":`...)
 	b = strconv.AppendInt(b, emittedAtMs, 10)
 	return append(b, '}')
+}
+
+// Marshal encodes v as mspd puts JSON on the wire: compact and without
+// HTML escaping, which would turn every '<', '>' and '&' of a message into
+// six bytes (and push frames past the size budgets measured on them).
+func Marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
