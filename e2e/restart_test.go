@@ -137,11 +137,9 @@ func TestKilledMidTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	logged := map[string]string{}
-	var after []client.Notification
 	for _, e := range page.Events {
 		n := client.Notification{Method: e.Method, Params: e.Params}
 		logged[n.Cursor()] = string(e.Params)
-		after = append(after, n)
 	}
 	for _, n := range seen {
 		if n.Method == msp.NotifyItemDelta || n.Cursor() == "" {

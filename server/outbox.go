@@ -42,13 +42,13 @@ type viewState struct {
 	last      string // cursor of the last event queued
 	inHole    bool
 	holeAfter string
-	// tail is the newest durable event dropped in the open hole. Once there
-	// is room again it is delivered and the hole reported, so a reader that
-	// fell behind at the end of a turn still gets the turn's terminal
-	// without waiting for the session's next event.
-	tail, tailCursor string
-	tailFrame        []byte
-	lostAfterTail    bool // a delta was dropped after tail
+	// The tail is the newest durable event dropped in the open hole. Once
+	// there is room again it is delivered and the hole reported, so a
+	// reader that fell behind at the end of a turn still gets the turn's
+	// terminal without waiting for the session's next event.
+	tailCursor    string
+	tailFrame     []byte
+	lostAfterTail bool // a delta was dropped after the tail
 }
 
 func newOutbox(maxFrames, maxBytes int, gapFrame func(sessionID, after, next string) []byte) *outbox {

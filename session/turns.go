@@ -367,16 +367,6 @@ func (s *session) settleAbandoned(ctx context.Context) error {
 	return nil
 }
 
-func removeTurn(q []pendingTurn, turnID string) []pendingTurn {
-	out := q[:0:0]
-	for _, t := range q {
-		if t.TurnID != turnID {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
 func firstLine(s string, limit int) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	if r := []rune(s); len(r) > limit {

@@ -50,9 +50,9 @@ func TestCompileSchemaAccepts(t *testing.T) {
 
 // check calls Check, turning a panic into an error so that one bad case
 // does not take the whole test binary down.
-func check(s *turn.Schema, answer string) (err error, panicked any) {
+func check(s *turn.Schema, answer string) (panicked any, err error) {
 	defer func() { panicked = recover() }()
-	return s.Check(answer), nil
+	return nil, s.Check(answer)
 }
 
 func TestSchemaCheck(t *testing.T) {
@@ -89,7 +89,7 @@ func TestSchemaCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err, p := check(s, tt.answer)
+			p, err := check(s, tt.answer)
 			if p != nil {
 				t.Fatalf("Check(%q) panicked: %v", tt.answer, p)
 			}
