@@ -161,8 +161,8 @@ func TestSlowReaderGetsGap(t *testing.T) {
 	sid := start.Session.SessionID
 
 	// The slow reader: a bare WebSocket with a small receive buffer that
-	// handshakes, subscribes, then stops reading while 8 MB of events flow
-	// (more than the kernel buffers on both ends can hide).
+	// handshakes, subscribes, then stops reading while 2 MB of events flow
+	// (more than its 16 KiB window and the server's 64 KiB budget allow).
 	ws, _, err := websocket.Dial(ctx, d.URL(), &websocket.DialOptions{HTTPClient: smallBufferClient()})
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func TestSlowReaderGetsGap(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // let the subscription land before the flood
 
 	word := strings.Repeat("y", 16000)
-	ack, err := fast.StartTurn(ctx, sid, scripted.Script(scripted.Step{Text: strings.Repeat(word, 500), Chunks: 500, ChunkDelayMs: 1}))
+	ack, err := fast.StartTurn(ctx, sid, scripted.Script(scripted.Step{Text: strings.Repeat(word, 125), Chunks: 125, ChunkDelayMs: 1}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestSlowReaderGetsGap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := len(only(live, msp.NotifyItemDelta)); got != 500 {
+	if got := len(only(live, msp.NotifyItemDelta)); got != 125 {
 		t.Fatalf("the fast reader got %d deltas", got)
 	}
 	finalCursor := live[len(live)-1].Cursor()
