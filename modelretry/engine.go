@@ -279,23 +279,16 @@ func (a *Attempt) N() int { return a.n }
 
 // Succeed records a successful request, refilling the retry budget, and
 // ends the call.
-func (a *Attempt) Succeed() {
-	c := a.call
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if a.resolved {
-		return
-	}
-	a.resolved = true
-	a.decision = Decision{Attempt: a.n, MaxAttempts: c.policy.MaxAttempts, Stop: StopResolved}
-	c.state = stateEnded
-	c.budget.OnSuccess()
-}
+func (a *Attempt) Succeed() { a.end(true) }
 
 // Withdraw records that the request never reached the provider (refused
 // locally, RFC 0248 §A.1): it is not counted, and the call ends, since a
 // refusal is not retried.
-func (a *Attempt) Withdraw() {
+func (a *Attempt) Withdraw() { a.end(false) }
+
+// end resolves the attempt without a failure: sent and answered, or never
+// sent at all.
+func (a *Attempt) end(sent bool) {
 	c := a.call
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -304,8 +297,12 @@ func (a *Attempt) Withdraw() {
 	}
 	a.resolved = true
 	a.decision = Decision{Attempt: a.n, MaxAttempts: c.policy.MaxAttempts, Stop: StopResolved}
-	c.attempts--
 	c.state = stateEnded
+	if sent {
+		c.budget.OnSuccess()
+	} else {
+		c.attempts--
+	}
 }
 
 // Fail decides on a model-layer failure (before any output was committed):

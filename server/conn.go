@@ -31,8 +31,9 @@ type conn struct {
 	busy        atomic.Bool // a request is being handled on the read loop
 	cancel      context.CancelFunc
 
-	mu     sync.Mutex
-	optOut map[string]bool
+	// optOut is set once by initialize, before any notification can flow,
+	// and only read after: a lock-free read on every delivery.
+	optOut atomic.Pointer[map[string]bool]
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -174,9 +175,8 @@ func (c *conn) Subscribed(sessionID, from string) { c.out.subscribed(sessionID, 
 func (c *conn) Broadcasts() bool { return c.ready.Load() }
 
 func (c *conn) optedOut(method string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.optOut[method] && !msp.Protected(method)
+	m := c.optOut.Load()
+	return m != nil && (*m)[method] && !msp.Protected(method)
 }
 
 // gapFrame renders a view/gap notification.

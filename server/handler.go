@@ -140,12 +140,11 @@ func (h *handler) initialize(params json.RawMessage) (any, func(context.Context)
 	}
 	c := h.c
 	if p.Capabilities != nil {
-		c.mu.Lock()
-		c.optOut = make(map[string]bool, len(p.Capabilities.OptOutNotificationMethods))
+		optOut := make(map[string]bool, len(p.Capabilities.OptOutNotificationMethods))
 		for _, m := range p.Capabilities.OptOutNotificationMethods {
-			c.optOut[m] = true
+			optOut[m] = true
 		}
-		c.mu.Unlock()
+		c.optOut.Store(&optOut)
 	}
 	c.initialized.Store(true)
 	c.log.Debug("initialized", "client", p.ClientInfo.Name, "version", p.ClientInfo.Version)
