@@ -89,7 +89,7 @@ type Manager struct {
 
 	mu        sync.Mutex
 	sessions  map[string]*loading
-	listeners map[Subscriber]struct{}
+	listeners map[Subscriber]string // → the principal it listens for
 }
 
 // loading is a session being or having been loaded.
@@ -136,7 +136,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		ledger:    newLedger(cfg.Store),
 		log:       cfg.Logger,
 		sessions:  make(map[string]*loading),
-		listeners: make(map[Subscriber]struct{}),
+		listeners: make(map[Subscriber]string),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := m.recover(ctx); err != nil {
@@ -222,10 +222,11 @@ func frameBudget(maxFrame int) int { return maxFrame - min(64<<10, maxFrame/4) }
 
 func (m *Manager) frameBudget() int { return frameBudget(m.cfg.MaxFrameBytes) }
 
-// Listen registers sub for broadcasts; Detach undoes it.
-func (m *Manager) Listen(sub Subscriber) {
+// Listen registers sub for the broadcasts about principal's sessions;
+// Detach undoes it.
+func (m *Manager) Listen(sub Subscriber, principal string) {
 	m.mu.Lock()
-	m.listeners[sub] = struct{}{}
+	m.listeners[sub] = principal
 	m.mu.Unlock()
 }
 
