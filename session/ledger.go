@@ -61,10 +61,11 @@ func (l *ledger) run(ctx context.Context, id, method string, params json.RawMess
 	if err != nil {
 		return nil, false, msp.ErrInvalidParams("", "params: %v", err)
 	}
-	release := l.lock(id)
+	key := ledgerKey(PrincipalFrom(ctx), id)
+	release := l.lock(key)
 	defer release()
 
-	prev, err := l.store.Command(ctx, id)
+	prev, err := l.store.Command(ctx, key)
 	switch {
 	case err == nil:
 		if prev.Digest != digest {
@@ -82,8 +83,17 @@ func (l *ledger) run(ctx context.Context, id, method string, params json.RawMess
 	case !errors.Is(err, store.ErrNotFound):
 		return nil, false, msp.ErrInternal("ledger: %v", err)
 	}
-	resp, err = admit(&admission{id: id, digest: digest})
+	resp, err = admit(&admission{id: key, digest: digest})
 	return resp, false, err
+}
+
+// ledgerKey scopes a commandId to its principal: one user's commandIds
+// can neither replay nor collide with another's.
+func ledgerKey(principal, commandID string) string {
+	if principal == "" {
+		return commandID
+	}
+	return principal + "\x00" + commandID
 }
 
 // lock serialises admissions of one commandId.

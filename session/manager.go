@@ -250,7 +250,8 @@ func (m *Manager) Detach(sub Subscriber) {
 	}
 }
 
-func (m *Manager) broadcast(method string, params any) {
+// broadcast tells the connections of a session's owner about it.
+func (m *Manager) broadcast(owner, method string, params any) {
 	raw, err := msp.Marshal(params)
 	if err != nil {
 		m.log.Error("encoding broadcast", "method", method, "err", err)
@@ -259,16 +260,31 @@ func (m *Manager) broadcast(method string, params any) {
 	n := Notification{Method: method, Frame: msp.EncodeNotification(method, raw, m.now().UnixMilli())}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for sub := range m.listeners {
-		if sub.Broadcasts() {
+	for sub, principal := range m.listeners {
+		if principal == owner && sub.Broadcasts() {
 			sub.Deliver(n)
 		}
 	}
 }
 
-// acquire returns a session, loading it from the store once, pinned in
-// memory until release is called.
+// acquire returns a session of ctx's principal, loading it from the store
+// once, pinned in memory until release is called. Another principal's
+// session is reported as not found, so its existence does not leak.
 func (m *Manager) acquire(ctx context.Context, id string) (s *session, release func(), err error) {
+	s, release, err = m.load(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.owner != PrincipalFrom(ctx) {
+		release()
+		return nil, nil, msp.ErrSessionNotFound(id)
+	}
+	return s, release, nil
+}
+
+// load returns a session whoever owns it, loading it from the store once,
+// pinned in memory until release is called.
+func (m *Manager) load(ctx context.Context, id string) (s *session, release func(), err error) {
 	m.mu.Lock()
 	l, ok := m.sessions[id]
 	if !ok {
@@ -320,6 +336,7 @@ func (m *Manager) read(ctx context.Context, id string) (*session, error) {
 	if err := json.Unmarshal(row.State, &s.st); err != nil {
 		return nil, msp.ErrInternal("session %s state unreadable: %v", id, err)
 	}
+	s.owner = s.st.Owner
 	if s.head, err = m.store.Head(ctx, id); err != nil {
 		return nil, msp.ErrInternal("loading session: %v", err)
 	}
@@ -345,7 +362,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		return fmt.Errorf("session: listing busy sessions: %w", err)
 	}
 	for _, row := range rows {
-		s, release, err := m.acquire(ctx, row.ID)
+		s, release, err := m.load(ctx, row.ID)
 		if err != nil {
 			return fmt.Errorf("session: recovering %s: %w", row.ID, err)
 		}
@@ -371,12 +388,15 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 			return nil, nil, msp.ErrInvalidParams("sessionId", "sessionId must be a UUID")
 		}
 	}
-	providerID, modelID, err := m.resolveModel(p)
-	if err != nil {
-		return nil, nil, err
-	}
+	owner := PrincipalFrom(ctx)
 	var started *msp.Session
 	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionStart, raw, func(a *admission) (json.RawMessage, error) {
+		// Resolved only for a new command: a replay gets its recorded
+		// answer even after the configured providers changed.
+		providerID, modelID, err := m.resolveModel(p)
+		if err != nil {
+			return nil, err
+		}
 		id := p.SessionID
 		if id == "" {
 			id = newID()
@@ -392,7 +412,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 			}
 		}
 		now := m.now()
-		st := state{CreatedAt: now, UpdatedAt: now}
+		st := state{CreatedAt: now, UpdatedAt: now, Owner: owner}
 		st.ProviderID, st.ModelID = optional(providerID), optional(modelID)
 		root := p.WorkspaceRoot
 		if root == "" && len(p.WorkspaceRoots) > 0 {
@@ -417,7 +437,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 	}
 	if started != nil {
 		// Upstream hosts broadcast session/started before the response.
-		m.broadcast(msp.NotifySessionStarted, msp.SessionStartedParams{Session: *started})
+		m.broadcast(owner, msp.NotifySessionStarted, msp.SessionStartedParams{Session: *started})
 	}
 	var res msp.SessionStartResult
 	if err := json.Unmarshal(resp, &res); err != nil {
@@ -597,24 +617,38 @@ func (m *Manager) ListSessions(ctx context.Context, raw json.RawMessage) (msp.Se
 		}
 		after = &k
 	}
-	rows, err := m.store.Sessions(ctx, after, limit+1)
-	if err != nil {
-		return msp.SessionListResult{}, msp.ErrInternal("listing sessions: %v", err)
-	}
-	res := msp.SessionListResult{Sessions: make([]msp.Session, 0, min(len(rows), limit))}
-	for i, row := range rows {
-		if i == limit {
-			c := encodeListCursor(store.SessionKey{UpdatedAt: rows[i-1].UpdatedAt, ID: rows[i-1].ID})
-			res.NextCursor = &c
-			break
+	// Only the caller's own sessions are listed; the scan goes on past
+	// other principals' rows until the page is full.
+	owner := PrincipalFrom(ctx)
+	res := msp.SessionListResult{Sessions: []msp.Session{}}
+	var last store.SessionKey // the last session returned
+	batch := max(limit+1, 64)
+	for {
+		rows, err := m.store.Sessions(ctx, after, batch)
+		if err != nil {
+			return msp.SessionListResult{}, msp.ErrInternal("listing sessions: %v", err)
 		}
-		var st state
-		if err := json.Unmarshal(row.State, &st); err != nil {
-			return res, msp.ErrInternal("session %s state unreadable: %v", row.ID, err)
+		for _, row := range rows {
+			after = &store.SessionKey{UpdatedAt: row.UpdatedAt, ID: row.ID}
+			var st state
+			if err := json.Unmarshal(row.State, &st); err != nil {
+				return res, msp.ErrInternal("session %s state unreadable: %v", row.ID, err)
+			}
+			if st.Owner != owner {
+				continue
+			}
+			if len(res.Sessions) == limit {
+				c := encodeListCursor(last)
+				res.NextCursor = &c
+				return res, nil
+			}
+			res.Sessions = append(res.Sessions, st.wire(row.ID, m.cfg.LogPath))
+			last = *after
 		}
-		res.Sessions = append(res.Sessions, st.wire(row.ID, m.cfg.LogPath))
+		if len(rows) < batch {
+			return res, nil
+		}
 	}
-	return res, nil
 }
 
 // Subscribe serves view/subscribe (and the auto-subscribe of start and

@@ -18,8 +18,9 @@ import (
 // mu serialises every append and fan-out, so subscribers see events in
 // cursor order.
 type session struct {
-	id string
-	m  *Manager
+	id    string
+	owner string // the principal it belongs to; never changes
+	m     *Manager
 
 	mu         sync.Mutex
 	st         state

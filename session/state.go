@@ -11,6 +11,9 @@ import (
 // tell (turns admitted but not yet launched) plus the session's metadata.
 type state struct {
 	CreatedAt       time.Time     `json:"createdAt"`
+	// Owner is the principal that started the session: the only one that
+	// sees it.
+	Owner           string        `json:"owner,omitempty"`
 	UpdatedAt       time.Time     `json:"updatedAt"`
 	ModelID         *string       `json:"modelId,omitempty"`
 	ProviderID      *string       `json:"providerId,omitempty"`
