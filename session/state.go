@@ -10,7 +10,7 @@ import (
 // state is a session's persisted bookkeeping: what the log alone cannot
 // tell (turns admitted but not yet launched) plus the session's metadata.
 type state struct {
-	CreatedAt       time.Time     `json:"createdAt"`
+	CreatedAt time.Time `json:"createdAt"`
 	// Owner is the principal that started the session: the only one that
 	// sees it.
 	Owner           string        `json:"owner,omitempty"`
