@@ -191,6 +191,8 @@ func (m models) Resolve(providerID, modelID string) (string, string, error) {
 	return p, model, err
 }
 
+func (m models) Serves(providerID string) bool { return m.Get(providerID) != nil }
+
 func (m models) List(activeProvider, activeModel string) msp.ModelListResult {
 	if activeProvider == "" {
 		def := m.Default()
@@ -240,10 +242,15 @@ type router struct {
 }
 
 func (r *router) Run(ctx context.Context, spec turn.Spec, sink turn.Sink) turn.Outcome {
-	runner, ok := r.byID[spec.ProviderID]
+	id := spec.ProviderID
+	if id == "" {
+		id = r.def
+	}
+	runner, ok := r.byID[id]
 	if !ok {
-		// A session from a run with other providers configured.
-		runner = r.byID[r.def]
+		// A turn admitted under another configuration: its model id means
+		// nothing to the providers configured now.
+		return turn.Refused(msp.TurnErrorConfig, fmt.Sprintf("the session's provider %q is not configured on this server", id))
 	}
 	return runner.Run(ctx, spec, sink)
 }

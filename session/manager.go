@@ -36,6 +36,8 @@ type Catalog interface {
 	// "the default") and returns what the session will use. A refusal is
 	// an *msp.Error naming the field.
 	Resolve(providerID, modelID string) (provider, model string, err error)
+	// Serves tells whether a provider is configured.
+	Serves(providerID string) bool
 }
 
 // Config configures a Manager.

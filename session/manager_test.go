@@ -190,19 +190,23 @@ type mgrOpts struct {
 
 func newManager(t *testing.T, st store.Store, model provider.Model, o mgrOpts) *Manager {
 	t.Helper()
-	runner := turn.NewRunner(turn.Config{
-		Model: model,
-		// Rand 0 with full jitter: every backoff is zero, nothing sleeps.
-		Engine: &modelretry.Engine{Clock: retrytest.NewClock(time.Now()), Rand: retrytest.Fixed(0)},
-		Policy: modelretry.DefaultPolicy(),
-	})
-	m, err := New(context.Background(), Config{Store: st, Runner: runner, LogPath: "test.db",
+	m, err := New(context.Background(), Config{Store: st, Runner: newTestRunner(model), LogPath: "test.db",
 		MaxQueuedTurns: o.maxQueued, Now: o.now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
 	return m
+}
+
+// newTestRunner runs turns on model with the default policy and no
+// backoff: Rand 0 with full jitter makes every delay zero.
+func newTestRunner(model provider.Model) *turn.Runner {
+	return turn.NewRunner(turn.Config{
+		Model:  model,
+		Engine: &modelretry.Engine{Clock: retrytest.NewClock(time.Now()), Rand: retrytest.Fixed(0)},
+		Policy: modelretry.DefaultPolicy(),
+	})
 }
 
 var cmdSeq atomic.Int64

@@ -21,35 +21,23 @@ func (m *Manager) StartTurn(ctx context.Context, raw json.RawMessage) (json.RawM
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, nil, msp.ErrInvalidParams("", "turn/start params: %v", err)
 	}
-	text, err := inputText(p.Input)
-	if err != nil {
-		return nil, nil, err
-	}
-	// The input comes back as the userMessage item: that event must fit a
-	// frame.
-	if encoded, _ := msp.Marshal(text); len(encoded) > m.frameBudget() {
-		e := msp.NewError(msp.CodeInputTooLarge, msp.KindInputTooLarge, "turn input encodes to %d bytes; at most %d fit one frame", len(encoded), m.frameBudget())
-		e.Data.LimitBytes = int64(m.frameBudget())
-		return nil, nil, e
-	}
-	if p.IfBusy != "" && p.IfBusy != msp.IfBusyQueue {
-		e := msp.ErrInvalidParams("ifBusy", "ifBusy %q is not supported by this host; use \"queue\"", p.IfBusy)
-		e.Data.Reason = "unsupported"
-		return nil, nil, e
-	}
-	if len(p.ResponseSchema) > 0 {
-		if _, err := turn.CompileSchema(p.ResponseSchema); err != nil {
-			return nil, nil, msp.ErrInvalidParams("responseSchema", "%v", err)
-		}
-	}
 	s, release, err := m.acquire(ctx, p.SessionID)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer release()
 	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodTurnStart, raw, func(a *admission) (json.RawMessage, error) {
+		// Checked only for a new command: a replay gets its recorded ack
+		// even after the configuration (frame size, providers) changed.
+		text, err := m.checkTurn(p)
+		if err != nil {
+			return nil, err
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if err := m.checkProvider(s.st.ProviderID); err != nil {
+			return nil, err
+		}
 		if len(s.st.Queue) >= m.cfg.MaxQueuedTurns {
 			e := msp.NewError(msp.CodeBackpressured, msp.KindBackpressured, "session %s already has %d queued turns", s.id, len(s.st.Queue))
 			e.Data.Capacity = m.cfg.MaxQueuedTurns
@@ -84,6 +72,53 @@ func (m *Manager) StartTurn(ctx context.Context, raw json.RawMessage) (json.RawM
 	// Kicked for a replay too: the first admission's launch may have been
 	// lost with its connection, and a kick with nothing queued does nothing.
 	return resp, func() { m.kick(s) }, nil
+}
+
+// checkTurn validates a new turn/start and returns its input text.
+func (m *Manager) checkTurn(p msp.TurnStartParams) (string, error) {
+	text, err := inputText(p.Input)
+	if err != nil {
+		return "", err
+	}
+	// The input comes back as the userMessage item: that event must fit a
+	// frame.
+	if encoded, _ := msp.Marshal(text); len(encoded) > m.frameBudget() {
+		e := msp.NewError(msp.CodeInputTooLarge, msp.KindInputTooLarge, "turn input encodes to %d bytes; at most %d fit one frame", len(encoded), m.frameBudget())
+		e.Data.LimitBytes = int64(m.frameBudget())
+		return "", e
+	}
+	if p.IfBusy != "" && p.IfBusy != msp.IfBusyQueue {
+		e := msp.ErrInvalidParams("ifBusy", "ifBusy %q is not supported by this host; use \"queue\"", p.IfBusy)
+		e.Data.Reason = "unsupported"
+		return "", e
+	}
+	if len(p.ResponseSchema) > 0 {
+		if _, err := turn.CompileSchema(p.ResponseSchema); err != nil {
+			return "", msp.ErrInvalidParams("responseSchema", "%v", err)
+		}
+	}
+	return text, nil
+}
+
+// checkProvider refuses a turn of a session whose provider this server no
+// longer runs (it was configured when the session started): its model id
+// must not silently go to another provider.
+func (m *Manager) checkProvider(providerID *string) error {
+	id := deref(providerID)
+	if id == "" {
+		return nil // the default provider, whichever it is
+	}
+	served := id == m.cfg.ProviderID
+	if m.cfg.Catalog != nil {
+		served = m.cfg.Catalog.Serves(id)
+	}
+	if served {
+		return nil
+	}
+	e := msp.ErrInvalidParams("sessionId", "the session's provider %q is not configured on this server", id)
+	e.Data.Reason = "providerNotConfigured"
+	e.Data.Details["providerId"] = id
+	return e
 }
 
 // inputText joins a turn's text parts; mspd's models take text only.

@@ -50,3 +50,15 @@ type Outcome struct {
 	// Answer is the final agent text when the turn completed.
 	Answer string
 }
+
+// Refused is the outcome of a turn that could not run at all: failed with
+// kind, no attempt made, so nothing is missing from its accounting.
+func Refused(kind, message string) Outcome {
+	var zero int64
+	return Outcome{Completed: msp.TurnCompletedParams{
+		Terminal:   msp.TerminalFailed,
+		Error:      &msp.TurnError{Kind: kind, Message: message},
+		DurationMs: &zero,
+		Attempts:   &msp.Attempts{UsageComplete: true},
+	}}
+}
