@@ -59,6 +59,10 @@ type Command struct {
 	Response json.RawMessage
 	// IsError tells whether Response is an error object.
 	IsError bool
+	// CreatedAt is when the entry was first admitted; PruneCommands goes
+	// by it. Commit stamps the time of the write when it is zero. Like
+	// Session's times it must be representable as int64 Unix nanoseconds.
+	CreatedAt time.Time
 }
 
 // Batch is what one Commit writes atomically.
@@ -117,6 +121,12 @@ type Store interface {
 	BusySessions(ctx context.Context) ([]Session, error)
 	// Command returns a ledger entry, or ErrNotFound.
 	Command(ctx context.Context, id string) (Command, error)
+	// PruneCommands deletes up to limit ledger entries created strictly
+	// before before, oldest first, and returns how many it deleted. Each
+	// call is a short write of its own, so callers prune a large backlog in
+	// chunks, calling again until fewer than limit come back (see Pruner).
+	// A pruned id is unknown again: a later Commit may add it anew.
+	PruneCommands(ctx context.Context, before time.Time, limit int) (int, error)
 	// Close releases the store after the commits already under way
 	// finish; a Commit after Close returns an error.
 	Close() error

@@ -26,13 +26,34 @@
 //
 // A single writer also makes sequence checks cheap and race-free: the head
 // of each session is looked up once per transaction and carried from batch
-// to batch.
+// to batch. PruneCommands goes through the writer too, as a transaction of
+// its own between two groups, so a prune never holds the write lock for
+// longer than one bounded DELETE.
+//
+// # One process per directory
+//
+// Two processes on one store would each believe the other's running turns
+// were left by a crash and settle them, then fight over every sequence
+// number. So Open first takes an exclusive OS lock (flock(2), through
+// github.com/gofrs/flock) on LockFile in the database's directory, without
+// waiting, and writes its PID into it; a second Open gets a *LockedError
+// naming the directory and that PID. Close releases the lock, and the OS
+// does when the process dies, so a restart after kill -9 just works.
+//
+// SQLite's own PRAGMA locking_mode=EXCLUSIVE would not do: it is held per
+// connection, so the writer would lock out this store's own read pool (and
+// the sqlite3 CLI an operator inspects the file with); a refused process
+// waits out the busy timeout and then learns only "database is locked",
+// not who holds it. A lock file can name its holder.
 //
 // # Schema
 //
 // events(session_id, seq) is a WITHOUT ROWID table clustered on its key, so
 // a read after a cursor is one range scan; sessions is indexed for the
-// newest-first listing and for the busy sessions; commands is the ledger.
-// Times are stored as Unix nanoseconds, JSON as BLOBs returned byte for
-// byte.
+// newest-first listing and for the busy sessions; commands is the ledger,
+// indexed by created_at so PruneCommands deletes the oldest entries without
+// a scan. Times are stored as Unix nanoseconds, JSON as BLOBs returned byte
+// for byte. PRAGMA user_version holds the schema version; Open migrates an
+// older file forward in one transaction (version 2 added commands.created_at,
+// set to the migration time for the entries already there).
 package sqlite

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,10 +22,26 @@ var ErrClosed = errors.New("sqlite: store closed")
 
 // schemaVersion is stored in PRAGMA user_version; Open refuses files from a
 // newer mspd rather than misreading them.
-const schemaVersion = 1
+var schemaVersion = len(migrations(0))
 
-// schema returns the statements that create schemaVersion.
-func schema() []string {
+// migrations returns, at index v-1, the statements that bring a database
+// from version v-1 to v; now is the migration's time in Unix nanoseconds. A
+// new file runs them all, so new and migrated files share one schema.
+func migrations(now int64) [][]string {
+	return [][]string{
+		schemaV1(),
+		{
+			// The ledger's age, for pruning: entries from before version 2
+			// are taken to be as old as the migration.
+			`ALTER TABLE commands ADD COLUMN created_at INTEGER NOT NULL DEFAULT 0`,
+			fmt.Sprintf(`UPDATE commands SET created_at = %d`, now),
+			`CREATE INDEX commands_by_created ON commands (created_at)`,
+		},
+	}
+}
+
+// schemaV1 creates version 1.
+func schemaV1() []string {
 	return []string{
 		// Clustered on (session_id, seq): reads after a cursor and the head
 		// lookup are range scans of one b-tree, and an append is one insert.
@@ -87,6 +104,8 @@ func WithReadConns(n int) Option {
 
 // Store is a store.Store on one SQLite file. Create it with Open.
 type Store struct {
+	lock *dirLock // held from before the file is opened until after it is closed
+
 	wdb *sql.DB   // holds the single writer connection
 	wc  *sql.Conn // pinned, so the writer's prepared statements stay valid
 	rdb *sql.DB   // read-only pool
@@ -101,6 +120,7 @@ type Store struct {
 	closed     bool
 	reqs       chan *commitReq
 	writerDone chan struct{}
+	prunes     chan *pruneReq // unbuffered: a sent prune is already the writer's
 }
 
 var _ store.Store = (*Store)(nil)
@@ -114,11 +134,16 @@ type readStmts struct {
 type writeStmts struct {
 	begin, commit, rollback,
 	savepoint, release, rollbackTo,
-	head, insertEvent, upsertSession, insertCommand *sql.Stmt
+	head, insertEvent, upsertSession, insertCommand,
+	pruneCommands *sql.Stmt
 }
 
 // Open opens the database file at path, creating it and its parent
 // directory when missing, and starts the writer.
+//
+// Before touching the file it locks the directory (see the package doc):
+// while a store is open on a directory, Open on the same directory fails at
+// once with a *LockedError (errors.Is ErrLocked). Close releases the lock.
 func Open(path string, opts ...Option) (*Store, error) {
 	cfg := config{busyTimeout: 5 * time.Second, maxGroup: 256, readConns: 4}
 	for _, o := range opts {
@@ -138,12 +163,18 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
-	s := &Store{maxGroup: cfg.maxGroup}
+	lock, err := lockDir(filepath.Dir(abs))
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{lock: lock, maxGroup: cfg.maxGroup}
 	if err := s.open(abs, cfg); err != nil {
 		s.closeDBs()
+		_ = lock.unlock()
 		return nil, err
 	}
 	s.reqs = make(chan *commitReq, cfg.maxGroup)
+	s.prunes = make(chan *pruneReq)
 	s.writerDone = make(chan struct{})
 	go s.writer()
 	return s, nil
@@ -181,7 +212,7 @@ func (s *Store) open(path string, cfg config) error {
 	if syncMode != 2 {
 		return fmt.Errorf("sqlite: %s: synchronous is %d, want 2 (FULL)", path, syncMode)
 	}
-	if err := s.migrate(ctx); err != nil {
+	if err := migrate(ctx, s.wc, schemaVersion, time.Now()); err != nil {
 		return err
 	}
 	if err := s.prepareWrites(ctx); err != nil {
@@ -197,33 +228,29 @@ func (s *Store) open(path string, cfg config) error {
 	return s.prepareReads(ctx)
 }
 
-func (s *Store) migrate(ctx context.Context) error {
+// migrate brings the database on conn to version target in one
+// transaction, stamping rows that need a time with now.
+func migrate(ctx context.Context, conn *sql.Conn, target int, now time.Time) error {
 	var v int
-	if err := s.wc.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
 		return fmt.Errorf("sqlite: %w", err)
 	}
 	if v > schemaVersion {
 		return fmt.Errorf("sqlite: schema version %d is newer than this build's %d", v, schemaVersion)
 	}
-	if v == schemaVersion {
+	if v >= target {
 		return nil
 	}
-	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
-	for _, q := range schema() {
-		if _, err := s.wc.ExecContext(ctx, q); err != nil {
-			_, _ = s.wc.ExecContext(ctx, "ROLLBACK")
-			return fmt.Errorf("sqlite: migrate: %w", err)
+	steps := migrations(clampNanos(now))[v:target]
+	qs := append(slices.Concat(steps...), fmt.Sprintf("PRAGMA user_version = %d", target), "COMMIT")
+	for _, q := range qs {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			_, _ = conn.ExecContext(ctx, "ROLLBACK")
+			return fmt.Errorf("sqlite: migrate to version %d: %w", target, err)
 		}
-	}
-	if _, err := s.wc.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
-		_, _ = s.wc.ExecContext(ctx, "ROLLBACK")
-		return fmt.Errorf("sqlite: migrate: %w", err)
-	}
-	if _, err := s.wc.ExecContext(ctx, "COMMIT"); err != nil {
-		_, _ = s.wc.ExecContext(ctx, "ROLLBACK")
-		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	return nil
 }
@@ -265,8 +292,11 @@ func (s *Store) prepareWrites(ctx context.Context) error {
 				updated_at = excluded.updated_at, busy = excluded.busy, state = excluded.state`},
 		// DO NOTHING turns a duplicate id into zero rows affected, which the
 		// writer reports as ErrConflict without parsing driver errors.
-		{&w.insertCommand, `INSERT INTO commands (id, digest, response, is_error) VALUES (?, ?, ?, ?)
+		{&w.insertCommand, `INSERT INTO commands (id, digest, response, is_error, created_at) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO NOTHING`},
+		// Oldest first, through commands_by_created.
+		{&w.pruneCommands, `DELETE FROM commands WHERE rowid IN (
+			SELECT rowid FROM commands WHERE created_at < ? ORDER BY created_at LIMIT ?)`},
 	})
 }
 
@@ -284,7 +314,7 @@ func (s *Store) prepareReads(ctx context.Context) error {
 		{&r.sessionsAfter, `SELECT ` + sessionCols + ` FROM sessions
 			WHERE (updated_at, id) < (?, ?) ORDER BY updated_at DESC, id DESC LIMIT ?`},
 		{&r.busy, `SELECT ` + sessionCols + ` FROM sessions WHERE busy ORDER BY id`},
-		{&r.command, `SELECT id, digest, response, is_error FROM commands WHERE id = ?`},
+		{&r.command, `SELECT id, digest, response, is_error, created_at FROM commands WHERE id = ?`},
 	})
 }
 
@@ -432,10 +462,11 @@ func scanSessions(rows *sql.Rows) ([]store.Session, error) {
 // Command implements store.Store.
 func (s *Store) Command(ctx context.Context, id string) (store.Command, error) {
 	var (
-		c    store.Command
-		resp []byte
+		c       store.Command
+		resp    []byte
+		created int64
 	)
-	err := s.r.command.QueryRowContext(ctx, id).Scan(&c.ID, &c.Digest, &resp, &c.IsError)
+	err := s.r.command.QueryRowContext(ctx, id).Scan(&c.ID, &c.Digest, &resp, &c.IsError, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Command{}, fmt.Errorf("sqlite: command %q: %w", id, store.ErrNotFound)
 	}
@@ -443,11 +474,13 @@ func (s *Store) Command(ctx context.Context, id string) (store.Command, error) {
 		return store.Command{}, fmt.Errorf("sqlite: command %q: %w", id, err)
 	}
 	c.Response = resp
+	c.CreatedAt = time.Unix(0, created).UTC()
 	return c, nil
 }
 
-// Close waits for the commits already enqueued, stops the writer and closes
-// the database. Later Commits return ErrClosed; Close is idempotent.
+// Close waits for the commits already enqueued, stops the writer, closes
+// the database and then releases the directory lock. Later Commits return
+// ErrClosed; Close is idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -458,7 +491,7 @@ func (s *Store) Close() error {
 	close(s.reqs)
 	s.mu.Unlock()
 	<-s.writerDone
-	return s.closeDBs()
+	return errors.Join(s.closeDBs(), s.lock.unlock())
 }
 
 // closeDBs closes whatever open managed to set up.
@@ -469,6 +502,7 @@ func (s *Store) closeDBs() error {
 		s.r.sessionsAfter, s.r.busy, s.r.command,
 		s.w.begin, s.w.commit, s.w.rollback, s.w.savepoint, s.w.release,
 		s.w.rollbackTo, s.w.head, s.w.insertEvent, s.w.upsertSession, s.w.insertCommand,
+		s.w.pruneCommands,
 	} {
 		if st != nil {
 			errs = append(errs, st.Close())

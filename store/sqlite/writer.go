@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"mspd/store"
 )
@@ -70,16 +71,34 @@ func validate(b store.Batch) error {
 		if c.ID == "" {
 			return fmt.Errorf("sqlite: invalid batch: command without an id")
 		}
+		if c.CreatedAt.IsZero() {
+			continue // stamped by the writer
+		}
+		if _, err := nanos(c.CreatedAt); err != nil {
+			return fmt.Errorf("sqlite: invalid batch: command %q CreatedAt: %w", c.ID, err)
+		}
 	}
 	return nil
 }
 
 // writer owns the write connection. Each round takes whatever is queued,
-// up to maxGroup batches, and commits it as one transaction.
+// up to maxGroup batches, and commits it as one transaction; a prune is a
+// round of its own.
 func (s *Store) writer() {
 	defer close(s.writerDone)
 	group := make([]*commitReq, 0, s.maxGroup)
-	for first := range s.reqs {
+	for {
+		var first *commitReq
+		select {
+		case p := <-s.prunes:
+			s.prune(p)
+			continue
+		case r, ok := <-s.reqs:
+			if !ok {
+				return
+			}
+			first = r
+		}
 		group = append(group[:0], first)
 	drain:
 		for len(group) < s.maxGroup {
@@ -140,6 +159,7 @@ func (s *Store) commitGroup(group []*commitReq) {
 		return
 	}
 	heads := make(map[string]int64) // session → head within this transaction
+	now := time.Now()               // the CreatedAt of commands that have none
 	for i, r := range group {
 		if errs[i] != nil || isEmpty(r.b) {
 			continue
@@ -148,7 +168,7 @@ func (s *Store) commitGroup(group []*commitReq) {
 			fail(err)
 			return
 		}
-		newHead, err := s.apply(ctx, r.b, heads)
+		newHead, err := s.apply(ctx, r.b, heads, now)
 		if err != nil {
 			errs[i] = err
 			if _, rerr := s.w.rollbackTo.ExecContext(ctx); rerr != nil {
@@ -176,7 +196,7 @@ func isEmpty(b store.Batch) bool {
 // apply writes one batch inside the open savepoint and returns the
 // session's new head. Conflicts are found before anything is written where
 // possible; the savepoint undoes the rest.
-func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64) (int64, error) {
+func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64, now time.Time) (int64, error) {
 	var newHead int64
 	if len(b.Records) > 0 {
 		h, ok := heads[b.SessionID]
@@ -208,7 +228,11 @@ func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64
 		}
 	}
 	for _, c := range b.Commands {
-		res, err := s.w.insertCommand.ExecContext(ctx, c.ID, c.Digest, []byte(c.Response), c.IsError)
+		created := clampNanos(now)
+		if !c.CreatedAt.IsZero() {
+			created, _ = nanos(c.CreatedAt) // validated by Commit
+		}
+		res, err := s.w.insertCommand.ExecContext(ctx, c.ID, c.Digest, []byte(c.Response), c.IsError, created)
 		if err != nil {
 			return 0, fmt.Errorf("sqlite: add command %q: %w", c.ID, err)
 		}
@@ -221,4 +245,63 @@ func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64
 		}
 	}
 	return newHead, nil
+}
+
+// pruneReq is one PruneCommands waiting for the writer.
+type pruneReq struct {
+	ctx    context.Context
+	before int64
+	limit  int
+	done   chan pruneResult // buffered: the writer never blocks on a caller
+}
+
+type pruneResult struct {
+	n   int
+	err error
+}
+
+// PruneCommands implements store.Store. The delete is a transaction of its
+// own on the writer, between two commit groups, so a limit of a few hundred
+// keeps the write lock for about one fsync.
+func (s *Store) PruneCommands(ctx context.Context, before time.Time, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	req := &pruneReq{ctx: ctx, before: clampNanos(before), limit: limit, done: make(chan pruneResult, 1)}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return 0, ErrClosed
+	}
+	select {
+	case s.prunes <- req:
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return 0, ctx.Err()
+	}
+	s.mu.RUnlock()
+	res := <-req.done
+	return res.n, res.err
+}
+
+// prune runs one prune as its own (autocommit) transaction.
+func (s *Store) prune(p *pruneReq) {
+	if err := p.ctx.Err(); err != nil {
+		p.done <- pruneResult{err: err}
+		return
+	}
+	res, err := s.w.pruneCommands.ExecContext(context.Background(), p.before, p.limit)
+	if err != nil {
+		p.done <- pruneResult{err: fmt.Errorf("sqlite: prune commands: %w", err)}
+		return
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		p.done <- pruneResult{err: fmt.Errorf("sqlite: prune commands: %w", err)}
+		return
+	}
+	p.done <- pruneResult{n: int(n)}
 }

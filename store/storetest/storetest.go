@@ -74,6 +74,12 @@ func Run(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 		}},
 		{"Command", []subtest{
 			{"RoundTripAndNotFound", h.commandRoundTrip},
+			{"CreatedAt", h.commandCreatedAt},
+			{"PruneOlderOnly", h.commandPruneOlderOnly},
+			{"PruneLimitOldestFirst", h.commandPruneLimit},
+			{"PrunedIDIsNewAgain", h.commandPrunedIsNew},
+			{"PruneCanceledOrClosed", h.commandPruneCanceledOrClosed},
+			{"PruneDuringCommits", h.commandPruneDuringCommits},
 		}},
 		{"Durability", []subtest{
 			{"SurvivesReopen", h.durabilityReopen},
@@ -273,7 +279,8 @@ func wantCommand(t *testing.T, s store.Store, want store.Command) {
 		t.Fatalf("Command(%q): %v", want.ID, err)
 	}
 	if got.ID != want.ID || got.Digest != want.Digest || got.IsError != want.IsError ||
-		!bytes.Equal(got.Response, want.Response) {
+		!bytes.Equal(got.Response, want.Response) ||
+		(!want.CreatedAt.IsZero() && !got.CreatedAt.Equal(want.CreatedAt)) {
 		t.Fatalf("Command(%q) = %+v (response %q), want %+v (response %q)",
 			want.ID, got, got.Response, want, want.Response)
 	}
@@ -420,6 +427,11 @@ func (h harness) commitInvalidBatch(t *testing.T) {
 			Records:   recs(1, 1),
 			Session:   sess("other", at(0)),
 			Commands:  []store.Command{{ID: "c", Digest: "d"}},
+		}},
+		{"CommandCreatedAtUnstorable", store.Batch{
+			SessionID: "s",
+			Records:   recs(1, 1),
+			Commands:  []store.Command{{ID: "c", Digest: "d", CreatedAt: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}},
 		}},
 	}
 	for _, c := range cases {
@@ -925,6 +937,171 @@ func (h harness) commandRoundTrip(t *testing.T) {
 		t.Fatalf("Command(empty) = %+v", got)
 	}
 	wantNoCommand(t, s, "nope")
+}
+
+// A CreatedAt given is kept to the nanosecond; a zero one becomes the time
+// of the Commit.
+func (h harness) commandCreatedAt(t *testing.T) {
+	s := h.fresh(t)
+	given := store.Command{ID: "given", Digest: "d", CreatedAt: at(time.Hour)}
+	mustCommit(t, s, store.Batch{Commands: []store.Command{given}})
+	wantCommand(t, s, given)
+
+	before := time.Now()
+	mustCommit(t, s, store.Batch{Commands: []store.Command{{ID: "stamped", Digest: "d"}}})
+	after := time.Now()
+	got, err := s.Command(t.Context(), "stamped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stored instants carry no monotonic reading; compare wall clocks.
+	if got.CreatedAt.Before(before.Round(0)) || got.CreatedAt.After(after.Round(0)) {
+		t.Fatalf("stamped CreatedAt = %v, want within [%v, %v]", got.CreatedAt, before, after)
+	}
+}
+
+// ledger commits one command per offset, created at at(offset), and
+// returns their ids, oldest first.
+func ledger(t *testing.T, s store.Store, offsets ...time.Duration) []string {
+	t.Helper()
+	var cs []store.Command
+	var ids []string
+	for _, d := range offsets {
+		id := fmt.Sprintf("c%+d", d/time.Second)
+		cs = append(cs, store.Command{ID: id, Digest: "d" + id, Response: raw(`{}`), CreatedAt: at(d)})
+		ids = append(ids, id)
+	}
+	mustCommit(t, s, store.Batch{Commands: cs})
+	return ids
+}
+
+func mustPrune(t *testing.T, s store.Store, before time.Time, limit, want int) {
+	t.Helper()
+	n, err := s.PruneCommands(t.Context(), before, limit)
+	if err != nil || n != want {
+		t.Fatalf("PruneCommands(%v, %d) = %d, %v; want %d", before, limit, n, err, want)
+	}
+}
+
+func wantCommands(t *testing.T, s store.Store, gone, kept []string) {
+	t.Helper()
+	for _, id := range gone {
+		wantNoCommand(t, s, id)
+	}
+	for _, id := range kept {
+		if _, err := s.Command(t.Context(), id); err != nil {
+			t.Fatalf("Command(%q) after prune: %v", id, err)
+		}
+	}
+}
+
+func (h harness) commandPruneOlderOnly(t *testing.T) {
+	s := h.fresh(t)
+	ids := ledger(t, s, -2*time.Second, -time.Second, 0, time.Second)
+	mustPrune(t, s, at(0), 100, 2) // strictly before: the entry at at(0) stays
+	wantCommands(t, s, ids[:2], ids[2:])
+	mustPrune(t, s, at(0), 100, 0)
+	mustPrune(t, s, at(-time.Hour), 100, 0)
+	wantCommands(t, s, ids[:2], ids[2:])
+}
+
+func (h harness) commandPruneLimit(t *testing.T) {
+	s := h.fresh(t)
+	// Committed out of order, so "oldest first" is not insertion order.
+	ids := ledger(t, s, 3*time.Second, time.Second, 4*time.Second, 2*time.Second, 5*time.Second)
+	mustPrune(t, s, at(time.Hour), 0, 0)
+	mustPrune(t, s, at(time.Hour), -1, 0)
+	wantCommands(t, s, nil, ids)
+	mustPrune(t, s, at(time.Hour), 2, 2)
+	wantCommands(t, s, []string{ids[1], ids[3]}, []string{ids[0], ids[2], ids[4]})
+	mustPrune(t, s, at(time.Hour), 2, 2)
+	wantCommands(t, s, []string{ids[0], ids[2]}, []string{ids[4]})
+	mustPrune(t, s, at(time.Hour), 2, 1)
+	mustPrune(t, s, at(time.Hour), 2, 0)
+	wantCommands(t, s, ids, nil)
+}
+
+func (h harness) commandPrunedIsNew(t *testing.T) {
+	s := h.fresh(t)
+	old := store.Command{ID: "c", Digest: "old", Response: raw(`{"old":true}`), CreatedAt: at(0)}
+	mustCommit(t, s, store.Batch{Commands: []store.Command{old}})
+	mustConflict(t, s, store.Batch{Commands: []store.Command{{ID: "c", Digest: "new"}}})
+	mustPrune(t, s, at(time.Second), 10, 1)
+	again := store.Command{ID: "c", Digest: "new", Response: raw(`{"new":true}`), IsError: true, CreatedAt: at(time.Hour)}
+	mustCommit(t, s, store.Batch{Commands: []store.Command{again}})
+	wantCommand(t, s, again)
+	mustPrune(t, s, at(time.Second), 10, 0) // the new entry is young
+	wantCommand(t, s, again)
+}
+
+func (h harness) commandPruneCanceledOrClosed(t *testing.T) {
+	s := h.fresh(t)
+	ids := ledger(t, s, 0)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if n, err := s.PruneCommands(ctx, at(time.Hour), 10); !errors.Is(err, context.Canceled) || n != 0 {
+		t.Fatalf("PruneCommands with a canceled context = %d, %v; want 0, context.Canceled", n, err)
+	}
+	wantCommands(t, s, nil, ids)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.PruneCommands(t.Context(), at(time.Hour), 10); err == nil || n != 0 {
+		t.Fatalf("PruneCommands after Close = %d, %v; want an error", n, err)
+	}
+}
+
+// Pruning old entries while writers add new ones loses none of the new.
+func (h harness) commandPruneDuringCommits(t *testing.T) {
+	s := h.fresh(t)
+	const old, writers, perWriter = 300, 4, 25
+	var oldIDs []string
+	var cs []store.Command
+	for i := range old {
+		oldIDs = append(oldIDs, fmt.Sprintf("old%d", i))
+		cs = append(cs, store.Command{ID: oldIDs[i], Digest: "d", CreatedAt: at(time.Duration(i))})
+	}
+	mustCommit(t, s, store.Batch{Commands: cs})
+	var wg sync.WaitGroup
+	errc := make(chan error, writers+1)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range perWriter {
+				c := store.Command{ID: fmt.Sprintf("new%d-%d", w, i), Digest: "d", CreatedAt: at(time.Hour)}
+				if err := s.Commit(t.Context(), store.Batch{Commands: []store.Command{c}}); err != nil {
+					errc <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		total := 0
+		for {
+			n, err := s.PruneCommands(t.Context(), at(time.Minute), 7)
+			if err != nil {
+				errc <- err
+				return
+			}
+			if total += n; n < 7 {
+				break
+			}
+		}
+		if total != old {
+			errc <- fmt.Errorf("pruned %d entries, want %d", total, old)
+		}
+	})
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	wantCommands(t, s, oldIDs, nil)
+	for w := range writers {
+		for i := range perWriter {
+			wantCommands(t, s, nil, []string{fmt.Sprintf("new%d-%d", w, i)})
+		}
+	}
 }
 
 // --- Durability -----------------------------------------------------------
