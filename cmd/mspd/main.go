@@ -23,6 +23,7 @@ import (
 
 	"mspd/daemon"
 	"mspd/modelretry"
+	"mspd/store/sqlite"
 )
 
 func main() {
@@ -60,6 +61,7 @@ func serve(args []string, stderr io.Writer) int {
 	var origins stringList
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7700", "`address` for WebSocket /msp and the ops endpoints")
 	fs.StringVar(&cfg.DataDir, "data", "mspd-data", "`directory` of the SQLite store")
+	fs.DurationVar(&cfg.CommandRetention, "command-retention", daemon.DefaultCommandRetention, "how long a commandId is remembered, the exactly-once window: a replay after that is a new command (negative: for ever)")
 	fs.BoolVar(&stdio, "stdio", false, "serve one connection of NDJSON frames on stdin/stdout instead of listening")
 	fs.StringVar(&cfg.Provider, "provider", "demo", "model provider: demo, scripted, openai (or any OpenAI-compatible server via OPENAI_BASE_URL) or anthropic")
 	fs.StringVar(&cfg.Model, "model", "", "provider model id (default: the provider's)")
@@ -117,6 +119,11 @@ func serve(args []string, stderr io.Writer) int {
 	defer stop()
 	d, err := daemon.New(ctx, cfg)
 	if err != nil {
+		var locked *sqlite.LockedError
+		if errors.As(err, &locked) {
+			fmt.Fprintf(stderr, "mspd: %v; stop it or use another --data\n", locked)
+			return 1
+		}
 		logger.Error("cannot start", "err", err)
 		return 1
 	}
