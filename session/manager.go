@@ -334,7 +334,8 @@ func (m *Manager) read(ctx context.Context, id string) (*session, error) {
 	} else if err != nil {
 		return nil, msp.ErrInternal("loading session: %v", err)
 	}
-	s := &session{id: id, m: m, subs: make(map[Subscriber]struct{}), open: make(map[string]*openItem)}
+	s := &session{id: id, m: m, subs: make(map[Subscriber]struct{}), gapsDue: make(map[Subscriber]string),
+		open: make(map[string]*openItem)}
 	if err := json.Unmarshal(row.State, &s.st); err != nil {
 		return nil, msp.ErrInternal("session %s state unreadable: %v", id, err)
 	}
@@ -347,6 +348,11 @@ func (m *Manager) read(ctx context.Context, id string) (*session, error) {
 		return nil, msp.ErrInternal("loading session log: %v", err)
 	}
 	s.history, s.cumulative = f.history, f.cumulative
+	// The deltas streamed before this load are gone with the process or
+	// the memory that held them.
+	if f.deltasThrough > 0 {
+		s.deltas.loseAllThrough(f.deltasThrough)
+	}
 	for itemID, it := range f.open {
 		oi := &openItem{item: it}
 		if it.Text != nil {

@@ -23,6 +23,8 @@ type Notification struct {
 type Subscriber interface {
 	// Deliver queues a live notification. It must not block: a subscriber
 	// that cannot keep up drops what it may and reports the hole itself.
+	// A view/gap (a hole the session found while replaying) must never be
+	// dropped.
 	Deliver(n Notification)
 	// Replay queues a notification replayed from the log, waiting for room
 	// rather than dropping; it returns ctx's error if ctx ends first.

@@ -358,6 +358,9 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) {
 			return // the stored row still holds the turn: the next start settles it
 		}
 	}
+	// The items' final states are durable now; a reader resuming from
+	// inside the turn gets a view/gap and pages them.
+	s.deltas.reset()
 	if done.Terminal == msp.TerminalCompleted && out.Answer != "" {
 		s.history = append(s.history, provider.Message{Role: provider.RoleAssistant, Text: out.Answer})
 	}

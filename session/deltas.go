@@ -1,0 +1,80 @@
+package session
+
+import "math"
+
+// maxKeptDeltaBytes bounds the delta frames a session keeps for resuming
+// readers; past it the oldest are let go (and a resume from before them
+// gets a view/gap).
+const maxKeptDeltaBytes = 1 << 20
+
+// deltaLog keeps the ephemeral deltas of the running turn, so that a
+// reader subscribing from any cursor — durable or a delta's — gets every
+// delta after it in order. What it no longer holds is summed up by lost:
+// every delta at or before lost may be gone, so a reader from before lost
+// is told so with a view/gap rather than silently missing them.
+type deltaLog struct {
+	kept  []keptDelta // ascending cursor order
+	bytes int
+	lost  cursor // zero: nothing lost
+}
+
+// keptDelta is one delta as fanned out.
+type keptDelta struct {
+	at    cursor
+	frame []byte
+}
+
+// add keeps a delta, letting the oldest go past the byte bound (never the
+// newest, so a reader from before the loss has an event to resume at).
+func (l *deltaLog) add(at cursor, frame []byte) {
+	l.kept = append(l.kept, keptDelta{at, frame})
+	l.bytes += len(frame)
+	for l.bytes > maxKeptDeltaBytes && len(l.kept) > 1 {
+		l.drop(1)
+	}
+}
+
+// drop lets the n oldest deltas go.
+func (l *deltaLog) drop(n int) {
+	for _, d := range l.kept[:n] {
+		l.bytes -= len(d.frame)
+	}
+	l.lose(l.kept[n-1].at)
+	clear(l.kept[:n])
+	l.kept = l.kept[n:]
+}
+
+// reset lets every delta go: the turn they belong to has ended, and its
+// items' final states are durable.
+func (l *deltaLog) reset() {
+	if len(l.kept) > 0 {
+		l.drop(len(l.kept))
+	}
+	l.kept = nil
+}
+
+// lose records that deltas up to c are gone.
+func (l *deltaLog) lose(c cursor) {
+	if l.lost.before(c) {
+		l.lost = c
+	}
+}
+
+// loseAllThrough records that any delta after durable record seq (before
+// seq+1) may be gone: a log loaded from the store has none of its deltas.
+func (l *deltaLog) loseAllThrough(seq int64) {
+	l.lose(cursor{seq: seq, sub: math.MaxInt64})
+}
+
+// firstSeq is the durable sequence the oldest kept delta follows, or -1.
+func (l *deltaLog) firstSeq() int64 {
+	if len(l.kept) == 0 {
+		return -1
+	}
+	return l.kept[0].at.seq
+}
+
+// before orders positions of one session's view.
+func (c cursor) before(d cursor) bool {
+	return c.seq < d.seq || (c.seq == d.seq && c.sub < d.sub)
+}
