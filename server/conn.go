@@ -149,7 +149,8 @@ func (c *conn) shut(reason string, dead bool) {
 
 // Deliver implements session.Subscriber.
 func (c *conn) Deliver(n session.Notification) {
-	if n.SessionID == "" {
+	// Broadcasts and the view/gap a replay reports are never dropped.
+	if n.SessionID == "" || msp.Protected(n.Method) {
 		c.out.pushProtected(n.Frame)
 		return
 	}
