@@ -12,12 +12,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
 
-	"mspd/auth"
 	"mspd/modelretry"
 	"mspd/provider/catalog"
 	"mspd/provider/demo"
@@ -74,12 +72,6 @@ type Config struct {
 	DefaultMaxTokens int
 	// Server configures transports and limits.
 	Server server.Config
-	// Auth names the per-user credentials: a tokens file and JWT keys.
-	// Its Token defaults to Server.AuthToken, the single-user token.
-	Auth auth.Config
-	// InsecureNoAuth lets Start listen on a non-loopback address with no
-	// credential configured, which it otherwise refuses.
-	InsecureNoAuth bool
 	// Clock, when set, replaces the real clock (tests).
 	Clock modelretry.Clock
 	// Logger receives logs (default slog.Default()).
@@ -105,7 +97,6 @@ type Daemon struct {
 	http   *http.Server
 	ln     net.Listener
 	served chan error
-	auth   *auth.Authenticator
 	// stopPruner stops the ledger pruner and waits for it.
 	stopPruner func()
 }
@@ -123,15 +114,6 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		cfg.Logger = slog.Default()
 	}
 	dir, err := filepath.Abs(cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	acfg := cfg.Auth
-	if acfg.Token == "" {
-		acfg.Token = cfg.Server.AuthToken
-	}
-	acfg.Logger = cfg.Logger
-	authn, err := auth.New(ctx, acfg)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +152,6 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	scfg.Home = dir
 	scfg.Logger = cfg.Logger
 	scfg.Models = models{cat}
-	scfg.Auth = authn
 	srv, err := server.New(mgr, scfg)
 	if err != nil {
 		mgr.Close()
@@ -181,7 +162,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		cfg.Logger.Info("provider", "id", p.ID, "type", p.Type, "model", p.DefaultModel, "system", p.Model.System())
 	}
 	stopPruner := startPruner(st, cfg.CommandRetention, cfg.Logger)
-	return &Daemon{cfg: cfg, store: st, mgr: mgr, srv: srv, stopPruner: stopPruner, auth: authn}, nil
+	return &Daemon{cfg: cfg, store: st, mgr: mgr, srv: srv, stopPruner: stopPruner}, nil
 }
 
 // DefaultCommandRetention is the exactly-once window when Config names
@@ -367,16 +348,8 @@ func (d *Daemon) Handler() http.Handler {
 	return h
 }
 
-// Start listens on cfg.Listen and serves in the background. It refuses a
-// non-loopback address while no credential is configured, unless
-// InsecureNoAuth says to.
+// Start listens on cfg.Listen and serves in the background.
 func (d *Daemon) Start() error {
-	if err := checkExposure(d.cfg.Listen, d.auth.Enabled(), d.cfg.InsecureNoAuth); err != nil {
-		return err
-	}
-	if !d.auth.Enabled() && !isLoopback(d.cfg.Listen) {
-		d.cfg.Logger.Warn("serving without authentication on a non-loopback address (--insecure-no-auth): anyone who reaches it can read every session and run turns", "listen", d.cfg.Listen)
-	}
 	ln, err := net.Listen("tcp", d.cfg.Listen)
 	if err != nil {
 		return err
@@ -388,34 +361,6 @@ func (d *Daemon) Start() error {
 	d.cfg.Logger.Info("mspd listening", "url", "ws://"+ln.Addr().String()+"/msp", "page", "http://"+ln.Addr().String()+"/", "data", d.cfg.DataDir)
 	return nil
 }
-
-// checkExposure refuses to serve a non-loopback address without
-// authentication unless insecure is set.
-func checkExposure(listen string, authenticated, insecure bool) error {
-	if authenticated || insecure || isLoopback(listen) {
-		return nil
-	}
-	return fmt.Errorf("refusing to listen on %s without authentication: anyone who can reach it could read every session and run turns on your API keys; "+
-		"set --auth-token, --auth-tokens or --auth-jwt-*, listen on 127.0.0.1, or pass --insecure-no-auth", listen)
-}
-
-// isLoopback reports whether a listen address is on a loopback address
-// or localhost only (an empty host means every interface).
-func isLoopback(listen string) bool {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Unmap().IsLoopback()
-}
-
-// ReloadAuth re-reads the tokens file and the JWT key file (on SIGHUP);
-// a file that does not load leaves the previous credentials in force.
-func (d *Daemon) ReloadAuth() error { return d.auth.Reload() }
 
 // Addr is the address the daemon listens on (after Start).
 func (d *Daemon) Addr() string { return d.ln.Addr().String() }
