@@ -85,10 +85,13 @@ func New(ctx context.Context, cfg Config) (*Authenticator, error) {
 		return nil, err
 	}
 	a.tokens.Store(set)
-	if cfg.JWT.enabled() {
+	switch {
+	case cfg.JWT.enabled():
 		if a.jwt, err = newJWTVerifier(ctx, cfg.JWT, cfg.Logger); err != nil {
 			return nil, err
 		}
+	case cfg.JWT.Issuer != "" || cfg.JWT.Audience != "":
+		return nil, errors.New("auth: a JWT issuer or audience without keys: give a key file or a JWKS URL")
 	}
 	return a, nil
 }

@@ -94,6 +94,7 @@ func TestJWTConfigRefused(t *testing.T) {
 		want string
 	}{
 		"no issuer":     {JWTConfig{KeyFile: keys, Audience: testAudience}, "issuer"},
+		"no keys":       {JWTConfig{Issuer: testIssuer, Audience: testAudience}, "without keys"},
 		"no audience":   {JWTConfig{KeyFile: keys, Issuer: testIssuer}, "audience"},
 		"both sources":  {JWTConfig{KeyFile: keys, JWKSURL: "https://x.test/jwks", Issuer: testIssuer, Audience: testAudience}, "not both"},
 		"private key":   {JWTConfig{KeyFile: writeFile(t, "p.pem", []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")), Issuer: testIssuer, Audience: testAudience}, "a PRIVATE KEY block"},

@@ -12,10 +12,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
 
+	"mspd/auth"
 	"mspd/modelretry"
 	"mspd/provider/catalog"
 	"mspd/provider/demo"
@@ -72,6 +74,12 @@ type Config struct {
 	DefaultMaxTokens int
 	// Server configures transports and limits.
 	Server server.Config
+	// Auth names the per-user credentials: a tokens file and JWT keys.
+	// Its Token defaults to Server.AuthToken, the single-user token.
+	Auth auth.Config
+	// InsecureNoAuth lets Start listen on a non-loopback address with no
+	// credential configured, which it otherwise refuses.
+	InsecureNoAuth bool
 	// Clock, when set, replaces the real clock (tests).
 	Clock modelretry.Clock
 	// Logger receives logs (default slog.Default()).
@@ -117,6 +125,15 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	acfg := cfg.Auth
+	if acfg.Token == "" {
+		acfg.Token = cfg.Server.AuthToken
+	}
+	acfg.Logger = cfg.Logger
+	authn, err := auth.New(ctx, acfg)
+	if err != nil {
+		return nil, err
+	}
 	cat, err := newCatalog(cfg)
 	if err != nil {
 		return nil, err
@@ -152,6 +169,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	scfg.Home = dir
 	scfg.Logger = cfg.Logger
 	scfg.Models = models{cat}
+	scfg.Auth = authn
 	srv, err := server.New(mgr, scfg)
 	if err != nil {
 		mgr.Close()
@@ -348,8 +366,17 @@ func (d *Daemon) Handler() http.Handler {
 	return h
 }
 
-// Start listens on cfg.Listen and serves in the background.
+// Start listens on cfg.Listen and serves in the background. It refuses a
+// non-loopback address while no credential is configured, unless
+// InsecureNoAuth says to.
 func (d *Daemon) Start() error {
+	authenticated := d.srv.Authenticator().Enabled()
+	if err := checkExposure(d.cfg.Listen, authenticated, d.cfg.InsecureNoAuth); err != nil {
+		return err
+	}
+	if !authenticated && !isLoopback(d.cfg.Listen) {
+		d.cfg.Logger.Warn("serving without authentication on a non-loopback address (--insecure-no-auth): anyone who reaches it can read every session and run turns", "listen", d.cfg.Listen)
+	}
 	ln, err := net.Listen("tcp", d.cfg.Listen)
 	if err != nil {
 		return err
@@ -361,6 +388,34 @@ func (d *Daemon) Start() error {
 	d.cfg.Logger.Info("mspd listening", "url", "ws://"+ln.Addr().String()+"/msp", "page", "http://"+ln.Addr().String()+"/", "data", d.cfg.DataDir)
 	return nil
 }
+
+// checkExposure refuses to serve a non-loopback address without
+// authentication unless insecure is set.
+func checkExposure(listen string, authenticated, insecure bool) error {
+	if authenticated || insecure || isLoopback(listen) {
+		return nil
+	}
+	return fmt.Errorf("refusing to listen on %s without authentication: anyone who can reach it could read every session and run turns on your API keys; "+
+		"set --auth-token, --auth-tokens or --auth-jwt-*, listen on 127.0.0.1, or pass --insecure-no-auth", listen)
+}
+
+// isLoopback reports whether a listen address is on a loopback address
+// or localhost only (an empty host means every interface).
+func isLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// ReloadAuth re-reads the tokens file and the JWT key file (on SIGHUP);
+// a file that does not load leaves the previous credentials in force.
+func (d *Daemon) ReloadAuth() error { return d.srv.Authenticator().Reload() }
 
 // Addr is the address the daemon listens on (after Start).
 func (d *Daemon) Addr() string { return d.ln.Addr().String() }

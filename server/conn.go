@@ -53,7 +53,7 @@ func newConn(srv *Server, t transport, log *slog.Logger) *conn {
 func (c *conn) serve(ctx context.Context) {
 	ctx, c.cancel = context.WithCancel(ctx)
 	defer c.cancel()
-	c.srv.mgr.Listen(c, "")
+	c.srv.mgr.Listen(c, session.PrincipalFrom(ctx))
 	defer c.srv.mgr.Detach(c)
 
 	writerDone := make(chan struct{})

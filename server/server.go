@@ -9,12 +9,13 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"mspd/auth"
 	"mspd/schema/msp"
 	"mspd/session"
 )
@@ -52,10 +54,16 @@ type Config struct {
 	// OriginPatterns lists the browser origins allowed besides the
 	// server's own host (coder/websocket patterns, e.g. "localhost:*").
 	OriginPatterns []string
-	// AuthToken, when set, is required to open /msp: as
-	// "Authorization: Bearer <token>", or as ?access_token=<token> for
-	// browsers, which cannot set headers on a WebSocket handshake.
+	// AuthToken, when set and Auth is nil, is the one shared token /msp
+	// requires (see package auth for how a client presents it).
 	AuthToken string
+	// Auth authenticates /msp handshakes into principals; nil builds one
+	// from AuthToken.
+	Auth *auth.Authenticator
+	// AllowedHosts lists Host names accepted, besides loopback addresses
+	// and localhost, while no credential is configured: the guard against
+	// DNS rebinding (see Handler).
+	AllowedHosts []string
 	// Models answers model/list; nil serves an empty catalog.
 	Models ModelLister
 	// Logger receives connection logs (default slog.Default()).
@@ -76,6 +84,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics metrics
 
+	hosts    hostPolicy
 	draining atomic.Bool
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
@@ -112,11 +121,23 @@ func New(mgr *session.Manager, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Server{cfg: cfg, mgr: mgr, val: val, log: cfg.Logger, conns: make(map[*conn]struct{})}, nil
+	if cfg.Auth == nil {
+		if cfg.Auth, err = auth.New(context.Background(), auth.Config{Token: cfg.AuthToken, Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
+	}
+	return &Server{cfg: cfg, mgr: mgr, val: val, log: cfg.Logger, conns: make(map[*conn]struct{}),
+		hosts: newHostPolicy(cfg.AllowedHosts)}, nil
 }
 
 // Handler returns the HTTP handler: the WebSocket endpoint at /msp and the
-// operational endpoints.
+// operational endpoints. While no credential is configured, a request
+// whose Host is not this machine (a loopback address, localhost, or one
+// of AllowedHosts) is refused with 403 before it reaches /msp or a mounted
+// page: a web page that rebinds its own name to 127.0.0.1 must not read
+// sessions or run turns. The operational endpoints are exempt, as they
+// are from the token: they carry no session data and change nothing, and
+// probes and scrapers address the server by whatever name they have.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /msp", s.serveWebSocket)
@@ -131,13 +152,69 @@ func (s *Server) Handler() http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
-	return mux
+	return &frontDoor{s: s, mux: mux}
 }
 
+// Authenticator is what authenticates the server's handshakes.
+func (s *Server) Authenticator() *auth.Authenticator { return s.cfg.Auth }
+
 // Mount adds a handler (the web page) under the given pattern of h, which
-// must come from Handler.
+// must come from Handler; it sits behind the same Host check as /msp.
 func Mount(h http.Handler, pattern string, page http.Handler) {
-	h.(*http.ServeMux).Handle(pattern, page)
+	h.(*frontDoor).mux.Handle(pattern, page)
+}
+
+// frontDoor checks the Host of every request but the operational ones.
+type frontDoor struct {
+	s   *Server
+	mux *http.ServeMux
+}
+
+func (f *frontDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/livez", "/readyz", "/metrics":
+	default:
+		if !f.s.cfg.Auth.Enabled() && !f.s.hosts.allows(r.Host) {
+			f.s.log.Info("refused a request for a foreign Host", "host", r.Host, "remote", r.RemoteAddr, "path", r.URL.Path)
+			http.Error(w, "this Host is not served: without authentication mspd answers only to loopback names (see --allowed-host)", http.StatusForbidden)
+			return
+		}
+	}
+	f.mux.ServeHTTP(w, r)
+}
+
+// hostPolicy is the set of Host names accepted without authentication.
+type hostPolicy map[string]bool
+
+func newHostPolicy(extra []string) hostPolicy {
+	p := hostPolicy{}
+	for _, h := range extra {
+		p[normalHost(h)] = true
+	}
+	return p
+}
+
+// allows reports whether hostport (a Host header, port optional) names a
+// loopback address, localhost, or an allowed host.
+func (p hostPolicy) allows(hostport string) bool {
+	host := normalHost(hostport)
+	if host == "" {
+		return false
+	}
+	if host == "localhost" || p[host] {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// normalHost drops the port, IPv6 brackets and case.
+func normalHost(hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	return strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
 }
 
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
@@ -145,13 +222,19 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "server is shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	if !s.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="mspd"`)
+	principal, err := s.cfg.Auth.Authenticate(r)
+	if err != nil {
+		// The reason names what was wrong, never the token.
+		s.log.Warn("refused an unauthenticated connection", "reason", err, "remote", r.RemoteAddr)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="mspd", error="invalid_token"`)
 		http.Error(w, "a valid token is required", http.StatusUnauthorized)
 		return
 	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		OriginPatterns: s.cfg.OriginPatterns,
+		// Echoed when offered, so that a browser that carries its token
+		// as a subprotocol accepts the handshake.
+		Subprotocols: []string{auth.Subprotocol},
 		// Compression with context takeover costs ~1.2 MiB a connection.
 		CompressionMode: websocket.CompressionDisabled,
 	})
@@ -163,26 +246,21 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	// frame is answered instead of closing the connection.
 	ws.SetReadLimit(-1)
 	t := &wsTransport{c: ws, limit: s.cfg.MaxFrameBytes}
+	log := s.log.With("remote", r.RemoteAddr)
+	if principal != "" {
+		log = log.With("principal", principal)
+	}
 	// The connection outlives nothing but the server: Shutdown closes it.
-	s.run(context.WithoutCancel(r.Context()), t, s.log.With("remote", r.RemoteAddr))
-}
-
-// authorized checks the handshake's token, in constant time.
-func (s *Server) authorized(r *http.Request) bool {
-	if s.cfg.AuthToken == "" {
-		return true
-	}
-	got := r.URL.Query().Get("access_token")
-	if h, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-		got = h
-	}
-	return subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AuthToken)) == 1
+	// Its context carries the principal every request on it runs for.
+	s.run(session.WithPrincipal(context.WithoutCancel(r.Context()), principal), t, log)
 }
 
 // ServeStdio serves one connection of NDJSON frames on r and w until r
 // ends or ctx is done (then r is closed, if it can be).
 func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) {
 	closer, _ := r.(io.Closer)
+	// stdio is the local user's own pipe: the single-user principal.
+	ctx = session.WithPrincipal(ctx, "")
 	s.run(ctx, newLineTransport(r, w, closer, s.cfg.MaxFrameBytes), s.log.With("transport", "stdio"))
 }
 

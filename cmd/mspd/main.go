@@ -58,7 +58,7 @@ func serve(args []string, stderr io.Writer) int {
 	var cfg daemon.Config
 	var stdio bool
 	var jitter, logLevel, logFormat string
-	var origins stringList
+	var origins, allowedHosts stringList
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7700", "`address` for WebSocket /msp and the ops endpoints")
 	fs.StringVar(&cfg.DataDir, "data", "mspd-data", "`directory` of the SQLite store")
 	fs.DurationVar(&cfg.CommandRetention, "command-retention", daemon.DefaultCommandRetention, "how long a commandId is remembered, the exactly-once window: a replay after that is a new command (negative: for ever)")
@@ -89,6 +89,13 @@ func serve(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.Server.Fingerprint, "fingerprint", "", "schema fingerprint to report (default: the embedded schema's sha256)")
 	fs.StringVar(&cfg.Server.AuthToken, "auth-token", "", "require this token to open /msp (Authorization: Bearer, or ?access_token= from a browser); set it through MSPD_AUTH_TOKEN to keep it out of ps")
 	fs.Var(&origins, "origin", "extra allowed browser `origin` pattern for /msp (repeatable; the server's own host is always allowed)")
+	fs.StringVar(&cfg.Auth.TokensFile, "auth-tokens", "", "`file` of \"principal token\" lines: each token opens /msp as its principal, who sees only its own sessions (re-read on SIGHUP)")
+	fs.StringVar(&cfg.Auth.JWT.KeyFile, "auth-jwt-key-file", "", "PEM `file` of the public keys (RSA, ECDSA, Ed25519) that sign JWT bearer tokens; the principal is the sub claim (re-read on SIGHUP)")
+	fs.StringVar(&cfg.Auth.JWT.JWKSURL, "auth-jwt-jwks", "", "JSON Web Key Set `URL` whose keys sign JWT bearer tokens (fetched and cached; instead of --auth-jwt-key-file)")
+	fs.StringVar(&cfg.Auth.JWT.Issuer, "auth-jwt-issuer", "", "the iss JWT bearer tokens must carry (required with JWT)")
+	fs.StringVar(&cfg.Auth.JWT.Audience, "auth-jwt-audience", "", "an aud JWT bearer tokens must carry (required with JWT)")
+	fs.Var(&allowedHosts, "allowed-host", "extra Host `name` served while no authentication is configured (repeatable; loopback addresses and localhost always are)")
+	fs.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "allow listening on a non-loopback address with no authentication configured")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	if err := fs.Parse(args); err != nil {
@@ -108,6 +115,7 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Server.OriginPatterns = origins
+	cfg.Server.AllowedHosts = allowedHosts
 	logger, err := newLogger(stderr, logLevel, logFormat)
 	if err != nil {
 		fmt.Fprintln(stderr, "mspd:", err)
@@ -135,7 +143,7 @@ func serve(args []string, stderr io.Writer) int {
 			d.Close(context.Background())
 			return 1
 		}
-		<-ctx.Done()
+		waitReloading(ctx, d)
 		logger.Info("shutting down")
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -145,6 +153,22 @@ func serve(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// waitReloading waits for ctx, reloading the credential files on each
+// SIGHUP (the daemon logs each outcome; a bad file keeps the old set).
+func waitReloading(ctx context.Context, d *daemon.Daemon) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			d.ReloadAuth()
+		}
+	}
 }
 
 // fromEnv applies MSPD_<FLAG> variables to flags not set on the command line.
