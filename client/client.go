@@ -60,6 +60,23 @@ type Options struct {
 	Token string
 }
 
+// RefusedError reports a WebSocket upgrade the server answered with an
+// HTTP status instead of switching protocols: 401 for a missing or wrong
+// token, 403 for a refused origin, 404 for a wrong path.
+type RefusedError struct {
+	URL        string
+	StatusCode int
+	Err        error
+}
+
+// Error implements the error interface.
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("client: dial %s: the server refused the upgrade: HTTP %d %s", e.URL, e.StatusCode, http.StatusText(e.StatusCode))
+}
+
+// Unwrap returns the WebSocket library's error.
+func (e *RefusedError) Unwrap() error { return e.Err }
+
 // Client is one MSP connection.
 type Client struct {
 	ws   *websocket.Conn
@@ -94,8 +111,11 @@ func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
 	if opts.Token != "" {
 		dial = &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + opts.Token}}}
 	}
-	ws, _, err := websocket.Dial(ctx, url, dial)
+	ws, resp, err := websocket.Dial(ctx, url, dial)
 	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return nil, &RefusedError{URL: url, StatusCode: resp.StatusCode, Err: err}
+		}
 		return nil, fmt.Errorf("client: dial %s: %w", url, err)
 	}
 	if opts.ReadLimit == 0 {

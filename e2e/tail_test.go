@@ -7,11 +7,11 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"mspd/client"
 	"mspd/daemon"
 	"mspd/provider/scripted"
+	"mspd/server"
 )
 
 // TestTail runs `mspd tail` against a live daemon: the log, then live
@@ -68,33 +68,73 @@ func TestTail(t *testing.T) {
 		t.Errorf("%d json lines for 7 durable events", len(lines))
 	}
 
-	// Follow: the next turn's answer appears live, as raw text.
-	follow := exec.Command(bin, "tail", "--url", d.URL(), "-o", "raw", sid)
-	stdout, _ := follow.StdoutPipe()
+	// Follow: the next turn's answer appears live, as raw text. From the
+	// start, so that its first line shows it subscribed: the live turn
+	// then reaches it whether it runs before the subscription lands (a
+	// replay after the cursor) or after.
+	follow := exec.Command(bin, "tail", "--url", d.URL(), "--from-start", "-o", "raw", sid)
+	stdout, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := follow.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { follow.Process.Kill(); follow.Wait() })
-	time.Sleep(300 * time.Millisecond) // let it subscribe
-	answerTurn(t, c, sid, scripted.Script(scripted.Step{Text: "live words", Chunks: 2}))
-	got := make(chan string, 1)
+	printed := make(chan string, 100)
 	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		got <- line
-	}()
-	select {
-	case line := <-got:
-		if line != "live words\n" {
-			t.Errorf("raw follow printed %q", line)
+		defer close(printed)
+		r := bufio.NewReader(stdout)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			printed <- line
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("tail did not print the live answer")
+	}()
+	next := func() string {
+		t.Helper()
+		select {
+		case line := <-printed:
+			return line
+		case <-testCtx(t).Done():
+			t.Fatal("tail printed nothing")
+			return ""
+		}
+	}
+	if line := next(); line != "Hello there\n" {
+		t.Fatalf("raw follow printed %q first, want the logged answer", line)
+	}
+	answerTurn(t, c, sid, scripted.Script(scripted.Step{Text: "live words", Chunks: 2}))
+	if line := next(); line != "live words\n" {
+		t.Errorf("raw follow printed %q, want the live answer", line)
 	}
 
-	// An unknown cursor is exit status 3.
-	err = exec.Command(bin, "tail", "--url", d.URL(), "--no-follow", "--from", "v:"+sid+":999", sid).Run()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 3 {
-		t.Errorf("unknown cursor: %v", err)
+	// Refusals no reconnect cures end it at once, with one line on stderr:
+	// an unknown cursor or session is exit status 3, a refused token 4.
+	authed := startDaemon(t, daemon.Config{Server: server.Config{AuthToken: "right-token"}})
+	for _, c := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"unknown cursor", []string{"--url", d.URL(), "--no-follow", "--from", "v:" + sid + ":999", sid}, 3},
+		{"unknown session", []string{"--url", d.URL(), "0198f0aa-0000-7000-8000-0000000000ff"}, 3},
+		{"unknown session from the start", []string{"--url", d.URL(), "--from-start", "0198f0aa-0000-7000-8000-0000000000ff"}, 3},
+		{"wrong token", []string{"--url", authed.URL(), "--token", "wrong-token", sid}, 4},
+	} {
+		cmd := exec.CommandContext(testCtx(t), bin, append([]string{"tail"}, c.args...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != c.want {
+			t.Errorf("%s: %v, want exit status %d; stderr:\n%s", c.name, err, c.want, stderr.String())
+			continue
+		}
+		if msg := stderr.String(); strings.Count(msg, "\n") != 1 || !strings.HasPrefix(msg, "mspd tail: ") {
+			t.Errorf("%s: stderr %q, want one line", c.name, msg)
+		}
 	}
 }

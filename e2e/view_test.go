@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/coder/websocket"
 
@@ -140,10 +139,20 @@ func TestSubscribeReplaysThenLive(t *testing.T) {
 	if _, err := owner.WaitTurn(ctx, ack.TurnID); err != nil {
 		t.Fatal(err)
 	}
-	quiet, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	if n, err := watcher.Next(quiet); err == nil {
-		t.Fatalf("unsubscribed watcher got %s", n.Method)
+	// Subscribing again after the last event seen replays the turn that
+	// ran meanwhile. Had any of it reached the unsubscribed watcher live,
+	// it would come first, or twice.
+	seen := got[len(got)-1].Cursor()
+	if err := watcher.Call(ctx, msp.MethodViewSubscribe, msp.ViewSubscribeParams{SessionID: sid, After: &seen}, &res); err != nil {
+		t.Fatal(err)
+	}
+	again, err := watcher.WaitTurn(ctx, ack.TurnID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertCursorsIncrease(t, again)
+	if first, want := cursorPos(t, again[0].Cursor()), cursorPos(t, seen); first != [2]int64{want[0] + 1, 0} {
+		t.Fatalf("unsubscribed watcher got %s %s", again[0].Method, again[0].Cursor())
 	}
 }
 
@@ -177,7 +186,22 @@ func TestSlowReaderGetsGap(t *testing.T) {
 	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":{"name":"slow","version":"1"}}}`)
 	send(`{"jsonrpc":"2.0","method":"initialized"}`)
 	send(`{"jsonrpc":"2.0","id":2,"method":"view/subscribe","params":{"sessionId":"` + sid + `"}}`)
-	time.Sleep(50 * time.Millisecond) // let the subscription land before the flood
+	for { // the subscription's result: it has landed before the flood
+		_, frame, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			ID    json.RawMessage `json:"id"`
+			Error json.RawMessage `json:"error"`
+		}
+		if json.Unmarshal(frame, &r); string(r.ID) == "2" {
+			if r.Error != nil {
+				t.Fatalf("view/subscribe: %s", frame)
+			}
+			break
+		}
+	}
 
 	word := strings.Repeat("y", 16000)
 	ack, err := fast.StartTurn(ctx, sid, scripted.Script(scripted.Step{Text: strings.Repeat(word, 125), Chunks: 125, ChunkDelayMs: 1}))

@@ -35,6 +35,7 @@ type renderer struct {
 	color    bool
 	streamed map[string]string // itemId → the delta text printed
 	open     string            // the item whose deltas are on the current line
+	broken   string            // the item whose line a status line cut short
 }
 
 func newRenderer(w io.Writer, format string, color bool) *renderer {
@@ -73,6 +74,16 @@ func (r *renderer) raw(method string, params json.RawMessage) {
 	}
 }
 
+// interrupt ends a line of streamed deltas before a status line; the
+// item's next delta starts a new line with all it streamed so far, so the
+// answer still reads whole.
+func (r *renderer) interrupt() {
+	if r.open != "" {
+		r.broken = r.open
+		r.endLine()
+	}
+}
+
 // endLine finishes a line of streamed deltas before other output.
 func (r *renderer) endLine() {
 	if r.open != "" {
@@ -89,7 +100,10 @@ func (r *renderer) pretty(method string, params json.RawMessage) {
 		if r.open != p.ItemID {
 			r.endLine()
 			fmt.Fprint(r.w, r.paint(bold, "agent: "))
-			r.open = p.ItemID
+			if r.broken == p.ItemID {
+				io.WriteString(r.w, sanitize(r.streamed[p.ItemID]))
+			}
+			r.open, r.broken = p.ItemID, ""
 		}
 		r.streamed[p.ItemID] += p.Delta
 		io.WriteString(r.w, sanitize(p.Delta))

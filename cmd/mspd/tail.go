@@ -14,8 +14,9 @@ import (
 )
 
 // tailCmd follows a session: `mspd tail [flags] SESSION`. Exit status: 0 on
-// a clean end, 1 on an error, 2 on a usage error, 3 when the starting
-// cursor is unknown (start over with --from-start).
+// a clean end, 1 on an error, 2 on a usage error, 3 when the session or
+// the cursor is unknown (for a cursor: start over with --from-start), 4
+// when the server refuses the token.
 func tailCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -62,14 +63,16 @@ func tailCmd(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := tail.Run(ctx, opts, stdout)
-	switch {
-	case err == nil:
+	if err == nil {
 		return 0
-	case errors.Is(err, tail.ErrUnknownCursor):
-		fmt.Fprintln(stderr, "mspd tail:", err)
-		return 3
 	}
 	fmt.Fprintln(stderr, "mspd tail:", err)
+	switch {
+	case errors.Is(err, tail.ErrUnknownCursor), errors.Is(err, tail.ErrSessionNotFound):
+		return 3
+	case errors.Is(err, tail.ErrUnauthorized):
+		return 4
+	}
 	return 1
 }
 
