@@ -142,6 +142,36 @@ func (e *Engine) Start(p Policy) (*Call, error) {
 	return &Call{policy: p, clock: e.clock(), budget: e.Budget, rand: e.Rand}, nil
 }
 
+// Resume continues a call that another process began and lost: made
+// requests are already counted (the lost one included). When another is
+// allowed, the call starts with a granted turn-layer retry of kind
+// KindHostRestarted that waits delay before request made+1, so the
+// caller goes on with Backoff (notice, then sleep) as after any re-run;
+// otherwise the returned decision says why not and the call has ended.
+// A negative delay takes the policy's backoff for the lost request. The
+// retry budget is not charged: a restart says nothing of the provider.
+func (e *Engine) Resume(p Policy, made int, delay time.Duration) (*Call, Decision, error) {
+	c, err := e.Start(p)
+	if err != nil {
+		return nil, Decision{}, err
+	}
+	made = max(made, 0)
+	d := Decision{Layer: LayerTurn, Attempt: made, MaxAttempts: p.MaxAttempts,
+		Failure: Failure{Kind: KindHostRestarted, Retryable: true}}
+	c.attempts = made
+	if made >= p.MaxAttempts {
+		d.Stop = StopAttemptsExhausted
+		c.state = stateEnded
+		return c, d, nil
+	}
+	if delay < 0 {
+		delay = p.Delay(made-1, e.Rand)
+	}
+	d.Retry, d.NextAttempt, d.Delay = true, made+1, delay
+	c.state, c.pending = stateRetryGranted, d
+	return c, d, nil
+}
+
 type callState int
 
 const (

@@ -49,6 +49,9 @@ const (
 	KindBudgetExhausted = "budgetExhausted"
 	// KindUnknown is a failure with neither a kind hint nor an error status.
 	KindUnknown = "unknown"
+	// KindHostRestarted is an attempt lost because the process running it
+	// stopped (a crash, a deploy): retried by the next process.
+	KindHostRestarted = "hostRestarted"
 )
 
 // kindInfo is the kind → retryable table of retry-background §4.1.
@@ -56,7 +59,7 @@ func kindInfo(kind string) (retryable, known bool) {
 	switch kind {
 	case KindRateLimited, KindOverloaded, KindServerError, KindTimeout,
 		KindConnectionError, KindStreamInterrupted, KindConflict,
-		KindTruncated, KindSchemaViolation:
+		KindTruncated, KindSchemaViolation, KindHostRestarted:
 		return true, true
 	case KindQuotaExhausted, KindContextLengthExceeded, KindContentFilter,
 		KindInvalidRequest, KindAuth, KindNotFound, KindCancelled,
@@ -77,8 +80,9 @@ func Retryable(kind string) bool {
 // rejected the output. They do not drain the retry budget, which measures
 // provider health (gRPC A6 counts only retryable failures), so a schema
 // violation cannot starve other sessions on the key.
+// A host restart says nothing of the provider either.
 func outputRejected(kind string) bool {
-	return kind == KindTruncated || kind == KindSchemaViolation
+	return kind == KindTruncated || kind == KindSchemaViolation || kind == KindHostRestarted
 }
 
 // KindFromStatus maps an HTTP status to a kind; statuses below 400 carry no

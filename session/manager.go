@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -83,9 +84,11 @@ type Manager struct {
 	ledger *ledger
 	log    *slog.Logger
 
-	ctx    context.Context // ends when the manager closes; parents every turn
-	cancel context.CancelFunc
-	turns  sync.WaitGroup
+	ctx      context.Context // ends when the manager closes; parents every turn
+	cancel   context.CancelCauseFunc
+	turns    sync.WaitGroup // every goroutine the manager started
+	workers  sync.WaitGroup // the goroutines running turns
+	draining atomic.Bool    // no new turns: a graceful shutdown is under way
 
 	stats counters
 
@@ -140,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		sessions:  make(map[string]*loading),
 		listeners: make(map[Subscriber]string),
 	}
-	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	m.ctx, m.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	if err := m.recover(ctx); err != nil {
 		return nil, err
 	}
@@ -209,10 +212,12 @@ func (m *Manager) sweep() int {
 	return unloaded
 }
 
-// Close cancels running turns (each ends with a durable cancelled
-// terminal) and waits for them to settle.
+// Close stops the manager: running turns stop without ending (their
+// attempt in flight is discarded, its text kept) and stay active in the
+// store with a checkpoint, for the next process to resume; queued turns
+// stay queued. It waits for them to record that.
 func (m *Manager) Close() {
-	m.cancel()
+	m.cancel(turn.ErrHostStopping)
 	m.turns.Wait()
 }
 
@@ -363,7 +368,9 @@ func (m *Manager) read(ctx context.Context, id string) (*session, error) {
 	return s, nil
 }
 
-// recover settles the turns a previous process left running or queued.
+// recover picks up the turns a previous process left running or queued:
+// open items close as failed, the running turn resumes as a new attempt,
+// and the queue goes on.
 func (m *Manager) recover(ctx context.Context) error {
 	rows, err := m.store.BusySessions(ctx)
 	if err != nil {
@@ -374,12 +381,17 @@ func (m *Manager) recover(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("session: recovering %s: %w", row.ID, err)
 		}
-		err = s.settleAbandoned(ctx)
+		s.mu.Lock()
+		err = s.recoverLocked(ctx)
+		s.mu.Unlock()
+		if err == nil {
+			m.kick(s)
+		}
 		release()
 		if err != nil {
 			return fmt.Errorf("session: recovering %s: %w", row.ID, err)
 		}
-		m.log.Info("settled turns of a previous process", "session", row.ID)
+		m.log.Info("resuming the turns of a previous process", "session", row.ID)
 	}
 	return nil
 }

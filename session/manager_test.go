@@ -27,6 +27,7 @@ import (
 //	"fail…"   401 before any output
 //	"cut…"    attempt 1 streams "partial" and is cut; later attempts answer
 //	"block…"  streams "working", then waits for cancellation
+//	"crash…"  the same on attempt 1; later attempts answer
 //	"empty"   a successful empty answer
 //	otherwise "re: <text>"
 //
@@ -62,7 +63,7 @@ func (m *histModel) Stream(ctx context.Context, req provider.Request, onText fun
 	case strings.HasPrefix(text, "cut") && req.Attempt == 1:
 		onText("partial")
 		return provider.Response{}, &provider.Error{Kind: modelretry.KindStreamInterrupted, Message: "eof"}
-	case strings.HasPrefix(text, "block"):
+	case strings.HasPrefix(text, "block") || (strings.HasPrefix(text, "crash") && req.Attempt == 1):
 		onText("working")
 		m.started <- text
 		<-ctx.Done()
@@ -418,7 +419,12 @@ func recordParams[T any](t *testing.T, r store.Record) T {
 	return v
 }
 
-func TestRecoverySettlesAbandonedTurns(t *testing.T) {
+// TestRecoveryResumesAbandonedTurns: a process dies in the middle of a
+// streaming attempt with a turn queued behind. The next one closes the cut
+// item as failed, resumes the running turn as a new attempt after a
+// turn/retryScheduled saying why (attempts.count includes the lost attempt,
+// whose usage is unknown), then launches the queued turn, exactly once.
+func TestRecoveryResumesAbandonedTurns(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
 	cs := &crashStore{Store: st}
@@ -427,82 +433,75 @@ func TestRecoverySettlesAbandonedTurns(t *testing.T) {
 	sub := newRecSub()
 	sid := startSession(t, m1, sub)
 
-	running := startTurn(t, m1, textTurn(sid, "block"))
-	model.waitStarted(t, "block")
-	queued := startTurn(t, m1, textTurn(sid, "never launched"))
+	running := startTurn(t, m1, textTurn(sid, "crash"))
+	model.waitStarted(t, "crash")
+	queued := startTurn(t, m1, textTurn(sid, "queued"))
 	if queued.Disposition != msp.DispositionQueued {
 		t.Fatalf("second turn: %+v", queued)
 	}
-	openItems := of[msp.ItemParams](t, sub, msp.NotifyItemStarted)
-	if len(openItems) != 1 {
-		t.Fatalf("%d open items", len(openItems))
-	}
-	agentItem := openItems[0].Item.ItemID
+	agentItem := of[msp.ItemParams](t, sub, msp.NotifyItemStarted)[0].Item.ItemID
 
 	// The process dies mid-turn: nothing it does from now on is written.
 	cs.dead.Store(true)
 	m1.Close()
 	before := records(t, st, sid)
-	if row, err := st.Session(ctx, sid); err != nil || !row.Busy {
-		t.Fatalf("row before recovery: %+v, %v", row, err)
-	}
 
 	m2 := newManager(t, st, model, mgrOpts{})
+	sub2 := newRecSub()
+	from := durableCursor(sid, int64(len(before)))
+	if err := m2.Subscribe(ctx, sub2, sid, &from); err != nil {
+		t.Fatal(err)
+	}
+	first := sub2.waitTerminal(t, running.TurnID)
+	second := sub2.waitTerminal(t, queued.TurnID)
+	if first.Terminal != msp.TerminalCompleted || first.Attempts.Count != 2 || first.Attempts.UsageComplete {
+		t.Fatalf("resumed turn: %+v %+v; want completed after 2 attempts, usage incomplete", first, first.Attempts)
+	}
+	if second.Terminal != msp.TerminalCompleted || second.Attempts.Count != 1 {
+		t.Fatalf("queued turn: %+v", second)
+	}
+
 	recs := records(t, st, sid)
-	added := recs[len(before):]
-	var closed []msp.Item
-	terminals := map[string]msp.TurnCompletedParams{}
-	for _, r := range added {
-		switch r.Method {
-		case msp.NotifyItemCompleted:
-			closed = append(closed, recordParams[msp.ItemParams](t, r).Item)
-		case msp.NotifyTurnCompleted:
-			p := recordParams[msp.TurnCompletedParams](t, r)
-			terminals[p.TurnID] = p
-		default:
-			t.Errorf("recovery appended %s", r.Method)
-		}
+	var methods []string
+	for _, r := range recs[len(before):] {
+		methods = append(methods, r.Method)
 	}
-	if len(closed) != 1 || closed[0].ItemID != agentItem || closed[0].Status != msp.ItemFailed || closed[0].Revision != 2 {
-		t.Errorf("closed items %+v, want %s failed", closed, agentItem)
+	want := []string{
+		msp.NotifyItemCompleted,      // the cut attempt, failed
+		msp.NotifyTurnRetryScheduled, // why it runs again
+		msp.NotifyItemStarted, msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted,
+		msp.NotifyTurnStarted, msp.NotifyItemCompleted, // the queued turn launches
+		msp.NotifyItemStarted, msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted,
 	}
-	if c, ok := terminals[running.TurnID]; !ok || c.Terminal != msp.TerminalFailed || c.Error == nil || c.Error.Kind != msp.TurnErrorHostRestarted {
-		t.Errorf("running turn's terminal %+v", c)
+	if !slices.Equal(methods, want) {
+		t.Fatalf("after the restart the log gained\n %v\nwant\n %v", methods, want)
 	}
-	if c, ok := terminals[queued.TurnID]; !ok || c.Terminal != msp.TerminalFailed || c.Error == nil || c.Error.Kind != msp.TurnErrorLaunch {
-		t.Errorf("queued turn's terminal %+v", c)
+	cut := recordParams[msp.ItemParams](t, recs[len(before)]).Item
+	if cut.ItemID != agentItem || cut.Status != msp.ItemFailed || !cut.Truncated {
+		t.Errorf("cut item %+v, want %s failed and truncated", cut, agentItem)
 	}
-	for _, r := range recs {
-		if r.Method == msp.NotifyTurnStarted && recordParams[msp.TurnStartedParams](t, r).TurnID == queued.TurnID {
-			t.Errorf("the queued turn has a turn/started")
-		}
+	notice := recordParams[msp.TurnRetryScheduledParams](t, recs[len(before)+1])
+	if notice.TurnID != running.TurnID || notice.Attempt != 1 || notice.NextAttempt != 2 ||
+		notice.Reason != "the server restarted during attempt 1" {
+		t.Errorf("notice %+v", notice)
 	}
+	started := 0
 	for i, r := range recs {
 		if r.Seq != int64(i+1) {
 			t.Fatalf("log not dense at %d: seq %d", i, r.Seq)
 		}
-		if c := recordParams[msp.TurnCompletedParams](t, r); r.Method == msp.NotifyTurnCompleted &&
-			c.ViewCursor != durableCursor(sid, r.Seq) {
-			t.Errorf("terminal cursor %s at seq %d", c.ViewCursor, r.Seq)
+		if r.Method == msp.NotifyTurnStarted && recordParams[msp.TurnStartedParams](t, r).TurnID == queued.TurnID {
+			started++
 		}
+	}
+	if started != 1 {
+		t.Errorf("the queued turn started %d times", started)
 	}
 	row, err := st.Session(ctx, sid)
 	if err != nil || row.Busy {
 		t.Fatalf("row after recovery: %+v, %v", row, err)
 	}
-	var s state
-	if err := json.Unmarshal(row.State, &s); err != nil || s.Active != nil || len(s.Queue) != 0 || s.TurnCount != 1 {
-		t.Fatalf("state after recovery: %+v, %v", s, err)
-	}
-
-	// The session works again, and the turn that never launched is not
-	// part of its history.
-	sub2 := newRecSub()
-	subscribe(t, m2, sub2, sid)
-	if c := runTurn(t, m2, sub2, textTurn(sid, "after")); c.Terminal != msp.TerminalCompleted {
-		t.Fatalf("turn after recovery: %+v", c)
-	}
-	wantHistory(t, model.historyOf(t, "after"), []provider.Message{user("block"), user("after")})
+	wantHistory(t, model.historyOf(t, "queued"), []provider.Message{user("crash"), agent("re: crash"), user("queued")})
 
 	// Recovery is done once: another restart appends nothing.
 	m2.Close()

@@ -13,6 +13,7 @@ import (
 	"mspd/provider"
 	"mspd/schema/msp"
 	"mspd/store"
+	"mspd/turn"
 )
 
 // session is one loaded session: its state, its log head, its subscribers.
@@ -35,6 +36,8 @@ type session struct {
 	deltas     deltaLog             // the running turn's deltas, for resuming readers
 	cancel     context.CancelFunc   // stops the active turn
 	working    bool                 // a goroutine is running the queue
+	resume     *turn.Resumption     // the active turn is to be resumed so
+	broken     bool                 // the log refused the scheduler's writes for good
 }
 
 // openItem is an item in progress and the text streamed into it so far.

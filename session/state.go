@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"mspd/schema/msp"
+	"mspd/turn"
 )
 
 // state is a session's persisted bookkeeping: what the log alone cannot
@@ -35,6 +36,12 @@ type pendingTurn struct {
 	ResponseSchema json.RawMessage  `json:"responseSchema,omitempty"`
 	Retry          *msp.RetryPolicy `json:"retry,omitempty"`
 	AdmittedAt     time.Time        `json:"admittedAt"`
+	// StartedAt and StartSeq (its turn/started record) are set at launch.
+	StartedAt time.Time `json:"startedAt,omitzero"`
+	StartSeq  int64     `json:"startSeq,omitempty"`
+	// Checkpoint is where the running turn resumes should its process
+	// stop: written with each retry notice, and by a stopping host.
+	Checkpoint *turn.Checkpoint `json:"checkpoint,omitempty"`
 }
 
 // busy tells whether the session has a turn running or waiting.

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
-	"mspd/provider"
 	"mspd/schema/msp"
 	"mspd/turn"
 )
@@ -32,6 +30,12 @@ func (m *Manager) StartTurn(ctx context.Context, raw json.RawMessage) (json.RawM
 		text, err := m.checkTurn(p)
 		if err != nil {
 			return nil, err
+		}
+		if m.draining.Load() {
+			e := msp.NewError(msp.CodeOverloaded, msp.KindOverloaded, "the server is shutting down; retry on its successor")
+			retry := true
+			e.Data.Retryable = &retry
+			return nil, e
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -228,183 +232,6 @@ func (m *Manager) Unqueue(ctx context.Context, raw json.RawMessage) (json.RawMes
 	return resp, err
 }
 
-// kick makes sure a goroutine is running s's queue.
-func (m *Manager) kick(s *session) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.working || m.ctx.Err() != nil {
-		return
-	}
-	s.working = true
-	m.turns.Add(1)
-	go func() {
-		defer m.turns.Done()
-		m.work(s)
-	}()
-}
-
-// work runs s's queued turns in order until the queue is empty.
-func (m *Manager) work(s *session) {
-	for {
-		ctx, spec, ok := m.launchNext(s)
-		if !ok {
-			return
-		}
-		out := m.cfg.Runner.Run(ctx, spec, sink{s: s})
-		m.finish(s, spec, out)
-	}
-}
-
-// launchNext takes the next queued turn and appends turn/started and its
-// userMessage item; ok is false when there is nothing (more) to run.
-func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var backoff time.Duration
-	for {
-		if len(s.st.Queue) == 0 || m.ctx.Err() != nil {
-			s.working = false
-			return nil, turn.Spec{}, false
-		}
-		st := s.st.clone()
-		pt := st.Queue[0]
-		st.Queue = st.Queue[1:]
-		st.Active = &pt
-		if st.FirstUserPrompt == "" {
-			st.FirstUserPrompt = firstLine(pt.Text, 200)
-		}
-		text := pt.Text
-		turnID := pt.TurnID
-		user := msp.Item{ItemID: newID(), Kind: msp.ItemUserMessage, Revision: 1, Status: msp.ItemCompleted,
-			TurnID: &turnID, Text: &text, CommandID: pt.CommandID, DisplayText: pt.DisplayText, RecordedAt: wireTime(m.now())}
-		evs := []event{
-			{msp.NotifyTurnStarted, &msp.TurnStartedParams{CommandID: pt.CommandID, TurnID: pt.TurnID}},
-			{msp.NotifyItemCompleted, &msp.ItemParams{Item: user}},
-		}
-		if err := s.appendLocked(m.ctx, evs, &st); err != nil {
-			// The log refuses writes. The turn stays queued, in memory and
-			// in the stored row, and the launch is tried again: dropping
-			// it would leave its wait unsettled for good.
-			m.log.Error("launching turn; retrying", "session", s.id, "turn", pt.TurnID, "err", err)
-			if !m.pauseLocked(s, &backoff) {
-				s.working = false
-				return nil, turn.Spec{}, false
-			}
-			continue
-		}
-		s.history = append(s.history, provider.Message{Role: provider.RoleUser, Text: text})
-		ctx, cancel := context.WithCancel(m.ctx)
-		s.cancel = cancel
-		spec := turn.Spec{
-			SessionID:      s.id,
-			TurnID:         pt.TurnID,
-			History:        append([]provider.Message(nil), s.history...),
-			ProviderID:     deref(st.ProviderID),
-			Model:          deref(st.ModelID),
-			MaxTokens:      pt.MaxTokens,
-			ResponseSchema: pt.ResponseSchema,
-			Retry:          pt.Retry,
-		}
-		return ctx, spec, true
-	}
-}
-
-// pauseLocked waits out a failed write before the next try, with s.mu
-// released meanwhile; backoff doubles from 100 ms to 5 s. It returns false
-// when the manager closes: what was not written stays in the stored row
-// for the next start to settle.
-func (m *Manager) pauseLocked(s *session, backoff *time.Duration) bool {
-	*backoff = min(max(2**backoff, 100*time.Millisecond), 5*time.Second)
-	s.mu.Unlock()
-	defer s.mu.Lock()
-	select {
-	case <-m.ctx.Done():
-		return false
-	case <-time.After(*backoff):
-		return true
-	}
-}
-
-// finish appends a turn's terminal together with the state that retires it.
-func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cancel != nil {
-		s.cancel()
-		s.cancel = nil
-	}
-	done := out.Completed
-	done.TurnID = spec.TurnID
-	// Shutting down, not stopped by a user: say why.
-	if done.Terminal == msp.TerminalCancelled && m.ctx.Err() != nil && done.Reason == "" {
-		done.Reason = "host shutting down"
-	}
-	// The terminal must land even while the manager shuts down. Until it
-	// does, the turn stays active: retiring it in memory would let the
-	// next state write drop it from the stored row, unsettled for good.
-	ctx := context.WithoutCancel(m.ctx)
-	var backoff time.Duration
-	for {
-		// Built afresh on each try: turns may have been queued meanwhile.
-		st := s.st.clone()
-		st.Active = nil
-		st.TurnCount++
-		err := s.appendLocked(ctx, []event{{msp.NotifyTurnCompleted, &done}}, &st)
-		if err == nil {
-			break
-		}
-		m.log.Error("appending turn terminal; retrying", "session", s.id, "turn", spec.TurnID, "err", err)
-		if !m.pauseLocked(s, &backoff) {
-			return // the stored row still holds the turn: the next start settles it
-		}
-	}
-	// The items' final states are durable now; a reader resuming from
-	// inside the turn gets a view/gap and pages them.
-	s.deltas.reset()
-	if done.Terminal == msp.TerminalCompleted && out.Answer != "" {
-		s.history = append(s.history, provider.Message{Role: provider.RoleAssistant, Text: out.Answer})
-	}
-}
-
-// settleAbandoned closes what a dead process left open: its open items
-// fail, its running turn fails with hostRestarted, and queued turns that
-// never launched fail with launchError (no turn/started).
-func (s *session) settleAbandoned(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.st.clone()
-	var evs []event
-	for _, oi := range s.open {
-		it := oi.item
-		it.Revision++
-		it.Status = msp.ItemFailed
-		// Its deltas were ephemeral and died with the process: the text
-		// is what is known, marked as cut short.
-		text := oi.text.String()
-		it.Text = &text
-		it.Truncated = true
-		evs = append(evs, event{msp.NotifyItemCompleted, &msp.ItemParams{Item: it}})
-	}
-	if st.Active != nil {
-		evs = append(evs, event{msp.NotifyTurnCompleted, &msp.TurnCompletedParams{TurnID: st.Active.TurnID,
-			Terminal: msp.TerminalFailed, Reason: "the host restarted while the turn was running",
-			Error: &msp.TurnError{Kind: msp.TurnErrorHostRestarted, Message: "the server restarted while this turn was running", Retryable: true}}})
-		st.TurnCount++
-		st.Active = nil
-	}
-	for _, q := range st.Queue {
-		evs = append(evs, event{msp.NotifyTurnCompleted, &msp.TurnCompletedParams{TurnID: q.TurnID,
-			Terminal: msp.TerminalFailed, Reason: "the host restarted before the turn launched",
-			Error: &msp.TurnError{Kind: msp.TurnErrorLaunch, Message: "the server restarted before this queued turn launched", Retryable: true}}})
-	}
-	st.Queue = nil
-	if err := s.appendLocked(ctx, evs, &st); err != nil {
-		return err
-	}
-	clear(s.open)
-	return nil
-}
-
 func firstLine(s string, limit int) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	if r := []rune(s); len(r) > limit {
@@ -412,14 +239,3 @@ func firstLine(s string, limit int) string {
 	}
 	return s
 }
-
-// sink is how a running turn appends to its session.
-type sink struct{ s *session }
-
-func (k sink) Emit(ctx context.Context, method string, params msp.ViewParams) error {
-	return k.s.emit(ctx, method, params)
-}
-
-func (k sink) Delta(itemID, text string) { k.s.delta(itemID, text) }
-
-var _ turn.Sink = sink{}

@@ -82,6 +82,8 @@ type run struct {
 	usageComplete bool
 	structured    string
 	attempts      int
+	ended         *Outcome   // a terminal decided before the first request
+	checkpoint    Checkpoint // the last retry notice's
 }
 
 func (t *run) run(ctx context.Context) Outcome {
@@ -94,11 +96,8 @@ func (t *run) run(ctx context.Context) Outcome {
 			policy = policy.WithGrowMaxTokens(*rp.GrowMaxTokens)
 		}
 	}
-	call, err := t.r.cfg.Engine.Start(policy)
-	if err != nil {
-		return t.fail(msp.TurnErrorConfig, fmt.Sprintf("retry policy: %v", err), false)
-	}
 	var schema *Schema
+	var err error
 	if len(t.spec.ResponseSchema) > 0 {
 		if schema, err = CompileSchema(t.spec.ResponseSchema); err != nil {
 			return t.fail(msp.TurnErrorConfig, err.Error(), false)
@@ -108,14 +107,32 @@ func (t *run) run(ctx context.Context) Outcome {
 	if maxTokens <= 0 {
 		maxTokens = t.r.cfg.DefaultMaxTokens
 	}
+	var call *modelretry.Call
+	if res := t.spec.Resume; res != nil {
+		if res.MaxTokens > 0 {
+			maxTokens = res.MaxTokens
+		}
+		call, err = t.resume(ctx, policy, min(maxTokens, t.r.cfg.ModelMaxTokens))
+	} else {
+		call, err = t.r.cfg.Engine.Start(policy)
+	}
+	if err != nil {
+		return t.fail(msp.TurnErrorConfig, fmt.Sprintf("retry policy: %v", err), false)
+	}
 	// No request asks for more than the model can give: the provider would
 	// refuse it outright.
 	maxTokens = min(maxTokens, t.r.cfg.ModelMaxTokens)
+	if t.ended != nil {
+		return *t.ended
+	}
+	if call == nil || ctx.Err() != nil {
+		return t.interrupted(ctx, false, maxTokens)
+	}
 	for {
 		a, err := call.Begin(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return t.cancelled()
+				return t.interrupted(ctx, false, maxTokens)
 			}
 			return t.fail(msp.TurnErrorModel, fmt.Sprintf("no attempt left: %v", err), false)
 		}
@@ -128,7 +145,7 @@ func (t *run) run(ctx context.Context) Outcome {
 		}
 		if ctx.Err() != nil {
 			a.Fail(ctx, modelretry.Failure{Kind: modelretry.KindCancelled})
-			return t.cancelled()
+			return t.interrupted(ctx, true, maxTokens)
 		}
 
 		var d modelretry.Decision
@@ -171,28 +188,89 @@ func (t *run) run(ctx context.Context) Outcome {
 
 		if !d.Retry {
 			if d.Stop == modelretry.StopCancelled {
-				return t.cancelled()
+				return t.interrupted(ctx, true, maxTokens)
 			}
 			return t.failDecision(d)
 		}
-		err = call.Backoff(ctx, func(d modelretry.Decision) error {
-			if d.Layer == modelretry.LayerTurn {
-				return t.sink.Emit(t.emitCtx, msp.NotifyTurnRetryScheduled, &msp.TurnRetryScheduledParams{
-					TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
-					RetryDelayMs: d.Delay.Milliseconds(), Reason: clip(reason, msp.MaxReason)})
-			}
-			return t.sink.Emit(t.emitCtx, msp.NotifyTurnModelRetryScheduled, &msp.TurnModelRetryScheduledParams{
-				TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
-				RetryDelayMs: d.Delay.Milliseconds(), System: t.r.cfg.Model.System(), ErrorKind: d.Failure.Kind,
-				HTTPStatus: d.Failure.HTTPStatus})
-		})
-		if err != nil {
+		if err := call.Backoff(ctx, t.notice(reason, maxTokens)); err != nil {
 			if ctx.Err() != nil {
-				return t.cancelled()
+				return t.interrupted(ctx, false, maxTokens)
 			}
 			return t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the retry notice: %v", err), true)
 		}
 	}
+}
+
+// notice returns the Backoff callback that appends a retry's notice, with
+// the checkpoint a later process resumes from, before the sleep.
+func (t *run) notice(reason string, nextMaxTokens int) func(modelretry.Decision) error {
+	return func(d modelretry.Decision) error {
+		next := Checkpoint{Attempts: d.Attempt, NextAt: t.r.clock.Now().Add(d.Delay), MaxTokens: nextMaxTokens}
+		t.checkpoint = next
+		if d.Layer == modelretry.LayerTurn {
+			return t.sink.EmitRetry(t.emitCtx, msp.NotifyTurnRetryScheduled, &msp.TurnRetryScheduledParams{
+				TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
+				RetryDelayMs: d.Delay.Milliseconds(), Reason: clip(reason, msp.MaxReason)}, next)
+		}
+		return t.sink.EmitRetry(t.emitCtx, msp.NotifyTurnModelRetryScheduled, &msp.TurnModelRetryScheduledParams{
+			TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
+			RetryDelayMs: d.Delay.Milliseconds(), System: t.r.cfg.Model.System(), ErrorKind: d.Failure.Kind,
+			HTTPStatus: d.Failure.HTTPStatus}, next)
+	}
+}
+
+// resume picks up a turn another process lost: its accounting so far, then
+// the restart's notice and backoff. It returns a nil call when the turn
+// ends or stops here, with the terminal in t.ended when it ends.
+func (t *run) resume(ctx context.Context, policy modelretry.Policy, maxTokens int) (*modelretry.Call, error) {
+	res := t.spec.Resume
+	t.start, t.attempts, t.usageComplete = res.StartedAt, res.Attempts, res.Attempts == 0
+	if res.Usage != nil {
+		t.usage, t.hasUsage, t.outputTokens = *res.Usage, true, res.Usage.OutputTokens
+	}
+	if res.Attempts == 0 {
+		// Stopped before its first request: it simply starts.
+		return t.r.cfg.Engine.Start(policy)
+	}
+	delay := res.Delay
+	if delay <= 0 {
+		delay = -1 // the policy's backoff
+	}
+	call, d, err := t.r.cfg.Engine.Resume(policy, res.Attempts, delay)
+	if err != nil {
+		return nil, err
+	}
+	if !d.Retry {
+		o := t.fail(msp.TurnErrorHostRestarted, clip(fmt.Sprintf("%s; no attempts left (%d of %d made)", res.Reason, d.Attempt, d.MaxAttempts), 500), true)
+		t.ended = &o
+		return nil, nil
+	}
+	if err := call.Backoff(ctx, t.notice(res.Reason, maxTokens)); err != nil && ctx.Err() == nil {
+		o := t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the retry notice: %v", err), true)
+		t.ended = &o
+		return nil, nil
+	}
+	return call, nil
+}
+
+// interrupted ends a turn whose context was cancelled between or during
+// attempts. A user's stop cancels it; a stopping host (ErrHostStopping)
+// leaves it unended, to resume from a checkpoint: lost says the last
+// counted attempt was cut off in flight.
+func (t *run) interrupted(ctx context.Context, lost bool, maxTokens int) Outcome {
+	if !stopping(ctx) {
+		return t.cancelled()
+	}
+	cp := Checkpoint{Attempts: t.attempts, NextAt: t.r.clock.Now(), MaxTokens: maxTokens, Stopped: true, Lost: lost}
+	if !lost && t.checkpoint.Attempts == t.attempts && t.checkpoint.NextAt.After(cp.NextAt) {
+		cp.NextAt = t.checkpoint.NextAt // stopped during the backoff it announced
+	}
+	return Outcome{Stopped: &cp}
+}
+
+// stopping tells whether ctx was cancelled by a stopping host.
+func stopping(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), ErrHostStopping)
 }
 
 // attemptResult is how one provider request went.
@@ -237,19 +315,21 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) att
 	})
 	res.text, res.finish, res.err = text.String(), resp.FinishReason, err
 	if res.sinkErr != nil {
+		t.addUsage(resp.Usage, false)
 		return res
 	}
 	if res.err == nil && ctx.Err() == nil && item == nil {
 		// A successful empty answer still gets its item.
 		if item, res.sinkErr = t.openItem(); res.sinkErr != nil {
+			t.addUsage(resp.Usage, false)
 			return res
 		}
 	}
 	if item != nil {
 		status := msp.ItemFailed
 		switch {
-		case ctx.Err() != nil:
-			status = msp.ItemCancelled
+		case ctx.Err() != nil && !stopping(ctx):
+			status = msp.ItemCancelled // a stopping host's attempt is retried: failed
 		case res.err == nil && res.finish != provider.FinishLength && res.finish != provider.FinishContentFilter:
 			if schema != nil {
 				res.schemaErr = schema.Check(res.text)
@@ -260,9 +340,11 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) att
 		}
 		res.sinkErr = t.closeItem(item, res.text, status)
 	}
-	if res.sinkErr == nil {
-		res.sinkErr = t.account(resp, t.r.clock.Now().Sub(began), refusedBeforeOutput(res))
+	if res.sinkErr != nil {
+		t.addUsage(resp.Usage, false)
+		return res
 	}
+	res.sinkErr = t.account(resp, t.r.clock.Now().Sub(began), refusedBeforeOutput(res))
 	return res
 }
 
@@ -300,23 +382,33 @@ func (t *run) account(resp provider.Response, took time.Duration, refused bool) 
 		t.structured = resp.StructuredOutput
 	}
 	u := resp.Usage
-	if u == nil {
-		t.usageComplete = t.usageComplete && refused
+	if !t.addUsage(u, refused) {
 		return nil
 	}
 	usage := msp.TokenUsage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens}
-	t.usage.InputTokens += usage.InputTokens
-	t.usage.OutputTokens += usage.OutputTokens
-	t.usage.CachedTokens += usage.CachedTokens
-	t.usage.ReasoningTokens += usage.ReasoningTokens
-	t.hasUsage = true
-	t.outputTokens += u.OutputTokens
 	ms := took.Milliseconds()
 	return t.sink.Emit(t.emitCtx, msp.NotifySessionTokenUsage, &msp.SessionTokenUsageParams{
 		TurnID: t.spec.TurnID, Usage: usage, PromptTokens: u.InputTokens,
 		TotalTokens: u.InputTokens + u.OutputTokens, DurationMs: &ms,
 		FinishReason: resp.FinishReason, ModelID: resp.Model})
+}
+
+// addUsage adds one response's usage to the turn's totals and tells
+// whether there was any. A response without usage makes the count a floor
+// (usageComplete false) unless the provider refused it outright (refused).
+func (t *run) addUsage(u *provider.Usage, refused bool) bool {
+	if u == nil {
+		t.usageComplete = t.usageComplete && refused
+		return false
+	}
+	t.usage.InputTokens += u.InputTokens
+	t.usage.OutputTokens += u.OutputTokens
+	t.usage.CachedTokens += u.CachedTokens
+	t.usage.ReasoningTokens += u.ReasoningTokens
+	t.hasUsage = true
+	t.outputTokens += u.OutputTokens
+	return true
 }
 
 // completed, fail and cancelled build the terminal.

@@ -8,6 +8,8 @@ package turn
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"time"
 
 	"mspd/provider"
 	"mspd/schema/msp"
@@ -18,6 +20,10 @@ type Sink interface {
 	// Emit appends one durable event; the sink fills the params' header
 	// (sessionId, viewCursor, sourceRange) and fans it out once written.
 	Emit(ctx context.Context, method string, params msp.ViewParams) error
+	// EmitRetry appends a retry notice as Emit does, together with the
+	// checkpoint the turn resumes from should this process stop before
+	// the next attempt ends: one durable write.
+	EmitRetry(ctx context.Context, method string, params msp.ViewParams, next Checkpoint) error
 	// Delta streams ephemeral text appended to an open item. It never blocks
 	// on slow readers.
 	Delta(itemID, text string)
@@ -41,6 +47,53 @@ type Spec struct {
 	ResponseSchema json.RawMessage
 	// Retry is the turn's own retry policy (RFC 0248 §B), if it gave one.
 	Retry *msp.RetryPolicy
+	// Resume, when set, continues a turn whose process stopped mid-way.
+	Resume *Resumption
+}
+
+// Checkpoint is where a turn stands between two attempts, durable with
+// its retry notice.
+type Checkpoint struct {
+	// Attempts counts the provider requests made so far.
+	Attempts int `json:"attempts"`
+	// NextAt is when the next attempt is due, after its backoff.
+	NextAt time.Time `json:"nextAt"`
+	// MaxTokens is the next attempt's output bound (truncation retries
+	// grow it).
+	MaxTokens int `json:"maxTokens,omitempty"`
+	// Stopped marks a checkpoint written by a host that stopped the turn
+	// itself (a graceful shutdown): Attempts and Lost are exact. Without
+	// it a process that died left only its last notice's checkpoint.
+	Stopped bool `json:"stopped,omitempty"`
+	// Lost says the last counted attempt was cut off in flight.
+	Lost bool `json:"lost,omitempty"`
+}
+
+// ErrHostStopping is the cancellation cause with which a host stops a
+// turn it means to resume in its next process: the attempt in flight is
+// discarded (its item fails, its text kept) and the turn does not end.
+var ErrHostStopping = errors.New("turn: the host is stopping")
+
+// Resumption continues a turn that another process began and lost: the
+// lost attempt counts, its usage is unknown, and the next one runs under
+// the same policy and attempt counter after a turn/retryScheduled that
+// says why.
+type Resumption struct {
+	// Attempts counts the requests made, the lost one included.
+	Attempts int
+	// Delay is the wait before the next attempt; 0 takes the policy's
+	// backoff.
+	Delay time.Duration
+	// Reason is the notice's reason, e.g. "the server restarted during
+	// attempt 2".
+	Reason string
+	// MaxTokens is the next attempt's output bound; 0 for the turn's own.
+	MaxTokens int
+	// StartedAt is when the turn first started: its durationMs runs from
+	// there.
+	StartedAt time.Time
+	// Usage sums what the turn's responses reported; nil when none did.
+	Usage *msp.TokenUsage
 }
 
 // Outcome is how a turn ended.
@@ -49,6 +102,10 @@ type Outcome struct {
 	Completed msp.TurnCompletedParams
 	// Answer is the final agent text when the turn completed.
 	Answer string
+	// Stopped, when set, says the turn did not end: the host stopped it
+	// (ErrHostStopping) and it resumes from this checkpoint; Completed is
+	// then unset.
+	Stopped *Checkpoint
 }
 
 // Refused is the outcome of a turn that could not run at all: failed with

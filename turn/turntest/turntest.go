@@ -9,12 +9,15 @@ import (
 	"sync"
 
 	"mspd/schema/msp"
+	"mspd/turn"
 )
 
 // Event is one emitted event: a durable one (Params set) or a delta.
 type Event struct {
 	Method string
 	Params msp.ViewParams
+	// Checkpoint is set for retry notices (EmitRetry).
+	Checkpoint *turn.Checkpoint
 	// ItemID and Delta are set for item/delta.
 	ItemID string
 	Delta  string
@@ -39,6 +42,17 @@ func (s *Sink) Emit(_ context.Context, method string, params msp.ViewParams) err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.events = append(s.events, Event{Method: method, Params: params})
+	return nil
+}
+
+// EmitRetry implements turn.Sink.
+func (s *Sink) EmitRetry(ctx context.Context, method string, params msp.ViewParams, next turn.Checkpoint) error {
+	if err := s.Emit(ctx, method, params); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events[len(s.events)-1].Checkpoint = &next
 	return nil
 }
 

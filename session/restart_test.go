@@ -1,0 +1,233 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"mspd/schema/msp"
+	"mspd/store"
+	"mspd/turn"
+)
+
+func activeOf(t *testing.T, st store.Store, sid string) *pendingTurn {
+	t.Helper()
+	row, err := st.Session(context.Background(), sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s state
+	if err := json.Unmarshal(row.State, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s.Active
+}
+
+// TestGracefulStopResumesTheTurn: a manager that stops (a deploy) while a
+// turn streams writes no terminal: the attempt's item fails with the text
+// streamed so far, the turn stays active with an exact checkpoint, and the
+// next manager resumes it, counting the attempt that was cut off.
+func TestGracefulStopResumesTheTurn(t *testing.T) {
+	st := openStore(t)
+	model := newHistModel()
+	m1 := newManager(t, st, model, mgrOpts{})
+	sub := newRecSub()
+	sid := startSession(t, m1, sub)
+	ack := startTurn(t, m1, textTurn(sid, "crash"))
+	model.waitStarted(t, "crash")
+	m1.Close()
+
+	if got := of[msp.TurnCompletedParams](t, sub, msp.NotifyTurnCompleted); len(got) != 0 {
+		t.Fatalf("a stopped turn got a terminal: %+v", got)
+	}
+	items := of[msp.ItemParams](t, sub, msp.NotifyItemCompleted)
+	if cut := items[len(items)-1].Item; cut.Status != msp.ItemFailed || *cut.Text != "working" || cut.Truncated {
+		t.Fatalf("cut attempt %+v: want failed with its text", cut)
+	}
+	a := activeOf(t, st, sid)
+	if a == nil || a.Checkpoint == nil || !a.Checkpoint.Stopped || !a.Checkpoint.Lost || a.Checkpoint.Attempts != 1 {
+		t.Fatalf("stored active turn %+v", a)
+	}
+
+	m2 := newManager(t, st, model, mgrOpts{})
+	sub2 := newRecSub()
+	subscribe(t, m2, sub2, sid)
+	c := sub2.waitTerminal(t, ack.TurnID)
+	if c.Terminal != msp.TerminalCompleted || c.Attempts.Count != 2 || c.Attempts.UsageComplete {
+		t.Fatalf("resumed turn %+v %+v", c, c.Attempts)
+	}
+	notices := of[msp.TurnRetryScheduledParams](t, sub2, msp.NotifyTurnRetryScheduled)
+	if len(notices) != 1 || notices[0].Reason != "the server restarted during attempt 1" {
+		t.Fatalf("notices %+v", notices)
+	}
+	if c.Reason != "" && strings.Contains(c.Reason, "stopped") {
+		t.Fatalf("a turn ended by a shutdown reads %q", c.Reason)
+	}
+}
+
+// TestCrashingTurnRunsOutOfAttempts: a turn whose every attempt takes the
+// process down is resumed once per restart and fails for good after
+// maxAttempts, never looping.
+func TestCrashingTurnRunsOutOfAttempts(t *testing.T) {
+	st := openStore(t)
+	model := newHistModel()
+	cs := &crashStore{Store: st}
+	m := newManager(t, cs, model, mgrOpts{})
+	sub := newRecSub()
+	sid := startSession(t, m, sub)
+	three := 3
+	ack := startTurn(t, m, msp.TurnStartParams{SessionID: sid, Input: []msp.TurnInputPart{{Type: "text", Text: "block forever"}},
+		Retry: &msp.RetryPolicy{MaxAttempts: &three}})
+	for restart := 1; ; restart++ {
+		model.waitStarted(t, "block forever")
+		cs.dead.Store(true) // the process dies
+		m.Close()
+		cs = &crashStore{Store: st}
+		m = newManager(t, cs, model, mgrOpts{})
+		if restart == 3 {
+			break
+		}
+	}
+	sub = newRecSub()
+	subscribe(t, m, sub, sid)
+	c := sub.waitTerminal(t, ack.TurnID)
+	if c.Terminal != msp.TerminalFailed || c.Error.Kind != msp.TurnErrorHostRestarted || c.Attempts.Count != 3 {
+		t.Fatalf("terminal %+v %+v %+v", c, c.Error, c.Attempts)
+	}
+	var reasons []string
+	for _, n := range of[msp.TurnRetryScheduledParams](t, sub, msp.NotifyTurnRetryScheduled) {
+		reasons = append(reasons, n.Reason)
+	}
+	want := "the server restarted during attempt 1|the server restarted during attempt 2"
+	if strings.Join(reasons, "|") != want {
+		t.Fatalf("notices %q, want %q", reasons, want)
+	}
+}
+
+// TestResumption decides how a lost turn goes on from what was stored.
+func TestResumption(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	started := now.Add(-time.Minute)
+	cp := func(c turn.Checkpoint) *turn.Checkpoint { return &c }
+	for _, tt := range []struct {
+		name     string
+		cp       *turn.Checkpoint
+		inFlight bool
+		made     int
+		delay    time.Duration
+		reason   string
+	}{
+		{"died in attempt 1", nil, false, 1, 0, "the server restarted during attempt 1"},
+		{"died streaming attempt 3", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(time.Hour)}), true, 3, 0,
+			"the server restarted during attempt 3"},
+		{"died once attempt 3 was due", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(-time.Second)}), false, 3, 0,
+			"the server restarted during attempt 3"},
+		{"died in the backoff before attempt 3", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(2 * time.Second)}), false, 2,
+			2 * time.Second, "the server restarted during the backoff before attempt 3"},
+		{"stopped in attempt 2", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(-time.Hour), Stopped: true, Lost: true}), false, 2, 0,
+			"the server restarted during attempt 2"},
+		{"stopped in the backoff", cp(turn.Checkpoint{Attempts: 1, NextAt: now.Add(-time.Hour), Stopped: true}), false, 1, -time.Hour,
+			"the server restarted during the backoff before attempt 2"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := resumption(pendingTurn{Checkpoint: tt.cp, StartedAt: started}, tt.inFlight, now)
+			if r.Attempts != tt.made || r.Delay != tt.delay || r.Reason != tt.reason || !r.StartedAt.Equal(started) {
+				t.Fatalf("got %+v\nwant made %d, delay %v, reason %q", r, tt.made, tt.delay, tt.reason)
+			}
+		})
+	}
+}
+
+// brokenStore refuses every commit once broken.
+type brokenStore struct {
+	store.Store
+	broken chan struct{}
+}
+
+func (b *brokenStore) Commit(ctx context.Context, batch store.Batch) error {
+	select {
+	case <-b.broken:
+		if len(batch.Records) > 0 && batch.Records[0].Method == msp.NotifyTurnCompleted {
+			return errors.New("disk on fire")
+		}
+	default:
+	}
+	return b.Store.Commit(ctx, batch)
+}
+
+// TestTerminalRefusedForGoodEndsTheTurn: issue 7 defect 1 — a terminal the
+// log refuses for good is tried a bounded number of times; then readers
+// get a failed terminal (not durable) and the turn is left active for the
+// next start, which resumes it. Nothing loops.
+func TestTerminalRefusedForGoodEndsTheTurn(t *testing.T) {
+	st := openStore(t)
+	bs := &brokenStore{Store: st, broken: make(chan struct{})}
+	model := newHistModel()
+	m := newManager(t, bs, model, mgrOpts{})
+	sub := newRecSub()
+	sid := startSession(t, m, sub)
+	close(bs.broken)
+	ack := startTurn(t, m, textTurn(sid, "hello"))
+	c := sub.waitTerminal(t, ack.TurnID)
+	if c.Terminal != msp.TerminalFailed || c.Error.Kind != msp.TurnErrorLog || c.SourceRange != nil {
+		t.Fatalf("terminal %+v %+v: want a failed, non-durable logError", c, c.Error)
+	}
+	if err := m.WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	if activeOf(t, st, sid) == nil {
+		t.Fatal("the turn was dropped from the stored row")
+	}
+	m2 := newManager(t, st, model, mgrOpts{})
+	sub2 := newRecSub()
+	subscribe(t, m2, sub2, sid)
+	if c := sub2.waitTerminal(t, ack.TurnID); c.Terminal != msp.TerminalCompleted || c.SourceRange == nil {
+		t.Fatalf("after a restart: %+v", c)
+	}
+}
+
+// TestDrainRefusesNewTurnsAndWaits: while draining, a new turn/start is
+// refused as overloaded (retryable) while its replay still gets the
+// recorded ack, and WaitIdle returns once the running turn has ended.
+func TestDrainRefusesNewTurnsAndWaits(t *testing.T) {
+	model := newHistModel()
+	m := newManager(t, openStore(t), model, mgrOpts{})
+	sub := newRecSub()
+	sid := startSession(t, m, sub)
+	p := textTurn(sid, "block")
+	p.CommandID = cmdID()
+	ack := startTurn(t, m, p)
+	model.waitStarted(t, "block")
+	queued := startTurn(t, m, textTurn(sid, "queued behind"))
+	m.Drain()
+
+	_, _, err := m.StartTurn(context.Background(), mustJSON(textTurn(sid, "late")))
+	var me *msp.Error
+	if !errors.As(err, &me) || me.Data.Kind != msp.KindOverloaded || me.Data.Retryable == nil || !*me.Data.Retryable {
+		t.Fatalf("turn/start while draining: %v, want overloaded, retryable", err)
+	}
+	if raw, _, err := m.StartTurn(context.Background(), mustJSON(p)); err != nil || !strings.Contains(string(raw), ack.TurnID) {
+		t.Fatalf("replay while draining: %s, %v", raw, err)
+	}
+	wait, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if err := m.WaitIdle(wait); err == nil {
+		t.Fatal("WaitIdle returned while a turn runs")
+	}
+	interrupt(t, m, sid)
+	sub.waitTerminal(t, ack.TurnID)
+	if err := m.WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The queued turn did not launch: it is durable intake for the next
+	// process.
+	for _, c := range of[msp.TurnStartedParams](t, sub, msp.NotifyTurnStarted) {
+		if c.TurnID == queued.TurnID {
+			t.Fatal("a queued turn launched while draining")
+		}
+	}
+}

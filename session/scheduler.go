@@ -1,0 +1,364 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"mspd/provider"
+	"mspd/schema/msp"
+	"mspd/turn"
+)
+
+// The scheduler runs each session's turns, one at a time and in order:
+// the active turn first when it is being resumed, then the queue. A turn
+// ends with a durable terminal, or — when the host stops it — stays
+// active in the stored row with a checkpoint, and the next process resumes
+// it as a new attempt. Queued turns are durable intake: they launch after
+// a restart, in order, exactly once.
+
+// writeTries bounds how often a scheduler write (a launch, a terminal) is
+// tried before the scheduler gives up on the session until the next start.
+const writeTries = 5
+
+// kick makes sure a goroutine is running s's queue.
+func (m *Manager) kick(s *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.working || s.broken || m.ctx.Err() != nil || m.draining.Load() {
+		return
+	}
+	s.working = true
+	m.turns.Add(1)
+	m.workers.Add(1)
+	go func() {
+		defer m.turns.Done()
+		defer m.workers.Done()
+		m.work(s)
+	}()
+}
+
+// work runs s's turns until there is nothing (more) it may run.
+func (m *Manager) work(s *session) {
+	for {
+		ctx, spec, ok := m.launchNext(s)
+		if !ok {
+			return
+		}
+		out := m.cfg.Runner.Run(ctx, spec, sink{s: s})
+		if !m.finish(s, spec, out) {
+			return
+		}
+	}
+}
+
+// launchNext returns the turn to run next: the active one when it is to
+// be resumed, else the first queued one, whose turn/started and userMessage
+// item it appends. ok is false when there is nothing to run, the host is
+// draining or stopping, or the log keeps refusing the launch (the turn then
+// stays queued, durably, for the next kick or start).
+func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m.ctx.Err() != nil || m.draining.Load() || s.broken {
+		s.working = false
+		return nil, turn.Spec{}, false
+	}
+	if a := s.st.Active; a != nil && s.resume != nil {
+		spec := m.specLocked(s, *a)
+		spec.Resume, s.resume = s.resume, nil
+		return m.runCtxLocked(s), spec, true
+	}
+	if s.st.Active != nil || len(s.st.Queue) == 0 {
+		s.working = false
+		return nil, turn.Spec{}, false
+	}
+	var backoff time.Duration
+	for try := 1; ; try++ {
+		st := s.st.clone()
+		pt := st.Queue[0]
+		st.Queue = st.Queue[1:]
+		pt.StartedAt, pt.StartSeq = m.now(), s.head+1
+		st.Active = &pt
+		if st.FirstUserPrompt == "" {
+			st.FirstUserPrompt = firstLine(pt.Text, 200)
+		}
+		text, turnID := pt.Text, pt.TurnID
+		user := msp.Item{ItemID: newID(), Kind: msp.ItemUserMessage, Revision: 1, Status: msp.ItemCompleted,
+			TurnID: &turnID, Text: &text, CommandID: pt.CommandID, DisplayText: pt.DisplayText, RecordedAt: wireTime(m.now())}
+		evs := []event{
+			{msp.NotifyTurnStarted, &msp.TurnStartedParams{CommandID: pt.CommandID, TurnID: pt.TurnID}},
+			{msp.NotifyItemCompleted, &msp.ItemParams{Item: user}},
+		}
+		err := s.appendLocked(m.ctx, evs, &st)
+		if err == nil {
+			s.history = append(s.history, provider.Message{Role: provider.RoleUser, Text: text})
+			return m.runCtxLocked(s), m.specLocked(s, pt), true
+		}
+		// The turn stays queued, in memory and in the stored row: dropping
+		// it would leave its wait unsettled for good.
+		m.log.Error("launching turn", "session", s.id, "turn", pt.TurnID, "try", try, "err", err)
+		if try == writeTries || !m.pauseLocked(s, &backoff) {
+			s.working = false
+			return nil, turn.Spec{}, false
+		}
+	}
+}
+
+// specLocked is what the runner needs of an active turn.
+func (m *Manager) specLocked(s *session, a pendingTurn) turn.Spec {
+	return turn.Spec{
+		SessionID:      s.id,
+		TurnID:         a.TurnID,
+		History:        append([]provider.Message(nil), s.history...),
+		ProviderID:     deref(s.st.ProviderID),
+		Model:          deref(s.st.ModelID),
+		MaxTokens:      a.MaxTokens,
+		ResponseSchema: a.ResponseSchema,
+		Retry:          a.Retry,
+	}
+}
+
+// runCtxLocked is a running turn's context: the user's stop cancels it
+// alone, the host's stop (Manager.Close) all of them with
+// turn.ErrHostStopping.
+func (m *Manager) runCtxLocked(s *session) context.Context {
+	ctx, cancel := context.WithCancel(m.ctx)
+	s.cancel = cancel
+	return ctx
+}
+
+// pauseLocked waits out a failed write before the next try, with s.mu
+// released meanwhile; backoff doubles from 100 ms to 2 s. It returns false
+// when the manager stops: what was not written stays in the stored row for
+// the next start.
+func (m *Manager) pauseLocked(s *session, backoff *time.Duration) bool {
+	*backoff = min(max(2**backoff, 100*time.Millisecond), 2*time.Second)
+	s.mu.Unlock()
+	defer s.mu.Lock()
+	select {
+	case <-m.ctx.Done():
+		return false
+	case <-time.After(*backoff):
+		return true
+	}
+}
+
+// finish records how a run went: the terminal together with the state
+// that retires the turn, or, for a turn the host stopped, its checkpoint.
+// It reports whether the worker may go on with the session.
+func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancel != nil {
+		s.cancel()
+		s.cancel = nil
+	}
+	// Writes land even while the manager stops.
+	ctx := context.WithoutCancel(m.ctx)
+	if out.Stopped != nil {
+		st := s.st.clone()
+		if st.Active != nil {
+			st.Active.Checkpoint = out.Stopped
+		}
+		if err := s.appendLocked(ctx, nil, &st); err != nil {
+			// The last notice's checkpoint stays: the next start resumes
+			// from it, counting the attempt that was in flight.
+			m.log.Warn("recording a stopped turn's checkpoint", "session", s.id, "turn", spec.TurnID, "err", err)
+		}
+		s.working = false
+		return false
+	}
+	done := out.Completed
+	done.TurnID = spec.TurnID
+	var backoff time.Duration
+	for try := 1; ; try++ {
+		// Built afresh on each try: turns may have been queued meanwhile.
+		st := s.st.clone()
+		st.Active = nil
+		st.TurnCount++
+		err := s.appendLocked(ctx, []event{{msp.NotifyTurnCompleted, &done}}, &st)
+		if err == nil {
+			break
+		}
+		m.log.Error("appending turn terminal", "session", s.id, "turn", spec.TurnID, "try", try, "err", err)
+		if try == writeTries || !m.pauseLocked(s, &backoff) {
+			m.abandonLocked(s, done, err)
+			return false
+		}
+	}
+	// The items' final states are durable now; a reader resuming from
+	// inside the turn gets a view/gap and pages them.
+	s.deltas.reset()
+	if done.Terminal == msp.TerminalCompleted && out.Answer != "" {
+		s.history = append(s.history, provider.Message{Role: provider.RoleAssistant, Text: out.Answer})
+	}
+	return true
+}
+
+// abandonLocked gives up on a session whose log refuses the turn's
+// terminal: its readers are told the turn failed (a terminal that is not
+// durable, at an ephemeral cursor), and the session takes no more commands
+// until the next start, which finds the turn still active in the stored
+// row and resumes it. Nothing loops on a broken store.
+func (m *Manager) abandonLocked(s *session, done msp.TurnCompletedParams, cause error) {
+	s.broken, s.working = true, false
+	done.Terminal = msp.TerminalFailed
+	done.Error = &msp.TurnError{Kind: msp.TurnErrorLog, Retryable: true,
+		Message: fmt.Sprintf("the session log refuses writes (%v); the turn resumes when the server restarts", cause)}
+	s.sub++
+	at := cursor{session: s.id, seq: s.head, sub: s.sub}
+	done.SessionID, done.ViewCursor, done.SourceRange = s.id, at.String(), nil
+	raw, err := msp.Marshal(&done)
+	if err != nil {
+		return
+	}
+	s.fanOutLocked(Notification{SessionID: s.id, Method: msp.NotifyTurnCompleted, Cursor: at.String(),
+		Frame: msp.EncodeNotification(msp.NotifyTurnCompleted, raw, m.now().UnixMilli())})
+}
+
+// recoverLocked prepares what a previous process left running: its open
+// items close as failed (their deltas died with it; the text known is
+// kept), and its active turn is set to resume, the attempt that was in
+// flight counted. Queued turns stay queued. s.mu must be held.
+func (s *session) recoverLocked(ctx context.Context) error {
+	var evs []event
+	inFlight := len(s.open) > 0
+	for _, oi := range s.open {
+		it := oi.item
+		it.Revision++
+		it.Status = msp.ItemFailed
+		text := oi.text.String()
+		it.Text = &text
+		it.Truncated = true
+		evs = append(evs, event{msp.NotifyItemCompleted, &msp.ItemParams{Item: it}})
+	}
+	if len(evs) > 0 {
+		if err := s.appendLocked(ctx, evs, nil); err != nil {
+			return err
+		}
+		clear(s.open)
+	}
+	if a := s.st.Active; a != nil {
+		usage, err := s.turnUsage(ctx, *a)
+		if err != nil {
+			return err
+		}
+		res := resumption(*a, inFlight, s.m.now())
+		res.Usage = usage
+		s.resume = &res
+	}
+	return nil
+}
+
+// resumption decides how a turn lost with its process goes on. A stopping
+// host recorded exactly where the turn stood. A process that died left
+// its last retry notice's checkpoint: if the next attempt was due, or an
+// item was streaming, that attempt counts as lost (so a turn that keeps
+// crashing the server runs out of attempts); a process that died during a
+// backoff lost nothing, and the backoff's rest is waited out.
+func resumption(a pendingTurn, inFlight bool, now time.Time) turn.Resumption {
+	cp := turn.Checkpoint{}
+	if a.Checkpoint != nil {
+		cp = *a.Checkpoint
+	}
+	made, lost := cp.Attempts, cp.Lost
+	if !cp.Stopped {
+		lost = inFlight || a.Checkpoint == nil || !now.Before(cp.NextAt)
+		if lost {
+			made++
+		}
+	}
+	res := turn.Resumption{Attempts: made, MaxTokens: cp.MaxTokens, StartedAt: a.StartedAt}
+	if res.StartedAt.IsZero() {
+		res.StartedAt = now // admitted by an older build
+	}
+	if lost {
+		res.Reason = fmt.Sprintf("the server restarted during attempt %d", made)
+	} else {
+		res.Reason = fmt.Sprintf("the server restarted during the backoff before attempt %d", made+1)
+		res.Delay = cp.NextAt.Sub(now)
+	}
+	return res
+}
+
+// turnUsage sums the usage the active turn's responses reported, from its
+// session/tokenUsage events; nil when none did.
+func (s *session) turnUsage(ctx context.Context, a pendingTurn) (*msp.TokenUsage, error) {
+	var sum *msp.TokenUsage
+	after := max(a.StartSeq-1, 0)
+	for {
+		recs, err := s.m.store.Records(ctx, s.id, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			after = r.Seq
+			if r.Method != msp.NotifySessionTokenUsage {
+				continue
+			}
+			var p msp.SessionTokenUsageParams
+			if err := json.Unmarshal(r.Params, &p); err != nil {
+				return nil, fmt.Errorf("record %d: %w", r.Seq, err)
+			}
+			if p.TurnID != a.TurnID {
+				continue
+			}
+			if sum == nil {
+				sum = &msp.TokenUsage{}
+			}
+			sum.InputTokens += p.Usage.InputTokens
+			sum.OutputTokens += p.Usage.OutputTokens
+			sum.CachedTokens += p.Usage.CachedTokens
+			sum.ReasoningTokens += p.Usage.ReasoningTokens
+		}
+		if len(recs) < 1000 {
+			return sum, nil
+		}
+	}
+}
+
+// Drain makes the manager refuse new turns (overloaded, retryable) and
+// launch no queued ones, while running turns go on; part of a graceful
+// shutdown.
+func (m *Manager) Drain() { m.draining.Store(true) }
+
+// WaitIdle waits until no turn runs, or ctx ends.
+func (m *Manager) WaitIdle(ctx context.Context) error {
+	idle := make(chan struct{})
+	go func() { m.workers.Wait(); close(idle) }()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// sink is how a running turn appends to its session.
+type sink struct{ s *session }
+
+func (k sink) Emit(ctx context.Context, method string, params msp.ViewParams) error {
+	return k.s.emit(ctx, method, params)
+}
+
+func (k sink) EmitRetry(ctx context.Context, method string, params msp.ViewParams, next turn.Checkpoint) error {
+	return k.s.emitRetry(ctx, method, params, next)
+}
+
+func (k sink) Delta(itemID, text string) { k.s.delta(itemID, text) }
+
+var _ turn.Sink = sink{}
+
+// emitRetry appends a retry notice and, in the same commit, the checkpoint
+// the active turn resumes from.
+func (s *session) emitRetry(ctx context.Context, method string, params msp.ViewParams, next turn.Checkpoint) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st.clone()
+	if st.Active != nil {
+		st.Active.Checkpoint = &next
+	}
+	return s.appendLocked(ctx, []event{{method, params}}, &st)
+}
