@@ -14,8 +14,8 @@
 //
 // The suite pins down the parts of the contract that store.go states in
 // words: dense sequences, conflicts that write nothing, byte-identical
-// params, listing order and paging, the ledger, persistence across a
-// reopen, and exactly-once commits under concurrency.
+// params, listing order and paging, the ledger and its pruning, persistence
+// across a reopen, and exactly-once commits under concurrency.
 package storetest
 
 import (
