@@ -300,3 +300,23 @@ func TestLedgerDoesNotSerialiseDifferentIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeIsNotRecorded: a session/resume is a read; it leaves nothing
+// in the commandId ledger (which would otherwise keep every resume's
+// history for the whole retention window).
+func TestResumeIsNotRecorded(t *testing.T) {
+	st := openStore(t)
+	m := newManager(t, st, newHistModel(), mgrOpts{})
+	sub := newRecSub()
+	sid := startSession(t, m, sub)
+	runTurn(t, m, sub, textTurn(sid, "hello"))
+	id := cmdID()
+	for range 2 {
+		if _, _, err := m.ResumeSession(context.Background(), sub, mustJSON(msp.SessionResumeParams{CommandID: id, SessionID: sid})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Command(context.Background(), id); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the resume's commandId is in the ledger: %v", err)
+	}
+}

@@ -497,7 +497,9 @@ func (m *Manager) attachAfter(sub Subscriber, sessionID, after string) func(cont
 
 // ResumeSession serves session/resume. With a cursor the result carries no
 // history and attach delivers exactly the events after the cursor; without
-// one it carries the folded items (within the history budget).
+// one it carries the folded items (within the history budget). A resume is
+// a read: it changes nothing, so nothing of it is recorded, and a repeated
+// one gets a fresh answer.
 func (m *Manager) ResumeSession(ctx context.Context, sub Subscriber, raw json.RawMessage) (json.RawMessage, func(context.Context), error) {
 	var p msp.SessionResumeParams
 	if err := json.Unmarshal(raw, &p); err != nil {
@@ -513,49 +515,30 @@ func (m *Manager) ResumeSession(ctx context.Context, sub Subscriber, raw json.Ra
 			return nil, nil, err
 		}
 	}
-	resp, replayed, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionResume, raw, func(a *admission) (json.RawMessage, error) {
-		// Re-attaching: the old subscription ends before the head is read
-		// (a refused resume leaves it alone).
-		s.detach(sub)
-		var snap msp.SessionSnapshot
-		var err error
-		switch {
-		case p.Cursor != nil:
-			snap, err = m.snapshot(ctx, s, false, msp.NoneCursorSuffix)
-		case p.ExcludeItems:
-			snap, err = m.snapshot(ctx, s, false, msp.NoneExcluded)
-		default:
-			snap, err = m.snapshot(ctx, s, true, "")
-		}
-		if err != nil {
-			return nil, err
-		}
-		res, err := msp.Marshal(snap)
-		if err != nil {
-			return nil, msp.ErrInternal("encoding result: %v", err)
-		}
-		if err := m.store.Commit(ctx, store.Batch{SessionID: s.id, Commands: []store.Command{a.entry(res, false)}}); err != nil {
-			return nil, msp.ErrInternal("recording resume: %v", err)
-		}
-		return res, nil
-	})
+	// Re-attaching: the old subscription ends before the head is read (a
+	// refused resume leaves it alone).
+	s.detach(sub)
+	var snap msp.SessionSnapshot
+	switch {
+	case p.Cursor != nil:
+		snap, err = m.snapshot(ctx, s, false, msp.NoneCursorSuffix)
+	case p.ExcludeItems:
+		snap, err = m.snapshot(ctx, s, false, msp.NoneExcluded)
+	default:
+		snap, err = m.snapshot(ctx, s, true, "")
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	if replayed {
-		s.detach(sub) // attach replays from the stored result's cursor
+	res, err := msp.Marshal(snap)
+	if err != nil {
+		return nil, nil, msp.ErrInternal("encoding result: %v", err)
 	}
-	after := ""
+	after := snap.ViewCursor
 	if p.Cursor != nil {
 		after = *p.Cursor
-	} else {
-		var res msp.SessionSnapshot
-		if err := json.Unmarshal(resp, &res); err != nil {
-			return nil, nil, msp.ErrInternal("stored result unreadable: %v", err)
-		}
-		after = res.ViewCursor
 	}
-	return resp, m.attachAfter(sub, s.id, after), nil
+	return res, m.attachAfter(sub, s.id, after), nil
 }
 
 // ReadSession serves session/read: a point-in-time read that never

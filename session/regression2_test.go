@@ -133,14 +133,12 @@ func TestRefusedResumeKeepsTheSubscription(t *testing.T) {
 	sub := newRecSub()
 	sid := startSession(t, m, sub) // auto-subscribed
 
-	// A command the ledger knows (an interrupt refused missing_run) …
-	used := cmdID()
-	m.StopTurn(context.Background(), msp.MethodTurnInterrupt, mustJSON(msp.TurnStopParams{CommandID: used, SessionID: sid}))
-	// … reused by a resume: refused, command_id_conflict.
-	_, _, err := m.ResumeSession(context.Background(), sub, mustJSON(msp.SessionResumeParams{CommandID: used, SessionID: sid}))
+	// A resume refused for its cursor (one from another session).
+	bad := durableCursor(newID(), 1)
+	_, _, err := m.ResumeSession(context.Background(), sub, mustJSON(msp.SessionResumeParams{CommandID: cmdID(), SessionID: sid, Cursor: &bad}))
 	var me *msp.Error
-	if !errors.As(err, &me) || me.Data.Reason != msp.ReasonCommandIDConflict {
-		t.Fatalf("resume with a used commandId: %v", err)
+	if !errors.As(err, &me) || me.Data.Reason != msp.ReasonMissingAnchor {
+		t.Fatalf("resume with a foreign cursor: %v", err)
 	}
 	startTurn(t, m, textTurn(sid, "x"))
 	deadline := time.After(2 * time.Second)
