@@ -26,9 +26,11 @@ type conn struct {
 	out *outbox
 	log *slog.Logger
 
-	initialized atomic.Bool // initialize succeeded
-	ready       atomic.Bool // the client sent initialized
-	busy        atomic.Bool // a request is being handled on the read loop
+	initialized atomic.Bool     // initialize succeeded
+	ready       atomic.Bool     // the client sent initialized
+	busy        atomic.Bool     // a request is being handled on the read loop
+	isWedged    atomic.Bool     // closed because its peer does not read
+	ctx         context.Context // ends with the connection: bounds waits for room
 	cancel      context.CancelFunc
 
 	// optOut is set once by initialize, before any notification can flow,
@@ -43,8 +45,9 @@ func newConn(srv *Server, t transport, log *slog.Logger) *conn {
 	return &conn{
 		srv:  srv,
 		t:    t,
-		out:  newOutbox(srv.cfg.QueueFrames, srv.cfg.QueueBytes, gapFrame),
+		out:  newOutbox(limitsFor(srv.cfg), gapFrame),
 		log:  log,
+		ctx:  context.Background(),
 		done: make(chan struct{}),
 	}
 }
@@ -53,6 +56,7 @@ func newConn(srv *Server, t transport, log *slog.Logger) *conn {
 func (c *conn) serve(ctx context.Context) {
 	ctx, c.cancel = context.WithCancel(ctx)
 	defer c.cancel()
+	c.ctx = ctx
 	c.srv.mgr.Listen(c, session.PrincipalFrom(ctx))
 	defer c.srv.mgr.Detach(c)
 
@@ -147,11 +151,33 @@ func (c *conn) shut(reason string, dead bool) {
 	})
 }
 
+// wedged closes a connection whose peer does not read. It may be called
+// with session locks held, so the closing runs on its own.
+func (c *conn) wedged() {
+	if !c.isWedged.CompareAndSwap(false, true) {
+		return
+	}
+	c.srv.metrics.connsWedged.Add(1)
+	c.log.Debug("outbound queue full; closing")
+	go c.shut("outbound queue full", true)
+}
+
+// push queues a response, waiting for room.
+func (c *conn) push(frame []byte) error {
+	err := c.out.pushResponse(c.ctx, frame)
+	if errors.Is(err, errWedged) {
+		c.wedged()
+	}
+	return err
+}
+
 // Deliver implements session.Subscriber.
 func (c *conn) Deliver(n session.Notification) {
 	// Broadcasts and the view/gap a replay reports are never dropped.
 	if n.SessionID == "" || msp.Protected(n.Method) {
-		c.out.pushProtected(n.Frame)
+		if errors.Is(c.out.pushProtected(n.Frame), errWedged) {
+			c.wedged()
+		}
 		return
 	}
 	if c.optedOut(n.Method) {
@@ -200,7 +226,7 @@ func (c *conn) replyError(id json.RawMessage, e *msp.Error) {
 		c.log.Error("encoding error response", "err", err)
 		return
 	}
-	c.out.pushProtected(frame)
+	c.push(frame)
 }
 
 // reply queues a success response. Responses are encoded here, not by
@@ -216,7 +242,7 @@ func (c *conn) reply(id json.RawMessage, result any) error {
 	frame = append(frame, id...)
 	frame = append(frame, `,"result":`...)
 	frame = append(frame, res...)
-	return c.out.pushProtected(append(frame, '}'))
+	return c.push(append(frame, '}'))
 }
 
 // slogPrinter routes jsonrpc2's own log lines (connection ends, mostly)
@@ -240,11 +266,23 @@ func (s *objectStream) WriteObject(obj any) error {
 	if err != nil {
 		return err
 	}
-	return s.c.out.pushProtected(frame)
+	return s.c.push(frame)
 }
 
+// ReadObject reads the next request once the outbox has room for its
+// answer: a client that does not read is not read either.
 func (s *objectStream) ReadObject(v any) error {
 	for {
+		// Like a handler, the wait keeps the pong unread: no pings meanwhile.
+		s.c.busy.Store(true)
+		err := s.c.out.waitReadable(s.ctx)
+		s.c.busy.Store(false)
+		if err != nil {
+			if errors.Is(err, errWedged) {
+				s.c.wedged()
+			}
+			return err
+		}
 		frame, err := s.c.t.ReadFrame(s.ctx)
 		var tl *tooLargeError
 		if errors.As(err, &tl) {

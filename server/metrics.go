@@ -15,6 +15,7 @@ import (
 type metrics struct {
 	connsOpen      atomic.Int64
 	connsTotal     atomic.Uint64
+	connsWedged    atomic.Uint64
 	framesReceived atomic.Uint64
 	framesRejected atomic.Uint64
 	framesSent     atomic.Uint64
@@ -23,11 +24,13 @@ type metrics struct {
 
 func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	var dropped, gaps uint64
-	var queued int
+	var queued, bytes, maxBytes int
 	s.mu.Lock()
 	for c := range s.conns {
 		d, g, q := c.out.stats()
 		dropped, gaps, queued = dropped+d, gaps+g, queued+q
+		b, _ := c.out.queuedBytes()
+		bytes, maxBytes = bytes+b, max(maxBytes, b)
 	}
 	s.mu.Unlock()
 	m := &s.metrics
@@ -35,6 +38,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	p := promWriter{w: w}
 	p.metric("mspd_connections_open", "gauge", "Open MSP connections.", sample{v: m.connsOpen.Load()})
 	p.metric("mspd_connections_total", "counter", "MSP connections accepted.", sample{v: m.connsTotal.Load()})
+	p.metric("mspd_connections_wedged_total", "counter", "Connections closed because their outbound queue stayed full.", sample{v: m.connsWedged.Load()})
 	p.metric("mspd_frames_received_total", "counter", "Inbound frames read.", sample{v: m.framesReceived.Load()})
 	p.metric("mspd_frames_rejected_total", "counter", "Inbound frames answered with an error before dispatch.", sample{v: m.framesRejected.Load()})
 	p.metric("mspd_frames_sent_total", "counter", "Outbound frames written.", sample{v: m.framesSent.Load()})
@@ -42,6 +46,8 @@ func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	p.metric("mspd_events_dropped_total", "counter", "View events dropped for slow readers on open connections.", sample{v: dropped})
 	p.metric("mspd_view_gaps_total", "counter", "view/gap markers sent on open connections.", sample{v: gaps})
 	p.metric("mspd_outbound_queued_frames", "gauge", "Frames waiting in connection outboxes.", sample{v: queued})
+	p.metric("mspd_outbound_queued_bytes", "gauge", "Bytes held by connection outboxes (queued frames and kept events).", sample{v: bytes})
+	p.metric("mspd_outbound_queued_bytes_max", "gauge", "Bytes held by the fullest connection outbox; each is bounded by --queue-bytes.", sample{v: maxBytes})
 
 	st := s.mgr.Stats()
 	p.metric("mspd_sessions_loaded", "gauge", "Sessions held in memory.", sample{v: st.LoadedSessions})

@@ -4,38 +4,97 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
-// errClosed is returned once a connection's outbox is shut.
-var errClosed = errors.New("connection closed")
+var (
+	// errClosed is returned once a connection's outbox is shut.
+	errClosed = errors.New("connection closed")
+	// errWedged reports a peer that does not read: the outbox stayed full
+	// past the write timeout, or a frame that cannot wait found no room.
+	errWedged = errors.New("outbound queue full: the peer is not reading")
+)
 
 // outbox is a connection's outbound queue, drained by one writer goroutine
 // that owns the socket. Frames leave in the order they were queued.
-// Protected frames (responses, view/gap, broadcasts) are always queued;
-// gappable ones (view events) count against a frame and byte budget, and
-// when it is spent they are dropped and the hole is reported per session
-// with one view/gap at the next accepted event. So a slow reader costs
-// bounded memory and never stalls a session or other readers.
+//
+// One byte budget covers everything the outbox holds: responses,
+// broadcasts, view/gap markers, view events and the kept tails of holes.
+// Within it:
+//
+//   - Responses (and the read loop itself) wait for room: the connection
+//     reads its next request only once its queue is under the request
+//     limit (the budget less a reserve), so a client that does not read
+//     stops being read, and TCP pushes back on it.
+//   - View events take at most a share of it (and a frame count); beyond
+//     that, or while a response waits, they are dropped and the hole is
+//     reported per session with one view/gap at the next accepted event.
+//     A replay waits for room instead.
+//   - Protected frames that cannot wait (broadcasts, a replay's view/gap)
+//     may also use the reserve; one that finds no room at all means the
+//     peer is wedged, and the connection is closed.
+//
+// A wait that sees no frame leave the queue for the stall time (the write
+// timeout) reports the peer wedged too. So an outbox holds at most its
+// budget (or one frame larger than that alone, and the reserve), besides
+// the frame being written and the answer waiting to be queued; and a slow
+// reader never stalls a session or other readers.
 type outbox struct {
-	gapFrame  func(sessionID, after, next string) []byte
-	maxFrames int
-	maxBytes  int
+	gapFrame func(sessionID, after, next string) []byte
+	lim      outboxLimits
 
-	mu       sync.Mutex
-	frames   [][]byte
-	gappable []bool
-	head     int
-	nGap     int // gappable frames queued
-	gapBytes int // bytes of gappable frames queued
-	closed   bool
-	shut     chan struct{} // closed with the outbox: wakes replay waiters
-	wake     chan struct{} // the writer has work
-	space    chan struct{} // a gappable frame left the queue
-	views    map[string]*viewState
-	tails    int // views holding a dropped durable event to re-deliver
-	dropped  uint64
-	gaps     uint64
+	mu          sync.Mutex
+	frames      [][]byte
+	kinds       []frameKind
+	head        int
+	bytes       int // bytes of the frames queued
+	nGap        int // view events queued
+	gapBytes    int // bytes of view events queued
+	urgentBytes int // bytes of protected frames that could not wait
+	tailBytes   int // bytes of kept tails
+	peak        int // high-water mark of bytes held
+	closed      bool
+	shut        chan struct{} // closed with the outbox: wakes waiters
+	wake        chan struct{} // the writer has work
+	waiting     int           // goroutines waiting for room
+	respWaiting int           // of them, responses: view events yield to them
+	room        chan struct{} // closed and replaced when room is freed
+	views       map[string]*viewState
+	tails       int // views holding a dropped durable event to re-deliver
+	dropped     uint64
+	gaps        uint64
 }
+
+// outboxLimits bounds one outbox.
+type outboxLimits struct {
+	budget    int           // bytes held in all
+	reserve   int           // part of the budget only frames that cannot wait may use
+	gapBytes  int           // share of the budget queued view events may use
+	gapFrames int           // view events queued at most
+	stall     time.Duration // a wait for room this long with no progress: wedged (0: never)
+}
+
+// limitsFor derives a connection's limits from the server config: the
+// budget is QueueBytes, view events get half of it, and an eighth is the
+// reserve of frames that cannot wait.
+func limitsFor(cfg Config) outboxLimits {
+	return outboxLimits{
+		budget:    cfg.QueueBytes,
+		reserve:   cfg.QueueBytes / 8,
+		gapBytes:  cfg.QueueBytes / 2,
+		gapFrames: cfg.QueueFrames,
+		stall:     cfg.WriteTimeout,
+	}
+}
+
+// frameKind is what a queued frame is, for the budget's accounts.
+type frameKind uint8
+
+const (
+	kindResponse frameKind = iota // a response, or a view/gap of an accepted event
+	kindView                      // a view event: may be dropped
+	kindUrgent                    // a protected frame that could not wait
+)
 
 // viewState tracks one subscribed session on this connection.
 type viewState struct {
@@ -48,47 +107,181 @@ type viewState struct {
 	// terminal without waiting for the session's next event.
 	tailCursor    string
 	tailFrame     []byte
-	lostAfterTail bool // a delta was dropped after the tail
+	tailMarker    []byte // the view/gap that goes before it, counted with it
+	lostAfterTail bool   // an event was dropped after the tail
 }
 
-func newOutbox(maxFrames, maxBytes int, gapFrame func(sessionID, after, next string) []byte) *outbox {
+// tailSize is what v's kept tail counts for.
+func (v *viewState) tailSize() int { return len(v.tailMarker) + len(v.tailFrame) }
+
+func newOutbox(lim outboxLimits, gapFrame func(sessionID, after, next string) []byte) *outbox {
 	return &outbox{
-		gapFrame:  gapFrame,
-		maxFrames: maxFrames,
-		maxBytes:  maxBytes,
-		wake:      make(chan struct{}, 1),
-		shut:      make(chan struct{}),
-		space:     make(chan struct{}, 1),
-		views:     make(map[string]*viewState),
+		gapFrame: gapFrame,
+		lim:      lim,
+		wake:     make(chan struct{}, 1),
+		shut:     make(chan struct{}),
+		room:     make(chan struct{}),
+		views:    make(map[string]*viewState),
 	}
 }
 
-// pushProtected queues a frame that must never be dropped.
-func (o *outbox) pushProtected(frame []byte) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed {
-		return errClosed
-	}
-	o.appendLocked(frame, false)
-	return nil
+// heldLocked is what the budget counts: queued frames and kept tails.
+func (o *outbox) heldLocked() int { return o.bytes + o.tailBytes }
+
+// requestLimit is what responses and view events may fill; the rest of
+// the budget is the reserve.
+func (o *outbox) requestLimit() int { return o.lim.budget - o.lim.reserve }
+
+// idleLocked tells whether nothing but urgent frames is held: then a
+// frame larger than its limit may go, alone, so that it cannot wait
+// forever.
+func (o *outbox) idleLocked() bool { return o.bytes == o.urgentBytes && o.tailBytes == 0 }
+
+// fitsLocked tells whether size more bytes stay within limit.
+func (o *outbox) fitsLocked(size, limit int) bool {
+	return o.idleLocked() || o.heldLocked()+size <= limit
 }
 
-func (o *outbox) appendLocked(frame []byte, gappable bool) {
+// viewRoomLocked tells whether a view event of size bytes (its view/gap
+// marker included) fits; own is the view's kept tail, which the event
+// would replace. While a response waits, view events yield to it.
+func (o *outbox) viewRoomLocked(size, own int) bool {
+	return o.respWaiting == 0 && o.eventRoomLocked(size, own)
+}
+
+// eventRoomLocked applies the view events' frame count and byte share,
+// within the request limit.
+func (o *outbox) eventRoomLocked(size, own int) bool {
+	if o.nGap >= o.lim.gapFrames {
+		return false
+	}
+	if o.nGap > 0 && o.gapBytes+o.tailBytes-own+size > o.lim.gapBytes {
+		return false
+	}
+	return o.idleLocked() || o.heldLocked()-own+size <= o.requestLimit()
+}
+
+func (o *outbox) appendLocked(frame []byte, kind frameKind) {
 	o.frames = append(o.frames, frame)
-	o.gappable = append(o.gappable, gappable)
-	if gappable {
+	o.kinds = append(o.kinds, kind)
+	o.bytes += len(frame)
+	switch kind {
+	case kindView:
 		o.nGap++
 		o.gapBytes += len(frame)
+	case kindUrgent:
+		o.urgentBytes += len(frame)
 	}
+	o.notePeakLocked()
 	select {
 	case o.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (o *outbox) roomLocked(size int) bool {
-	return o.nGap < o.maxFrames && (o.gapBytes+size <= o.maxBytes || o.nGap == 0)
+func (o *outbox) notePeakLocked() { o.peak = max(o.peak, o.heldLocked()) }
+
+// freedLocked wakes whoever waits for room.
+func (o *outbox) freedLocked() {
+	if o.waiting > 0 {
+		close(o.room)
+		o.room = make(chan struct{})
+	}
+}
+
+// waitRoom calls admit under the lock until it reports the frame queued,
+// waiting for room between tries. A response (priority) makes view events
+// yield while it waits. It gives up when ctx ends, the outbox closes, or
+// no frame leaves the queue for the stall time (errWedged).
+func (o *outbox) waitRoom(ctx context.Context, priority bool, admit func() bool) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return errClosed
+	}
+	if admit() {
+		return nil
+	}
+	o.waiting++
+	if priority {
+		o.respWaiting++
+	}
+	defer func() {
+		o.waiting--
+		if priority {
+			o.respWaiting--
+		}
+	}()
+	var stall *time.Timer
+	var stalled <-chan time.Time
+	if o.lim.stall > 0 {
+		stall = time.NewTimer(o.lim.stall)
+		defer stall.Stop()
+		stalled = stall.C
+	}
+	for {
+		room := o.room
+		o.mu.Unlock()
+		var err error
+		select {
+		case <-room: // a frame left: progress
+			if stall != nil {
+				stall.Reset(o.lim.stall)
+			}
+		case <-o.shut:
+			err = errClosed
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-stalled:
+			err = errWedged
+		}
+		o.mu.Lock()
+		switch {
+		case err != nil:
+			return err
+		case o.closed:
+			return errClosed
+		case admit():
+			return nil
+		}
+	}
+}
+
+// pushResponse queues a frame that must never be dropped and can wait: a
+// response, from the read loop. It waits for room under the request limit.
+func (o *outbox) pushResponse(ctx context.Context, frame []byte) error {
+	return o.waitRoom(ctx, true, func() bool {
+		if !o.fitsLocked(len(frame), o.requestLimit()) {
+			return false
+		}
+		o.appendLocked(frame, kindResponse)
+		return true
+	})
+}
+
+// pushProtected queues a frame that must never be dropped and cannot wait
+// (a broadcast, a replay's view/gap: their senders hold session locks). It
+// may use the whole budget, and the reserve whatever else is queued; when
+// neither has room the peer has left a reserve's worth of them unread, and
+// errWedged says the connection must close.
+func (o *outbox) pushProtected(frame []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return errClosed
+	}
+	if o.heldLocked()+len(frame) > o.lim.budget && o.urgentBytes+len(frame) > o.lim.reserve {
+		return errWedged
+	}
+	o.appendLocked(frame, kindUrgent)
+	return nil
+}
+
+// waitReadable returns once the queue is under the request limit, so that
+// the next request is read only when its answer has room: a client that
+// does not read stops being read.
+func (o *outbox) waitReadable(ctx context.Context) error {
+	return o.waitRoom(ctx, false, func() bool { return o.fitsLocked(1, o.requestLimit()) })
 }
 
 // subscribed starts tracking a session's view after cursor from.
@@ -101,14 +294,42 @@ func (o *outbox) subscribed(sessionID, from string) {
 
 func (o *outbox) dropViewLocked(sessionID string) {
 	if v := o.views[sessionID]; v != nil && v.tailFrame != nil {
-		o.tails--
+		o.clearTailLocked(v)
+		o.freedLocked()
 	}
 	delete(o.views, sessionID)
 }
 
-// pushView queues a view event, or drops it and opens a hole when the
-// budget is spent. A durable event dropped is kept as the hole's tail
-// until there is room to deliver it.
+// keepTailLocked keeps a dropped durable event as its view's tail, with
+// the view/gap that will go before it, replacing an older tail — when it
+// fits the request limit. When it does not, an older tail stays and the
+// hole is reported on from it; with none, the hole closes at the view's
+// next event.
+func (o *outbox) keepTailLocked(sessionID string, v *viewState, cursor string, frame []byte) {
+	marker := o.gapFrame(sessionID, v.holeAfter, cursor)
+	if o.heldLocked()-v.tailSize()+len(marker)+len(frame) > o.requestLimit() {
+		if v.tailFrame != nil {
+			v.lostAfterTail = true
+		}
+		return
+	}
+	if v.tailFrame == nil {
+		o.tails++
+	}
+	o.tailBytes += len(marker) + len(frame) - v.tailSize()
+	v.tailCursor, v.tailFrame, v.tailMarker, v.lostAfterTail = cursor, frame, marker, false
+	o.notePeakLocked()
+}
+
+func (o *outbox) clearTailLocked(v *viewState) {
+	o.tails--
+	o.tailBytes -= v.tailSize()
+	v.tailCursor, v.tailFrame, v.tailMarker = "", nil, nil
+}
+
+// pushView queues a view event, or drops it and opens a hole when there is
+// no room. A durable event dropped is kept as the hole's tail until there
+// is room to deliver it.
 func (o *outbox) pushView(sessionID, cursor string, frame []byte, durable bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -130,15 +351,13 @@ func (o *outbox) pushView(sessionID, cursor string, frame []byte, durable bool) 
 		o.dropped++
 		return
 	}
-	if !o.roomLocked(len(frame)) {
+	marker := o.markerLocked(sessionID, v, cursor)
+	if !o.viewRoomLocked(len(marker)+len(frame), len(v.tailFrame)) {
 		if !v.inHole {
 			v.inHole, v.holeAfter = true, v.last
 		}
 		if durable {
-			if v.tailFrame == nil {
-				o.tails++
-			}
-			v.tailCursor, v.tailFrame, v.lostAfterTail = cursor, frame, false
+			o.keepTailLocked(sessionID, v, cursor, frame)
 		} else if v.tailFrame != nil {
 			v.lostAfterTail = true
 		}
@@ -146,39 +365,53 @@ func (o *outbox) pushView(sessionID, cursor string, frame []byte, durable bool) 
 		return
 	}
 	if v.tailFrame != nil { // this event supersedes the kept tail
-		v.tailCursor, v.tailFrame = "", nil
-		o.tails--
+		o.clearTailLocked(v)
 	}
-	o.acceptLocked(sessionID, v, cursor, frame)
+	o.acceptLocked(v, marker, cursor, frame)
+}
+
+// markerLocked renders the view/gap that closes v's hole at cursor, or
+// nil when v is not in a hole.
+func (o *outbox) markerLocked(sessionID string, v *viewState, cursor string) []byte {
+	if !v.inHole {
+		return nil
+	}
+	return o.gapFrame(sessionID, v.holeAfter, cursor)
 }
 
 // acceptLocked queues a view event. When it closes a hole, the view/gap
 // marker goes right before it: next names an event already queued behind
 // the marker, and a client that pages (after, next) on the marker gets the
 // hole's events before the live one at next, in cursor order.
-func (o *outbox) acceptLocked(sessionID string, v *viewState, cursor string, frame []byte) {
-	if v.inHole {
-		o.appendLocked(o.gapFrame(sessionID, v.holeAfter, cursor), false)
+func (o *outbox) acceptLocked(v *viewState, marker []byte, cursor string, frame []byte) {
+	if marker != nil {
+		o.appendLocked(marker, kindResponse)
 		v.inHole = false
 		o.gaps++
 	}
-	o.appendLocked(frame, true)
+	o.appendLocked(frame, kindView)
 	v.last = cursor
 }
 
-// flushTailsLocked delivers kept tails that now fit.
+// flushTailsLocked delivers kept tails that now fit, even while a response
+// waits: a tail is already counted, so queueing it takes no room, and the
+// response can go alone only once no tail is kept. With nothing else
+// queued, one tail goes whatever its size.
 func (o *outbox) flushTailsLocked() {
-	for id, v := range o.views {
+	for _, v := range o.views {
 		if o.tails == 0 {
 			return
 		}
-		if v.tailFrame == nil || !o.roomLocked(len(v.tailFrame)) {
+		if v.tailFrame == nil {
 			continue
 		}
-		cursor, frame, lost := v.tailCursor, v.tailFrame, v.lostAfterTail
-		v.tailCursor, v.tailFrame = "", nil
-		o.tails--
-		o.acceptLocked(id, v, cursor, frame)
+		size := v.tailSize()
+		if o.bytes != o.urgentBytes && !o.eventRoomLocked(size, size) {
+			continue
+		}
+		cursor, frame, marker, lost := v.tailCursor, v.tailFrame, v.tailMarker, v.lostAfterTail
+		o.clearTailLocked(v)
+		o.acceptLocked(v, marker, cursor, frame)
 		if lost { // deltas after the tail are gone too: keep reporting
 			v.inHole, v.holeAfter = true, cursor
 		}
@@ -187,29 +420,16 @@ func (o *outbox) flushTailsLocked() {
 
 // pushReplay queues a replayed view event, waiting for room.
 func (o *outbox) pushReplay(ctx context.Context, sessionID, cursor string, frame []byte) error {
-	for {
-		o.mu.Lock()
-		if o.closed {
-			o.mu.Unlock()
-			return errClosed
+	return o.waitRoom(ctx, false, func() bool {
+		if !o.viewRoomLocked(len(frame), 0) {
+			return false
 		}
-		if o.roomLocked(len(frame)) {
-			o.appendLocked(frame, true)
-			if v := o.views[sessionID]; v != nil {
-				v.last = cursor
-			}
-			o.mu.Unlock()
-			return nil
+		o.appendLocked(frame, kindView)
+		if v := o.views[sessionID]; v != nil {
+			v.last = cursor
 		}
-		o.mu.Unlock()
-		select {
-		case <-o.space:
-		case <-o.shut:
-			return errClosed
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+		return true
+	})
 }
 
 // forget stops tracking a session (view/unsubscribe).
@@ -225,24 +445,8 @@ func (o *outbox) next(ctx context.Context) ([]byte, error) {
 	for {
 		o.mu.Lock()
 		if o.head < len(o.frames) {
-			f, g := o.frames[o.head], o.gappable[o.head]
-			o.frames[o.head] = nil
-			o.head++
-			if g {
-				o.nGap--
-				o.gapBytes -= len(f)
-				if o.tails > 0 {
-					o.flushTailsLocked()
-				}
-			}
-			o.compactLocked()
+			f := o.takeLocked()
 			o.mu.Unlock()
-			if g {
-				select {
-				case o.space <- struct{}{}:
-				default:
-				}
-			}
 			return f, nil
 		}
 		closed := o.closed
@@ -258,6 +462,28 @@ func (o *outbox) next(ctx context.Context) ([]byte, error) {
 	}
 }
 
+// takeLocked removes the oldest frame; its room goes to kept tails first,
+// then to whoever waits.
+func (o *outbox) takeLocked() []byte {
+	f, kind := o.frames[o.head], o.kinds[o.head]
+	o.frames[o.head] = nil
+	o.head++
+	o.bytes -= len(f)
+	switch kind {
+	case kindView:
+		o.nGap--
+		o.gapBytes -= len(f)
+	case kindUrgent:
+		o.urgentBytes -= len(f)
+	}
+	if o.tails > 0 {
+		o.flushTailsLocked()
+	}
+	o.compactLocked()
+	o.freedLocked()
+	return f
+}
+
 // compactLocked reclaims the slots of sent frames: at once when the queue
 // is empty, and by moving the rest to the front once more than half the
 // slice is spent, so a reader that stays a little behind forever does not
@@ -265,12 +491,12 @@ func (o *outbox) next(ctx context.Context) ([]byte, error) {
 func (o *outbox) compactLocked() {
 	switch {
 	case o.head == len(o.frames):
-		o.frames, o.gappable, o.head = o.frames[:0], o.gappable[:0], 0
+		o.frames, o.kinds, o.head = o.frames[:0], o.kinds[:0], 0
 	case o.head >= 64 && o.head*2 >= len(o.frames):
 		n := copy(o.frames, o.frames[o.head:])
-		copy(o.gappable, o.gappable[o.head:])
+		copy(o.kinds, o.kinds[o.head:])
 		clear(o.frames[n:])
-		o.frames, o.gappable, o.head = o.frames[:n], o.gappable[:n], 0
+		o.frames, o.kinds, o.head = o.frames[:n], o.kinds[:n], 0
 	}
 }
 
@@ -288,9 +514,18 @@ func (o *outbox) close() {
 	}
 }
 
-// stats reports dropped events and gap markers so far.
+// stats reports dropped events and gap markers so far, and the frames
+// queued now.
 func (o *outbox) stats() (dropped, gaps uint64, queued int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.dropped, o.gaps, len(o.frames) - o.head
+}
+
+// queuedBytes reports the bytes the budget counts now (queued frames and
+// kept tails) and their high-water mark.
+func (o *outbox) queuedBytes() (now, peak int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.heldLocked(), o.peak
 }

@@ -17,8 +17,10 @@ func testGap(sessionID, after, next string) []byte {
 
 func ev(cursor string) []byte { return []byte("ev " + cursor) }
 
+// newTestOutbox gives view events maxFrames and maxBytes, out of a budget
+// four times as large.
 func newTestOutbox(maxFrames, maxBytes int) *outbox {
-	return newOutbox(maxFrames, maxBytes, testGap)
+	return newOutbox(outboxLimits{budget: 4 * maxBytes, reserve: maxBytes, gapBytes: maxBytes, gapFrames: maxFrames}, testGap)
 }
 
 // drain takes every queued frame without blocking.
@@ -65,15 +67,15 @@ func durable(o *outbox, cursor string) { o.pushView("s", cursor, ev(cursor), tru
 func TestOutboxKeepsOrderWithinBudget(t *testing.T) {
 	o := newTestOutbox(10, 1<<20)
 	o.subscribed("s", "c0")
-	if err := o.pushProtected([]byte("resp 1")); err != nil {
+	if err := o.pushResponse(context.Background(), []byte("resp 1")); err != nil {
 		t.Fatal(err)
 	}
 	durable(o, "c1")
 	delta(o, "c1.1")
 	o.pushView("t", "d1", ev("d1"), true)
-	o.pushProtected([]byte("resp 2"))
+	o.pushProtected([]byte("broadcast"))
 	durable(o, "c2")
-	wantFrames(t, drain(t, o), "resp 1", "ev c1", "ev c1.1", "ev d1", "resp 2", "ev c2")
+	wantFrames(t, drain(t, o), "resp 1", "ev c1", "ev c1.1", "ev d1", "broadcast", "ev c2")
 	if dropped, gaps, queued := o.stats(); dropped != 0 || gaps != 0 || queued != 0 {
 		t.Fatalf("stats %d %d %d", dropped, gaps, queued)
 	}
@@ -220,14 +222,15 @@ func TestOutboxForgetDropsTail(t *testing.T) {
 }
 
 func TestOutboxNeverDropsProtected(t *testing.T) {
-	o := newTestOutbox(1, 8)
+	// View events get one frame of 8 bytes; responses have room.
+	o := newOutbox(outboxLimits{budget: 1 << 20, reserve: 1 << 10, gapBytes: 8, gapFrames: 1}, testGap)
 	o.subscribed("s", "c0")
 	durable(o, "c1")
 	var want []string
 	want = append(want, "ev c1")
 	for i := range 100 {
 		f := fmt.Sprintf("resp %03d with a body longer than the byte budget", i)
-		if err := o.pushProtected([]byte(f)); err != nil {
+		if err := o.pushResponse(context.Background(), []byte(f)); err != nil {
 			t.Fatal(err)
 		}
 		delta(o, fmt.Sprintf("c1.%d", i+1)) // all dropped

@@ -84,7 +84,7 @@ func serve(args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", 1024, "output bound of an attempt when a turn names no maxTokens")
 	fs.Int64Var(&cfg.Server.MaxFrameBytes, "max-frame-bytes", 10<<20, "largest inbound frame")
 	fs.IntVar(&cfg.Server.QueueFrames, "queue-frames", 1024, "view events queued per connection before a slow reader gets view/gap")
-	fs.IntVar(&cfg.Server.QueueBytes, "queue-bytes", 8<<20, "bytes of view events queued per connection before view/gap")
+	fs.IntVar(&cfg.Server.QueueBytes, "queue-bytes", 8<<20, "bytes queued per connection (responses and events) before it stops reading requests; view events get half, then view/gap")
 	fs.DurationVar(&cfg.Server.WriteTimeout, "write-timeout", 10*time.Second, "a frame write slower than this closes the connection")
 	fs.StringVar(&cfg.Server.Fingerprint, "fingerprint", "", "schema fingerprint to report (default: the embedded schema's sha256)")
 	fs.StringVar(&cfg.Server.AuthToken, "auth-token", "", "require this token to open /msp (Authorization: Bearer, or ?access_token= from a browser); set it through MSPD_AUTH_TOKEN to keep it out of ps")
