@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -85,10 +87,14 @@ type lineTransport struct {
 	r     *bufio.Reader
 	limit int64
 
-	wmu sync.Mutex
-	w   io.Writer
-	c   io.Closer // may be nil
+	wmu    sync.Mutex
+	w      io.Writer
+	broken bool      // a write gave up: the stream may end inside a frame
+	c      io.Closer // may be nil
 }
+
+// errWriteAbandoned is returned by writes after one gave up half-way.
+var errWriteAbandoned = errors.New("an earlier write did not finish")
 
 func newLineTransport(r io.Reader, w io.Writer, c io.Closer, limit int64) *lineTransport {
 	return &lineTransport{r: bufio.NewReaderSize(r, 64<<10), w: w, c: c, limit: limit}
@@ -148,13 +154,81 @@ func (t *lineTransport) readLine() ([]byte, error) {
 	}
 }
 
-func (t *lineTransport) WriteFrame(_ context.Context, frame []byte) error {
+// WriteFrame writes one line, giving up when ctx ends (the write timeout):
+// a peer that stopped reading a pipe is wedged, as on WebSocket. After a
+// write gave up, the stream may hold part of a line, so none follows.
+func (t *lineTransport) WriteFrame(ctx context.Context, frame []byte) error {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
+	if t.broken {
+		return errWriteAbandoned
+	}
 	buf := make([]byte, 0, len(frame)+1)
 	buf = append(append(buf, frame...), '\n')
-	_, err := t.w.Write(buf)
+	err := t.write(ctx, buf)
+	if err != nil {
+		t.broken = true
+	}
 	return err
+}
+
+// deadlineWriter is a writer whose writes can be bounded: pollable files
+// (pipes) and network connections.
+type deadlineWriter interface {
+	SetWriteDeadline(time.Time) error
+}
+
+// write writes buf within ctx: through a write deadline when the writer
+// takes one, else on a goroutine that is abandoned when ctx ends (the
+// writer is then closed, if it can be, to release it).
+func (t *lineTransport) write(ctx context.Context, buf []byte) error {
+	if d, ok := t.w.(deadlineWriter); ok && d.SetWriteDeadline(deadlineOf(ctx)) == nil {
+		return t.writeBounded(ctx, d, buf)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := t.w.Write(buf)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		if c, ok := t.w.(io.Closer); ok {
+			c.Close()
+		}
+		return ctx.Err()
+	}
+}
+
+// writeBounded writes buf with ctx's deadline already set on d; ctx's
+// cancellation moves the deadline to the past.
+func (t *lineTransport) writeBounded(ctx context.Context, d deadlineWriter, buf []byte) error {
+	var mu sync.Mutex
+	finished := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !finished { // a late call must not cut the next write
+			d.SetWriteDeadline(time.Unix(1, 0))
+		}
+	})
+	_, err := t.w.Write(buf)
+	mu.Lock()
+	finished = true
+	mu.Unlock()
+	stop()
+	d.SetWriteDeadline(time.Time{})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return err
+}
+
+// deadlineOf is ctx's deadline, or none (the zero time).
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
 }
 
 func (t *lineTransport) Close(string, bool) error {
