@@ -303,8 +303,11 @@ func (s *objectStream) ReadObject(v any) error {
 	}
 }
 
+// Close ends the reading side: the outbox takes no more frames, and the
+// writer drains what is queued (an orderly drain when stdin closes) before
+// serve shuts the connection.
 func (s *objectStream) Close() error {
-	s.c.shut("closed", false)
+	s.c.out.close()
 	return nil
 }
 

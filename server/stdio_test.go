@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -68,5 +69,33 @@ func TestStdioPeerThatDoesNotReadIsClosed(t *testing.T) {
 	case <-served:
 	case <-time.After(20 * time.Second):
 		t.Fatal("a stdio peer that does not read was never closed")
+	}
+}
+
+// Closing stdin is an orderly drain: every request read before the end of
+// the input is answered. The end of input used to shut the connection at
+// once, and the writes still queued failed on its cancelled context.
+func TestStdioAnswersEverythingBeforeEOF(t *testing.T) {
+	m, _ := reviewManager(t)
+	srv, err := New(m, Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in strings.Builder
+	in.WriteString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"clientInfo":{"name":"t","version":"1"}}}` + "\n")
+	const requests = 50
+	for i := range requests {
+		in.WriteString(`{"jsonrpc":"2.0","id":` + itoa(i+1) + `,"method":"session/list","params":{}}` + "\n")
+	}
+	var out bytes.Buffer // takes no write deadline
+	done := make(chan struct{})
+	go func() { srv.ServeStdio(context.Background(), strings.NewReader(in.String()), &out); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("ServeStdio did not return at the end of its input")
+	}
+	if n := bytes.Count(out.Bytes(), []byte("\n")); n != requests+1 {
+		t.Fatalf("%d answers to %d requests before EOF", n, requests+1)
 	}
 }
