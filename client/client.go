@@ -243,7 +243,10 @@ func (c *Client) CallRaw(ctx context.Context, method string, params any) (json.R
 	c.pending[id] = ch
 	c.mu.Unlock()
 	if err := c.write(ctx, frame); err != nil {
-		return nil, err
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		return nil, fmt.Errorf("client: %s: %w", method, err)
 	}
 	select {
 	case r, ok := <-ch:
@@ -281,6 +284,11 @@ func (c *Client) SendRaw(ctx context.Context, frame []byte) error {
 }
 
 func (c *Client) write(ctx context.Context, frame []byte) error {
+	// An ended context is said so: the WebSocket library would report it
+	// as a write lock it failed to acquire, or as a failed write, at random.
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("not sent, the context ended first: %w", err)
+	}
 	if c.opts.OnSend != nil {
 		c.opts.OnSend(frame)
 	}
