@@ -333,3 +333,24 @@ func TestBroadcastsToAPeerThatDoesNotReadAreBounded(t *testing.T) {
 		t.Fatalf("wedged counted %d times", n)
 	}
 }
+
+// A response woken by the last frame leaving has not re-checked yet when a
+// live event comes: the event must not become a tail of an empty queue,
+// which no departure would ever flush (the response would then wait for
+// room until the connection was closed as wedged).
+func TestOutboxEventIntoAnEmptyQueueIsNotKeptBack(t *testing.T) {
+	o := newOutbox(outboxLimits{budget: 100, reserve: 20, gapBytes: 50, gapFrames: 10}, testGap)
+	o.subscribed("s", "c0")
+	o.mu.Lock()
+	o.respWaiting = 1 // woken, about to re-check
+	o.mu.Unlock()
+	durable(o, "c1")
+	o.mu.Lock()
+	o.respWaiting = 0
+	tails := o.tails
+	o.mu.Unlock()
+	if tails != 0 {
+		t.Fatal("the event was kept back as the tail of an empty queue")
+	}
+	wantFrames(t, drain(t, o), "ev c1")
+}

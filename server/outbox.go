@@ -144,9 +144,11 @@ func (o *outbox) fitsLocked(size, limit int) bool {
 
 // viewRoomLocked tells whether a view event of size bytes (its view/gap
 // marker included) fits; own is the view's kept tail, which the event
-// would replace. While a response waits, view events yield to it.
+// would replace. While a response waits, view events yield to it — but not
+// into an empty queue: a tail kept then would wait for a frame to leave,
+// and none would.
 func (o *outbox) viewRoomLocked(size, own int) bool {
-	return o.respWaiting == 0 && o.eventRoomLocked(size, own)
+	return (o.respWaiting == 0 || o.bytes == o.urgentBytes) && o.eventRoomLocked(size, own)
 }
 
 // eventRoomLocked applies the view events' frame count and byte share,
