@@ -428,15 +428,39 @@ func (d *Daemon) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) {
 	d.srv.ServeStdio(ctx, r, w)
 }
 
-// Close drains: connections close as going away, running turns end with a
-// durable cancelled terminal, and the store closes.
+// Drain begins a graceful shutdown: new connections and new turns are
+// refused (503, overloaded: both retryable on a successor), /readyz turns
+// 503, queued turns wait for the next process, and running turns go on.
+func (d *Daemon) Drain() {
+	d.srv.Drain()
+	d.mgr.Drain()
+}
+
+// CancelTurns drains and ends every running turn as cancelled (a stdio
+// client that closed stdin asked for that).
+func (d *Daemon) CancelTurns() {
+	d.Drain()
+	d.mgr.CancelRunning()
+}
+
+// Close shuts down gracefully: it drains, waits for running turns until
+// ctx ends, then stops those still running — they stay active in the store
+// and the next process resumes them as a new attempt — closes the
+// connections as going away, and closes the store.
 func (d *Daemon) Close(ctx context.Context) error {
+	d.Drain()
+	if err := d.mgr.WaitIdle(ctx); err != nil {
+		d.cfg.Logger.Warn("turns still running at the shutdown deadline; the next start resumes them")
+	}
+	d.mgr.Close()
+	// Connections get a moment of their own to close, whatever is left of ctx.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	var errs []error
 	if d.http != nil {
 		errs = append(errs, d.http.Shutdown(ctx))
 	}
 	errs = append(errs, d.srv.Shutdown(ctx))
-	d.mgr.Close()
 	d.stopPruner()
 	errs = append(errs, d.store.Close())
 	if d.served != nil {

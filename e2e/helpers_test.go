@@ -63,8 +63,10 @@ func startDaemon(t *testing.T, cfg daemon.Config) *daemon.Daemon {
 		t.Fatalf("daemon.Start: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+		// No grace period: turns still running stop, to resume on a
+		// restart, as after a shutdown deadline.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
 		d.Close(ctx)
 	})
 	return d

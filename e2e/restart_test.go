@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,128 +90,286 @@ func (p *process) kill() {
 	}
 }
 
-// TestKilledMidTurn kills the server (SIGKILL) in the middle of a turn,
-// restarts it on the same data directory, and checks what survives.
+// watcher follows one session across server processes, resuming from the
+// last cursor it saw, and keeps everything it was given.
+type watcher struct {
+	t      *testing.T
+	sid    string
+	c      *checkedClient
+	seen   []client.Notification
+	cursor string
+}
+
+// attach connects to a (new) process and resumes after the last cursor.
+func (w *watcher) attach(ctx context.Context, url string) {
+	w.t.Helper()
+	w.c = dial(w.t, url, client.Options{})
+	cursor := w.cursor
+	if _, err := w.c.Resume(ctx, w.sid, &cursor); err != nil {
+		w.t.Fatalf("resume after %s: %v", cursor, err)
+	}
+}
+
+// next takes one notification, remembering its cursor.
+func (w *watcher) next(ctx context.Context) client.Notification {
+	w.t.Helper()
+	n, err := w.c.Next(ctx)
+	if err != nil {
+		w.t.Fatalf("%v; the last notifications: %s", err, compact(methods(w.seen[max(len(w.seen)-12, 0):])))
+	}
+	w.seen = append(w.seen, n)
+	if c := n.Cursor(); c != "" {
+		w.cursor = c
+	}
+	return n
+}
+
+// until takes notifications until one satisfies done.
+func (w *watcher) until(ctx context.Context, done func(client.Notification) bool) {
+	w.t.Helper()
+	for !done(w.next(ctx)) {
+	}
+}
+
+// terminal returns turnID's terminal, from what was seen or by waiting.
+func (w *watcher) terminal(ctx context.Context, turnID string) msp.TurnCompletedParams {
+	w.t.Helper()
+	isIt := terminalOf(turnID)
+	if i := slices.IndexFunc(w.seen, isIt); i >= 0 {
+		return decode[msp.TurnCompletedParams](w.t, w.seen[i])
+	}
+	w.until(ctx, isIt)
+	return decode[msp.TurnCompletedParams](w.t, w.seen[len(w.seen)-1])
+}
+
+// terminalOf reports whether n is turnID's terminal.
+func terminalOf(turnID string) func(client.Notification) bool {
+	return func(n client.Notification) bool {
+		var p msp.TurnCompletedParams
+		return n.Method == msp.NotifyTurnCompleted && json.Unmarshal(n.Params, &p) == nil && p.TurnID == turnID
+	}
+}
+
+// checkLog checks the session's whole log against what was delivered: no
+// cursor twice, every durable event delivered is in the log byte for byte.
+func (w *watcher) checkLog(ctx context.Context) msp.ViewPageResult {
+	w.t.Helper()
+	var page msp.ViewPageResult
+	if err := w.c.Call(ctx, msp.MethodViewPage, msp.ViewPageParams{SessionID: w.sid, Limit: 1000}, &page); err != nil {
+		w.t.Fatal(err)
+	}
+	logged := map[string]string{}
+	for _, e := range page.Events {
+		logged[client.Notification{Params: e.Params}.Cursor()] = string(e.Params)
+	}
+	issued := map[string]string{}
+	for _, n := range w.seen {
+		c := n.Cursor()
+		if c == "" {
+			continue
+		}
+		if prev, dup := issued[c]; dup && n.Method != msp.NotifyViewGap {
+			w.t.Errorf("cursor %s delivered twice: %s and %s", c, prev, n.Method)
+		}
+		issued[c] = n.Method
+		if n.Method != msp.NotifyItemDelta && logged[c] != string(n.Params) {
+			w.t.Errorf("delivered %s %s is not in the log as sent", n.Method, c)
+		}
+	}
+	return page
+}
+
+func withoutDeltas(ns []client.Notification) []client.Notification {
+	return slices.DeleteFunc(slices.Clone(ns), func(n client.Notification) bool { return n.Method == msp.NotifyItemDelta })
+}
+
+func slowTurn(sid string, maxAttempts int, steps ...scripted.Step) msp.TurnStartParams {
+	p := msp.TurnStartParams{CommandID: client.NewCommandID(), SessionID: sid,
+		Input: []msp.TurnInputPart{{Type: "text", Text: scripted.Script(steps...)}}}
+	if maxAttempts > 0 {
+		p.Retry = &msp.RetryPolicy{MaxAttempts: &maxAttempts}
+	}
+	return p
+}
+
+var streaming = scripted.Step{Text: strings.Repeat("tick ", 200), Chunks: 200, ChunkDelayMs: 10}
+
+// TestKilledMidTurn kills the server (SIGKILL) while a turn streams with
+// two turns queued behind it, and restarts it on the same data directory:
+// the cut attempt's item fails, the turn resumes as attempt 2 after a
+// turn/retryScheduled saying why and completes with the lost attempt
+// counted; the queued turns then run, each exactly once; a replayed
+// turn/start gets its recorded ack; no cursor repeats and every event
+// delivered before the kill is in the log as sent.
 func TestKilledMidTurn(t *testing.T) {
 	dataDir := t.TempDir()
 	ctx := testCtx(t)
 	p1 := startProcess(t, dataDir)
-	c := dial(t, p1.url, client.Options{})
-	start, err := c.StartSession(ctx)
+	w := &watcher{t: t, c: dial(t, p1.url, client.Options{})}
+	start, err := w.c.StartSession(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sid := start.Session.SessionID
-	var seen []client.Notification
-	ack, err := c.StartTurn(ctx, sid, scripted.Script(scripted.Step{Text: "first answer", Chunks: 2}))
+	w.sid = start.Session.SessionID
+	first := slowTurn(w.sid, 0, streaming, scripted.Step{Text: "second try"})
+	ack1, err := w.c.CallRaw(ctx, msp.MethodTurnStart, first)
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := c.WaitTurn(ctx, ack.TurnID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen = append(seen, events...)
-
-	slowTurn := msp.TurnStartParams{CommandID: client.NewCommandID(), SessionID: sid,
-		Input: []msp.TurnInputPart{{Type: "text", Text: scripted.Script(scripted.Step{Text: strings.Repeat("tick ", 500), Chunks: 500, ChunkDelayMs: 20})}}}
-	ack1, err := c.CallRaw(ctx, msp.MethodTurnStart, slowTurn)
-	if err != nil {
-		t.Fatal(err)
+	var queued []string
+	for _, text := range []string{"queued one", "queued two"} {
+		ack, err := w.c.StartTurn(ctx, w.sid, text)
+		if err != nil || ack.Disposition != msp.DispositionQueued {
+			t.Fatalf("queueing %q: %+v, %v", text, ack, err)
+		}
+		queued = append(queued, ack.TurnID)
 	}
 	for deltas := 0; deltas < 5; {
-		n, err := c.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen = append(seen, n)
-		if n.Method == msp.NotifyItemDelta {
+		if w.next(ctx).Method == msp.NotifyItemDelta {
 			deltas++
 		}
 	}
 	p1.kill()
 
 	p2 := startProcess(t, dataDir)
-	c2 := dial(t, p2.url, client.Options{})
-	// Everything acknowledged (delivered) before the kill is in the log,
-	// byte-identical.
-	var page msp.ViewPageResult
-	if err := c2.Call(ctx, msp.MethodViewPage, msp.ViewPageParams{SessionID: sid, Limit: 1000}, &page); err != nil {
-		t.Fatal(err)
+	w.attach(ctx, p2.url)
+	from := len(w.seen)
+	w.until(ctx, terminalOf(first.CommandID))
+	resumed := w.seen[from:]
+	// The cursor was inside the cut item, whose later deltas died: a gap,
+	// then the item failed, then the notice, then the new attempt (whose
+	// delta is gone if it finished before the client was back: its item
+	// arrives whole).
+	want := "view/gap, item/completed, turn/retryScheduled, item/started, item/completed, session/tokenUsage, turn/completed"
+	if got := compact(methods(withoutDeltas(resumed))); got != want {
+		t.Fatalf("after the restart:\n got %s\nwant %s", got, want)
 	}
-	logged := map[string]string{}
-	for _, e := range page.Events {
-		n := client.Notification{Method: e.Method, Params: e.Params}
-		logged[n.Cursor()] = string(e.Params)
+	if cut := decode[msp.ItemParams](t, resumed[1]).Item; cut.Status != msp.ItemFailed {
+		t.Errorf("cut item %+v", cut)
 	}
-	for _, n := range seen {
-		if n.Method == msp.NotifyItemDelta || n.Cursor() == "" {
-			continue
-		}
-		if logged[n.Cursor()] != string(n.Params) {
-			t.Errorf("acknowledged %s %s is not in the log as sent", n.Method, n.Cursor())
-		}
+	notice := decode[msp.TurnRetryScheduledParams](t, resumed[2])
+	if notice.Attempt != 1 || notice.NextAttempt != 2 || notice.Reason != "the server restarted during attempt 1" {
+		t.Errorf("notice %+v", notice)
 	}
-	// The interrupted turn is settled: its item failed, then a failed
-	// terminal, the first events of the new process.
-	tail := page.Events[len(page.Events)-2:]
-	item := decode[msp.ItemParams](t, client.Notification{Params: tail[0].Params}).Item
-	done := decode[msp.TurnCompletedParams](t, client.Notification{Params: tail[1].Params})
-	if tail[0].Method != msp.NotifyItemCompleted || item.Status != msp.ItemFailed || tail[1].Method != msp.NotifyTurnCompleted ||
-		done.TurnID != slowTurn.CommandID || done.Terminal != msp.TerminalFailed || done.Error == nil || done.Error.Kind != msp.TurnErrorHostRestarted {
-		t.Fatalf("settlement: %s %s / %s %s", tail[0].Method, tail[0].Params, tail[1].Method, tail[1].Params)
+	done := decode[msp.TurnCompletedParams](t, resumed[len(resumed)-1])
+	if done.Terminal != msp.TerminalCompleted || done.Attempts == nil || done.Attempts.Count != 2 || done.Attempts.UsageComplete {
+		t.Fatalf("resumed turn's terminal %s", jsonText(done))
+	}
+	for _, id := range queued {
+		w.terminal(ctx, id)
 	}
 	// A replayed turn/start is acknowledged identically and not run again.
-	ack2, err := c2.CallRaw(ctx, msp.MethodTurnStart, slowTurn)
-	if err != nil {
-		t.Fatal(err)
+	ack2, err := w.c.CallRaw(ctx, msp.MethodTurnStart, first)
+	if err != nil || string(ack1) != string(ack2) {
+		t.Fatalf("replayed ack differs:\n%s\n%s (%v)", ack1, ack2, err)
 	}
-	if string(ack1) != string(ack2) {
-		t.Fatalf("replayed ack differs:\n%s\n%s", ack1, ack2)
-	}
-	// Resume without a cursor, then run one more turn: no cursor is ever
-	// handed out twice, before or after the restart.
-	res, err := c2.Resume(ctx, sid, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Session.ActiveTurnID != nil || res.Session.Status != msp.SessionIdle || res.History.Mode != msp.HistoryInline {
-		t.Fatalf("resumed session: %+v", res.Session)
-	}
-	ack3, err := c2.StartTurn(ctx, sid, "after the restart")
-	if err != nil {
-		t.Fatal(err)
-	}
-	more, err := c2.WaitTurn(ctx, ack3.TurnID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var final msp.ViewPageResult
-	if err := c2.Call(ctx, msp.MethodViewPage, msp.ViewPageParams{SessionID: sid, Limit: 1000}, &final); err != nil {
-		t.Fatal(err)
-	}
-	if n := strings.Count(jsonText(final), `"method":"turn/started"`); n != 3 {
-		t.Fatalf("%d turns started; the replayed one must not run again", n)
-	}
-	all := append(append([]client.Notification(nil), seen...), more...)
-	cursors := map[string]string{}
-	for _, n := range all {
-		c := n.Cursor()
-		if c == "" {
-			continue
+	page := w.checkLog(ctx)
+	for _, id := range append([]string{first.CommandID}, queued...) {
+		started := 0
+		for _, e := range page.Events {
+			if e.Method == msp.NotifyTurnStarted && strings.Contains(string(e.Params), id) {
+				started++
+			}
 		}
-		if prev, dup := cursors[c]; dup {
-			t.Errorf("cursor %s issued twice: %s and %s", c, prev, n.Method)
-		}
-		cursors[c] = n.Method
-	}
-	var fresh msp.TurnStartedParams
-	for _, n := range more {
-		if n.Method == msp.NotifyTurnStarted {
-			json.Unmarshal(n.Params, &fresh)
+		if started != 1 {
+			t.Errorf("turn %s started %d times", id, started)
 		}
 	}
-	if cursorPos(t, fresh.ViewCursor)[0] != int64(len(page.Events)+1) {
-		t.Errorf("the new turn starts at %s after %d logged events", fresh.ViewCursor, len(page.Events))
+}
+
+// TestKilledDuringBackoff kills the server while a turn waits out a
+// provider's Retry-After: nothing was in flight, so after the restart the
+// turn waits out the rest of the backoff and attempt 2 is the next
+// request; attempts.count is 2.
+func TestKilledDuringBackoff(t *testing.T) {
+	dataDir := t.TempDir()
+	ctx := testCtx(t)
+	p1 := startProcess(t, dataDir)
+	w := &watcher{t: t, c: dial(t, p1.url, client.Options{})}
+	start, err := w.c.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
+	w.sid = start.Session.SessionID
+	wait := 4000
+	turn := slowTurn(w.sid, 0, scripted.Step{Status: 429, RetryAfterMs: &wait}, scripted.Step{Text: "finally"})
+	if _, err := w.c.StartTurnWith(ctx, turn); err != nil {
+		t.Fatal(err)
+	}
+	w.until(ctx, func(n client.Notification) bool { return n.Method == msp.NotifyTurnModelRetryScheduled })
+	p1.kill()
+
+	p2 := startProcess(t, dataDir)
+	w.attach(ctx, p2.url)
+	from := len(w.seen)
+	w.until(ctx, terminalOf(turn.CommandID))
+	resumed := w.seen[from:]
+	if got, want := compact(methods(withoutDeltas(resumed))), "turn/retryScheduled, item/started, item/completed, session/tokenUsage, turn/completed"; got != want {
+		t.Fatalf("after the restart:\n got %s\nwant %s", got, want)
+	}
+	notice := decode[msp.TurnRetryScheduledParams](t, resumed[0])
+	if notice.Attempt != 1 || notice.NextAttempt != 2 || notice.Reason != "the server restarted during the backoff before attempt 2" ||
+		notice.RetryDelayMs <= 0 || notice.RetryDelayMs > int64(wait) {
+		t.Errorf("notice %+v", notice)
+	}
+	done := decode[msp.TurnCompletedParams](t, resumed[len(resumed)-1])
+	if done.Terminal != msp.TerminalCompleted || done.Attempts.Count != 2 {
+		t.Fatalf("terminal %s", jsonText(done))
+	}
+	w.checkLog(ctx)
+}
+
+// TestKilledAtRandomPoints kills the server again and again at random
+// points of a session with several multi-attempt turns queued, then lets
+// the last process finish: every turn completes, no cursor is delivered
+// twice, and every durable event delivered is in the log as sent.
+func TestKilledAtRandomPoints(t *testing.T) {
+	const kills = 6
+	seed := time.Now().UnixNano()
+	rnd := rand.New(rand.NewPCG(uint64(seed), 0))
+	t.Logf("seed %d", seed)
+	dataDir := t.TempDir()
+	ctx := testCtx(t)
+	// Room for every kill to cost the same turn an attempt, and then some.
+	p := startProcess(t, dataDir, "--max-attempts", "16")
+	w := &watcher{t: t, c: dial(t, p.url, client.Options{})}
+	start, err := w.c.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.sid = start.Session.SessionID
+	step := scripted.Step{Text: strings.Repeat("word ", 30), Chunks: 30, ChunkDelayMs: 5}
+	fail := scripted.Step{Status: 503}
+	var turns []string
+	for range 4 {
+		tp := slowTurn(w.sid, 16, fail, step, step, step, step, step, step, step, step, step, step, step, step, step, step, step)
+		if _, err := w.c.StartTurnWith(ctx, tp); err != nil {
+			t.Fatal(err)
+		}
+		turns = append(turns, tp.CommandID)
+	}
+	settled := func() bool {
+		for _, id := range turns {
+			if !slices.ContainsFunc(w.seen, terminalOf(id)) {
+				return false
+			}
+		}
+		return true
+	}
+	for k := range kills {
+		// A random point: after some notifications, or once all is done.
+		for n := rnd.IntN(60) + 1; n > 0 && !settled(); n-- {
+			w.next(ctx)
+		}
+		p.kill()
+		p = startProcess(t, dataDir, "--max-attempts", "16")
+		w.attach(ctx, p.url)
+		t.Logf("kill %d after %d notifications", k+1, len(w.seen))
+	}
+	for _, id := range turns {
+		if done := w.terminal(ctx, id); done.Terminal != msp.TerminalCompleted {
+			t.Errorf("turn %s ended %s", id, jsonText(done))
+		}
+	}
+	w.checkLog(ctx)
 }

@@ -37,8 +37,9 @@ type conn struct {
 	// and only read after: a lock-free read on every delivery.
 	optOut atomic.Pointer[map[string]bool]
 
-	closeOnce sync.Once
-	done      chan struct{}
+	closeOnce  sync.Once
+	done       chan struct{}
+	writerDone chan struct{} // the writer has stopped: the outbox is drained or the transport failed
 }
 
 func newConn(srv *Server, t transport, log *slog.Logger) *conn {
@@ -49,6 +50,8 @@ func newConn(srv *Server, t transport, log *slog.Logger) *conn {
 		log:  log,
 		ctx:  context.Background(),
 		done: make(chan struct{}),
+
+		writerDone: make(chan struct{}),
 	}
 }
 
@@ -60,9 +63,8 @@ func (c *conn) serve(ctx context.Context) {
 	c.srv.mgr.Listen(c, session.PrincipalFrom(ctx))
 	defer c.srv.mgr.Detach(c)
 
-	writerDone := make(chan struct{})
 	go func() {
-		defer close(writerDone)
+		defer close(c.writerDone)
 		c.writeLoop(ctx)
 	}()
 	if p, ok := c.t.(pinger); ok && c.srv.cfg.PingInterval > 0 {
@@ -77,8 +79,22 @@ func (c *conn) serve(ctx context.Context) {
 		rpc.Close()
 	}
 	c.out.close()
-	<-writerDone
+	<-c.writerDone
 	c.shut("connection ended", false)
+}
+
+// goAway closes the connection once what is queued has been written, each
+// frame within the write timeout: a shutdown loses no event already
+// fanned out to it.
+func (c *conn) goAway(reason string) {
+	c.out.close()
+	go func() {
+		select {
+		case <-c.writerDone:
+		case <-c.done:
+		}
+		c.shut(reason, false)
+	}()
 }
 
 // writeLoop drains the outbox onto the transport. A write that cannot

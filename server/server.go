@@ -282,13 +282,18 @@ func (s *Server) run(ctx context.Context, t transport, log *slog.Logger) {
 	c.serve(ctx)
 }
 
+// Drain stops accepting connections (503) and turns /readyz 503, so a load
+// balancer sends new clients elsewhere; open connections go on.
+func (s *Server) Drain() { s.draining.Store(true) }
+
 // Shutdown stops accepting connections (readyz turns 503), closes the open
-// ones as going away, and waits for them until ctx ends.
+// ones as going away once their queued frames are written, and waits for
+// them until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.mu.Lock()
 	for c := range s.conns {
-		c.shut("server shutting down", false)
+		c.goAway("server shutting down")
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})

@@ -324,6 +324,27 @@ func (s *session) turnUsage(ctx context.Context, a pendingTurn) (*msp.TokenUsage
 // shutdown.
 func (m *Manager) Drain() { m.draining.Store(true) }
 
+// CancelRunning stops every running turn as a user's stop would: each
+// ends with a durable cancelled terminal. For a stdio host whose client
+// closed stdin (MSP's orderly drain); queued turns stay queued.
+func (m *Manager) CancelRunning() {
+	m.mu.Lock()
+	var loaded []*session
+	for _, l := range m.sessions {
+		if l.s != nil {
+			loaded = append(loaded, l.s)
+		}
+	}
+	m.mu.Unlock()
+	for _, s := range loaded {
+		s.mu.Lock()
+		if s.cancel != nil {
+			s.cancel()
+		}
+		s.mu.Unlock()
+	}
+}
+
 // WaitIdle waits until no turn runs, or ctx ends.
 func (m *Manager) WaitIdle(ctx context.Context) error {
 	idle := make(chan struct{})

@@ -58,6 +58,7 @@ func serve(args []string, stderr io.Writer) int {
 	var cfg daemon.Config
 	var stdio bool
 	var jitter, logLevel, logFormat string
+	var shutdownTimeout time.Duration
 	var origins, allowedHosts stringList
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7700", "`address` for WebSocket /msp and the ops endpoints")
 	fs.StringVar(&cfg.DataDir, "data", "mspd-data", "`directory` of the SQLite store")
@@ -96,6 +97,7 @@ func serve(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.Auth.JWT.Audience, "auth-jwt-audience", "", "an aud JWT bearer tokens must carry (required with JWT)")
 	fs.Var(&allowedHosts, "allowed-host", "extra Host `name` served while no authentication is configured (repeatable; loopback addresses and localhost always are)")
 	fs.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "allow listening on a non-loopback address with no authentication configured")
+	fs.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long running turns may finish before the rest stop, to resume as a new attempt in the next process (a second signal stops at once)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	if err := fs.Parse(args); err != nil {
@@ -137,6 +139,10 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	if stdio {
 		d.ServeStdio(ctx, os.Stdin, os.Stdout)
+		if ctx.Err() == nil {
+			// The client closed stdin: an orderly drain cancels its turns.
+			d.CancelTurns()
+		}
 	} else {
 		if err := d.Start(); err != nil {
 			logger.Error("cannot listen", "err", err)
@@ -144,10 +150,14 @@ func serve(args []string, stderr io.Writer) int {
 			return 1
 		}
 		waitReloading(ctx, d)
-		logger.Info("shutting down")
+		logger.Info("shutting down: running turns may finish", "timeout", shutdownTimeout)
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// A second signal ends the wait: the turns still running stop and the
+	// next start resumes them.
+	shutdown, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	shutdown, cancelTimeout := context.WithTimeout(shutdown, shutdownTimeout)
+	defer cancelTimeout()
 	if err := d.Close(shutdown); err != nil {
 		logger.Error("shutdown", "err", err)
 		return 1
