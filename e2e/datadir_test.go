@@ -19,8 +19,8 @@ import (
 // is free again.
 func TestDataDirInUse(t *testing.T) {
 	dataDir := t.TempDir()
-	ctx := testCtx(t)
 	p1 := startProcess(t, dataDir)
+	ctx := testCtx(t) // after the first start, which may build mspd
 	c := dial(t, p1.url, client.Options{})
 	start, err := c.StartSession(ctx)
 	if err != nil {

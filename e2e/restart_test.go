@@ -45,7 +45,10 @@ type process struct {
 
 var listening = regexp.MustCompile(`url=(ws://\S+)`)
 
-// startProcess runs `mspd serve` on a free port over dataDir.
+// startProcess runs `mspd serve` on a free port over dataDir. The first
+// call builds mspd, which takes minutes on a cold build cache and a loaded
+// machine: start a test's clock (testCtx) after it, or the build eats the
+// test's deadline and its first call fails with the context ended.
 func startProcess(t *testing.T, dataDir string, args ...string) *process {
 	t.Helper()
 	bin, err := binary()
@@ -203,8 +206,8 @@ var streaming = scripted.Step{Text: strings.Repeat("tick ", 200), Chunks: 200, C
 // delivered before the kill is in the log as sent.
 func TestKilledMidTurn(t *testing.T) {
 	dataDir := t.TempDir()
-	ctx := testCtx(t)
 	p1 := startProcess(t, dataDir)
+	ctx := testCtx(t) // after the first start, which may build mspd
 	w := &watcher{t: t, c: dial(t, p1.url, client.Options{})}
 	start, err := w.c.StartSession(ctx)
 	if err != nil {
@@ -283,8 +286,8 @@ func TestKilledMidTurn(t *testing.T) {
 // request; attempts.count is 2.
 func TestKilledDuringBackoff(t *testing.T) {
 	dataDir := t.TempDir()
-	ctx := testCtx(t)
 	p1 := startProcess(t, dataDir)
+	ctx := testCtx(t) // after the first start, which may build mspd
 	w := &watcher{t: t, c: dial(t, p1.url, client.Options{})}
 	start, err := w.c.StartSession(ctx)
 	if err != nil {
@@ -329,9 +332,9 @@ func TestKilledAtRandomPoints(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(uint64(seed), 0))
 	t.Logf("seed %d", seed)
 	dataDir := t.TempDir()
-	ctx := testCtx(t)
 	// Room for every kill to cost the same turn an attempt, and then some.
 	p := startProcess(t, dataDir, "--max-attempts", "16")
+	ctx := testCtx(t) // after the first start, which may build mspd
 	w := &watcher{t: t, c: dial(t, p.url, client.Options{})}
 	start, err := w.c.StartSession(ctx)
 	if err != nil {

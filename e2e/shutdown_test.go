@@ -18,8 +18,8 @@ import (
 // next process resumes the turn as attempt 2, saying why.
 func TestGracefulShutdown(t *testing.T) {
 	dataDir := t.TempDir()
-	ctx := testCtx(t)
 	p1 := startProcess(t, dataDir, "--shutdown-timeout", "300ms")
+	ctx := testCtx(t) // after the first start, which may build mspd
 	w := &watcher{t: t, c: dial(t, p1.url, client.Options{})}
 	start, err := w.c.StartSession(ctx)
 	if err != nil {
@@ -81,8 +81,8 @@ func TestGracefulShutdown(t *testing.T) {
 // TestShutdownLetsShortTurnsFinish: a turn that ends within the shutdown
 // timeout ends normally, and the process exits 0.
 func TestShutdownLetsShortTurnsFinish(t *testing.T) {
-	ctx := testCtx(t)
 	p := startProcess(t, t.TempDir(), "--shutdown-timeout", "60s")
+	ctx := testCtx(t) // after the first start, which may build mspd
 	w := &watcher{t: t, c: dial(t, p.url, client.Options{})}
 	start, err := w.c.StartSession(ctx)
 	if err != nil {
