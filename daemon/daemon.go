@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"mspd/auth"
@@ -107,6 +108,9 @@ type Daemon struct {
 	served chan error
 	// stopPruner stops the ledger pruner and waits for it.
 	stopPruner func()
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // New opens the store, settles what a previous process left running, and
@@ -446,8 +450,14 @@ func (d *Daemon) CancelTurns() {
 // Close shuts down gracefully: it drains, waits for running turns until
 // ctx ends, then stops those still running — they stay active in the store
 // and the next process resumes them as a new attempt — closes the
-// connections as going away, and closes the store.
+// connections as going away, and closes the store. Later calls return
+// the first one's result.
 func (d *Daemon) Close(ctx context.Context) error {
+	d.closeOnce.Do(func() { d.closeErr = d.close(ctx) })
+	return d.closeErr
+}
+
+func (d *Daemon) close(ctx context.Context) error {
 	d.Drain()
 	if err := d.mgr.WaitIdle(ctx); err != nil {
 		d.cfg.Logger.Warn("turns still running at the shutdown deadline; the next start resumes them")

@@ -527,7 +527,7 @@ func (p *chatPage) fatalf(format string, args ...any) {
 // their place, as mspd does for a reader that fell behind.
 type msProxy struct {
 	ln       net.Listener
-	target   string
+	target   atomic.Pointer[string] // the server connections go to
 	accepted atomic.Int32
 	// gapNextTurn withholds the next turn's view events after its user
 	// message, up to its turn/completed, which a view/gap precedes.
@@ -542,7 +542,8 @@ func startProxy(t *testing.T, target string) *msProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &msProxy{ln: ln, target: target}
+	p := &msProxy{ln: ln}
+	p.retarget(target)
 	go p.serve()
 	t.Cleanup(func() {
 		ln.Close()
@@ -553,6 +554,9 @@ func startProxy(t *testing.T, target string) *msProxy {
 
 func (p *msProxy) addr() string { return p.ln.Addr().String() }
 
+// retarget sends later connections to another server (a restarted one).
+func (p *msProxy) retarget(addr string) { p.target.Store(&addr) }
+
 func (p *msProxy) serve() {
 	for {
 		c, err := p.ln.Accept()
@@ -560,7 +564,7 @@ func (p *msProxy) serve() {
 			return
 		}
 		p.accepted.Add(1)
-		up, err := net.Dial("tcp", p.target)
+		up, err := net.Dial("tcp", *p.target.Load())
 		if err != nil {
 			c.Close()
 			continue

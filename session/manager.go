@@ -67,6 +67,10 @@ type Config struct {
 	// MaxFrameBytes is the transports' frame limit (default 10 MiB): no
 	// event, page or history this manager produces may outgrow it.
 	MaxFrameBytes int
+	// TextCheckpoint is how often a streaming item's text is saved to the
+	// log (item/updated), so that a crash loses at most that much of it
+	// (default 1 s; negative: never).
+	TextCheckpoint time.Duration
 	// IdleUnload is how long a session with no subscriber and no turn
 	// stays in memory after its last use (default 10 min); it is reloaded
 	// from the store on demand.
@@ -131,6 +135,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	if cfg.IdleUnload <= 0 {
 		cfg.IdleUnload = 10 * time.Minute
+	}
+	if cfg.TextCheckpoint == 0 {
+		cfg.TextCheckpoint = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -359,9 +366,10 @@ func (m *Manager) read(ctx context.Context, id string) (*session, error) {
 		s.deltas.loseAllThrough(f.deltasThrough)
 	}
 	for itemID, it := range f.open {
-		oi := &openItem{item: it}
+		oi := &openItem{item: it, savedAt: m.now()}
 		if it.Text != nil {
 			oi.text.WriteString(*it.Text)
+			oi.saved = len(*it.Text)
 		}
 		s.open[itemID] = oi
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -229,5 +230,82 @@ func TestDrainRefusesNewTurnsAndWaits(t *testing.T) {
 		if c.TurnID == queued.TurnID {
 			t.Fatal("a queued turn launched while draining")
 		}
+	}
+}
+
+// fakeNow is a clock a test moves by hand.
+type fakeNow struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (f *fakeNow) now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.t }
+
+func (f *fakeNow) advance(d time.Duration) { f.mu.Lock(); f.t = f.t.Add(d); f.mu.Unlock() }
+
+// TestStreamedTextSurvivesACrash: a streaming answer's text is saved to
+// the log about once a second (item/updated at a higher revision), so a
+// process that dies mid-answer keeps it: the item the next process closes
+// as failed carries the text saved, and the page shows it struck through
+// instead of an empty bubble.
+func TestStreamedTextSurvivesACrash(t *testing.T) {
+	st := openStore(t)
+	cs := &crashStore{Store: st}
+	clock := &fakeNow{t: time.Now()}
+	model := pacedModel{feed: make(chan string)}
+	m := newManager(t, cs, model, mgrOpts{now: clock.now})
+	sub := newRecSub()
+	sid := startSession(t, m, sub)
+	startTurn(t, m, textTurn(sid, "write"))
+	model.feed <- "Once upon "
+	sub.waitCount(t, msp.NotifyItemDelta, 1)
+	clock.advance(1500 * time.Millisecond)
+	model.feed <- "a time"
+	updated := sub.waitCount(t, msp.NotifyItemUpdated, 1)
+	it := params[msp.ItemParams](t, updated[0].Frame).Item
+	if it.Revision != 2 || *it.Text != "Once upon a time" || it.Status != msp.ItemInProgress {
+		t.Fatalf("item/updated %+v", it)
+	}
+	model.feed <- " there was" // not saved yet: lost with the process
+	sub.waitCount(t, msp.NotifyItemDelta, 3)
+	cs.dead.Store(true)
+	m.Close()
+
+	m2 := newManager(t, st, pacedModel{feed: make(chan string)}, mgrOpts{})
+	defer m2.Close()
+	var cut *msp.Item
+	for _, r := range records(t, st, sid) {
+		if r.Method == msp.NotifyItemCompleted {
+			if p := recordParams[msp.ItemParams](t, r); p.Item.ItemID == it.ItemID {
+				cut = &p.Item
+			}
+		}
+	}
+	if cut == nil || cut.Status != msp.ItemFailed || *cut.Text != "Once upon a time" || !cut.Truncated || cut.Revision != 3 {
+		t.Fatalf("the cut item after the restart: %+v", cut)
+	}
+}
+
+// TestCompletedItemOutranksItsCheckpoints: item/completed's revision is
+// above every item/updated of the item.
+func TestCompletedItemOutranksItsCheckpoints(t *testing.T) {
+	clock := &fakeNow{t: time.Now()}
+	model := pacedModel{feed: make(chan string)}
+	m := newManager(t, openStore(t), model, mgrOpts{now: clock.now})
+	sub := newRecSub()
+	sid := startSession(t, m, sub)
+	ack := startTurn(t, m, textTurn(sid, "write"))
+	model.feed <- "x"
+	sub.waitCount(t, msp.NotifyItemDelta, 1)
+	for i := range 3 {
+		clock.advance(2 * time.Second)
+		model.feed <- "x"
+		sub.waitCount(t, msp.NotifyItemUpdated, i+1)
+	}
+	close(model.feed)
+	sub.waitTerminal(t, ack.TurnID)
+	items := of[msp.ItemParams](t, sub, msp.NotifyItemCompleted)
+	if done := items[len(items)-1].Item; done.Revision != 5 || *done.Text != "xxxx" {
+		t.Fatalf("item/completed %+v: want revision 5 after three checkpoints", done)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -42,8 +43,10 @@ type session struct {
 
 // openItem is an item in progress and the text streamed into it so far.
 type openItem struct {
-	item msp.Item
-	text strings.Builder
+	item    msp.Item // as last written: its revision is the latest
+	text    strings.Builder
+	savedAt time.Time // when its text was last written to the log
+	saved   int       // how much of text that was
 }
 
 // event is a durable event about to be appended.
@@ -137,11 +140,15 @@ func (s *session) emit(ctx context.Context, method string, params msp.ViewParams
 		s.cumulative = c
 		return nil
 	case *msp.ItemParams:
+		if oi := s.open[p.Item.ItemID]; oi != nil && p.Item.Revision <= oi.item.Revision {
+			// Text checkpoints raised the revision meanwhile.
+			p.Item.Revision = oi.item.Revision + 1
+		}
 		if err := s.appendLocked(ctx, []event{{method, params}}, nil); err != nil {
 			return err
 		}
 		if method == msp.NotifyItemStarted {
-			oi := &openItem{item: p.Item}
+			oi := &openItem{item: p.Item, savedAt: s.m.now()}
 			if p.Item.Text != nil {
 				oi.text.WriteString(*p.Item.Text)
 			}
@@ -167,17 +174,39 @@ func (s *session) delta(itemID, text string) {
 	if err != nil {
 		return // a string and ids always encode
 	}
-	if oi := s.open[itemID]; oi != nil {
-		oi.text.WriteString(text)
-	}
+	now := s.m.now()
 	n := Notification{
 		SessionID: s.id,
 		Method:    msp.NotifyItemDelta,
 		Cursor:    c,
-		Frame:     msp.EncodeNotification(msp.NotifyItemDelta, raw, s.m.now().UnixMilli()),
+		Frame:     msp.EncodeNotification(msp.NotifyItemDelta, raw, now.UnixMilli()),
 	}
 	s.deltas.add(at, n.Frame)
 	s.fanOutLocked(n)
+	if oi := s.open[itemID]; oi != nil {
+		oi.text.WriteString(text)
+		if every := s.m.cfg.TextCheckpoint; every > 0 && now.Sub(oi.savedAt) >= every {
+			s.saveTextLocked(oi, now)
+		}
+	}
+}
+
+// saveTextLocked writes an open item's text so far as item/updated, so
+// that a crash keeps what was streamed (deltas are not durable). It is
+// best effort: the item's final state comes with item/completed.
+func (s *session) saveTextLocked(oi *openItem, now time.Time) {
+	if oi.text.Len() == oi.saved {
+		return
+	}
+	it := oi.item
+	it.Revision++
+	text := oi.text.String()
+	it.Text = &text
+	if err := s.appendLocked(context.WithoutCancel(s.m.ctx), []event{{msp.NotifyItemUpdated, &msp.ItemParams{Item: it}}}, nil); err != nil {
+		s.m.log.Warn("saving a streaming item's text", "session", s.id, "item", it.ItemID, "err", err)
+		return
+	}
+	oi.item.Revision, oi.savedAt, oi.saved = it.Revision, now, len(text)
 }
 
 // checkCursor resolves a client-supplied cursor of this session.
@@ -491,7 +520,7 @@ func fold(ctx context.Context, st store.Store, id string) (folded, error) {
 		for _, r := range recs {
 			after = r.Seq
 			switch r.Method {
-			case msp.NotifyItemStarted, msp.NotifyItemCompleted:
+			case msp.NotifyItemStarted, msp.NotifyItemUpdated, msp.NotifyItemCompleted:
 				var p msp.ItemParams
 				if err := json.Unmarshal(r.Params, &p); err != nil {
 					return f, fmt.Errorf("record %d: %w", r.Seq, err)
@@ -502,9 +531,15 @@ func fold(ctx context.Context, st store.Store, id string) (folded, error) {
 					index[p.Item.ItemID] = len(f.items)
 					f.items = append(f.items, p.Item)
 				}
-				if r.Method == msp.NotifyItemStarted {
+				switch r.Method {
+				case msp.NotifyItemStarted:
 					f.open[p.Item.ItemID] = p.Item
 					startedAt[p.Item.ItemID] = r.Seq
+					continue
+				case msp.NotifyItemUpdated:
+					if _, ok := f.open[p.Item.ItemID]; ok {
+						f.open[p.Item.ItemID] = p.Item
+					}
 					continue
 				}
 				if _, ok := startedAt[p.Item.ItemID]; ok {

@@ -189,8 +189,17 @@ func (r *renderer) item(it msp.Item) {
 	case it.Status == msp.ItemCompleted:
 		fmt.Fprintln(r.w, r.paint(bold, "agent: ")+sanitize(text))
 	case it.Status == msp.ItemFailed:
+		_, shown := r.streamed[it.ItemID]
 		delete(r.streamed, it.ItemID)
-		fmt.Fprintln(r.w, r.paint(red, "  ✗ this attempt's answer was discarded"))
+		switch {
+		case shown:
+			// Its text is on screen already, streamed.
+			fmt.Fprintln(r.w, r.paint(red, "  ✗ this attempt's answer was discarded"))
+		case text == "":
+			fmt.Fprintln(r.w, r.paint(red, "  ✗ a discarded attempt, cut off before any text was saved"))
+		default:
+			fmt.Fprintln(r.w, r.paint(bold, "agent: ")+r.paint(strike, sanitize(text))+r.paint(red, " ✗ discarded attempt"))
+		}
 	case it.Status == msp.ItemCancelled:
 		fmt.Fprintln(r.w, r.paint(red, "  ■ stopped"))
 	}
@@ -259,6 +268,7 @@ func short(id string) string {
 const (
 	bold   = "1"
 	dim    = "2"
+	strike = "9"
 	red    = "31"
 	green  = "32"
 	yellow = "33"

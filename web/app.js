@@ -310,6 +310,7 @@
       this.el.classList.toggle('streaming', status === 'inProgress' && this.el.classList.contains('agent'));
       const tags = { failed: 'discarded attempt', cancelled: 'stopped', rejected: 'rejected', timedOut: 'timed out' };
       if (status === 'inProgress' || status === 'completed') this.setTag(this.note);
+      else if (status === 'failed' && this.textEl.textContent === '') this.setTag('discarded attempt · cut off before any text was saved');
       else this.setTag(tags[status] || status);
     }
   }
@@ -337,8 +338,13 @@
     app.items.set(item.itemId, view);
     const previous = view.item;
     view.item = item;
-    if (typeof item.text === 'string') view.setText(item.text);
-    else if (previous.text == null) view.setText('');
+    const shown = view.textEl.textContent;
+    if (typeof item.text === 'string') {
+      // An attempt cut by a crash may hold less than was streamed here
+      // (deltas are not durable): keep what the reader already saw.
+      const cut = item.truncated && shown.length > item.text.length && shown.startsWith(item.text);
+      if (!cut) view.setText(item.text);
+    } else if (previous.text == null) view.setText('');
     view.render();
   }
 

@@ -33,6 +33,7 @@ const (
 	NotifyTurnModelRetryScheduled = "turn/modelRetryScheduled"
 	NotifyItemStarted             = "item/started"
 	NotifyItemDelta               = "item/delta"
+	NotifyItemUpdated             = "item/updated"
 	NotifyItemCompleted           = "item/completed"
 	NotifyViewGap                 = "view/gap"
 	NotifySessionTokenUsage       = "session/tokenUsage"

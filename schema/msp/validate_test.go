@@ -115,13 +115,13 @@ func TestMethodCatalogue(t *testing.T) {
 	for _, m := range []string{
 		NotifyInitialized, NotifySessionStarted, NotifyTurnStarted, NotifyTurnCompleted, NotifyTurnUnqueued,
 		NotifyTurnRetryScheduled, NotifyTurnModelRetryScheduled, NotifyItemStarted, NotifyItemDelta,
-		NotifyItemCompleted, NotifyViewGap, NotifySessionTokenUsage,
+		NotifyItemUpdated, NotifyItemCompleted, NotifyViewGap, NotifySessionTokenUsage,
 	} {
 		if !v.HasNotification(m) || v.HasRequest(m) {
 			t.Errorf("%s: want a notification", m)
 		}
 	}
-	if v.HasRequest("turn/steer") || v.HasNotification("item/updated") {
+	if v.HasRequest("turn/steer") || v.HasNotification("item/retracted") {
 		t.Error("methods mspd does not serve are in the catalogue")
 	}
 }
@@ -325,7 +325,7 @@ func TestCheck(t *testing.T) {
 			{`{"jsonrpc":"2.0","method":"turn/started","params":{"sessionId":"s","viewCursor":"v:1","turnId":"t"}}`, []string{"params.commandId", "params.sourceRange"}},
 		}},
 		{"unknown notification", []frameStep{
-			{`{"jsonrpc":"2.0","method":"item/updated","params":{}}`, []string{"method"}},
+			{`{"jsonrpc":"2.0","method":"item/retracted","params":{}}`, []string{"method"}},
 		}},
 		{"item/delta", []frameStep{
 			{`{"jsonrpc":"2.0","method":"item/delta","params":{"sessionId":"s","viewCursor":"v:s:3.1","itemId":"i","field":"text","delta":"Hel"},"emittedAtMs":1}`, nil},
