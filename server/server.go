@@ -39,10 +39,14 @@ type Config struct {
 	Home string
 	// MaxFrameBytes bounds inbound frames (default 10 MiB).
 	MaxFrameBytes int64
-	// QueueFrames and QueueBytes bound each connection's gappable
-	// outbound events (defaults 1024 frames, 8 MiB).
+	// QueueBytes is each connection's outbound budget: responses,
+	// broadcasts and view events together (default 8 MiB). View events get
+	// half of it, past which a slow reader gets view/gap; past the whole,
+	// the connection stops reading requests.
+	QueueBytes int
+	// QueueFrames bounds the view events queued per connection (default
+	// 1024).
 	QueueFrames int
-	QueueBytes  int
 	// WriteTimeout bounds one frame write; a peer that takes longer is
 	// wedged and its connection closes (default 10 s).
 	WriteTimeout time.Duration
