@@ -59,6 +59,10 @@ type Command struct {
 	Response json.RawMessage
 	// IsError tells whether Response is an error object.
 	IsError bool
+	// SessionID is the session the command acted on (default: the
+	// batch's); DeleteSession erases it with the session. Empty for a
+	// command that outlives any session, such as the deletion itself.
+	SessionID string
 	// CreatedAt is when the entry was first admitted; PruneCommands goes
 	// by it. Commit stamps the time of the write when it is zero. Like
 	// Session's times it must be representable as int64 Unix nanoseconds.
@@ -127,6 +131,10 @@ type Store interface {
 	// chunks, calling again until fewer than limit come back (see Pruner).
 	// A pruned id is unknown again: a later Commit may add it anew.
 	PruneCommands(ctx context.Context, before time.Time, limit int) (int, error)
+	// DeleteSession erases a session for good: its log, its row and the
+	// ledger entries of its commands, leaving no copy behind. Erasing a
+	// session that does not exist succeeds.
+	DeleteSession(ctx context.Context, id string) error
 	// Close releases the store after the commits already under way
 	// finish; a Commit after Close returns an error.
 	Close() error

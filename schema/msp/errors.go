@@ -16,6 +16,7 @@ const (
 	CodeInputTooLarge    = -32002
 	CodeNotFound         = -32011
 	CodeSessionNotFound  = -32020
+	CodeForkBoundary     = -32023
 	CodeSessionNotLoaded = -32024
 	CodeCommandRejected  = -32030
 	CodeBackpressured    = -32031
@@ -35,6 +36,7 @@ const (
 	KindInputTooLarge      = "inputTooLarge"
 	KindNotFound           = "notFound"
 	KindSessionNotFound    = "sessionNotFound"
+	KindForkBoundary       = "forkBoundaryInvalid"
 	KindSessionNotLoaded   = "sessionNotLoaded"
 	KindCommandRejected    = "commandRejected"
 	KindBackpressured      = "backpressured"

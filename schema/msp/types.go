@@ -80,8 +80,7 @@ type Session struct {
 	WorkspaceRoot   *string         `json:"workspaceRoot"`
 }
 
-// ForkProvenance names where a forked session was cut from; mspd does not
-// fork, so it is always null, but the type keeps the wire shape honest.
+// ForkProvenance names where a forked session was cut from.
 type ForkProvenance struct {
 	CommandID   string `json:"commandId"`
 	CutCursor   string `json:"cutCursor"`
@@ -168,6 +167,97 @@ type SessionListParams struct {
 type SessionListResult struct {
 	NextCursor *string   `json:"nextCursor"`
 	Sessions   []Session `json:"sessions"`
+}
+
+// SessionForkParams are the params of session/fork.
+type SessionForkParams struct {
+	CommandID    string        `json:"commandId"`
+	CutPoint     *ForkCutPoint `json:"cutPoint,omitempty"`
+	ExcludeItems bool          `json:"excludeItems,omitempty"`
+	SessionID    string        `json:"sessionId"`
+}
+
+// ForkCutPoint names the last completed turn a fork copies.
+type ForkCutPoint struct {
+	LastTurnID string `json:"lastTurnId"`
+}
+
+// SessionRenameParams are the params of session/rename.
+type SessionRenameParams struct {
+	CommandID string `json:"commandId"`
+	Name      string `json:"name"`
+	SessionID string `json:"sessionId"`
+}
+
+// SessionRenameResult is the ack of session/rename.
+type SessionRenameResult struct {
+	CommandID string `json:"commandId"`
+	Name      string `json:"name,omitempty"`
+	Status    string `json:"status"`
+}
+
+// SessionDeleteParams are the params of session/delete.
+type SessionDeleteParams struct {
+	CommandID string `json:"commandId"`
+	SessionID string `json:"sessionId"`
+}
+
+// CommandAcceptedResult is the ack of a command whose effect is reported
+// by a later notification (session/delete).
+type CommandAcceptedResult struct {
+	CommandID string `json:"commandId"`
+	Status    string `json:"status"`
+}
+
+// SessionDeleteCompletedParams are the params of session/deleteCompleted.
+type SessionDeleteCompletedParams struct {
+	CommandID      string `json:"commandId"`
+	Outcome        string `json:"outcome"`
+	PhysicalChange string `json:"physicalChange,omitempty"`
+	Reason         string `json:"reason,omitempty"`
+	SessionID      string `json:"sessionId"`
+}
+
+// Deletion outcomes.
+const (
+	DeleteCompleted = "completed"
+	DeleteFailed    = "failed"
+)
+
+// SessionSetModelParams are the params of session/setModel.
+type SessionSetModelParams struct {
+	CommandID string         `json:"commandId"`
+	Model     ModelSelection `json:"model"`
+	SessionID string         `json:"sessionId"`
+}
+
+// ModelSelection is a model picked for a session.
+type ModelSelection struct {
+	DisplayLabel string `json:"displayLabel,omitempty"`
+	ModelID      string `json:"modelId"`
+	ProviderID   string `json:"providerId,omitempty"`
+}
+
+// SessionSetModelResult is the ack of session/setModel.
+type SessionSetModelResult = CommandAcceptedResult
+
+// SessionNameChangedParams are the params of session/nameChanged.
+type SessionNameChangedParams struct {
+	ViewHeader
+	Name string `json:"name"`
+}
+
+// SessionModelChangedParams are the params of session/modelChanged.
+type SessionModelChangedParams struct {
+	ViewHeader
+	ModelID    string `json:"modelId"`
+	ProviderID string `json:"providerId,omitempty"`
+	Source     string `json:"source"`
+}
+
+// SessionListChangedParams are the params of session/listChanged.
+type SessionListChangedParams struct {
+	Session Session `json:"session"`
 }
 
 // SessionStartedParams are the params of session/started.

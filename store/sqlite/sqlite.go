@@ -37,6 +37,12 @@ func migrations(now int64) [][]string {
 			fmt.Sprintf(`UPDATE commands SET created_at = %d`, now),
 			`CREATE INDEX commands_by_created ON commands (created_at)`,
 		},
+		{
+			// The session a command acted on, so that erasing the session
+			// erases its commands too; NULL for commands of no session.
+			`ALTER TABLE commands ADD COLUMN session_id TEXT`,
+			`CREATE INDEX commands_by_session ON commands (session_id) WHERE session_id IS NOT NULL`,
+		},
 	}
 }
 
@@ -120,7 +126,7 @@ type Store struct {
 	closed     bool
 	reqs       chan *commitReq
 	writerDone chan struct{}
-	prunes     chan *pruneReq // unbuffered: a sent prune is already the writer's
+	tasks      chan *task // unbuffered: a sent task is already the writer's
 }
 
 var _ store.Store = (*Store)(nil)
@@ -135,7 +141,7 @@ type writeStmts struct {
 	begin, commit, rollback,
 	savepoint, release, rollbackTo,
 	head, insertEvent, upsertSession, insertCommand,
-	pruneCommands *sql.Stmt
+	pruneCommands, deleteEvents, deleteSession, deleteCommands *sql.Stmt
 }
 
 // Open opens the database file at path, creating it and its parent
@@ -174,7 +180,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.reqs = make(chan *commitReq, cfg.maxGroup)
-	s.prunes = make(chan *pruneReq)
+	s.tasks = make(chan *task)
 	s.writerDone = make(chan struct{})
 	go s.writer()
 	return s, nil
@@ -185,7 +191,9 @@ func (s *Store) open(path string, cfg config) error {
 	busy := fmt.Sprintf("_pragma=busy_timeout(%d)", cfg.busyTimeout.Milliseconds())
 
 	var err error
-	s.wdb, err = sql.Open("sqlite", path+"?"+busy+"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	// secure_delete overwrites what a delete frees, so an erased session
+	// leaves no trace in the file.
+	s.wdb, err = sql.Open("sqlite", path+"?"+busy+"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=secure_delete(1)")
 	if err != nil {
 		return fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -292,11 +300,14 @@ func (s *Store) prepareWrites(ctx context.Context) error {
 				updated_at = excluded.updated_at, busy = excluded.busy, state = excluded.state`},
 		// DO NOTHING turns a duplicate id into zero rows affected, which the
 		// writer reports as ErrConflict without parsing driver errors.
-		{&w.insertCommand, `INSERT INTO commands (id, digest, response, is_error, created_at) VALUES (?, ?, ?, ?, ?)
+		{&w.insertCommand, `INSERT INTO commands (id, digest, response, is_error, created_at, session_id) VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO NOTHING`},
 		// Oldest first, through commands_by_created.
 		{&w.pruneCommands, `DELETE FROM commands WHERE rowid IN (
 			SELECT rowid FROM commands WHERE created_at < ? ORDER BY created_at LIMIT ?)`},
+		{&w.deleteEvents, `DELETE FROM events WHERE session_id = ?`},
+		{&w.deleteSession, `DELETE FROM sessions WHERE id = ?`},
+		{&w.deleteCommands, `DELETE FROM commands WHERE session_id = ?`},
 	})
 }
 
@@ -502,7 +513,7 @@ func (s *Store) closeDBs() error {
 		s.r.sessionsAfter, s.r.busy, s.r.command,
 		s.w.begin, s.w.commit, s.w.rollback, s.w.savepoint, s.w.release,
 		s.w.rollbackTo, s.w.head, s.w.insertEvent, s.w.upsertSession, s.w.insertCommand,
-		s.w.pruneCommands,
+		s.w.pruneCommands, s.w.deleteEvents, s.w.deleteSession, s.w.deleteCommands,
 	} {
 		if st != nil {
 			errs = append(errs, st.Close())

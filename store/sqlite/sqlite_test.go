@@ -2,12 +2,14 @@ package sqlite_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -284,5 +286,44 @@ func BenchmarkRecords(b *testing.B) {
 			b.Fatalf("read %d records after %d", len(rs), after)
 		}
 		after = (after + 997) % (total - page)
+	}
+}
+
+// TestDeleteLeavesNoTrace: after DeleteSession not a byte of the
+// session's text remains in the database file or its write-ahead log.
+func TestDeleteLeavesNoTrace(t *testing.T) {
+	dir := t.TempDir()
+	s, err := sqlite.Open(filepath.Join(dir, "mspd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const marker = "Zebra-Marker-7731"
+	ctx := t.Context()
+	for i := range 50 {
+		b := store.Batch{SessionID: "secret", Records: []store.Record{{Seq: int64(i + 1), Method: "m",
+			Params: []byte(`{"text":"` + marker + strings.Repeat(" padding", 200) + `"}`)}},
+			Commands: []store.Command{{ID: fmt.Sprintf("c%d", i), Digest: "d", Response: []byte(`{"echo":"` + marker + `"}`)}}}
+		if i == 0 {
+			b.Session = &store.Session{ID: "secret", CreatedAt: time.Now(), UpdatedAt: time.Now(), State: []byte(`{"name":"` + marker + `"}`)}
+		}
+		if err := s.Commit(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Commit(ctx, store.Batch{SessionID: "other", Records: []store.Record{{Seq: 1, Method: "m", Params: []byte(`{}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSession(ctx, "secret"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"mspd.db", "mspd.db-wal"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(marker)) {
+			t.Errorf("%s still holds %q after the session was deleted", name, marker)
+		}
 	}
 }

@@ -1,6 +1,8 @@
 package sqlite
 
 import (
+	"cmp"
+	"database/sql"
 	"context"
 	"fmt"
 	"time"
@@ -90,8 +92,8 @@ func (s *Store) writer() {
 	for {
 		var first *commitReq
 		select {
-		case p := <-s.prunes:
-			s.prune(p)
+		case t := <-s.tasks:
+			t.done <- t.run()
 			continue
 		case r, ok := <-s.reqs:
 			if !ok {
@@ -232,7 +234,11 @@ func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64
 		if !c.CreatedAt.IsZero() {
 			created, _ = nanos(c.CreatedAt) // validated by Commit
 		}
-		res, err := s.w.insertCommand.ExecContext(ctx, c.ID, c.Digest, []byte(c.Response), c.IsError, created)
+		var sessionID any // NULL: a command of no session
+		if id := cmp.Or(c.SessionID, b.SessionID); id != "" {
+			sessionID = id
+		}
+		res, err := s.w.insertCommand.ExecContext(ctx, c.ID, c.Digest, []byte(c.Response), c.IsError, created, sessionID)
 		if err != nil {
 			return 0, fmt.Errorf("sqlite: add command %q: %w", c.ID, err)
 		}
@@ -247,61 +253,90 @@ func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64
 	return newHead, nil
 }
 
-// pruneReq is one PruneCommands waiting for the writer.
-type pruneReq struct {
-	ctx    context.Context
-	before int64
-	limit  int
-	done   chan pruneResult // buffered: the writer never blocks on a caller
+// task is work the writer runs as a round of its own, between two commit
+// groups: a prune, a session's erasure.
+type task struct {
+	run  func() taskResult
+	done chan taskResult // buffered: the writer never blocks on a caller
 }
 
-type pruneResult struct {
+type taskResult struct {
 	n   int
 	err error
 }
 
-// PruneCommands implements store.Store. The delete is a transaction of its
-// own on the writer, between two commit groups, so a limit of a few hundred
-// keeps the write lock for about one fsync.
-func (s *Store) PruneCommands(ctx context.Context, before time.Time, limit int) (int, error) {
+// runTask hands run to the writer and waits for its result. ctx bounds the
+// wait for the writer to take it; once taken, it runs to the end.
+func (s *Store) runTask(ctx context.Context, run func() taskResult) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if limit <= 0 {
-		return 0, nil
-	}
-	req := &pruneReq{ctx: ctx, before: clampNanos(before), limit: limit, done: make(chan pruneResult, 1)}
+	t := &task{done: make(chan taskResult, 1), run: func() taskResult {
+		if err := ctx.Err(); err != nil {
+			return taskResult{err: err}
+		}
+		return run()
+	}}
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
 		return 0, ErrClosed
 	}
 	select {
-	case s.prunes <- req:
+	case s.tasks <- t:
 	case <-ctx.Done():
 		s.mu.RUnlock()
 		return 0, ctx.Err()
 	}
 	s.mu.RUnlock()
-	res := <-req.done
+	res := <-t.done
 	return res.n, res.err
 }
 
-// prune runs one prune as its own (autocommit) transaction.
-func (s *Store) prune(p *pruneReq) {
-	if err := p.ctx.Err(); err != nil {
-		p.done <- pruneResult{err: err}
-		return
+// PruneCommands implements store.Store. The delete is a transaction of its
+// own on the writer, between two commit groups, so a limit of a few hundred
+// keeps the write lock for about one fsync.
+func (s *Store) PruneCommands(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, ctx.Err()
 	}
-	res, err := s.w.pruneCommands.ExecContext(context.Background(), p.before, p.limit)
-	if err != nil {
-		p.done <- pruneResult{err: fmt.Errorf("sqlite: prune commands: %w", err)}
-		return
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		p.done <- pruneResult{err: fmt.Errorf("sqlite: prune commands: %w", err)}
-		return
-	}
-	p.done <- pruneResult{n: int(n)}
+	return s.runTask(ctx, func() taskResult {
+		res, err := s.w.pruneCommands.ExecContext(context.Background(), clampNanos(before), limit)
+		if err != nil {
+			return taskResult{err: fmt.Errorf("sqlite: prune commands: %w", err)}
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return taskResult{err: fmt.Errorf("sqlite: prune commands: %w", err)}
+		}
+		return taskResult{n: int(n)}
+	})
+}
+
+// DeleteSession implements store.Store: one transaction erases the
+// session's log, row and commands (secure_delete overwrites them), then a
+// checkpoint truncates the write-ahead log, which would otherwise keep
+// copies of what was erased until it is next reset.
+func (s *Store) DeleteSession(ctx context.Context, id string) error {
+	_, err := s.runTask(ctx, func() taskResult {
+		bg := context.Background()
+		if _, err := s.w.begin.ExecContext(bg); err != nil {
+			return taskResult{err: fmt.Errorf("sqlite: delete session %q: %w", id, err)}
+		}
+		for _, st := range []*sql.Stmt{s.w.deleteEvents, s.w.deleteSession, s.w.deleteCommands} {
+			if _, err := st.ExecContext(bg, id); err != nil {
+				_, _ = s.w.rollback.ExecContext(bg)
+				return taskResult{err: fmt.Errorf("sqlite: delete session %q: %w", id, err)}
+			}
+		}
+		if _, err := s.w.commit.ExecContext(bg); err != nil {
+			_, _ = s.w.rollback.ExecContext(bg)
+			return taskResult{err: fmt.Errorf("sqlite: delete session %q: %w", id, err)}
+		}
+		// Readers holding an older snapshot can keep the checkpoint from
+		// finishing; the erasure itself is committed either way.
+		_, _ = s.wc.ExecContext(bg, "PRAGMA wal_checkpoint(TRUNCATE)")
+		return taskResult{}
+	})
+	return err
 }

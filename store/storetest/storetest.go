@@ -81,6 +81,11 @@ func Run(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 			{"PruneCanceledOrClosed", h.commandPruneCanceledOrClosed},
 			{"PruneDuringCommits", h.commandPruneDuringCommits},
 		}},
+		{"Delete", []subtest{
+			{"ErasesLogRowAndCommands", h.deleteErases},
+			{"UnknownSession", h.deleteUnknown},
+			{"SurvivesReopen", h.deleteSurvivesReopen},
+		}},
 		{"Durability", []subtest{
 			{"SurvivesReopen", h.durabilityReopen},
 		}},
@@ -1297,4 +1302,69 @@ func (h harness) concurrentReads(t *testing.T) {
 		t.Error(err)
 	}
 	wantHead(t, s, "s", batches*size)
+}
+
+// seedTwo writes two sessions with records and commands, and a command of
+// no session.
+func seedTwo(t *testing.T, s store.Store) {
+	t.Helper()
+	for _, id := range []string{"gone", "kept"} {
+		mustCommit(t, s, store.Batch{SessionID: id, Records: recs(1, 3), Session: sess(id, at(0)),
+			Commands: []store.Command{{ID: id + "-batch", Digest: "d", Response: raw(`{}`)}}})
+		mustCommit(t, s, store.Batch{Commands: []store.Command{{ID: id + "-named", Digest: "d", Response: raw(`{}`), SessionID: id}}})
+	}
+	mustCommit(t, s, store.Batch{Commands: []store.Command{{ID: "no-session", Digest: "d", Response: raw(`{}`)}}})
+}
+
+func wantErased(t *testing.T, s store.Store) {
+	t.Helper()
+	if _, err := s.Session(t.Context(), "gone"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Session(gone) after DeleteSession: %v, want ErrNotFound", err)
+	}
+	if got, err := s.Records(t.Context(), "gone", 0, 10); err != nil || len(got) != 0 {
+		t.Fatalf("Records(gone) after DeleteSession = %d records, %v", len(got), err)
+	}
+	if h, err := s.Head(t.Context(), "gone"); err != nil || h != 0 {
+		t.Fatalf("Head(gone) after DeleteSession = %d, %v", h, err)
+	}
+	wantCommands(t, s, []string{"gone-batch", "gone-named"}, []string{"kept-batch", "kept-named", "no-session"})
+	if got, err := s.Records(t.Context(), "kept", 0, 10); err != nil || len(got) != 3 {
+		t.Fatalf("Records(kept) = %d records, %v; the other session must stay whole", len(got), err)
+	}
+	if _, err := s.Session(t.Context(), "kept"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// DeleteSession erases a session's log, row and the commands that named
+// it (explicitly or through their batch), and nothing else.
+func (h harness) deleteErases(t *testing.T) {
+	s := h.fresh(t)
+	seedTwo(t, s)
+	if err := s.DeleteSession(t.Context(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	wantErased(t, s)
+	// The id can be used again from scratch.
+	mustCommit(t, s, store.Batch{SessionID: "gone", Records: recs(1, 1), Session: sess("gone", at(0))})
+}
+
+func (h harness) deleteUnknown(t *testing.T) {
+	s := h.fresh(t)
+	if err := s.DeleteSession(t.Context(), "never"); err != nil {
+		t.Fatalf("DeleteSession of an unknown session: %v", err)
+	}
+}
+
+func (h harness) deleteSurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	s := h.openAt(t, dir)
+	seedTwo(t, s)
+	if err := s.DeleteSession(t.Context(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantErased(t, h.openAt(t, dir))
 }
