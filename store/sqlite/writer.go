@@ -2,8 +2,8 @@ package sqlite
 
 import (
 	"cmp"
-	"database/sql"
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
