@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"mspd/modelretry"
@@ -854,23 +855,27 @@ func TestTransportFailures(t *testing.T) {
 	})
 	t.Run("pings keep a stream alive", func(t *testing.T) {
 		t.Parallel()
-		f := anthropictest.New(t, func(w http.ResponseWriter, r *http.Request) {
-			s := anthropictest.StartSSE(w)
-			s.Send("message_start", anthropictest.MsgStart(5))
-			for range 8 {
-				time.Sleep(40 * time.Millisecond)
-				s.Send("ping", anthropictest.Ping)
+		// In a synctest bubble: the pings' spacing and the idle timer run
+		// on the bubble's fake clock, exactly and at once.
+		synctest.Test(t, func(t *testing.T) {
+			f := anthropictest.NewInMemory(t, func(w http.ResponseWriter, r *http.Request) {
+				s := anthropictest.StartSSE(w)
+				s.Send("message_start", anthropictest.MsgStart(5))
+				for range 8 {
+					<-time.After(40 * time.Millisecond)
+					s.Send("ping", anthropictest.Ping)
+				}
+				s.Send("content_block_start", anthropictest.TextStart)
+				s.Send("content_block_delta", anthropictest.TextDelta("alive"))
+				s.Send("content_block_stop", anthropictest.BlockStop)
+				s.Send("message_delta", anthropictest.MsgDelta("end_turn", 1))
+				s.Send("message_stop", anthropictest.MsgStop)
+			})
+			m := newModel(t, f, func(c *anthropic.Config) { c.IdleTimeout = 150 * time.Millisecond })
+			if text, _, err := stream(t, m, provider.Request{}); err != nil || text != "alive" {
+				t.Errorf("text %q, error %v; want alive: pings are liveness", text, err)
 			}
-			s.Send("content_block_start", anthropictest.TextStart)
-			s.Send("content_block_delta", anthropictest.TextDelta("alive"))
-			s.Send("content_block_stop", anthropictest.BlockStop)
-			s.Send("message_delta", anthropictest.MsgDelta("end_turn", 1))
-			s.Send("message_stop", anthropictest.MsgStop)
 		})
-		m := newModel(t, f, func(c *anthropic.Config) { c.IdleTimeout = 150 * time.Millisecond })
-		if text, _, err := stream(t, m, provider.Request{}); err != nil || text != "alive" {
-			t.Errorf("text %q, error %v; want alive: pings are liveness", text, err)
-		}
 	})
 	t.Run("client request timeout", func(t *testing.T) {
 		t.Parallel()

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"mspd/internal/memnet"
 )
 
 // Key is the API key the server expects; a request carrying any other
@@ -46,8 +48,9 @@ type Request struct {
 
 // Server is a running fake.
 type Server struct {
-	t   testing.TB
-	srv *httptest.Server
+	t      testing.TB
+	srv    *httptest.Server
+	client *http.Client
 
 	mu      sync.Mutex
 	replies []Reply
@@ -64,11 +67,22 @@ func New(t testing.TB, replies ...Reply) *Server {
 	t.Helper()
 	s := &Server{t: t, replies: replies}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.client = s.srv.Client()
 	t.Cleanup(func() {
 		// Stalled handlers return once their connection is gone.
 		s.srv.CloseClientConnections()
 		s.srv.Close()
 	})
+	return s
+}
+
+// NewInMemory is New on an in-memory network (package memnet), for tests
+// in a testing/synctest bubble: there the provider's idle timers and the
+// replies' waits run on the bubble's fake clock. Only Client reaches it.
+func NewInMemory(t testing.TB, replies ...Reply) *Server {
+	t.Helper()
+	s := &Server{t: t, replies: replies}
+	s.srv, s.client = memnet.NewServer(t, http.HandlerFunc(s.serve))
 	return s
 }
 
@@ -78,7 +92,7 @@ func New(t testing.TB, replies ...Reply) *Server {
 func (s *Server) URL() string { return s.srv.URL }
 
 // Client returns an HTTP client for the server.
-func (s *Server) Client() *http.Client { return s.srv.Client() }
+func (s *Server) Client() *http.Client { return s.client }
 
 // Requests returns the requests received so far, in order.
 func (s *Server) Requests() []Request {
