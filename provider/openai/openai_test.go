@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"mspd/modelretry"
@@ -244,34 +245,40 @@ func TestErrorMapping(t *testing.T) {
 }
 
 // TestIdleMeansSilence: the watchdog measures the server's silence, not
-// the stream's length or the time onText takes.
+// the stream's length or the time onText takes. Each case runs in a
+// synctest bubble: the waits below are on the bubble's fake clock, as is
+// the watchdog, so the timings are exact and take no time.
 func TestIdleMeansSilence(t *testing.T) {
 	t.Run("keep-alive comments", func(t *testing.T) {
-		srv := openaitest.New(t, "/v1", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
-			f := w.(http.Flusher)
-			fmt.Fprintf(w, "data: %s\n\n", openaitest.Role())
-			for range 8 {
-				f.Flush()
-				time.Sleep(15 * time.Millisecond)
-				fmt.Fprint(w, ": keep-alive\n\n")
-			}
-			for _, p := range openaitest.Answer("late")[1:] {
-				fmt.Fprintf(w, "data: %s\n\n", p)
+		synctest.Test(t, func(t *testing.T) {
+			srv := openaitest.NewInMemory(t, "/v1", func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+				f := w.(http.Flusher)
+				fmt.Fprintf(w, "data: %s\n\n", openaitest.Role())
+				for range 8 {
+					f.Flush()
+					<-time.After(15 * time.Millisecond)
+					fmt.Fprint(w, ": keep-alive\n\n")
+				}
+				for _, p := range openaitest.Answer("late")[1:] {
+					fmt.Fprintf(w, "data: %s\n\n", p)
+				}
+			})
+			text, _, err := stream(t, newModel(t, srv, func(c *openai.Config) { c.IdleTimeout = 60 * time.Millisecond }), hello)
+			if err != nil || text != "late" {
+				t.Errorf("got %q, %v", text, err)
 			}
 		})
-		text, _, err := stream(t, newModel(t, srv, func(c *openai.Config) { c.IdleTimeout = 60 * time.Millisecond }), hello)
-		if err != nil || text != "late" {
-			t.Errorf("got %q, %v", text, err)
-		}
 	})
 	t.Run("slow onText", func(t *testing.T) {
-		srv := openaitest.New(t, "/v1", openaitest.Stream(openaitest.Answer("a", "b", "c")...))
-		m := newModel(t, srv, func(c *openai.Config) { c.IdleTimeout = 30 * time.Millisecond })
-		_, err := m.Stream(context.Background(), hello, func(string) { time.Sleep(50 * time.Millisecond) })
-		if err != nil {
-			t.Errorf("Stream: %v", err)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			srv := openaitest.NewInMemory(t, "/v1", openaitest.Stream(openaitest.Answer("a", "b", "c")...))
+			m := newModel(t, srv, func(c *openai.Config) { c.IdleTimeout = 30 * time.Millisecond })
+			_, err := m.Stream(context.Background(), hello, func(string) { <-time.After(50 * time.Millisecond) })
+			if err != nil {
+				t.Errorf("Stream: %v", err)
+			}
+		})
 	})
 }
 

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"mspd/internal/memnet"
 )
 
 // Model is the model the fake answers as unless a frame names another.
@@ -50,6 +52,7 @@ type Server struct {
 
 	t      testing.TB
 	srv    *httptest.Server
+	client *http.Client
 	prefix string
 
 	mu      sync.Mutex
@@ -64,6 +67,7 @@ func New(t testing.TB, prefix string, replies ...Reply) *Server {
 	t.Helper()
 	s := &Server{t: t, prefix: strings.TrimSuffix(prefix, "/"), replies: replies}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.client = s.srv.Client()
 	s.URL = s.srv.URL + s.prefix
 	t.Cleanup(func() {
 		// Stalled handlers return once their connection is gone.
@@ -73,8 +77,19 @@ func New(t testing.TB, prefix string, replies ...Reply) *Server {
 	return s
 }
 
+// NewInMemory is New on an in-memory network (package memnet), for tests
+// in a testing/synctest bubble: there the provider's idle timers and the
+// replies' waits run on the bubble's fake clock. Only Client reaches it.
+func NewInMemory(t testing.TB, prefix string, replies ...Reply) *Server {
+	t.Helper()
+	s := &Server{t: t, prefix: strings.TrimSuffix(prefix, "/"), replies: replies}
+	s.srv, s.client = memnet.NewServer(t, http.HandlerFunc(s.serve))
+	s.URL = s.srv.URL + s.prefix
+	return s
+}
+
 // Client returns an HTTP client for the server.
-func (s *Server) Client() *http.Client { return s.srv.Client() }
+func (s *Server) Client() *http.Client { return s.client }
 
 // Requests returns the scripted requests received so far.
 func (s *Server) Requests() []Request {
