@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chromedp/chromedp"
-
 	"mspd/daemon"
 	"mspd/provider/scripted"
 )
@@ -59,6 +57,6 @@ func TestWebRestartMidAnswer(t *testing.T) {
 	check("after the reconnect")
 	p.open(base)
 	p.waitFor("the chat list", fmt.Sprintf(`document.querySelector('#sessions [data-session-id=%q]') !== null`, sid))
-	p.run("opening the chat", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#sessions [data-session-id=%q]`, sid))))
+	p.openChat(sid)
 	check("rebuilt from the log")
 }

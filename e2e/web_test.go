@@ -88,13 +88,15 @@ func TestWebChat(t *testing.T) {
 			scripted.Step{Status: 429, RetryAfterMs: new(1500)},
 			scripted.Step{Text: "Hello from the script", Chunks: 3}))
 		// The countdown shows while the backoff runs (1.5 s).
-		p.waitFor("the retry row counting down", `[...document.querySelectorAll('.retry')].some((r) => {
-			const t = r.textContent;
-			return t.includes('scripted · rate limited (429)') && t.includes('retrying in') && t.includes('attempt 2/5');
-		})`)
+		p.waitFor("the retry status counting down", `/^retrying in [12] s · attempt 2 of 5 · rate limited$/.test(retryText())`)
+		p.expect("the technical detail behind a click", `(() => {
+			const d = document.querySelector('.retry details');
+			return !d.open && d.textContent.includes('system scripted, errorKind rateLimited, HTTP 429');
+		})()`)
 		p.waitFor("the answer", `agentTexts('completed').includes('Hello from the script')`)
 		p.waitFor("the turn footer", `footer().startsWith('✓') && footer().includes('2 attempts')`)
-		p.waitFor("the retry row marked done", `document.querySelector('.retry').dataset.state === 'done'`)
+		p.waitFor("the retry status resolved", `document.querySelector('.retry').dataset.state === 'retried' &&
+			retryText() === 'retried · attempt 2 of 5 · rate limited'`)
 		p.expect("one user message, one answer", `document.querySelectorAll('.msg.user').length === 1 &&
 			document.querySelectorAll('.msg.agent').length === 1`)
 	})
@@ -108,10 +110,10 @@ func TestWebChat(t *testing.T) {
 		p.waitFor("the answer", `agentTexts('completed').includes('the whole answer')`)
 		p.expect("the discarded attempt", `(() => {
 			const m = document.querySelector('.msg.agent[data-status="failed"]');
-			return m && m.querySelector('.text').textContent === 'partial answer' &&
+			return m && m.querySelector('.text').textContent.trim() === 'partial answer' &&
 				m.querySelector('.tag').textContent === 'discarded attempt';
 		})()`)
-		p.expect("the turn-layer retry reason", `document.querySelector('.retry').textContent.includes('provider stream disconnected · ')`)
+		p.expect("the turn-layer retry reason", `retryText() === 'retried · attempt 2 of 5 · provider stream disconnected'`)
 		p.waitFor("the turn footer", `footer().includes('2 attempts')`)
 	})
 
@@ -133,12 +135,12 @@ func TestWebChat(t *testing.T) {
 		p.expect("newest chat first", fmt.Sprintf(`document.querySelector('#sessions button').dataset.sessionId === %q`, stopSession))
 		p.expect("the script as the chat's title", fmt.Sprintf(`document.querySelector('#sessions [data-session-id=%q]').textContent.includes('Hello from the script')`, retrySession))
 		p.expect("an empty transcript", `document.querySelectorAll('#transcript .msg').length === 0`)
-		p.run("opening the chat", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#sessions [data-session-id=%q]`, retrySession))))
+		p.openChat(retrySession)
 		p.waitFor("the restored answer", `agentTexts('completed').includes('Hello from the script')`)
 		p.expect("the restored prompt", `document.querySelector('.msg.user .text').textContent.includes('mspScript')`)
 		p.expect("the chat marked current", fmt.Sprintf(`document.querySelector('#sessions [aria-current="page"]').dataset.sessionId === %q`, retrySession))
 		// Rebuilt from the log, old turns keep their retry rows and footers.
-		p.expect("the restored retry row", `[...document.querySelectorAll('#transcript')].some((t) => t.textContent.includes('rate limited (429)'))`)
+		p.expect("the restored retry status", `retryText() === 'retried · attempt 2 of 5 · rate limited'`)
 		p.expect("the restored footer", `[...document.querySelectorAll('.turn-footer')].some((f) => f.textContent.includes('2 attempts'))`)
 	})
 
@@ -156,7 +158,7 @@ func TestWebChat(t *testing.T) {
 		// Sent as the connection drops: it goes (again) once reconnected,
 		// and its commandId makes it one turn.
 		p.send("sent while offline")
-		p.waitFor("the answer after the reconnect", fmt.Sprintf(`agentTexts('completed').includes(%q)`, words))
+		p.waitFor("the answer after the reconnect", fmt.Sprintf(`agentTexts('completed').includes(%q)`, strings.TrimSpace(words)))
 		p.waitFor("the message sent while offline", `agentTexts('completed').includes('sent while offline')`)
 		p.waitFor("the turn footers", `document.querySelectorAll('.turn-footer').length === 2 &&
 			[...document.querySelectorAll('.turn-footer')].every((f) => f.textContent.includes('✓'))`)
@@ -195,7 +197,8 @@ func TestWebChat(t *testing.T) {
 			scripted.Step{Text: "filled from the log", Chunks: 3}))
 		p.waitFor("the answer", `agentTexts('completed').includes('filled from the log')`)
 		p.waitFor("the turn footer", `footer().includes('2 attempts')`)
-		p.expect("the paged retry notice", `document.querySelector('.retry').textContent.includes('scripted · overloaded (503)')`)
+		p.expect("the paged retry notice", `retryText() === 'retried · attempt 2 of 5 · overloaded' &&
+			document.querySelector('.retry details').textContent.includes('HTTP 503')`)
 		if proxy.gapNextTurn.Load() {
 			p.fatalf("the proxy made no gap")
 		}
@@ -285,10 +288,14 @@ type wsFrame struct {
 // helpers are page functions the assertions use.
 const helpers = `
 const agentTexts = (status) => [...document.querySelectorAll('.msg.agent')]
-	.filter((m) => m.dataset.status === status).map((m) => m.querySelector('.text').textContent);
+	.filter((m) => m.dataset.status === status).map((m) => m.querySelector('.text').textContent.trim());
 const footer = () => {
-	const f = document.querySelector('#transcript .turn:last-of-type .turn-footer');
+	const f = document.querySelector('#transcript .turn:last-of-type .turn-footer .turn-status');
 	return f ? f.textContent : '';
+};
+const retryText = () => {
+	const r = document.querySelector('#transcript .turn:last-of-type .retry .retry-text');
+	return r ? r.textContent : '';
 };
 `
 
@@ -439,7 +446,7 @@ func (p *chatPage) use(t *testing.T) {
 // open loads the page and waits until it is connected.
 func (p *chatPage) open(url string) {
 	p.t.Helper()
-	p.run("loading "+url, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS("#new-chat")))
+	p.run("loading "+url, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS("#input")))
 	p.waitFor("the connection", `document.getElementById('conn').dataset.state === 'online'`)
 }
 
@@ -448,16 +455,45 @@ func (p *chatPage) newChat() string {
 	p.t.Helper()
 	current := `(document.querySelector('#sessions [aria-current="page"]') || {dataset: {}}).dataset.sessionId || ''`
 	before := p.eval(current)
+	p.openDrawer()
 	p.run("clicking New chat", chromedp.Click(chromedp.CSS("#new-chat")))
 	p.waitFor("the new chat in the list", fmt.Sprintf(`![%q, ''].includes(%s) &&
 		document.querySelectorAll('#transcript .turn').length === 0`, before, current))
 	return p.eval(current)
 }
 
-// send types a message and sends it.
+// openDrawer opens the chat list where it is a drawer (a phone-sized
+// window); elsewhere the list always shows.
+func (p *chatPage) openDrawer() {
+	p.t.Helper()
+	if p.eval(`String(getComputedStyle(document.getElementById('menu')).display !== 'none')`) == "true" {
+		p.run("opening the chat list", chromedp.Click(chromedp.CSS("#menu")))
+		p.waitFor("the open chat list", `getComputedStyle(document.getElementById('drawer')).visibility === 'visible'`)
+	}
+}
+
+// openChat opens a chat from the list.
+func (p *chatPage) openChat(sessionID string) {
+	p.t.Helper()
+	p.openDrawer()
+	p.run("opening the chat", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#sessions button[data-session-id=%q]`, sessionID))))
+}
+
+// send puts a message in the box, as typing or pasting it would, and
+// clicks Send.
 func (p *chatPage) send(text string) {
 	p.t.Helper()
-	p.run("sending", chromedp.SetValue(chromedp.CSS("#input"), text), chromedp.Click(chromedp.CSS("#send")))
+	quoted, err := json.Marshal(text)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.eval(`(() => {
+		const input = document.getElementById('input');
+		input.value = ` + string(quoted) + `;
+		input.dispatchEvent(new Event('input', {bubbles: true}));
+		return '';
+	})()`)
+	p.run("sending", chromedp.Click(chromedp.CSS("#send")))
 }
 
 func (p *chatPage) run(what string, actions ...chromedp.Action[chromedp.Void]) {

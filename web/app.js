@@ -1,7 +1,11 @@
 // mspd web chat: a small Muse Session Protocol client (JSON-RPC 2.0 over a
 // WebSocket at /msp on the page's own host). No framework, no build step.
 //
-// Model output is untrusted: it only ever reaches the page as textContent.
+// Model output is untrusted. Answers are Markdown: markdown-it renders them
+// with raw HTML off (markup in an answer shows as text), DOMPurify
+// sanitizes the result into a DocumentFragment, and the Content Security
+// Policy forbids inline script. Everything else reaches the page as
+// textContent; no string is ever parsed as HTML here.
 'use strict';
 
 (() => {
@@ -15,6 +19,14 @@
     if (className) e.className = className;
     if (text != null) e.textContent = text;
     return e;
+  }
+
+  /** button creates a type=button button. */
+  function button(className, text, label) {
+    const b = el('button', className, text);
+    b.type = 'button';
+    if (label) b.setAttribute('aria-label', label);
+    return b;
   }
 
   /** uuidv7 mints a UUIDv7: 48 bits of Unix milliseconds, then random bits. */
@@ -32,7 +44,8 @@
     return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
   }
 
-  // Words for an errorKind, as mspd's own renderers use them.
+  // Words for an errorKind, as mspd's own renderers use them
+  // (msp.ErrorKindWords): the server's failure messages begin with them.
   const KIND_WORDS = {
     rateLimited: 'rate limited',
     quotaExhausted: 'quota exhausted',
@@ -73,7 +86,7 @@
     return s < 60 ? `${s}s` : `${Math.floor(s / 60)}m ${s % 60}s`;
   }
 
-  /** ago words a past RFC 3339 time for the sidebar. */
+  /** ago words a past RFC 3339 time for the chat list. */
   function ago(iso) {
     const t = Date.parse(iso);
     if (Number.isNaN(t)) return '';
@@ -84,17 +97,30 @@
     return new Date(t).toLocaleDateString();
   }
 
+  /** size words a byte count: "812 B", "4.2 KB", "195 KB", "1.3 MB". */
+  function size(bytes) {
+    if (bytes < 1024) return `${bytes} B`;
+    const kb = bytes / 1024;
+    if (kb < 10) return `${kb.toFixed(1)} KB`;
+    if (kb < 1024) return `${Math.round(kb)} KB`;
+    return `${(kb / 1024).toFixed(1)} MB`;
+  }
+
   /** plural: plural(2, 'attempt') → "2 attempts". */
-  const plural = (n, word) => `${n} ${word}${n === 1 ? '' : 's'}`;
+  const plural = (n, word) => `${n.toLocaleString('en')} ${word}${n === 1 ? '' : 's'}`;
+
+  /** sentence capitalizes the first letter. */
+  const sentence = (s) => s.charAt(0).toUpperCase() + s.slice(1);
 
   // ------------------------------------------------------------ connection
 
   /** RpcError is a JSON-RPC error response (or a lost connection). */
   class RpcError extends Error {
-    constructor(message, kind, method) {
+    constructor(message, kind, method, data) {
       super(message);
       this.kind = kind;
       this.method = method;
+      this.data = data || {};
     }
   }
 
@@ -129,7 +155,9 @@
     async handshake(ws) {
       try {
         const result = await this.call('initialize', {
-          clientInfo: { name: 'mspd_web', title: 'mspd web chat', version: '1.0' },
+          clientInfo: { name: 'mspd_web', title: 'mspd web chat', version: '2.0' },
+          // The live chat list, and model retry notices as mspd words them.
+          capabilities: { requestedCapabilities: ['sessionListStream', 'modelRetryScheduled'] },
         }, true);
         this.send({ jsonrpc: '2.0', method: 'initialized' });
         this.ready = true;
@@ -185,12 +213,13 @@
           error: { code: -32601, message: `${msg.method} is not supported by this client`, data: { kind: 'methodNotFound' } },
         });
       } else if (msg.method) {
-        this.onNotification(msg.method, msg.params || {});
+        this.onNotification(msg.method, msg.params || {}, msg.emittedAtMs);
       } else if (this.pending.has(msg.id)) {
         const p = this.pending.get(msg.id);
         this.pending.delete(msg.id);
         if (msg.error) {
-          p.reject(new RpcError(msg.error.message, msg.error.data && msg.error.data.kind, p.method));
+          const data = msg.error.data || {};
+          p.reject(new RpcError(msg.error.message, data.kind, p.method, data));
         } else {
           p.resolve(msg.result);
         }
@@ -198,9 +227,93 @@
     }
   }
 
+  // Commands the connection could not carry wait here, in order, and go
+  // again once reconnected: their commandId makes a command take effect
+  // once, whether or not the first try arrived.
+  const outbox = [];
+
+  /**
+   * command sends a request that carries a commandId. Offline, it is
+   * queued (onQueued is told) and the promise settles once it is sent
+   * after a reconnect.
+   */
+  function command(method, params, onQueued) {
+    return rpc.call(method, params).catch((err) => {
+      if (err.kind !== 'disconnected') throw err;
+      if (onQueued) onQueued();
+      return new Promise((resolve, reject) => outbox.push({ method, params, resolve, reject }));
+    });
+  }
+
+  function flushOutbox() {
+    for (const c of outbox.splice(0)) command(c.method, c.params).then(c.resolve, c.reject);
+  }
+
+  // ------------------------------------------------------------ markdown
+
+  const md = window.markdownit({ html: false, linkify: true, typographer: false });
+  // An image in an answer would load from wherever the model pointed it.
+  md.disable('image');
+
+  const PURIFY = {
+    RETURN_DOM_FRAGMENT: true,
+    FORBID_TAGS: ['img', 'style', 'form', 'input', 'button', 'textarea', 'select', 'iframe', 'svg', 'math'],
+    FORBID_ATTR: ['style', 'id', 'name'],
+  };
+  window.DOMPurify.addHook('afterSanitizeAttributes', (node) => {
+    if (node.tagName === 'A' && node.hasAttribute('href')) {
+      node.setAttribute('target', '_blank');
+      node.setAttribute('rel', 'noopener noreferrer');
+    }
+  });
+
+  /** renderMarkdown renders an answer's text into a sanitized fragment. */
+  function renderMarkdown(src) {
+    const frag = window.DOMPurify.sanitize(md.render(src), PURIFY);
+    for (const pre of frag.querySelectorAll('pre')) decorateCode(pre);
+    return frag;
+  }
+
+  /** decorateCode gives a code block a bar with its language and Copy. */
+  function decorateCode(pre) {
+    const code = pre.querySelector('code');
+    const lang = code && /(?:^|\s)language-([\w+#.-]{1,30})/.exec(code.className);
+    const box = el('div', 'code-block');
+    const bar = el('div', 'code-bar');
+    bar.append(el('span', 'code-lang', lang ? lang[1] : 'code'));
+    bar.append(button('small copy', 'Copy', lang ? `Copy ${lang[1]} code` : 'Copy code'));
+    pre.replaceWith(box);
+    box.append(bar, pre);
+  }
+
+  /** copyText puts text on the clipboard; false when the browser refuses. */
+  async function copyText(text) {
+    try {
+      await navigator.clipboard.writeText(text);
+      return true;
+    } catch {
+      // Without clipboard permission: the older, selection-based way.
+      const area = el('textarea', 'visually-hidden');
+      area.value = text;
+      document.body.append(area);
+      area.select();
+      const ok = document.execCommand('copy');
+      area.remove();
+      return ok;
+    }
+  }
+
   // ------------------------------------------------------------ page state
 
   const ui = {
+    app: $('app'),
+    drawer: $('drawer'),
+    drawerClose: $('drawer-close'),
+    scrim: $('scrim'),
+    menu: $('menu'),
+    main: document.querySelector('main'),
+    title: $('chat-title'),
+    model: $('model'),
     conn: $('conn'),
     sessions: $('sessions'),
     newChat: $('new-chat'),
@@ -211,6 +324,7 @@
     empty: $('empty'),
     composer: $('composer'),
     input: $('input'),
+    send: $('send'),
     stop: $('stop'),
     announcer: $('announcer'),
   };
@@ -222,23 +336,32 @@
     epoch: 0, // bumped whenever the view is rebuilt; late async work checks it
     buffer: null, // live events held while history loads or a gap fills
     running: null, // the running turn of the current session
+    stopping: null, // the turn a Stop was sent (or queued) for
     turns: new Map(), // turnId (or a sent commandId) → TurnView
     lastTurn: null, // the TurnView items without a turnId join
     items: new Map(), // itemId → ItemView
     echoes: new Map(), // commandId → ItemView of a sent message not yet confirmed
-    unsent: [], // turn/start params a lost connection left unanswered
-    retries: new Map(), // viewCursor → RetryRow
+    notices: new Set(), // viewCursors of retry notices shown (replays repeat them)
+    sessions: new Map(), // sessionId → Session, the chat list
+    listStream: false, // the server pushes session/listChanged
+    listHold: null, // the row whose rename or delete form is open
+    deleting: new Set(), // sessionIds whose deletion was admitted
+    models: [], // model/list rows
+    nextModel: null, // the model picked before a session exists
   };
 
   // ------------------------------------------------------------ transcript
 
-  /** TurnView is one turn: its messages, retry rows and footer. */
+  /** TurnView is one turn: its messages, retry status and footer. */
   class TurnView {
-    constructor(turnId) {
+    constructor(turnId, confirmed) {
       this.el = el('article', 'turn');
       this.el.dataset.turnId = turnId;
+      this.turnId = turnId;
+      this.confirmed = confirmed; // turnId is the server's, not a commandId
+      this.user = null; // the user message's ItemView
+      this.status = null; // the RetryStatus
       this.footer = null;
-      this.rows = []; // RetryRows, oldest first
       ui.empty.hidden = true;
       ui.transcript.append(this.el);
     }
@@ -248,13 +371,47 @@
       this.el.insertBefore(node, this.footer);
     }
 
-    setFooter(text, terminal) {
-      if (!this.footer) {
-        this.footer = el('footer', 'turn-footer');
-        this.el.append(this.footer);
+    /** setUser shows the turn's user message, with its Edit action. */
+    setUser(view) {
+      this.user = view;
+      this.add(view.el);
+      const actions = el('div', 'msg-actions');
+      const edit = button('small edit', 'Edit', 'Edit this message in a new branch');
+      edit.addEventListener('click', () => startEdit(this));
+      actions.append(edit);
+      this.actions = actions;
+      this.add(actions);
+    }
+
+    retryStatus() {
+      if (!this.status) this.status = new RetryStatus(this);
+      return this.status;
+    }
+
+    /** end shows the turn's terminal: what happened, and what to do next. */
+    end(p) {
+      this.terminal = p.terminal;
+      if (this.status) this.status.end(p);
+      const footer = el('footer', 'turn-footer');
+      footer.dataset.terminal = p.terminal;
+      const view = outcome(p, this);
+      footer.append(el('p', 'turn-status', view.text));
+      if (view.details) footer.append(techDetails('Details', view.details));
+      const again = view.again && button('small again', view.again,
+        view.again === 'Retry' ? 'Retry this message' : 'Regenerate the answer');
+      if (again) {
+        again.addEventListener('click', catching(() => sendAgain(this)));
+        const actions = el('div', 'turn-actions');
+        actions.append(again);
+        footer.append(actions);
       }
-      this.footer.dataset.terminal = terminal;
-      this.footer.textContent = text;
+      if (this.footer) this.footer.replaceWith(footer);
+      else this.el.append(footer);
+      this.footer = footer;
+    }
+
+    unqueued() {
+      this.end({ terminal: 'unqueued' });
     }
   }
 
@@ -262,7 +419,7 @@
     if (!turnId) return app.lastTurn || turnView(uuidv7());
     let tv = app.turns.get(turnId);
     if (!tv) {
-      tv = new TurnView(turnId);
+      tv = new TurnView(turnId, true);
       app.turns.set(turnId, tv);
     }
     app.lastTurn = tv;
@@ -272,31 +429,82 @@
   /** rekey files a turn shown under its commandId under its real turnId. */
   function rekey(commandId, turnId) {
     const tv = app.turns.get(commandId);
-    if (!commandId || !turnId || commandId === turnId || !tv || app.turns.has(turnId)) return;
+    if (!tv || !turnId || tv.confirmed) return;
+    tv.confirmed = true;
+    if (commandId === turnId || app.turns.has(turnId)) return;
     app.turns.delete(commandId);
     app.turns.set(turnId, tv);
+    tv.turnId = turnId;
     tv.el.dataset.turnId = turnId;
   }
+
+  // A user message longer than this folds to a preview and its size.
+  const FOLD_BYTES = 4096;
 
   /** ItemView is one message bubble. */
   class ItemView {
     constructor(kind) {
+      this.isUser = kind === 'userMessage';
       this.item = { revision: 0, status: 'inProgress' };
       this.note = ''; // about a message of ours: "not sent", …
-      this.el = el('div', `msg ${kind === 'userMessage' ? 'user' : 'agent'}`);
-      this.el.append(el('span', 'visually-hidden', kind === 'userMessage' ? 'You: ' : 'Assistant: '));
-      this.textEl = el('div', 'text');
+      this.source = ''; // the text as the server has it
+      this.el = el('div', `msg ${this.isUser ? 'user' : 'agent'}`);
+      this.el.append(el('span', 'visually-hidden', this.isUser ? 'You: ' : 'Assistant: '));
+      this.textEl = el('div', this.isUser ? 'text' : 'text md');
       this.tag = el('span', 'tag');
       this.tag.hidden = true;
       this.el.append(this.textEl, this.tag);
+      this.timer = null;
+      this.paintedAt = 0;
+      this.cost = 0; // how long the last Markdown render took, in ms
     }
 
     setText(text) {
-      this.textEl.textContent = text;
+      this.source = text;
+      this.paint();
     }
 
     append(delta) {
-      this.textEl.append(delta); // a string appends as a text node
+      this.source += delta;
+      this.schedule();
+    }
+
+    /**
+     * schedule repaints a streaming answer soon: at most every 50 ms, and
+     * less often when rendering is slow, so a long answer stays smooth.
+     */
+    schedule() {
+      if (this.timer) return;
+      const wait = this.paintedAt + Math.max(50, 4 * this.cost) - performance.now();
+      if (wait <= 0) this.paint();
+      else this.timer = setTimeout(() => this.paint(), wait);
+    }
+
+    paint() {
+      clearTimeout(this.timer);
+      this.timer = null;
+      const start = performance.now();
+      if (this.isUser) this.paintUser();
+      else this.textEl.replaceChildren(renderMarkdown(this.source));
+      this.paintedAt = performance.now();
+      this.cost = this.paintedAt - start;
+    }
+
+    /** paintUser shows a message as typed, folding a long paste. */
+    paintUser() {
+      const text = this.source;
+      const bytes = new TextEncoder().encode(text).length;
+      if (bytes <= FOLD_BYTES) {
+        this.textEl.textContent = text;
+        return;
+      }
+      const lines = text.split('\n').length;
+      let preview = text.slice(0, 280);
+      const cut = preview.lastIndexOf('\n', 200);
+      if (cut > 40) preview = preview.slice(0, cut);
+      const fold = el('details', 'paste');
+      fold.append(el('summary', null, `Show all · ${size(bytes)} · ${plural(lines, 'line')}`), el('pre', null, text));
+      this.textEl.replaceChildren(el('p', 'paste-preview', `${preview.trimEnd()} …`), fold);
     }
 
     setTag(text) {
@@ -307,10 +515,10 @@
     render() {
       const { status } = this.item;
       this.el.dataset.status = status;
-      this.el.classList.toggle('streaming', status === 'inProgress' && this.el.classList.contains('agent'));
+      this.el.classList.toggle('streaming', status === 'inProgress' && !this.isUser);
       const tags = { failed: 'discarded attempt', cancelled: 'stopped', rejected: 'rejected', timedOut: 'timed out' };
       if (status === 'inProgress' || status === 'completed') this.setTag(this.note);
-      else if (status === 'failed' && this.textEl.textContent === '') this.setTag('discarded attempt · cut off before any text was saved');
+      else if (status === 'failed' && this.source === '') this.setTag('discarded attempt · cut off before any text was saved');
       else this.setTag(tags[status] || status);
     }
   }
@@ -330,21 +538,25 @@
     if (!view) {
       view = new ItemView(item.kind);
       const tv = turnView(item.turnId);
-      tv.add(view.el);
-      // A new answer attempt begins: the retry before it is underway.
-      if (item.kind === 'agentMessage') tv.rows.forEach((r) => r.setState('underway'));
+      if (item.kind === 'userMessage') tv.setUser(view);
+      else {
+        tv.add(view.el);
+        // A new answer attempt began: the retry before it ran.
+        if (tv.status) tv.status.attemptBegan();
+      }
     }
     view.el.dataset.itemId = item.itemId;
     app.items.set(item.itemId, view);
     const previous = view.item;
     view.item = item;
-    const shown = view.textEl.textContent;
     if (typeof item.text === 'string') {
       // An attempt cut by a crash may hold less than was streamed here
       // (deltas are not durable): keep what the reader already saw.
+      const shown = view.source;
       const cut = item.truncated && shown.length > item.text.length && shown.startsWith(item.text);
-      if (!cut) view.setText(item.text);
-    } else if (previous.text == null) view.setText('');
+      if (!cut && item.text !== shown) view.setText(item.text);
+      else if (view.timer) view.paint();
+    } else if (previous.text == null && view.source !== '') view.setText('');
     view.render();
   }
 
@@ -360,78 +572,249 @@
     if (view.item.status === 'inProgress') view.append(p.delta);
   }
 
-  /** RetryRow is the inline status of one scheduled retry, counting down. */
-  class RetryRow {
-    constructor(label, p) {
-      this.label = label;
-      this.attempt = `attempt ${p.nextAttempt}/${p.maxAttempts}`;
-      this.deadline = Date.now() + p.retryDelayMs;
-      this.state = 'waiting'; // → underway → done
+  // ------------------------------------------------------------ retries
+
+  /** techDetails builds a closed disclosure of label/value pairs or lines. */
+  function techDetails(summary, rows) {
+    const d = el('details', 'tech');
+    d.append(el('summary', null, summary));
+    if (Array.isArray(rows)) {
+      const ul = el('ul');
+      rows.forEach((r) => ul.append(el('li', null, r)));
+      d.append(ul);
+    } else {
+      const dl = el('dl');
+      for (const [k, v] of Object.entries(rows)) {
+        if (v == null || v === '') continue;
+        dl.append(el('dt', null, k), el('dd', null, String(v)));
+      }
+      d.append(dl);
+    }
+    return d;
+  }
+
+  /**
+   * RetryStatus is a turn's one retry status: "retrying in 3 s · attempt
+   * 2 of 5 · rate limited", counting down; then "retried" once the next
+   * attempt has started, "retry cancelled" when Stop ended the wait.
+   * Each notice's technical detail is one click away.
+   */
+  class RetryStatus {
+    constructor(tv) {
+      this.tv = tv;
+      this.state = 'waiting'; // → due → retried | cancelled | notRun
+      this.el = el('div', 'retry');
+      const line = el('div', 'retry-line');
       const icon = el('span', 'retry-icon', '⟳');
       icon.setAttribute('aria-hidden', 'true');
       this.textEl = el('span', 'retry-text');
-      this.el = el('div', 'retry');
-      this.el.append(icon, this.textEl);
+      this.list = el('ul');
+      this.details = el('details', 'tech');
+      this.details.append(el('summary', null, 'details'), this.list);
+      line.append(icon, this.textEl, this.details);
+      this.el.append(line);
+      this.last = null;
+    }
+
+    /** schedule shows a new notice (model: turn/modelRetryScheduled). */
+    schedule(p, model, emittedAtMs) {
+      // A notice after the attempt the last one announced proves it ran.
+      if (this.last && p.attempt >= this.last.nextAttempt) this.state = 'retried';
+      const now = Date.now();
+      let deadline = now + p.retryDelayMs;
+      // Live, the server said when it scheduled the wait; a clock that
+      // disagrees never makes the wait longer or negative.
+      if (emittedAtMs) deadline = Math.min(deadline, Math.max(now, emittedAtMs + p.retryDelayMs));
+      const why = model ? kindWords(p.errorKind) : p.reason;
+      this.last = { ...p, model, why, deadline };
+      this.state = 'waiting';
+      const tech = model
+        ? [p.system && `system ${p.system}`, p.errorKind && `errorKind ${p.errorKind}`, p.httpStatus && `HTTP ${p.httpStatus}`]
+        : [`reason: ${p.reason}`];
+      this.list.append(el('li', null,
+        `Attempt ${p.attempt} of ${p.maxAttempts} failed (${tech.filter(Boolean).join(', ')}); ` +
+        `attempt ${p.nextAttempt} after ${duration(p.retryDelayMs)}.`));
+      // The status follows the attempt that failed.
+      this.tv.add(this.el);
+      this.render();
+      tickSoon();
+    }
+
+    /** attemptBegan: the next attempt's answer started. */
+    attemptBegan() {
+      if (this.state === 'waiting' || this.state === 'due') {
+        this.state = 'retried';
+        this.render();
+      }
+    }
+
+    /** end settles a wait the turn's terminal cut short. */
+    end(p) {
+      if (this.state !== 'waiting' && this.state !== 'due') return;
+      const ran = p.attempts && p.attempts.count >= this.last.nextAttempt;
+      if (ran) this.state = 'retried';
+      else this.state = p.terminal === 'cancelled' ? 'cancelled' : 'notRun';
       this.render();
     }
 
-    setState(state) {
-      if (this.state === 'done' || this.state === state) return;
-      this.state = state;
+    /** tick counts down; it says whether the wait still runs. */
+    tick() {
+      if (this.state !== 'waiting') return false;
+      if (this.last.deadline <= Date.now()) this.state = 'due';
       this.render();
+      return this.state === 'waiting';
     }
 
     render() {
-      let when = 'retrying…';
-      const left = this.deadline - Date.now();
-      if (this.state === 'waiting' && left > 0) when = `retrying in ${Math.ceil(left / 1000)}s`;
-      if (this.state === 'done') when = 'retried';
+      const n = this.last;
+      const left = Math.max(0, n.deadline - Date.now());
+      const when = {
+        waiting: `retrying in ${Math.max(1, Math.ceil(left / 1000))} s`,
+        due: 'retrying now',
+        retried: 'retried',
+        cancelled: 'retry cancelled',
+        notRun: 'retry did not run',
+      }[this.state];
       this.el.dataset.state = this.state;
-      this.textEl.textContent = [this.label, when, this.attempt].join(' · ');
+      this.textEl.textContent = `${when} · attempt ${n.nextAttempt} of ${n.maxAttempts} · ${n.why}`;
     }
   }
 
   let ticker = null;
 
-  /** tick refreshes every counting-down row once in a while. */
+  function tickSoon() {
+    if (!ticker) ticker = setInterval(tick, 250);
+  }
+
+  /** tick refreshes every counting-down status. */
   function tick() {
     let waiting = 0;
-    for (const row of app.retries.values()) {
-      if (row.state !== 'waiting') continue;
-      row.render();
-      if (row.deadline > Date.now()) waiting++;
-    }
+    for (const tv of app.turns.values()) if (tv.status && tv.status.tick()) waiting++;
     if (!waiting) {
       clearInterval(ticker);
       ticker = null;
     }
   }
 
-  function addRetry(p, label) {
-    if (app.retries.has(p.viewCursor)) return; // seen already (replay)
+  function addRetry(p, model, emittedAtMs) {
+    if (p.viewCursor && app.notices.has(p.viewCursor)) return; // a replay
+    if (p.viewCursor) app.notices.add(p.viewCursor);
     const tv = turnView(p.turnId);
-    tv.rows.forEach((r) => r.setState('done')); // that retry ran, and failed
-    const row = new RetryRow(label, p);
-    tv.rows.push(row);
-    app.retries.set(p.viewCursor || uuidv7(), row);
-    tv.add(row.el);
-    if (!ticker) ticker = setInterval(tick, 200);
-    announce(`${label}. Retrying in ${Math.ceil(p.retryDelayMs / 1000)} seconds, attempt ${p.nextAttempt} of ${p.maxAttempts}.`);
+    tv.retryStatus().schedule(p, model, emittedAtMs);
+    const why = model ? kindWords(p.errorKind) : p.reason;
+    if (emittedAtMs) { // live: say it
+      const secs = Math.max(1, Math.ceil(p.retryDelayMs / 1000));
+      announce(`${sentence(why)}. Retrying in ${plural(secs, 'second')}, attempt ${p.nextAttempt} of ${p.maxAttempts}.`);
+    }
   }
 
-  function modelRetryLabel(p) {
-    let words = kindWords(p.errorKind);
-    if (p.httpStatus) words += ` (${p.httpStatus})`;
-    return p.system ? `${p.system} · ${words}` : words;
+  // ------------------------------------------------------------ outcomes
+
+  // What a failure means, in plain words, by its errorKind.
+  const PLAIN = {
+    rateLimited: 'The model provider is limiting requests right now',
+    overloaded: 'The model is overloaded',
+    serverError: 'The model provider had an internal error',
+    timeout: 'The model took too long to respond',
+    connectionError: 'The connection to the model provider dropped',
+    streamInterrupted: 'The answer was cut off mid-stream',
+    conflict: 'The model provider refused the request as conflicting',
+    quotaExhausted: 'The provider account has run out of quota',
+    auth: "The model provider refused this server's credentials",
+    contextLengthExceeded: 'This chat is too long for the model',
+    contentFilter: "The provider's content filter blocked the answer",
+    invalidRequest: 'The model provider rejected the request',
+    notFound: 'The model provider does not know this model',
+    truncated: 'The answer ran past the output limit',
+    schemaViolation: 'The answer did not have the required format',
+    budgetExhausted: 'Retries to this provider are paused',
+  };
+
+  // Advice after a failure no retry was left for, by errorKind.
+  const ADVICE = {
+    quotaExhausted: 'Check the plan or billing of the provider account.',
+    auth: "Check the server's API key for this provider.",
+    contextLengthExceeded: 'Start a new chat, or edit an earlier message to branch off.',
+    contentFilter: 'Rephrase the message and send it again.',
+    invalidRequest: 'Try a different model, or rephrase the message.',
+    notFound: 'Pick another model.',
+  };
+
+  /**
+   * failureFacts reads a failed turn/completed: its errorKind and HTTP
+   * status, from mspd's message (which begins with the kind's words) or
+   * the turn's last model retry notice, and why retrying stopped.
+   */
+  function failureFacts(p, tv) {
+    const message = (p.error && p.error.message) || p.reason || '';
+    const notice = tv.status && tv.status.last && tv.status.last.model ? tv.status.last : null;
+    let kind = null;
+    let best = 0;
+    for (const [k, words] of Object.entries(KIND_WORDS)) {
+      if (words.length > best && message.startsWith(words) && /^($|[\s;:(])/.test(message.slice(words.length))) {
+        kind = k;
+        best = words.length;
+      }
+    }
+    if (!kind && notice) kind = notice.errorKind;
+    const http = /\(HTTP (\d{3})\)/.exec(message);
+    let stop = null;
+    if (message.includes('; the retry budget for this provider is spent')) stop = 'budget';
+    else if (/; gave up after \d+ attempts/.test(message)) stop = 'attempts';
+    else if (message.includes('longer than this server waits')) stop = 'retryAfter';
+    else if (message.includes('; no time left to retry')) stop = 'deadline';
+    return {
+      message,
+      kind,
+      httpStatus: http ? Number(http[1]) : notice && notice.httpStatus,
+      system: notice && notice.system,
+      stop,
+    };
   }
 
-  /** footerText words a turn's end: "✓ 1.9s · 2 attempts · 58 tokens". */
-  function footerText(p) {
+  /** plainFailure says in plain words why a turn failed and what to do. */
+  function plainFailure(p, f) {
+    const errKind = p.error && p.error.kind;
+    if (errKind === 'hostRestarted') return 'The server restarted while answering, and no attempts were left. Try again.';
+    if (errKind === 'logError') return 'The server could not save this chat, so the answer stopped. Try again in a minute.';
+    if (errKind === 'configError') return `The server could not run this request: ${f.message}`;
+    const base = PLAIN[f.kind];
+    if (!base) return f.message ? `${sentence(f.message)}.`.replace(/\.\.$/, '.') : 'The answer failed.';
+    const attempts = p.attempts ? p.attempts.count : 0;
+    switch (f.stop) {
+      case 'budget': return `${base} and the retry budget is used up. Try again in a minute.`;
+      case 'attempts': return `${base}, and all ${attempts} attempts failed. Try again in a minute.`;
+      case 'retryAfter': return `${base} and asked to wait longer than this server waits. Try again later.`;
+      case 'deadline': return `${base}, and there was no time left to retry. Try again.`;
+      default: break;
+    }
+    if (ADVICE[f.kind]) return `${base}. ${ADVICE[f.kind]}`;
+    return p.error && p.error.retryable ? `${base}. Try again.` : `${base}.`;
+  }
+
+  /**
+   * outcome words a turn's terminal: the status line, the technical
+   * detail behind a click, and the action offered ("Retry" after a
+   * failure or a stop, "Regenerate" after an answer).
+   */
+  function outcome(p, tv) {
     const a = p.attempts;
-    if (p.terminal === 'cancelled') return '■ stopped';
+    if (p.terminal === 'unqueued') return { text: '↶ withdrawn before it ran' };
+    if (p.terminal === 'cancelled') return { text: '■ stopped', again: 'Retry' };
     if (p.terminal === 'failed') {
-      const message = (p.error && p.error.message) || p.reason || 'failed';
-      return a ? `✗ ${message} · ${plural(a.count, 'attempt')}` : `✗ ${message}`;
+      const f = failureFacts(p, tv);
+      const details = {
+        'What happened': f.message,
+        'Turn error': p.error && p.error.kind,
+        errorKind: f.kind,
+        'HTTP status': f.httpStatus,
+        System: f.system,
+        Attempts: a && a.count,
+        'Output tokens': a && `${a.usageComplete ? '' : '≥ '}${a.outputTokens}`,
+        Duration: p.durationMs != null ? duration(p.durationMs) : null,
+        'Turn id': p.turnId,
+      };
+      return { text: `✗ ${plainFailure(p, f)}`, details, again: 'Retry' };
     }
     const parts = [];
     if (p.durationMs != null) parts.push(duration(p.durationMs));
@@ -442,22 +825,24 @@
       parts.push(plural(p.usage.outputTokens, 'token'));
     }
     const mark = p.terminal === 'completed' ? '✓' : p.terminal;
-    return parts.length ? `${mark} ${parts.join(' · ')}` : mark;
+    return { text: parts.length ? `${mark} ${parts.join(' · ')}` : mark, again: 'Regenerate' };
   }
 
   function completeTurn(p) {
     const tv = turnView(p.turnId);
-    tv.rows.forEach((r) => r.setState('done'));
-    tv.setFooter(footerText(p), p.terminal);
+    tv.end(p);
     if (app.running === p.turnId) setRunning(null);
-    announce(p.terminal === 'completed' ? 'Answer complete.' : footerText(p));
-    refreshSessionsSoon();
+    if (p.terminal === 'completed') announce('Answer complete.');
+    else announce(tv.footer.querySelector('.turn-status').textContent);
+    if (!app.listStream) refreshSessionsSoon();
   }
 
   function setRunning(turnId) {
     app.running = turnId || null;
+    if (app.stopping && app.stopping !== app.running) app.stopping = null;
     ui.stop.hidden = !app.running;
-    ui.stop.disabled = false;
+    ui.stop.disabled = !!app.stopping;
+    if (!app.stopping) ui.stop.textContent = 'Stop';
     ui.transcript.setAttribute('aria-busy', app.running ? 'true' : 'false');
   }
 
@@ -468,14 +853,14 @@
     app.turns.clear();
     app.items.clear();
     app.echoes.clear();
-    app.retries.clear();
+    app.notices.clear();
     app.lastTurn = null;
     setRunning(null);
   }
 
   // View notifications of the current session, by method. Each is
-  // idempotent (items replace by revision, retry rows are keyed by cursor,
-  // footers are set), so a replayed event does no harm.
+  // idempotent (items replace by revision, retry notices are keyed by
+  // cursor, footers are set), so a replayed event does no harm.
   const handlers = {
     'turn/started': (p) => {
       rekey(p.commandId, p.turnId);
@@ -486,45 +871,60 @@
     'item/updated': (p) => upsertItem(p.item),
     'item/completed': (p) => upsertItem(p.item),
     'item/delta': appendDelta,
-    'turn/modelRetryScheduled': (p) => addRetry(p, modelRetryLabel(p)),
-    'turn/retryScheduled': (p) => addRetry(p, p.reason),
+    'turn/modelRetryScheduled': (p, at) => addRetry(p, true, at),
+    'turn/retryScheduled': (p, at) => addRetry(p, false, at),
     'turn/completed': completeTurn,
-    'turn/unqueued': (p) => turnView(p.turnId).setFooter('↶ withdrawn before it ran', 'unqueued'),
+    'turn/unqueued': (p) => turnView(p.turnId).unqueued(),
+    'session/nameChanged': (p) => patchSession(p.sessionId, { name: p.name }),
+    'session/modelChanged': (p) => {
+      patchSession(p.sessionId, { modelId: p.modelId, providerId: p.providerId ?? null });
+      selectModel(p.providerId, p.modelId);
+    },
   };
 
   /** apply renders one view event; live ones advance the session's cursor. */
-  function apply(method, params, live = true) {
+  function apply(method, params, live = true, emittedAtMs = undefined) {
     if (live && params.viewCursor) app.cursors.set(params.sessionId, params.viewCursor);
     const handler = handlers[method];
     if (!handler) return;
     const t = ui.transcript;
     const atBottom = t.scrollHeight - t.scrollTop - t.clientHeight < 48;
-    handler(params);
+    handler(params, live ? emittedAtMs : undefined);
     if (atBottom) t.scrollTop = t.scrollHeight;
   }
 
-  function onNotification(method, params) {
-    if (method === 'session/started' || method === 'session/statusChanged' || method === 'session/closed') {
-      refreshSessionsSoon();
-      return;
+  function onNotification(method, params, emittedAtMs) {
+    switch (method) {
+      case 'session/started':
+      case 'session/listChanged':
+        upsertSession(params.session);
+        return;
+      case 'session/deleteCompleted':
+        deleteCompleted(params);
+        return;
+      case 'session/statusChanged':
+      case 'session/closed':
+        if (!app.listStream) refreshSessionsSoon();
+        break;
+      default:
     }
     if (params.sessionId !== app.current) return;
     if (app.buffer) {
-      app.buffer.push([method, params]);
+      app.buffer.push([method, params, emittedAtMs]);
     } else if (method === 'view/gap') {
       app.buffer = [[method, params]];
       drain(app.epoch).catch(showError);
     } else {
-      apply(method, params);
+      apply(method, params, true, emittedAtMs);
     }
   }
 
   /** drain applies held events in order, filling any gap among them. */
   async function drain(epoch) {
     while (epoch === app.epoch && app.buffer && app.buffer.length) {
-      const [method, params] = app.buffer.shift();
+      const [method, params, emittedAtMs] = app.buffer.shift();
       if (method !== 'view/gap') {
-        apply(method, params);
+        apply(method, params, true, emittedAtMs);
       } else if (!(await fillGap(params, epoch))) {
         return;
       }
@@ -562,7 +962,7 @@
   /**
    * pageHistory replays a whole session's durable view through the live
    * handlers (all idempotent), so a reopened chat shows what a watcher saw:
-   * messages, retry rows and turn footers.
+   * messages, retry statuses and turn footers.
    */
   async function pageHistory(sessionId, epoch) {
     let cursor;
@@ -597,7 +997,7 @@
     if (cursor) params.cursor = cursor;
     else {
       // The transcript is rebuilt from the log itself (below), so that old
-      // turns keep their retry rows and footers: no inline items needed.
+      // turns keep their retry statuses and footers: no inline items needed.
       params.excludeItems = true;
       resetTranscript();
     }
@@ -617,8 +1017,18 @@
       return;
     }
     if (epoch !== app.epoch) return;
+    upsertSession(res.session);
+    if (!cursor) loadModels().catch(() => {});
+    await showHistory(sessionId, res, !cursor, epoch);
+  }
+
+  /**
+   * showHistory renders a freshly opened (resumed or forked) session from
+   * its log, then lets the held live events through.
+   */
+  async function showHistory(sessionId, res, fresh, epoch) {
     try {
-      if (!cursor) {
+      if (fresh) {
         app.cursors.set(sessionId, res.viewCursor);
         await pageHistory(sessionId, epoch);
         ui.transcript.scrollTop = ui.transcript.scrollHeight;
@@ -637,21 +1047,33 @@
     await drain(epoch);
   }
 
-  async function newChat() {
-    const res = await rpc.call('session/start', { commandId: uuidv7() });
-    const sessionId = res.session.sessionId;
+  /** enter makes a session just created here (started or forked) current. */
+  function enter(session, viewCursor) {
     const previous = app.current;
-    if (previous) rpc.call('view/unsubscribe', { sessionId: previous }).catch(() => {});
+    if (previous && previous !== session.sessionId) {
+      rpc.call('view/unsubscribe', { sessionId: previous }).catch(() => {});
+    }
     app.epoch++;
     app.buffer = null;
-    app.current = sessionId;
-    app.cursors.set(sessionId, res.viewCursor);
+    app.current = session.sessionId;
+    app.cursors.set(session.sessionId, viewCursor);
     app.stale = false;
     resetTranscript();
-    markCurrent();
-    await refreshSessions();
+    upsertSession(session);
+  }
+
+  async function newChat() {
+    const params = { commandId: uuidv7() };
+    if (app.nextModel) {
+      params.providerId = app.nextModel.providerId;
+      params.modelId = app.nextModel.modelId;
+    }
+    const res = await command('session/start', params);
+    enter(res.session, res.viewCursor);
+    loadModels().catch(() => {});
+    closeDrawer();
     ui.input.focus();
-    return sessionId;
+    return res.session.sessionId;
   }
 
   let refreshTimer = null;
@@ -663,34 +1085,284 @@
 
   async function refreshSessions() {
     const res = await rpc.call('session/list', { limit: 50 });
-    const sessions = [...res.sessions].sort((a, b) => (b.updatedAt || '').localeCompare(a.updatedAt || ''));
-    ui.sessions.replaceChildren(...sessions.map(sessionEntry));
+    const keep = new Map();
+    for (const s of res.sessions) if (!app.deleting.has(s.sessionId)) keep.set(s.sessionId, s);
+    // The list may lag a session just created here: keep that one.
+    if (app.current && app.sessions.has(app.current) && !keep.has(app.current)) {
+      keep.set(app.current, app.sessions.get(app.current));
+    }
+    app.sessions = keep;
+    renderSessions();
+  }
+
+  /** upsertSession takes a Session object the server sent. */
+  function upsertSession(s) {
+    if (!s || !s.sessionId || app.deleting.has(s.sessionId)) return;
+    app.sessions.set(s.sessionId, s);
+    renderSessions();
+  }
+
+  /** patchSession changes a few fields of a known session. */
+  function patchSession(sessionId, fields) {
+    const s = app.sessions.get(sessionId);
+    if (!s) return;
+    app.sessions.set(sessionId, { ...s, ...fields });
+    renderSessions();
+  }
+
+  const titleOf = (s) => (s && (s.name || s.title || s.firstUserPrompt)) || 'New chat';
+
+  /**
+   * renderSessions draws the chat list, newest first, each fork under the
+   * chat it branched from. An open rename or delete form holds it still.
+   */
+  function renderSessions() {
+    ui.title.textContent = app.current ? titleOf(app.sessions.get(app.current)) : 'New chat';
+    if (app.listHold) {
+      app.listDirty = true;
+      return;
+    }
+    app.listDirty = false;
+    const children = new Map(); // parent sessionId ('' for roots) → Sessions
+    for (const s of app.sessions.values()) {
+      const from = s.forkedFrom && s.forkedFrom.sessionId;
+      const parent = from && app.sessions.has(from) ? from : '';
+      if (!children.has(parent)) children.set(parent, []);
+      children.get(parent).push(s);
+    }
+    // A tree sorts by its newest member, so a busy fork lifts its origin.
+    const newest = (s) => (children.get(s.sessionId) || [])
+      .reduce((m, c) => (newest(c) > m ? newest(c) : m), s.updatedAt || '');
+    const build = (parent) => (children.get(parent) || [])
+      .map((s) => [newest(s), s])
+      .sort((a, b) => b[0].localeCompare(a[0]))
+      .map(([, s]) => {
+        const li = sessionEntry(s);
+        if (children.has(s.sessionId)) {
+          const ul = el('ul');
+          ul.setAttribute('aria-label', `Branches of ${titleOf(s)}`);
+          ul.append(...build(s.sessionId));
+          li.append(ul);
+        }
+        return li;
+      });
+    const focused = document.activeElement;
+    const row = focused && focused.closest && focused.closest('#sessions [data-row]');
+    const restore = row && [row.dataset.row, focused.dataset.role];
+    ui.sessions.replaceChildren(...build(''));
     markCurrent();
+    if (restore) {
+      const again = ui.sessions.querySelector(`[data-row="${CSS.escape(restore[0])}"] [data-role="${restore[1]}"]`);
+      if (again) again.focus();
+    }
   }
 
   function sessionEntry(s) {
     const li = el('li');
-    const button = el('button', 'session');
-    button.type = 'button';
-    button.dataset.sessionId = s.sessionId;
-    const title = s.title || s.name || s.firstUserPrompt || 'New chat';
-    button.append(el('span', 'session-title', title));
+    const row = el('div', 'session-row');
+    row.dataset.row = s.sessionId;
+    const open = el('button', 'session');
+    open.type = 'button';
+    open.dataset.sessionId = s.sessionId;
+    open.dataset.role = 'open';
+    const title = titleOf(s);
+    open.append(el('span', 'session-title', title));
     const meta = el('span', 'session-meta', ago(s.updatedAt));
+    if (s.forkedFrom) meta.prepend('branch · ');
     if (s.status === 'running') meta.prepend(el('span', 'dot', '● '));
-    button.append(meta);
-    button.title = title;
-    button.addEventListener('click', () => {
+    open.append(meta);
+    open.title = title;
+    open.addEventListener('click', () => {
       hideError();
+      closeDrawer();
       openSession(s.sessionId).catch(showError);
     });
-    li.append(button);
+    const rename = button('row-action', '✎', `Rename “${title}”`);
+    rename.dataset.role = 'rename';
+    rename.addEventListener('click', () => startRename(row, s));
+    const del = button('row-action', '🗑', `Delete “${title}”`);
+    del.dataset.role = 'delete';
+    del.addEventListener('click', () => confirmDelete(row, s));
+    row.append(open, rename, del);
+    li.append(row);
     return li;
   }
 
   function markCurrent() {
-    for (const b of ui.sessions.querySelectorAll('button.session')) {
-      if (b.dataset.sessionId === app.current) b.setAttribute('aria-current', 'page');
-      else b.removeAttribute('aria-current');
+    for (const row of ui.sessions.querySelectorAll('[data-row]')) {
+      const current = row.dataset.row === app.current;
+      row.toggleAttribute('data-current', current);
+      const open = row.querySelector('button.session');
+      if (current) open.setAttribute('aria-current', 'page');
+      else open.removeAttribute('aria-current');
+    }
+  }
+
+  /** holdRow swaps a list row's content for a form until done() is called. */
+  function holdRow(row, form, focus) {
+    const saved = [...row.childNodes];
+    app.listHold = row;
+    row.replaceChildren(form);
+    focus.focus();
+    return (refocus) => {
+      app.listHold = null;
+      row.replaceChildren(...saved);
+      if (app.listDirty) renderSessions();
+      if (refocus) {
+        const target = ui.sessions.querySelector(`[data-row="${CSS.escape(row.dataset.row)}"] [data-role="${refocus}"]`);
+        if (target) target.focus();
+      }
+    };
+  }
+
+  function startRename(row, s) {
+    const form = el('form', 'row-form');
+    const input = el('input');
+    input.value = titleOf(s);
+    input.maxLength = 200;
+    input.setAttribute('aria-label', 'Chat name');
+    const save = el('button', 'small primary', 'Save');
+    save.type = 'submit';
+    const cancel = button('small', 'Cancel');
+    form.append(input, save, cancel);
+    const done = holdRow(row, form, input);
+    input.select();
+    form.addEventListener('submit', catching(async (ev) => {
+      ev.preventDefault();
+      const name = input.value.trim();
+      if (!name || name === titleOf(s)) return done('rename');
+      save.disabled = true;
+      try {
+        const res = await command('session/rename', { commandId: uuidv7(), sessionId: s.sessionId, name });
+        done('rename');
+        patchSession(s.sessionId, { name: res.name || name });
+      } catch (err) {
+        save.disabled = false;
+        throw err;
+      }
+    }));
+    cancel.addEventListener('click', () => done('rename'));
+    form.addEventListener('keydown', (ev) => {
+      if (ev.key === 'Escape') {
+        ev.preventDefault();
+        done('rename');
+      }
+    });
+  }
+
+  function confirmDelete(row, s) {
+    const form = el('form', 'row-form');
+    form.append(el('p', null, `Delete “${titleOf(s)}”? This cannot be undone.`));
+    const yes = el('button', 'small danger', 'Delete');
+    yes.type = 'submit';
+    const no = button('small', 'Cancel');
+    form.append(yes, no);
+    const done = holdRow(row, form, no);
+    form.addEventListener('submit', catching(async (ev) => {
+      ev.preventDefault();
+      yes.disabled = true;
+      no.disabled = true;
+      yes.textContent = 'Deleting…';
+      try {
+        await command('session/delete', { commandId: uuidv7(), sessionId: s.sessionId });
+      } catch (err) {
+        done('delete');
+        throw err;
+      }
+      // Admitted: the chat goes from the list now; session/deleteCompleted
+      // settles it (and brings it back, with the reason, if it failed).
+      app.deleting.add(s.sessionId);
+      app.sessions.delete(s.sessionId);
+      done();
+      if (app.current === s.sessionId) leaveSession();
+      renderSessions();
+      announce(`Deleted “${titleOf(s)}”.`);
+      ui.newChat.focus();
+    }));
+    no.addEventListener('click', () => done('delete'));
+    form.addEventListener('keydown', (ev) => {
+      if (ev.key === 'Escape') {
+        ev.preventDefault();
+        done('delete');
+      }
+    });
+  }
+
+  function deleteCompleted(p) {
+    app.deleting.delete(p.sessionId);
+    if (p.outcome === 'completed') {
+      app.sessions.delete(p.sessionId);
+      if (app.current === p.sessionId) leaveSession();
+      renderSessions();
+      return;
+    }
+    showError(new RpcError(`deleting the chat failed${p.reason ? `: ${p.reason}` : ''}`, p.reason, 'session/delete'));
+    refreshSessions().catch(() => {});
+  }
+
+  /** leaveSession shows no chat (the current one was deleted). */
+  function leaveSession() {
+    app.epoch++;
+    app.buffer = null;
+    app.current = null;
+    resetTranscript();
+    renderSessions();
+    loadModels().catch(() => {});
+  }
+
+  // ------------------------------------------------------------ models
+
+  /** loadModels fills the model picker from model/list. */
+  async function loadModels() {
+    const sessionId = app.current;
+    const res = await rpc.call('model/list', sessionId ? { sessionId } : {});
+    if (sessionId !== app.current) return;
+    app.models = res.models;
+    ui.model.replaceChildren(...res.models.map((m, i) => {
+      const o = el('option', null, m.displayLabel || m.modelId);
+      o.value = String(i);
+      return o;
+    }));
+    if (!res.models.length) ui.model.append(el('option', null, 'no models'));
+    ui.model.disabled = !res.models.length;
+    const pick = sessionId
+      ? res.models.findIndex((m) => m.isActive)
+      : res.models.findIndex((m) => (app.nextModel
+        ? m.providerId === app.nextModel.providerId && m.modelId === app.nextModel.modelId
+        : m.isDefault));
+    ui.model.value = String(Math.max(0, pick));
+    ui.model.dataset.value = ui.model.value;
+  }
+
+  /** selectModel shows a model as the session's (session/modelChanged). */
+  function selectModel(providerId, modelId) {
+    const i = app.models.findIndex((m) => m.modelId === modelId && (providerId == null || m.providerId === providerId));
+    if (i >= 0) {
+      ui.model.value = String(i);
+      ui.model.dataset.value = ui.model.value;
+    }
+  }
+
+  async function pickModel() {
+    const m = app.models[Number(ui.model.value)];
+    if (!m) return;
+    if (!app.current) {
+      app.nextModel = m;
+      ui.model.dataset.value = ui.model.value;
+      return;
+    }
+    const previous = ui.model.dataset.value;
+    try {
+      await command('session/setModel', {
+        commandId: uuidv7(),
+        sessionId: app.current,
+        model: { modelId: m.modelId, providerId: m.providerId },
+      });
+      ui.model.dataset.value = ui.model.value;
+      announce(`Model: ${m.displayLabel || m.modelId}.`);
+    } catch (err) {
+      ui.model.value = previous; // the session kept its model
+      throw err;
     }
   }
 
@@ -704,7 +1376,7 @@
       } catch (err) {
         // Nothing was sent: give the text back to its author.
         ui.input.value = text;
-        growInput();
+        syncComposer();
         throw err;
       }
     }
@@ -712,7 +1384,10 @@
     const echo = new ItemView('userMessage');
     echo.setText(text);
     echo.render();
-    turnView(commandId).add(echo.el);
+    const tv = new TurnView(commandId, false);
+    app.turns.set(commandId, tv);
+    app.lastTurn = tv;
+    tv.setUser(echo);
     app.echoes.set(commandId, echo);
     ui.transcript.scrollTop = ui.transcript.scrollHeight;
     await startTurn({ commandId, sessionId, input: [{ type: 'text', text }] }, echo);
@@ -720,8 +1395,7 @@
 
   /**
    * startTurn sends turn/start. When the connection drops first, the same
-   * command goes again once reconnected: the commandId makes it take
-   * effect once, whether or not the first one arrived.
+   * command goes again once reconnected (see command).
    */
   async function startTurn(params, echo) {
     const note = (text) => {
@@ -729,30 +1403,119 @@
       echo.render();
     };
     try {
-      const ack = await rpc.call('turn/start', params);
+      const ack = await command('turn/start', params, () => note('sending when reconnected…'));
       rekey(params.commandId, ack.turnId);
       note('');
     } catch (err) {
-      if (err.kind === 'disconnected') {
-        app.unsent.push([params, echo]);
-        note('sending when reconnected…');
-        return;
-      }
       note('not sent');
       throw err;
     }
   }
 
+  /** sendAgain sends a turn's message again: Regenerate, or Retry. */
+  async function sendAgain(tv) {
+    if (!tv.user || !tv.user.source) return;
+    hideError();
+    await send(tv.user.source);
+  }
+
+  /**
+   * startEdit opens a user message for editing. Sending the edit forks
+   * the session just before that turn (session/fork with cutPoint the
+   * turn before it; upstream's cut is inclusive) and sends the edited
+   * text in the fork, so the original chat stays as it was.
+   */
+  function startEdit(tv) {
+    if (tv.editing) return;
+    tv.editing = true;
+    const form = el('form', 'edit-form');
+    const area = el('textarea');
+    area.value = tv.user.source;
+    area.setAttribute('aria-label', 'Edited message');
+    const buttons = el('div', 'buttons');
+    const cancel = button('small', 'Cancel');
+    const save = el('button', 'small primary', 'Send edit');
+    save.type = 'submit';
+    buttons.append(el('p', 'hint', 'Sends in a new branch; this chat stays as it is.'), cancel, save);
+    form.append(area, buttons);
+    tv.user.el.hidden = true;
+    tv.actions.hidden = true;
+    tv.el.insertBefore(form, tv.actions.nextSibling);
+    area.focus();
+    const close = () => {
+      tv.editing = false;
+      form.remove();
+      tv.user.el.hidden = false;
+      tv.actions.hidden = false;
+      tv.actions.querySelector('.edit').focus();
+    };
+    cancel.addEventListener('click', close);
+    form.addEventListener('keydown', (ev) => {
+      if (ev.key === 'Escape') {
+        ev.preventDefault();
+        close();
+      } else if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {
+        ev.preventDefault();
+        form.requestSubmit();
+      }
+    });
+    form.addEventListener('submit', catching(async (ev) => {
+      ev.preventDefault();
+      const text = area.value.trim();
+      if (!text) return;
+      save.disabled = true;
+      try {
+        await editAsFork(tv, text);
+      } finally {
+        save.disabled = false;
+      }
+    }));
+  }
+
+  /** editAsFork branches the session before tv's turn and sends text there. */
+  async function editAsFork(tv, text) {
+    if (!tv.confirmed) throw new RpcError('this message is not sent yet; edit it once it is', 'notSent', 'session/fork');
+    hideError();
+    const params = { commandId: uuidv7(), sessionId: app.current, excludeItems: true };
+    const before = previousTurn(tv);
+    if (before) params.cutPoint = { lastTurnId: before.turnId };
+    const res = await command('session/fork', params);
+    enter(res.session, res.viewCursor);
+    const epoch = app.epoch;
+    app.buffer = [];
+    await showHistory(res.session.sessionId, res, true, epoch);
+    loadModels().catch(() => {});
+    await send(text);
+  }
+
+  /** previousTurn is the confirmed turn shown before tv, if any. */
+  function previousTurn(tv) {
+    for (let n = tv.el.previousElementSibling; n; n = n.previousElementSibling) {
+      const prev = app.turns.get(n.dataset.turnId);
+      if (prev && prev.confirmed) return prev;
+    }
+    return null;
+  }
+
   async function stop() {
+    if (!app.running || app.stopping) return;
+    const turnId = app.running;
+    app.stopping = turnId;
     ui.stop.disabled = true;
+    ui.stop.textContent = 'Stopping…';
+    // Name the turn on screen, so that a queued successor that started
+    // meanwhile is not the one stopped.
+    const params = { commandId: uuidv7(), sessionId: app.current, turnId };
     try {
-      // Name the turn on screen, so that a queued successor that started
-      // meanwhile is not the one stopped.
-      const params = { commandId: uuidv7(), sessionId: app.current };
-      if (app.running) params.turnId = app.running;
-      await rpc.call('turn/interrupt', params);
+      await command('turn/interrupt', params, () => {
+        ui.stop.textContent = 'Stop queued…';
+        announce('Offline: the stop goes as soon as the connection is back.');
+      });
     } catch (err) {
-      ui.stop.disabled = false;
+      if (app.stopping === turnId) app.stopping = null;
+      setRunning(app.running);
+      // The turn ended before the stop reached it: nothing to stop.
+      if (err.kind === 'commandRejected' && err.data.reason === 'missingRun') return;
       throw err;
     }
   }
@@ -784,12 +1547,65 @@
   /** catching runs an async action, showing its failure in the banner. */
   const catching = (fn) => (...args) => fn(...args).catch(showError);
 
+  // Below 700 px the chat list is a drawer behind the menu button.
+  const phone = window.matchMedia('(max-width: 700px)');
+
+  function openDrawer() {
+    ui.app.dataset.drawer = 'open';
+    ui.menu.setAttribute('aria-expanded', 'true');
+    ui.main.inert = phone.matches;
+    const current = ui.sessions.querySelector('[aria-current="page"]');
+    (current || ui.newChat).focus();
+  }
+
+  function closeDrawer(refocus = false) {
+    if (ui.app.dataset.drawer !== 'open') return;
+    ui.app.dataset.drawer = 'closed';
+    ui.menu.setAttribute('aria-expanded', 'false');
+    ui.main.inert = false;
+    if (refocus) ui.menu.focus();
+  }
+
+  phone.addEventListener('change', () => closeDrawer());
+  ui.menu.addEventListener('click', openDrawer);
+  ui.drawerClose.addEventListener('click', () => closeDrawer(true));
+  ui.scrim.addEventListener('click', () => closeDrawer(true));
+
   ui.newChat.addEventListener('click', catching(async () => {
     hideError();
     await newChat();
   }));
   ui.stop.addEventListener('click', catching(stop));
   ui.bannerClose.addEventListener('click', hideError);
+  ui.model.addEventListener('change', catching(pickModel));
+
+  // Copy buttons of code blocks, which re-rendering replaces while an
+  // answer streams: one listener for them all.
+  ui.transcript.addEventListener('click', catching(async (ev) => {
+    const copy = ev.target.closest('button.copy');
+    if (!copy) return;
+    const code = copy.closest('.code-block').querySelector('pre');
+    const ok = await copyText(code.textContent);
+    copy.textContent = ok ? 'Copied' : 'Copy failed';
+    announce(ok ? 'Code copied.' : 'The browser did not allow copying.');
+  }));
+
+  document.addEventListener('keydown', (ev) => {
+    if (ev.key !== 'Escape' || ev.defaultPrevented) return;
+    if (ui.app.dataset.drawer === 'open') {
+      closeDrawer(true);
+    } else if (app.running) {
+      ev.preventDefault();
+      stop().catch(showError);
+    }
+  });
+
+  /** syncComposer sizes the message box and enables Send for some text. */
+  function syncComposer() {
+    ui.send.disabled = !ui.input.value.trim();
+    ui.input.style.height = 'auto';
+    ui.input.style.height = `${Math.min(ui.input.scrollHeight + 2, 240)}px`;
+  }
 
   ui.composer.addEventListener('submit', catching(async (ev) => {
     ev.preventDefault();
@@ -797,22 +1613,18 @@
     if (!text) return;
     hideError();
     ui.input.value = '';
-    growInput();
+    syncComposer();
     await send(text);
   }));
 
   ui.input.addEventListener('keydown', (ev) => {
     if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {
       ev.preventDefault();
-      ui.composer.requestSubmit();
+      if (ui.input.value.trim()) ui.composer.requestSubmit();
     }
   });
-
-  function growInput() {
-    ui.input.style.height = 'auto';
-    ui.input.style.height = `${Math.min(ui.input.scrollHeight, 240)}px`;
-  }
-  ui.input.addEventListener('input', growInput);
+  ui.input.addEventListener('input', syncComposer);
+  if (!phone.matches) ui.input.placeholder = 'Message…  (Enter sends, Shift+Enter breaks the line, Esc stops)';
 
   // ------------------------------------------------------------ start
 
@@ -829,13 +1641,16 @@
   const rpc = new Rpc(socketURL(), {
     onNotification,
     onState,
-    onReady: async () => {
+    onReady: async (result) => {
+      app.listStream = (result.grantedCapabilities || []).includes('sessionListStream');
       refreshSessions().catch(showError);
+      loadModels().catch(() => {});
       if (app.current) {
         await openSession(app.current, app.stale ? undefined : app.cursors.get(app.current)).catch(showError);
       }
-      for (const [params, echo] of app.unsent.splice(0)) startTurn(params, echo).catch(showError);
+      flushOutbox();
     },
   });
+  syncComposer();
   rpc.connect();
 })();

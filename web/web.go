@@ -1,6 +1,9 @@
 // Package web serves mspd's chat page: a small MSP client in plain HTML,
 // JavaScript and CSS that talks to /msp on the page's own host. The files
-// are embedded, so the page needs no build step and works offline.
+// are embedded, so the page needs no build step and works offline. Its
+// Markdown renderer (markdown-it) and sanitizer (DOMPurify) are released
+// npm files kept unchanged in vendor/, with their licences and versions;
+// vendor/refresh.sh replaces them.
 package web
 
 import (
@@ -8,15 +11,18 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"io/fs"
 	"net/http"
+	"path"
 	"time"
 )
 
-//go:embed index.html app.js style.css
+//go:embed index.html app.js style.css vendor/*.js vendor/VERSIONS vendor/licenses/*.txt
 var files embed.FS
 
 // csp allows the page its own files, inline data images (the favicon) and
-// WebSocket connections to its own host, and nothing else.
+// WebSocket connections to its own host, and nothing else: no inline
+// script or style, so markup that slipped into an answer could not run.
 const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
@@ -28,26 +34,41 @@ type asset struct {
 	etag        string
 }
 
-// assets maps request paths to files.
+// contentTypes maps the embedded files' extensions to their types.
+var contentTypes = map[string]string{
+	".html": "text/html; charset=utf-8",
+	".js":   "text/javascript; charset=utf-8",
+	".css":  "text/css; charset=utf-8",
+	".txt":  "text/plain; charset=utf-8",
+	"":      "text/plain; charset=utf-8", // vendor/VERSIONS
+}
+
+// assets maps request paths to files: every embedded file at its own
+// path, and the page also at /.
 var assets = func() map[string]asset {
-	load := func(name, contentType string) asset {
+	m := map[string]asset{}
+	err := fs.WalkDir(files, ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
 		body, err := files.ReadFile(name)
 		if err != nil {
-			panic("web: " + err.Error()) // embedded: cannot happen
+			return err
 		}
 		sum := sha256.Sum256(body)
-		return asset{name: name, body: body, contentType: contentType, etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
+		m["/"+name] = asset{name: name, body: body, contentType: contentTypes[path.Ext(name)],
+			etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
+		return nil
+	})
+	if err != nil {
+		panic("web: " + err.Error()) // embedded: cannot happen
 	}
-	index := load("index.html", "text/html; charset=utf-8")
-	return map[string]asset{
-		"/":           index,
-		"/index.html": index,
-		"/app.js":     load("app.js", "text/javascript; charset=utf-8"),
-		"/style.css":  load("style.css", "text/css; charset=utf-8"),
-	}
+	m["/"] = m["/index.html"]
+	return m
 }()
 
-// Handler serves the chat page at / (and its script and style sheet). Any
+// Handler serves the chat page at / with its script, style sheet and
+// vendored libraries (and their licences under /vendor/licenses/). Any
 // other path is not found. Responses carry an ETag and Cache-Control:
 // no-cache, so browsers revalidate and pick up a new mspd at once.
 func Handler() http.Handler {

@@ -1,6 +1,9 @@
 package web
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -25,6 +28,12 @@ func TestServesFiles(t *testing.T) {
 		"/index.html": "text/html; charset=utf-8",
 		"/app.js":     "text/javascript; charset=utf-8",
 		"/style.css":  "text/css; charset=utf-8",
+
+		"/vendor/markdown-it.min.js":             "text/javascript; charset=utf-8",
+		"/vendor/purify.min.js":                  "text/javascript; charset=utf-8",
+		"/vendor/VERSIONS":                       "text/plain; charset=utf-8",
+		"/vendor/licenses/markdown-it.txt":       "text/plain; charset=utf-8",
+		"/vendor/licenses/dompurify-MPL-2.0.txt": "text/plain; charset=utf-8",
 	} {
 		rec := get(t, http.MethodGet, path, nil)
 		if rec.Code != http.StatusOK {
@@ -59,7 +68,8 @@ func TestRevalidates(t *testing.T) {
 }
 
 func TestRefuses(t *testing.T) {
-	for _, path := range []string{"/web.go", "/app.js/", "/../go.mod", "/favicon.ico", "/static/app.js"} {
+	for _, path := range []string{"/web.go", "/app.js/", "/../go.mod", "/favicon.ico", "/static/app.js",
+		"/vendor/", "/vendor/refresh.sh", "/vendor/licenses/"} {
 		if rec := get(t, http.MethodGet, path, nil); rec.Code != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404", path, rec.Code)
 		}
@@ -90,5 +100,50 @@ func TestSelfContained(t *testing.T) {
 				t.Errorf("%s uses %s", name, sink)
 			}
 		}
+	}
+}
+
+// TestVendorUnchanged checks that each vendored script is the released
+// file refresh.sh recorded (by its sha256), that every file VERSIONS names
+// ships with a licence, and that the page loads both before its own
+// script.
+func TestVendorUnchanged(t *testing.T) {
+	versions, err := files.ReadFile("vendor/VERSIONS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts := 0
+	for line := range strings.Lines(string(versions)) {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 5 || !strings.HasPrefix(f[4], "sha512-") {
+			t.Fatalf("VERSIONS line %q: want file sha256 package@version path integrity", line)
+		}
+		body, err := files.ReadFile("vendor/" + f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum := sha256.Sum256(body); hex.EncodeToString(sum[:]) != f[1] {
+			t.Errorf("vendor/%s differs from %s's %s: run web/vendor/refresh.sh, never edit it", f[0], f[2], f[3])
+		}
+		pkg, _, _ := strings.Cut(f[2], "@")
+		if matches, _ := fs.Glob(files, "vendor/licenses/"+pkg+"*.txt"); len(matches) == 0 {
+			t.Errorf("no licence for %s in vendor/licenses", pkg)
+		}
+		scripts++
+	}
+	if scripts != 2 {
+		t.Errorf("VERSIONS names %d files, want markdown-it's and DOMPurify's", scripts)
+	}
+	index, _ := files.ReadFile("index.html")
+	order := regexp.MustCompile(`<script src="([^"]+)" defer></script>`).FindAllStringSubmatch(string(index), -1)
+	var got []string
+	for _, m := range order {
+		got = append(got, m[1])
+	}
+	if want := "vendor/markdown-it.min.js vendor/purify.min.js app.js"; strings.Join(got, " ") != want {
+		t.Errorf("index.html loads %v, want %s in that order", got, want)
 	}
 }
