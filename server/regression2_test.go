@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,12 +142,19 @@ func TestTurnAdmittedOnAClosingConnectionRuns(t *testing.T) {
 		`{"jsonrpc":"2.0","id":2,"method":"turn/start","params":`+params+`}`,
 	)
 	c := newConn(srv, tr, slog.New(slog.DiscardHandler))
-	// The connection dies while the admission is being written (after the
-	// write began: Commit then waits for it and reports success).
+	ran := make(chan struct{}) // closed when the turn's terminal is written
+	var terminal sync.Once
 	hook := func(b store.Batch) {
+		// The connection dies while the admission is being written (after
+		// the write began: Commit then waits for it and reports success).
 		for _, cmd := range b.Commands {
 			if cmd.ID == cmdID {
 				c.shut("write timed out", true)
+			}
+		}
+		for _, r := range b.Records {
+			if r.Method == msp.NotifyTurnCompleted {
+				terminal.Do(func() { close(ran) })
 			}
 		}
 	}
@@ -154,7 +162,6 @@ func TestTurnAdmittedOnAClosingConnectionRuns(t *testing.T) {
 	served := make(chan struct{})
 	go func() { c.serve(context.Background()); close(served) }()
 	<-served
-	hs.onCommit.Store(nil)
 
 	// The client reconnects and re-sends the same command; the handler runs
 	// StartTurn, replies, then calls launch.
@@ -163,16 +170,10 @@ func TestTurnAdmittedOnAClosingConnectionRuns(t *testing.T) {
 	} else {
 		launch()
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		recs, _ := st.Records(context.Background(), sid, 0, 100)
-		for _, r := range recs {
-			if r.Method == msp.NotifyTurnCompleted {
-				return
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case <-ran:
+	case <-time.After(5 * time.Second):
+		h, _ := st.Head(context.Background(), sid)
+		t.Fatalf("turn %s was admitted (ledger has it) but never ran: session log head %d, no turn/started, no terminal", cmdID, h)
 	}
-	h, _ := st.Head(context.Background(), sid)
-	t.Fatalf("turn %s was admitted (ledger has it) but never ran: session log head %d, no turn/started, no terminal", cmdID, h)
 }

@@ -4,20 +4,22 @@ package server
 // FAIL on the reviewed code and pass once the defect is fixed.
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"mspd/internal/memnet"
 	"mspd/schema/msp"
 	"mspd/session"
 	"mspd/store/sqlite"
@@ -72,7 +74,7 @@ func (nopSub) Subscribed(string, string)                          {}
 func (nopSub) Broadcasts() bool                                   { return false }
 
 // startWithTurns starts a session and runs n instant turns in it, waiting
-// until their 3n records are in the log.
+// until each has settled, its 3 records in the log.
 func startWithTurns(t *testing.T, m *session.Manager, head func(string) int64, sub session.Subscriber, n int) string {
 	return startWithTurnsText(t, m, head, sub, n, "hi")
 }
@@ -95,15 +97,23 @@ func startWithTurnsText(t *testing.T, m *session.Manager, head func(string) int6
 			t.Fatal(err)
 		}
 		launch()
-		deadline := time.Now().Add(5 * time.Second)
-		for head(sid) < int64(3*(i+1)) {
-			if time.Now().After(deadline) {
-				t.Fatal("turn never settled")
-			}
-			time.Sleep(time.Millisecond)
+		waitIdle(t, m)
+		if h := head(sid); h < int64(3*(i+1)) {
+			t.Fatalf("turn %d settled with the log at %d records, want at least %d", i+1, h, 3*(i+1))
 		}
 	}
 	return sid
+}
+
+// waitIdle waits until no turn of m runs: the turns launched so far have
+// settled.
+func waitIdle(t *testing.T, m *session.Manager) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.WaitIdle(ctx); err != nil {
+		t.Fatalf("turns still running: %v", err)
+	}
 }
 
 func mustMarshal(v any) json.RawMessage {
@@ -116,22 +126,34 @@ func mustMarshal(v any) json.RawMessage {
 
 // TestPushReplayWokenByClose: a replay waiting for room in a full
 // outbox must return once the outbox is closed. It only watches o.space
-// and ctx, and close() signals neither, so it waits forever.
+// and ctx, and close() signals neither, so it waits forever. In a synctest
+// bubble, so that the test closes the outbox once the replay is blocked
+// waiting (synctest.Wait), and the 2 s bound is on the fake clock.
 func TestPushReplayWokenByClose(t *testing.T) {
-	o := newTestOutbox(1, 1<<20)
-	durable(o, "c1") // the queue is full
-	done := make(chan error, 1)
-	go func() { done <- o.pushReplay(context.Background(), "s", "c2", ev("c2")) }()
-	time.Sleep(20 * time.Millisecond)
-	o.close()
-	select {
-	case err := <-done:
-		if !errors.Is(err, errClosed) {
-			t.Fatalf("pushReplay after close: %v", err)
+	synctest.Test(t, func(t *testing.T) {
+		o := newTestOutbox(1, 1<<20)
+		durable(o, "c1") // the queue is full
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel() // a replay left blocked by a failure ends with the test
+		done := make(chan error, 1)
+		go func() { done <- o.pushReplay(ctx, "s", "c2", ev("c2")) }()
+		synctest.Wait()
+		o.mu.Lock()
+		waiting := o.waiting
+		o.mu.Unlock()
+		if waiting != 1 {
+			t.Fatalf("%d goroutines wait for room; want the replay waiting", waiting)
 		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("pushReplay still blocked 2s after the outbox was closed")
-	}
+		o.close()
+		select {
+		case err := <-done:
+			if !errors.Is(err, errClosed) {
+				t.Fatalf("pushReplay after close: %v", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("pushReplay still blocked 2s after the outbox was closed")
+		}
+	})
 }
 
 // wedgedTransport reads the given frames, then blocks until closed; every
@@ -225,10 +247,16 @@ func TestServeStdioHonoursContext(t *testing.T) {
 	}
 	r, w := io.Pipe() // stdin that stays open
 	defer w.Close()
+	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { srv.ServeStdio(ctx, r, io.Discard); close(done) }()
-	time.Sleep(20 * time.Millisecond)
+	go func() { srv.ServeStdio(ctx, r, outW); close(done) }()
+	// Serving: initialize is answered.
+	go io.WriteString(w, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	if line, err := bufio.NewReader(outR).ReadString('\n'); err != nil || !strings.Contains(line, `"id":1`) {
+		t.Fatalf("initialize answered %q, %v", line, err)
+	}
+	go io.Copy(io.Discard, outR)
 	cancel() // SIGTERM
 	select {
 	case <-done:
@@ -319,7 +347,16 @@ var pingEvery, readEvery = 50 * time.Millisecond, 30 * time.Millisecond
 // replay (then reconnects, replays again, and is cut again). With
 // pingEvery = -1 (keepalive off) the same client receives the whole replay,
 // so the ping is what cuts it.
+//
+// It runs in a synctest bubble on an in-memory network: the reader's pace,
+// the pings and the write timeouts all follow the bubble's fake clock, so
+// the interleaving is exact and there are no socket buffers to soak up
+// the replay.
 func TestKeepAliveDuringLongRequest(t *testing.T) {
+	synctest.Test(t, keepAliveDuringLongRequest)
+}
+
+func keepAliveDuringLongRequest(t *testing.T) {
 	m, head := reviewManager(t)
 	sid := startWithTurnsText(t, m, head, nopSub{}, 10, strings.Repeat("x", 1<<20)) // 30 records, 10 of them 1 MiB
 
@@ -328,11 +365,10 @@ func TestKeepAliveDuringLongRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv.Handler())
-	defer hs.Close()
+	hs, hc := memnet.NewServer(t, srv.Handler())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(hs.URL, "http")+"/msp", nil)
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(hs.URL, "http")+"/msp", &websocket.DialOptions{HTTPClient: hc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +387,7 @@ func TestKeepAliveDuringLongRequest(t *testing.T) {
 	// timeout (it answers pings as it reads).
 	events := 0
 	for events < 30 {
-		time.Sleep(readEvery)
+		<-time.After(readEvery) // bubble time
 		_, f, err := ws.Read(ctx)
 		if err != nil {
 			t.Fatalf("connection closed after %d of 30 replayed events: %v", events, err)
