@@ -46,6 +46,9 @@ type Options struct {
 	ClientName string
 	// OptOut lists notification methods the server should not send.
 	OptOut []string
+	// Capabilities lists the capabilities to request, e.g.
+	// "sessionListStream" for news of the session list.
+	Capabilities []string
 	// OnFrame, when set, sees every inbound frame before it is handled
 	// (tests validate each against the schema).
 	OnFrame func(frame []byte)
@@ -138,8 +141,8 @@ func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
 		name = "mspd_client"
 	}
 	params := msp.InitializeParams{ClientInfo: msp.ClientInfo{Name: name, Version: "0.1.0"}}
-	if len(opts.OptOut) > 0 {
-		params.Capabilities = &msp.ClientCapabilities{OptOutNotificationMethods: opts.OptOut}
+	if len(opts.OptOut) > 0 || len(opts.Capabilities) > 0 {
+		params.Capabilities = &msp.ClientCapabilities{OptOutNotificationMethods: opts.OptOut, RequestedCapabilities: opts.Capabilities}
 	}
 	if err := c.Call(ctx, msp.MethodInitialize, params, &c.Init); err != nil {
 		c.Close()

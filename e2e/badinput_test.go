@@ -122,14 +122,16 @@ func TestHandshakeOrder(t *testing.T) {
 	if !errors.As(err, &me) || me.Code != msp.CodeInvalidRequest || me.Data.Kind != msp.KindNotInitialized {
 		t.Fatalf("before initialize: %v", err)
 	}
-	if err := raw.Call(ctx, msp.MethodInitialize, msp.InitializeParams{ClientInfo: msp.ClientInfo{Name: "raw", Version: "1"}}, nil); err != nil {
+	listStream := &msp.ClientCapabilities{RequestedCapabilities: []string{"sessionListStream"}}
+	if err := raw.Call(ctx, msp.MethodInitialize, msp.InitializeParams{ClientInfo: msp.ClientInfo{Name: "raw", Version: "1"}, Capabilities: listStream}, nil); err != nil {
 		t.Fatal(err)
 	}
 	err = raw.Call(ctx, msp.MethodInitialize, msp.InitializeParams{ClientInfo: msp.ClientInfo{Name: "raw", Version: "1"}}, nil)
 	if !errors.As(err, &me) || me.Data.Kind != msp.KindAlreadyInitialized {
 		t.Fatalf("second initialize: %v", err)
 	}
-	// Until it sends initialized, this connection gets no broadcast.
+	// Until it sends initialized, this connection gets no news of the
+	// session list, though it asked for it.
 	other := dial(t, d.URL(), client.Options{})
 	if _, err := other.StartSession(ctx); err != nil {
 		t.Fatal(err)

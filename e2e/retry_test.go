@@ -51,10 +51,13 @@ func (h *retryHarness) turn(p msp.TurnStartParams, steps ...scripted.Step) ([]cl
 		if n.Method == msp.NotifySessionStarted {
 			continue
 		}
-		events = append(events, n)
 		if n.Method != msp.NotifyItemDelta {
 			h.live[n.Cursor()] = string(n.Params)
 		}
+		if n.Method == msp.NotifySessionNameChanged {
+			continue // not the turn's: the session's, named by its first turn
+		}
+		events = append(events, n)
 	}
 	assertCursorsIncrease(h.t, events)
 	return events, decode[msp.TurnCompletedParams](h.t, events[len(events)-1])

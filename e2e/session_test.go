@@ -53,7 +53,8 @@ func TestWholeSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "turn/started, item/completed, item/started, item/delta ×3, item/completed, session/tokenUsage, turn/completed"
+	// The first message also names the session.
+	want := "turn/started, item/completed, session/nameChanged, item/started, item/delta ×3, item/completed, session/tokenUsage, turn/completed"
 	if got := compact(methods(events)); got != want {
 		t.Fatalf("turn 1 events:\n got %s\nwant %s", got, want)
 	}
@@ -73,15 +74,16 @@ func TestWholeSession(t *testing.T) {
 	if text.String() != "Hello from the script" {
 		t.Errorf("deltas spell %q", text.String())
 	}
-	agent := decode[msp.ItemParams](t, events[6]).Item
+	items := only(events, msp.NotifyItemCompleted)
+	agent := decode[msp.ItemParams](t, items[len(items)-1]).Item
 	if agent.Status != msp.ItemCompleted || *agent.Text != "Hello from the script" || agent.Revision != 2 {
 		t.Errorf("agent item: %+v", agent)
 	}
-	done := decode[msp.TurnCompletedParams](t, events[8])
+	done := decode[msp.TurnCompletedParams](t, events[len(events)-1])
 	if done.Terminal != msp.TerminalCompleted || done.Usage == nil || done.Usage.OutputTokens != 5 ||
 		done.DurationMs == nil || done.TimeToFirstTokenMs == nil || done.Attempts == nil ||
 		done.Attempts.Count != 1 || done.Attempts.OutputTokens != 5 || !done.Attempts.UsageComplete {
-		t.Errorf("turn/completed: %s", events[8].Params)
+		t.Errorf("turn/completed: %s", events[len(events)-1].Params)
 	}
 	for _, e := range events {
 		if e.Method == msp.NotifyItemDelta {

@@ -91,7 +91,7 @@ func TestStdio(t *testing.T) {
 			break
 		}
 	}
-	want := "response, turn/started, item/completed, item/started, item/delta ×2, item/completed, session/tokenUsage, turn/completed"
+	want := "response, turn/started, item/completed, session/nameChanged, item/started, item/delta ×2, item/completed, session/tokenUsage, turn/completed"
 	if compact(got) != want {
 		t.Fatalf("stdio turn:\n got %s\nwant %s", compact(got), want)
 	}

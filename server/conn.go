@@ -28,6 +28,8 @@ type conn struct {
 
 	initialized atomic.Bool     // initialize succeeded
 	ready       atomic.Bool     // the client sent initialized
+	listStream  atomic.Bool     // granted sessionListStream: takes session-list news
+	legacy      atomic.Bool     // gets model retry notices as turn/retryScheduled
 	busy        atomic.Bool     // a request is being handled on the read loop
 	isWedged    atomic.Bool     // closed because its peer does not read
 	ctx         context.Context // ends with the connection: bounds waits for room
@@ -189,6 +191,9 @@ func (c *conn) push(frame []byte) error {
 
 // Deliver implements session.Subscriber.
 func (c *conn) Deliver(n session.Notification) {
+	if c.legacy.Load() {
+		n = legacyNotice(n)
+	}
 	// Broadcasts and the view/gap a replay reports are never dropped.
 	if n.SessionID == "" || msp.Protected(n.Method) {
 		if errors.Is(c.out.pushProtected(n.Frame), errWedged) {
@@ -204,6 +209,9 @@ func (c *conn) Deliver(n session.Notification) {
 
 // Replay implements session.Subscriber.
 func (c *conn) Replay(ctx context.Context, n session.Notification) error {
+	if c.legacy.Load() {
+		n = legacyNotice(n)
+	}
 	if c.optedOut(n.Method) {
 		return nil
 	}
@@ -213,9 +221,9 @@ func (c *conn) Replay(ctx context.Context, n session.Notification) error {
 // Subscribed implements session.Subscriber.
 func (c *conn) Subscribed(sessionID, from string) { c.out.subscribed(sessionID, from) }
 
-// Broadcasts implements session.Subscriber: only connections past their
-// handshake get notifications.
-func (c *conn) Broadcasts() bool { return c.ready.Load() }
+// Broadcasts implements session.Subscriber: connections past their
+// handshake that were granted sessionListStream take session-list news.
+func (c *conn) Broadcasts() bool { return c.ready.Load() && c.listStream.Load() }
 
 func (c *conn) optedOut(method string) bool {
 	m := c.optOut.Load()

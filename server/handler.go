@@ -11,6 +11,12 @@ import (
 	"mspd/schema/msp"
 )
 
+// CapabilitySessionListStream is the capability a client requests to be
+// told of changes to its session list (session/listChanged,
+// session/started of sessions other connections start,
+// session/deleteCompleted).
+const CapabilitySessionListStream = "sessionListStream"
+
 // handler dispatches gated requests to the session manager. jsonrpc2 runs
 // it on the read loop, one request at a time, so a connection's requests
 // are handled in order and the handshake state is settled before the next
@@ -69,6 +75,18 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 	case msp.MethodSessionList:
 		res, err := mgr.ListSessions(ctx, params)
 		return res, nil, err
+	case msp.MethodSessionFork:
+		res, attach, err := mgr.ForkSession(ctx, c, params)
+		return res, attach, err
+	case msp.MethodSessionRename:
+		res, err := mgr.RenameSession(ctx, params)
+		return res, nil, err
+	case msp.MethodSessionSetModel:
+		res, err := mgr.SetModel(ctx, params)
+		return res, nil, err
+	case msp.MethodSessionDelete:
+		res, erase, err := mgr.DeleteSession(ctx, c, params)
+		return res, erase, err
 	case msp.MethodTurnStart:
 		res, launch, err := mgr.StartTurn(ctx, params)
 		return res, func(context.Context) { launch() }, err
@@ -111,6 +129,9 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 			return nil, nil, e
 		}
 		res, err := mgr.Page(ctx, p)
+		if err == nil && c.legacy.Load() {
+			legacyPage(&res)
+		}
 		return res, nil, err
 	case msp.MethodModelList:
 		var p struct {
@@ -139,19 +160,33 @@ func (h *handler) initialize(params json.RawMessage) (any, func(context.Context)
 		return nil, nil, msp.ErrInvalidParams("", "initialize params: %v", err)
 	}
 	c := h.c
+	granted := []string{}
+	legacy := c.srv.cfg.LegacyRetryNotices
 	if p.Capabilities != nil {
 		optOut := make(map[string]bool, len(p.Capabilities.OptOutNotificationMethods))
 		for _, m := range p.Capabilities.OptOutNotificationMethods {
 			optOut[m] = true
 		}
 		c.optOut.Store(&optOut)
+		for _, capability := range p.Capabilities.RequestedCapabilities {
+			switch capability {
+			case CapabilitySessionListStream:
+				c.listStream.Store(true)
+			case CapabilityModelRetryScheduled:
+				legacy = false
+			default:
+				continue // unknown capabilities are not granted
+			}
+			granted = append(granted, capability)
+		}
 	}
+	c.legacy.Store(legacy)
 	c.initialized.Store(true)
 	c.log.Debug("initialized", "client", p.ClientInfo.Name, "version", p.ClientInfo.Version)
 	cfg := &c.srv.cfg
 	return msp.InitializeResult{
 		ExperimentalAPI:     false,
-		GrantedCapabilities: []string{},
+		GrantedCapabilities: granted,
 		MuseHome:            cfg.Home,
 		PlatformFamily:      platformFamily(),
 		PlatformOS:          platformOS(),

@@ -68,6 +68,10 @@ type Config struct {
 	// and localhost, while no credential is configured: the guard against
 	// DNS rebinding (see Handler).
 	AllowedHosts []string
+	// LegacyRetryNotices delivers model-layer retry notices as
+	// turn/retryScheduled to connections that did not request the
+	// capability modelRetryScheduled (upstream SDKs skip the former).
+	LegacyRetryNotices bool
 	// Models answers model/list; nil serves an empty catalog.
 	Models ModelLister
 	// Logger receives connection logs (default slog.Default()).

@@ -98,7 +98,7 @@ type Manager struct {
 
 	mu        sync.Mutex
 	sessions  map[string]*loading
-	listeners map[Subscriber]string // → the principal it listens for
+	listeners *listeners
 }
 
 // loading is a session being or having been loaded.
@@ -148,7 +148,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		ledger:    newLedger(cfg.Store),
 		log:       cfg.Logger,
 		sessions:  make(map[string]*loading),
-		listeners: make(map[Subscriber]string),
+		listeners: newListeners(),
 	}
 	m.ctx, m.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	if err := m.recover(ctx); err != nil {
@@ -236,18 +236,15 @@ func frameBudget(maxFrame int) int { return maxFrame - min(64<<10, maxFrame/4) }
 
 func (m *Manager) frameBudget() int { return frameBudget(m.cfg.MaxFrameBytes) }
 
-// Listen registers sub for the broadcasts about principal's sessions;
-// Detach undoes it.
-func (m *Manager) Listen(sub Subscriber, principal string) {
-	m.mu.Lock()
-	m.listeners[sub] = principal
-	m.mu.Unlock()
-}
+// Listen registers sub, a connection of principal, for news of that
+// principal's session list (taken when sub.Broadcasts() says so); Detach
+// undoes it.
+func (m *Manager) Listen(sub Subscriber, principal string) { m.listeners.add(sub, principal) }
 
-// Detach removes sub from broadcasts and from every session it follows.
+// Detach removes sub from the list news and from every session it follows.
 func (m *Manager) Detach(sub Subscriber) {
+	m.listeners.remove(sub)
 	m.mu.Lock()
-	delete(m.listeners, sub)
 	var loaded []*session
 	for _, l := range m.sessions {
 		select {
@@ -264,23 +261,6 @@ func (m *Manager) Detach(sub Subscriber) {
 	}
 }
 
-// broadcast tells the connections of a session's owner about it.
-func (m *Manager) broadcast(owner, method string, params any) {
-	raw, err := msp.Marshal(params)
-	if err != nil {
-		m.log.Error("encoding broadcast", "method", method, "err", err)
-		return
-	}
-	n := Notification{Method: method, Frame: msp.EncodeNotification(method, raw, m.now().UnixMilli())}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for sub, principal := range m.listeners {
-		if principal == owner && sub.Broadcasts() {
-			sub.Deliver(n)
-		}
-	}
-}
-
 // acquire returns a session of ctx's principal, loading it from the store
 // once, pinned in memory until release is called. Another principal's
 // session is reported as not found, so its existence does not leak.
@@ -289,7 +269,10 @@ func (m *Manager) acquire(ctx context.Context, id string) (s *session, release f
 	if err != nil {
 		return nil, nil, err
 	}
-	if s.owner != PrincipalFrom(ctx) {
+	s.mu.Lock()
+	gone := s.deleted
+	s.mu.Unlock()
+	if gone || s.owner != PrincipalFrom(ctx) {
 		release()
 		return nil, nil, msp.ErrSessionNotFound(id)
 	}
@@ -465,7 +448,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 	}
 	if started != nil {
 		// Upstream hosts broadcast session/started before the response.
-		m.broadcast(owner, msp.NotifySessionStarted, msp.SessionStartedParams{Session: *started})
+		m.broadcast(owner, sub, msp.NotifySessionStarted, msp.SessionStartedParams{Session: *started})
 	}
 	var res msp.SessionStartResult
 	if err := json.Unmarshal(resp, &res); err != nil {
@@ -587,9 +570,22 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	if !inline {
 		return snap, nil
 	}
-	f, err := fold(ctx, m.store, s.id)
+	h, err := m.inlineHistory(ctx, s.id, openText)
 	if err != nil {
-		return snap, msp.ErrInternal("reading session log: %v", err)
+		return snap, err
+	}
+	snap.History = h
+	return snap, nil
+}
+
+// inlineHistory folds a session's items for a resume, a read or a fork,
+// with the text streamed so far into items still open (openText, by item
+// id); past the history budget the history is left for the client to page.
+func (m *Manager) inlineHistory(ctx context.Context, id string, openText map[string]string) (msp.SessionHistory, error) {
+	none := msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: msp.NoneHistoryBudget, Snapshot: json.RawMessage("null")}
+	f, err := fold(ctx, m.store, id)
+	if err != nil {
+		return none, msp.ErrInternal("reading session log: %v", err)
 	}
 	for i := range f.items {
 		it := &f.items[i]
@@ -598,14 +594,12 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 		}
 	}
 	if encoded, err := msp.Marshal(f.items); err != nil || len(encoded) > m.cfg.HistoryBudget {
-		snap.History.NoneReason = msp.NoneHistoryBudget
-		return snap, nil
+		return none, nil
 	}
 	if f.items == nil {
 		f.items = []msp.Item{}
 	}
-	snap.History = msp.SessionHistory{Items: f.items, Mode: msp.HistoryInline, Snapshot: json.RawMessage("null")}
-	return snap, nil
+	return msp.SessionHistory{Items: f.items, Mode: msp.HistoryInline, Snapshot: json.RawMessage("null")}, nil
 }
 
 // ListSessions serves session/list: newest first, paged.

@@ -26,15 +26,18 @@ const writeTries = 5
 func (m *Manager) kick(s *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.working || s.broken || m.ctx.Err() != nil || m.draining.Load() {
+	if s.working || s.broken || s.deleted || m.ctx.Err() != nil || m.draining.Load() {
 		return
 	}
 	s.working = true
+	done := make(chan struct{})
+	s.workerDone = done
 	m.turns.Add(1)
 	m.workers.Add(1)
 	go func() {
 		defer m.turns.Done()
 		defer m.workers.Done()
+		defer close(done)
 		m.work(s)
 	}()
 }
@@ -61,7 +64,7 @@ func (m *Manager) work(s *session) {
 func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if m.ctx.Err() != nil || m.draining.Load() || s.broken {
+	if m.ctx.Err() != nil || m.draining.Load() || s.broken || s.deleted {
 		s.working = false
 		return nil, turn.Spec{}, false
 	}
@@ -91,9 +94,16 @@ func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 			{msp.NotifyTurnStarted, &msp.TurnStartedParams{CommandID: pt.CommandID, TurnID: pt.TurnID}},
 			{msp.NotifyItemCompleted, &msp.ItemParams{Item: user}},
 		}
+		if st.Name == "" {
+			// Named from its first message, as it starts, not after the
+			// answer.
+			st.Name = normalizeName(firstLine(text, 80))
+			evs = append(evs, event{msp.NotifySessionNameChanged, &msp.SessionNameChangedParams{Name: st.Name}})
+		}
 		err := s.appendLocked(m.ctx, evs, &st)
 		if err == nil {
 			s.history = append(s.history, provider.Message{Role: provider.RoleUser, Text: text})
+			s.listChangedLocked()
 			return m.runCtxLocked(s), m.specLocked(s, pt), true
 		}
 		// The turn stays queued, in memory and in the stored row: dropping
@@ -155,6 +165,10 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 		s.cancel()
 		s.cancel = nil
 	}
+	if s.deleted {
+		s.working = false
+		return false // erased: nothing of it is written any more
+	}
 	// Writes land even while the manager stops.
 	ctx := context.WithoutCancel(m.ctx)
 	if out.Stopped != nil {
@@ -191,6 +205,7 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 	// The items' final states are durable now; a reader resuming from
 	// inside the turn gets a view/gap and pages them.
 	s.deltas.reset()
+	s.listChangedLocked()
 	if done.Terminal == msp.TerminalCompleted && out.Answer != "" {
 		s.history = append(s.history, provider.Message{Role: provider.RoleAssistant, Text: out.Answer})
 	}

@@ -39,6 +39,8 @@ type session struct {
 	working    bool                 // a goroutine is running the queue
 	resume     *turn.Resumption     // the active turn is to be resumed so
 	broken     bool                 // the log refused the scheduler's writes for good
+	deleted    bool                 // session/delete is erasing it: nothing more is written
+	workerDone chan struct{}        // closed when the running worker stops
 }
 
 // openItem is an item in progress and the text streamed into it so far.
@@ -59,6 +61,9 @@ type event struct {
 // any ledger entries) in one commit, then fans the events out. Nothing is
 // fanned out unless the commit succeeded. s.mu must be held.
 func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds ...store.Command) error {
+	if s.deleted {
+		return errDeleted
+	}
 	now := s.m.now()
 	batch := store.Batch{SessionID: s.id, Commands: cmds}
 	batch.Records = make([]store.Record, len(evs))

@@ -14,15 +14,19 @@ type state struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// Owner is the principal that started the session: the only one that
 	// sees it.
-	Owner           string        `json:"owner,omitempty"`
-	UpdatedAt       time.Time     `json:"updatedAt"`
-	ModelID         *string       `json:"modelId,omitempty"`
-	ProviderID      *string       `json:"providerId,omitempty"`
-	WorkspaceRoot   *string       `json:"workspaceRoot,omitempty"`
-	FirstUserPrompt string        `json:"firstUserPrompt,omitempty"`
-	TurnCount       int           `json:"turnCount"`
-	Active          *pendingTurn  `json:"active,omitempty"`
-	Queue           []pendingTurn `json:"queue,omitempty"`
+	Owner           string    `json:"owner,omitempty"`
+	UpdatedAt       time.Time `json:"updatedAt"`
+	ModelID         *string   `json:"modelId,omitempty"`
+	ProviderID      *string   `json:"providerId,omitempty"`
+	WorkspaceRoot   *string   `json:"workspaceRoot,omitempty"`
+	FirstUserPrompt string    `json:"firstUserPrompt,omitempty"`
+	// Name is set from the first user message, and by session/rename.
+	Name string `json:"name,omitempty"`
+	// ForkedFrom is where a fork was cut from.
+	ForkedFrom *msp.ForkProvenance `json:"forkedFrom,omitempty"`
+	TurnCount  int                 `json:"turnCount"`
+	Active     *pendingTurn        `json:"active,omitempty"`
+	Queue      []pendingTurn       `json:"queue,omitempty"`
 }
 
 // pendingTurn is an admitted turn: everything needed to launch it, even
@@ -55,7 +59,9 @@ func (st *state) wire(id, path string) msp.Session {
 	s := msp.Session{
 		CreatedAt:       wireTime(st.CreatedAt),
 		FirstUserPrompt: st.FirstUserPrompt,
+		ForkedFrom:      st.ForkedFrom,
 		ModelID:         st.ModelID,
+		Name:            st.Name,
 		Path:            path,
 		ProviderID:      st.ProviderID,
 		SessionID:       id,

@@ -33,7 +33,9 @@ type Subscriber interface {
 	// over strictly after cursor from: called before the replay and the
 	// first live Deliver of a (re-)subscription.
 	Subscribed(sessionID, from string)
-	// Broadcasts tells whether the subscriber takes broadcasts
-	// (session/started): only connections past their handshake do.
+	// Broadcasts tells whether the subscriber takes news of its
+	// principal's session list — session/started of sessions it did not
+	// start, session/listChanged, session/deleteCompleted: connections past
+	// their handshake that were granted sessionListStream.
 	Broadcasts() bool
 }
