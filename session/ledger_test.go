@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"mspd/schema/msp"
@@ -224,18 +225,28 @@ func TestLedgerUnrecordedErrorIsNotReplayed(t *testing.T) {
 	}
 }
 
+// In a synctest bubble, so that the first admission can wait until every
+// other run is blocked (synctest.Wait): on the ledger's lock, or, were the
+// lock broken, inside admit too.
 func TestLedgerSerialisesOneCommandID(t *testing.T) {
+	synctest.Test(t, ledgerSerialisesOneCommandID)
+}
+
+func ledgerSerialisesOneCommandID(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
 	l := newLedger(st)
 	var calls atomic.Int32
 	var inside atomic.Int32
+	var waited atomic.Bool
 	admit := func(a *admission) (json.RawMessage, error) {
 		if inside.Add(1) != 1 {
 			t.Error("two admissions of one commandId overlap")
 		}
 		defer inside.Add(-1)
-		time.Sleep(time.Millisecond) // give the others a chance to pile up
+		if waited.CompareAndSwap(false, true) {
+			synctest.Wait() // the others pile up
+		}
 		return admitOK(st, &calls, `{"n":1}`)(a)
 	}
 	const n = 16

@@ -94,20 +94,11 @@ func TestTurnWhoseTerminalFailedStillSettles(t *testing.T) {
 	sid := startSession(t, m1, sub)
 
 	first := startTurn(t, m1, textTurn(sid, "one"))
-	deadline := time.Now().Add(5 * time.Second)
-	working := func() bool {
-		m1.mu.Lock()
-		s := m1.sessions[sid].s
-		m1.mu.Unlock()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.working
-	}
-	for !fs.failed.Load() || working() {
-		if time.Now().After(deadline) {
-			t.Fatal("the first turn never tried to write its terminal")
-		}
-		time.Sleep(5 * time.Millisecond)
+	// The session's worker is done with the first turn once none runs.
+	wait, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m1.WaitIdle(wait); err != nil || !fs.failed.Load() {
+		t.Fatalf("the first turn never tried to write its terminal (WaitIdle: %v)", err)
 	}
 	second := startTurn(t, m1, textTurn(sid, "two")) // the store works again
 	sub.waitTerminal(t, second.TurnID)
