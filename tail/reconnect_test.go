@@ -271,9 +271,9 @@ func TestInterruptedAnswerReadsWhole(t *testing.T) {
 		var out strings.Builder
 		r := newRenderer(&out, Pretty, false)
 		r.event(msp.NotifyItemDelta, mustJSON(msp.ItemDeltaParams{ItemID: "a", Delta: "Hello "}))
-		r.interrupt()
+		r.s.interrupt()
 		out.WriteString("connection lost\n")
-		r.interrupt() // a second status line
+		r.s.interrupt() // a second status line
 		out.WriteString("reconnected\n")
 		for _, d := range rest {
 			r.event(msp.NotifyItemDelta, mustJSON(msp.ItemDeltaParams{ItemID: "a", Delta: d}))

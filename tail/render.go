@@ -1,7 +1,9 @@
-// Package tail follows a session's view for a person at a terminal or for
-// a script: the engine of `mspd tail`. It renders notifications as text
-// (streaming deltas inline, retry notices as "openai · rate limited ·
-// retrying in 3s · attempt 2/5"), as JSON lines, or as the raw answer text.
+// Package tail follows a session's view — or every session's — for a
+// person at a terminal or for a script: the engine of `mspd tail` and
+// `mspd sessions`. It renders notifications as text (streaming deltas
+// inline, retry notices as "openai · rate limited · retrying in 3s ·
+// attempt 2/5", counting down in place on a terminal), as JSON lines, or
+// as the raw answer text.
 package tail
 
 import (
@@ -25,25 +27,41 @@ const (
 	Raw = "raw"
 )
 
-// renderer writes notifications in one format. It remembers what each
-// item streamed, so that item/completed can add what the deltas missed (a
-// gap, a reconnect) and an item seen only as item/completed still prints
-// its whole text once.
+// renderer writes one session's notifications in one format, through the
+// screen it shares with the other sessions a run shows. It remembers what
+// each item streamed, so that item/completed can add what the deltas
+// missed (a gap, a reconnect) and an item seen only as item/completed
+// still prints its whole text once.
 type renderer struct {
-	w        io.Writer
+	s        *screen
 	format   string
 	color    bool
+	label    string            // prefixes each line when several sessions share the screen
+	inline   bool              // deltas stream on the current line (one session only)
 	streamed map[string]string // itemId → the delta text printed
-	open     string            // the item whose deltas are on the current line
-	broken   string            // the item whose line a status line cut short
+	wait     *retryWait        // the retry wait counting down on a terminal
 }
 
+// newRenderer renders one session to w, which is not a terminal.
 func newRenderer(w io.Writer, format string, color bool) *renderer {
-	return &renderer{w: w, format: format, color: color, streamed: map[string]string{}}
+	return newScreen(w, false, nil).renderer(format, color, "")
+}
+
+// renderer returns a renderer writing through s; a label prefixes its
+// lines, and a labelled renderer prints each answer whole, one line per
+// event, rather than streaming its deltas.
+func (s *screen) renderer(format string, color bool, label string) *renderer {
+	return &renderer{s: s, format: format, color: color, label: label, inline: label == "", streamed: map[string]string{}}
 }
 
 // event renders one notification.
-func (r *renderer) event(method string, params json.RawMessage) {
+func (r *renderer) event(method string, params json.RawMessage) { r.eventAt(method, params, 0) }
+
+// eventAt renders one notification the server emitted at emittedAtMs (0:
+// unknown, as for an event read from the log).
+func (r *renderer) eventAt(method string, params json.RawMessage, emittedAtMs int64) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
 	switch r.format {
 	case JSON:
 		var h struct {
@@ -55,13 +73,24 @@ func (r *renderer) event(method string, params json.RawMessage) {
 			Method string          `json:"method"`
 			Params json.RawMessage `json:"params"`
 		}{h.ViewCursor, method, params})
-		fmt.Fprintf(r.w, "%s\n", line)
+		r.s.println(string(line))
 	case Raw:
 		r.raw(method, params)
 	default:
-		r.pretty(method, params)
+		r.pretty(method, params, emittedAtMs)
 	}
 }
+
+// prefixed puts the renderer's label before each line of text.
+func (r *renderer) prefixed(text string) string {
+	if r.label == "" {
+		return text
+	}
+	p := "[" + r.label + "] "
+	return p + strings.ReplaceAll(text, "\n", "\n"+p)
+}
+
+func (r *renderer) println(line string) { r.s.println(r.prefixed(line)) }
 
 func (r *renderer) raw(method string, params json.RawMessage) {
 	if method != msp.NotifyItemCompleted {
@@ -70,43 +99,21 @@ func (r *renderer) raw(method string, params json.RawMessage) {
 	var p msp.ItemParams
 	json.Unmarshal(params, &p)
 	if p.Item.Kind == msp.ItemAgentMessage && p.Item.Status == msp.ItemCompleted && p.Item.Text != nil {
-		io.WriteString(r.w, *p.Item.Text+"\n")
+		r.println(*p.Item.Text)
 	}
 }
 
-// interrupt ends a line of streamed deltas before a status line; the
-// item's next delta starts a new line with all it streamed so far, so the
-// answer still reads whole.
-func (r *renderer) interrupt() {
-	if r.open != "" {
-		r.broken = r.open
-		r.endLine()
+func (r *renderer) pretty(method string, params json.RawMessage, emittedAtMs int64) {
+	if r.wait != nil {
+		r.settleOnEvidence(method, params)
 	}
-}
-
-// endLine finishes a line of streamed deltas before other output.
-func (r *renderer) endLine() {
-	if r.open != "" {
-		io.WriteString(r.w, "\n")
-		r.open = ""
-	}
-}
-
-func (r *renderer) pretty(method string, params json.RawMessage) {
 	switch method {
 	case msp.NotifyItemDelta:
-		var p msp.ItemDeltaParams
-		json.Unmarshal(params, &p)
-		if r.open != p.ItemID {
-			r.endLine()
-			fmt.Fprint(r.w, r.paint(bold, "agent: "))
-			if r.broken == p.ItemID {
-				io.WriteString(r.w, sanitize(r.streamed[p.ItemID]))
-			}
-			r.open, r.broken = p.ItemID, ""
+		if r.inline {
+			var p msp.ItemDeltaParams
+			json.Unmarshal(params, &p)
+			r.delta(p)
 		}
-		r.streamed[p.ItemID] += p.Delta
-		io.WriteString(r.w, sanitize(p.Delta))
 		return
 	case msp.NotifyItemStarted, msp.NotifySessionTokenUsage:
 		return // the deltas and the terminal say it all
@@ -117,12 +124,12 @@ func (r *renderer) pretty(method string, params json.RawMessage) {
 			return
 		}
 	}
-	r.endLine()
+	r.s.endLine()
 	switch method {
 	case msp.NotifyTurnStarted:
 		var p msp.TurnStartedParams
 		json.Unmarshal(params, &p)
-		fmt.Fprintln(r.w, r.paint(dim, "── turn "+short(p.TurnID)+" ──"))
+		r.println(r.paint(dim, "── turn "+short(p.TurnID)+" ──"))
 	case msp.NotifyItemCompleted:
 		var p msp.ItemParams
 		json.Unmarshal(params, &p)
@@ -130,30 +137,38 @@ func (r *renderer) pretty(method string, params json.RawMessage) {
 	case msp.NotifyTurnModelRetryScheduled:
 		var p msp.TurnModelRetryScheduledParams
 		json.Unmarshal(params, &p)
-		words := msp.ErrorKindWords(p.ErrorKind)
-		if p.HTTPStatus != 0 {
-			words += fmt.Sprintf(" (%d)", p.HTTPStatus)
-		}
-		parts := []string{words, retryIn(p.RetryDelayMs), fmt.Sprintf("attempt %d/%d", p.NextAttempt, p.MaxAttempts)}
-		if p.System != "" {
-			parts = append([]string{p.System}, parts...)
-		}
-		fmt.Fprintln(r.w, r.paint(yellow, "⟳ "+strings.Join(parts, " · ")))
+		r.retry(modelNotice(p), emittedAtMs)
 	case msp.NotifyTurnRetryScheduled:
 		var p msp.TurnRetryScheduledParams
 		json.Unmarshal(params, &p)
-		fmt.Fprintln(r.w, r.paint(yellow, fmt.Sprintf("⟳ %s · %s · attempt %d/%d", sanitize(p.Reason), retryIn(p.RetryDelayMs), p.NextAttempt, p.MaxAttempts)))
+		r.retry(notice{turnID: p.TurnID, attempt: p.Attempt, next: p.NextAttempt, max: p.MaxAttempts,
+			delayMs: p.RetryDelayMs, what: sanitize(p.Reason)}, emittedAtMs)
 	case msp.NotifyTurnCompleted:
 		var p msp.TurnCompletedParams
 		json.Unmarshal(params, &p)
-		fmt.Fprintln(r.w, r.terminal(p))
+		r.println(r.terminal(p))
 	case msp.NotifyTurnUnqueued:
 		var p msp.TurnUnqueuedParams
 		json.Unmarshal(params, &p)
-		fmt.Fprintln(r.w, r.paint(dim, "↶ turn "+short(p.TurnID)+" withdrawn before it ran"))
+		r.println(r.paint(dim, "↶ turn "+short(p.TurnID)+" withdrawn before it ran"))
 	case msp.NotifyViewGap:
-		fmt.Fprintln(r.w, r.paint(dim, "… fell behind; catching up from the log"))
+		r.println(r.paint(dim, "… fell behind; catching up from the log"))
 	}
+}
+
+// delta streams an answer on the current line. A line a status line cut
+// short starts again with all the item streamed so far.
+func (r *renderer) delta(p msp.ItemDeltaParams) {
+	if r.s.open != p.ItemID {
+		r.s.startLine(p.ItemID)
+		r.s.write(r.paint(bold, "agent: "))
+		if r.s.broken == p.ItemID {
+			r.s.write(sanitize(r.streamed[p.ItemID]))
+		}
+		r.s.broken = ""
+	}
+	r.streamed[p.ItemID] += p.Delta
+	r.s.write(sanitize(p.Delta))
 }
 
 // finishStreamed completes the line of an agent item whose deltas were
@@ -165,14 +180,14 @@ func (r *renderer) finishStreamed(it msp.Item) bool {
 		return false
 	}
 	delete(r.streamed, it.ItemID)
-	if rest, ok := strings.CutPrefix(*it.Text, printed); ok && r.open == it.ItemID {
-		io.WriteString(r.w, sanitize(rest))
-		r.endLine()
+	if rest, ok := strings.CutPrefix(*it.Text, printed); ok && r.s.open == it.ItemID {
+		r.s.write(sanitize(rest))
+		r.s.endLine()
 		return true
 	}
 	// The deltas seen are not the start of the text: show it whole.
-	r.endLine()
-	fmt.Fprintln(r.w, r.paint(bold, "agent: ")+sanitize(*it.Text))
+	r.s.endLine()
+	r.println(r.paint(bold, "agent: ") + sanitize(*it.Text))
 	return true
 }
 
@@ -183,25 +198,25 @@ func (r *renderer) item(it msp.Item) {
 	}
 	switch {
 	case it.Kind == msp.ItemUserMessage:
-		fmt.Fprintln(r.w, r.paint(bold, "you: ")+sanitize(text))
+		r.println(r.paint(bold, "you: ") + sanitize(text))
 	case it.Kind != msp.ItemAgentMessage:
 		return
 	case it.Status == msp.ItemCompleted:
-		fmt.Fprintln(r.w, r.paint(bold, "agent: ")+sanitize(text))
+		r.println(r.paint(bold, "agent: ") + sanitize(text))
 	case it.Status == msp.ItemFailed:
 		_, shown := r.streamed[it.ItemID]
 		delete(r.streamed, it.ItemID)
 		switch {
 		case shown:
 			// Its text is on screen already, streamed.
-			fmt.Fprintln(r.w, r.paint(red, "  ✗ this attempt's answer was discarded"))
+			r.println(r.paint(red, "  ✗ this attempt's answer was discarded"))
 		case text == "":
-			fmt.Fprintln(r.w, r.paint(red, "  ✗ a discarded attempt, cut off before any text was saved"))
+			r.println(r.paint(red, "  ✗ a discarded attempt, cut off before any text was saved"))
 		default:
-			fmt.Fprintln(r.w, r.paint(bold, "agent: ")+r.paint(strike, sanitize(text))+r.paint(red, " ✗ discarded attempt"))
+			r.println(r.paint(bold, "agent: ") + r.paint(strike, sanitize(text)) + r.paint(red, " ✗ discarded attempt"))
 		}
 	case it.Status == msp.ItemCancelled:
-		fmt.Fprintln(r.w, r.paint(red, "  ■ stopped"))
+		r.println(r.paint(red, "  ■ stopped"))
 	}
 }
 
@@ -246,6 +261,26 @@ func sanitize(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// oneLine is sanitize for text that must stay on one line (a name in a
+// table or a status line): newlines and tabs become spaces too.
+func oneLine(s string) string {
+	return sanitize(strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, s))
+}
+
+// clip cuts s to at most n runes, marking a cut with "…".
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
 }
 
 // retryIn words a backoff: "retrying in 3s", "retrying in 250ms".

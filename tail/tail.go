@@ -27,6 +27,9 @@ var (
 	// ErrUnauthorized reports a server that refused the token (HTTP 401 or
 	// 403 on the WebSocket upgrade).
 	ErrUnauthorized = errors.New("the server refused the token")
+	// ErrNoSession reports a server with no session to follow, when none
+	// was named.
+	ErrNoSession = errors.New("no session to follow: the server has none")
 )
 
 // Options configure Run.
@@ -35,8 +38,15 @@ type Options struct {
 	URL string
 	// Token authenticates to a server that requires one.
 	Token string
-	// SessionID is the session to follow.
+	// SessionID is the session to follow; empty, the most recently active
+	// one (the first of session/list), named on Status.
 	SessionID string
+	// All follows every session of the principal, live: those running
+	// when the run starts, and each one that starts, is renamed or starts a
+	// turn later on, from that turn's start. Lines are prefixed with the
+	// session's name (or short id), one per event. Not with From,
+	// FromStart or Raw; always Follow.
+	All bool
 	// From is a cursor to start after; with FromStart the whole log is
 	// shown first; with neither, only what happens from now on.
 	From      string
@@ -51,9 +61,14 @@ type Options struct {
 	Color bool
 	// Count stops after this many notifications (0: no limit).
 	Count int
-	// Status receives progress lines (connection lost…, reconnected),
-	// never data.
+	// Status receives progress lines (connection lost…, reconnected,
+	// following…), never data.
 	Status io.Writer
+	// Terminal says the output is a terminal: Pretty retry notices count
+	// down in place.
+	Terminal bool
+	// Clock drives the countdowns (nil: the real clock).
+	Clock Clock
 }
 
 // Run follows a session, writing what it sees to out, until the log ends
@@ -62,7 +77,12 @@ type Options struct {
 // refusal no reconnect can cure ends the run with ErrSessionNotFound,
 // ErrUnknownCursor or ErrUnauthorized.
 func Run(ctx context.Context, opts Options, out io.Writer) error {
-	return newTailer(opts, out).runClean(ctx)
+	if opts.All && (opts.From != "" || opts.FromStart || opts.Format == Raw) {
+		return errors.New("following every session shows live events only, as pretty text or JSON")
+	}
+	t := newTailer(opts, out)
+	defer t.scr.close()
+	return t.runClean(ctx)
 }
 
 // errDone ends the run cleanly.
@@ -76,30 +96,92 @@ const (
 
 type tailer struct {
 	opts  Options
-	r     *renderer
-	last  string // cursor of the last event shown (or opts.From)
-	paged bool   // the log asked for (From, FromStart) has been shown
+	scr   *screen
+	one   *followed // the session followed, without All
+	paged bool      // the log asked for (From, FromStart) has been shown
 	shown int
+	// stream runs one connection: one session's, or every session's.
+	stream func(ctx context.Context, c *client.Client) error
 
 	backoff backoff
 	// sleep waits d or until ctx is done (tests make it instant).
 	sleep func(ctx context.Context, d time.Duration) error
-	// onSubscribe, when set, runs after each view/subscribe succeeds
-	// (tests wait for it rather than for time).
+	// onSubscribe, when set, runs once a connection is following: after
+	// each view/subscribe succeeds, or with All once the sessions running
+	// are followed (tests wait for it rather than for time).
 	onSubscribe func()
+}
+
+// followed is a session a run shows.
+type followed struct {
+	id   string
+	name string
+	r    *renderer
+	last string // cursor of the last event shown
 }
 
 func newTailer(opts Options, out io.Writer) *tailer {
 	if opts.Status == nil {
 		opts.Status = io.Discard
 	}
-	return &tailer{
+	term := opts.Terminal && opts.Format != JSON && opts.Format != Raw
+	t := &tailer{
 		opts:    opts,
-		r:       newRenderer(out, opts.Format, opts.Color),
-		last:    opts.From,
+		scr:     newScreen(out, term, opts.Clock),
 		backoff: backoff{base: reconnectBase, max: reconnectMax, rand: rand.Int64N},
 		sleep:   sleepCtx,
 	}
+	t.stream = t.streamOne
+	if opts.All {
+		t.stream = newAll(t).stream
+	} else if opts.SessionID != "" {
+		t.one = t.follow(opts.SessionID, "")
+	}
+	if t.one != nil {
+		t.one.last = opts.From
+	}
+	return t
+}
+
+// follow returns a new session to show.
+func (t *tailer) follow(id, name string) *followed {
+	f := &followed{id: id, name: name}
+	label := ""
+	if t.opts.All {
+		label = f.label()
+	}
+	f.r = t.scr.renderer(t.opts.Format, t.opts.Color, label)
+	return f
+}
+
+// label is what names the session on its lines: its name, cut short, or
+// the end of its id.
+func (f *followed) label() string {
+	if f.name == "" {
+		return short(f.id)
+	}
+	return clip(oneLine(f.name), 24)
+}
+
+// rename takes a session's new name for its lines.
+func (f *followed) rename(name string) {
+	if name == "" || name == f.name {
+		return
+	}
+	f.name = name
+	if f.r.label != "" {
+		f.r.s.mu.Lock()
+		f.r.label = f.label()
+		f.r.s.mu.Unlock()
+	}
+}
+
+// describe names a session in a status line: 019…(“Paris trip”).
+func (f *followed) describe() string {
+	if f.name == "" {
+		return f.id
+	}
+	return f.id + " (“" + oneLine(f.name) + "”)"
 }
 
 // runClean is run with the clean ends (errDone, ctx done) as nil.
@@ -115,6 +197,12 @@ func (t *tailer) run(ctx context.Context) error {
 	c, err := t.dial(ctx)
 	if err != nil {
 		return cmp.Or(t.refusal(err), err)
+	}
+	if !t.opts.All && t.one == nil {
+		if err := t.pickLatest(ctx, c); err != nil {
+			c.Close()
+			return cmp.Or(t.refusal(err), err)
+		}
 	}
 	for {
 		err := t.stream(ctx, c)
@@ -156,30 +244,67 @@ func (t *tailer) reconnect(ctx context.Context) (*client.Client, error) {
 	}
 }
 
-// status writes a progress line. A pretty answer streaming on the
-// current line is ended first: stdout and stderr are often one terminal,
-// and a status line must not land in the middle of an answer.
+// status writes a progress line. The current line is cleared first — a
+// pretty answer streaming on it ends, countdowns are taken away and drawn
+// again after: stdout and stderr are often one terminal, and a status line
+// must not land in the middle of an answer.
 func (t *tailer) status(format string, args ...any) {
-	t.r.interrupt()
+	t.scr.mu.Lock()
+	defer t.scr.mu.Unlock()
+	t.scr.interrupt()
 	fmt.Fprintf(t.opts.Status, format+"\n", args...)
+	t.scr.resume()
 }
 
 func (t *tailer) dial(ctx context.Context) (*client.Client, error) {
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return client.Dial(dctx, t.opts.URL, client.Options{ClientName: "mspd_tail", Token: t.opts.Token})
+	opts := client.Options{ClientName: "mspd_tail"}
+	if t.opts.All {
+		opts.Capabilities = []string{capabilitySessionListStream}
+	}
+	return dial(ctx, t.opts.URL, t.opts.Token, opts)
 }
 
-// stream runs one connection: the log asked for (once, resuming after
-// the last event shown if a drop interrupted it), then live events.
-func (t *tailer) stream(ctx context.Context, c *client.Client) error {
+// capabilitySessionListStream asks the server for news of the session
+// list: session/started, session/listChanged, session/deleteCompleted.
+const capabilitySessionListStream = "sessionListStream"
+
+// dial connects with a token, giving up after 10 s.
+func dial(ctx context.Context, url, token string, opts client.Options) (*client.Client, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	opts.Token = token
+	return client.Dial(dctx, url, opts)
+}
+
+// pickLatest follows the most recently active session, saying which.
+func (t *tailer) pickLatest(ctx context.Context, c *client.Client) error {
+	var res msp.SessionListResult
+	if err := c.Call(ctx, msp.MethodSessionList, msp.SessionListParams{Limit: new(1)}, &res); err != nil {
+		return err
+	}
+	if len(res.Sessions) == 0 {
+		return ErrNoSession
+	}
+	s := res.Sessions[0]
+	t.opts.SessionID = s.SessionID
+	t.one = t.follow(s.SessionID, s.Name)
+	t.one.last = t.opts.From
+	t.status("following %s", t.one.describe())
+	return nil
+}
+
+// streamOne runs one connection of a single session: the log asked for
+// (once, resuming after the last event shown if a drop interrupted it),
+// then live events.
+func (t *tailer) streamOne(ctx context.Context, c *client.Client) error {
+	f := t.one
 	if !t.paged && (t.opts.FromStart || t.opts.From != "") {
 		var from *string
-		if t.last != "" {
-			after := t.last
+		if f.last != "" {
+			after := f.last
 			from = &after
 		}
-		if err := t.page(ctx, c, from, ""); err != nil {
+		if err := t.page(ctx, c, f, from, ""); err != nil {
 			return err
 		}
 	}
@@ -187,64 +312,78 @@ func (t *tailer) stream(ctx context.Context, c *client.Client) error {
 	if !t.opts.Follow {
 		return errDone
 	}
-	return t.follow(ctx, c)
-}
-
-// follow subscribes after the last event shown and renders live events,
-// filling any view/gap from the log.
-func (t *tailer) follow(ctx context.Context, c *client.Client) error {
-	p := msp.ViewSubscribeParams{SessionID: t.opts.SessionID}
-	if t.last != "" {
-		p.After = &t.last
-	}
-	var res msp.ViewCursorResult
-	if err := c.Call(ctx, msp.MethodViewSubscribe, p, &res); err != nil {
+	if err := t.subscribe(ctx, c, f); err != nil {
 		return err
 	}
-	t.backoff.reset() // a working connection: the next drop starts afresh
-	if t.onSubscribe != nil {
-		t.onSubscribe()
-	}
-	if t.last == "" {
-		// Live from the head: a reconnect must resume from here, not from
-		// its own "now", or what happened while it was away is lost.
-		t.last = res.ViewCursor
-	}
+	t.connected()
 	for {
 		n, err := c.Next(ctx)
 		if err != nil {
 			return err
 		}
-		if n.Method == msp.NotifyViewGap {
-			var g msp.ViewGapParams
-			json.Unmarshal(n.Params, &g)
-			if g.SessionID != t.opts.SessionID {
-				continue
-			}
-			t.r.event(n.Method, n.Params)
-			if err := t.page(ctx, c, &g.After, g.Next); err != nil {
-				return err
-			}
-			continue
-		}
-		var h struct {
-			SessionID string `json:"sessionId"`
-		}
-		if json.Unmarshal(n.Params, &h); h.SessionID != t.opts.SessionID {
+		if sid := sessionOf(n); sid != f.id {
 			continue // broadcasts (session/started) and other sessions
 		}
-		if err := t.show(n.Method, n.Params, n.Cursor()); err != nil {
+		if err := t.route(ctx, c, f, n); err != nil {
 			return err
 		}
 	}
 }
 
-// page renders the log after from (nil: from the start) up to, not
+// connected notes a connection that follows: the next drop starts its
+// backoff afresh.
+func (t *tailer) connected() {
+	t.backoff.reset()
+	if t.onSubscribe != nil {
+		t.onSubscribe()
+	}
+}
+
+// subscribe attaches the connection to f after the last event shown, or
+// live from the head when none was.
+func (t *tailer) subscribe(ctx context.Context, c *client.Client, f *followed) error {
+	p := msp.ViewSubscribeParams{SessionID: f.id}
+	if f.last != "" {
+		p.After = &f.last
+	}
+	var res msp.ViewCursorResult
+	if err := c.Call(ctx, msp.MethodViewSubscribe, p, &res); err != nil {
+		return err
+	}
+	if f.last == "" {
+		// Live from the head: a reconnect must resume from here, not from
+		// its own "now", or what happened while it was away is lost.
+		f.last = res.ViewCursor
+	}
+	return nil
+}
+
+// route shows one of f's notifications, filling a view/gap from the log.
+func (t *tailer) route(ctx context.Context, c *client.Client, f *followed, n client.Notification) error {
+	if n.Method != msp.NotifyViewGap {
+		return t.show(f, n.Method, n.Params, n.Cursor(), n.EmittedAtMs)
+	}
+	var g msp.ViewGapParams
+	json.Unmarshal(n.Params, &g)
+	f.r.event(n.Method, n.Params)
+	return t.page(ctx, c, f, &g.After, g.Next)
+}
+
+// sessionOf returns params.sessionId ("" for a notification without one).
+func sessionOf(n client.Notification) string {
+	var h struct {
+		SessionID string `json:"sessionId"`
+	}
+	json.Unmarshal(n.Params, &h)
+	return h.SessionID
+}
+
+// page renders f's log after from (nil: from the start) up to, not
 // including, the event at until (empty: to the end).
-func (t *tailer) page(ctx context.Context, c *client.Client, from *string, until string) error {
+func (t *tailer) page(ctx context.Context, c *client.Client, f *followed, from *string, until string) error {
 	for {
 		var res msp.ViewPageResult
-		err := c.Call(ctx, msp.MethodViewPage, msp.ViewPageParams{SessionID: t.opts.SessionID, Cursor: from, Limit: 200}, &res)
+		err := c.Call(ctx, msp.MethodViewPage, msp.ViewPageParams{SessionID: f.id, Cursor: from, Limit: 200}, &res)
 		if err != nil {
 			return err
 		}
@@ -253,7 +392,7 @@ func (t *tailer) page(ctx context.Context, c *client.Client, from *string, until
 			if cur == until {
 				return nil
 			}
-			if err := t.show(e.Method, e.Params, cur); err != nil {
+			if err := t.show(f, e.Method, e.Params, cur, 0); err != nil {
 				return err
 			}
 		}
@@ -264,10 +403,12 @@ func (t *tailer) page(ctx context.Context, c *client.Client, from *string, until
 	}
 }
 
-func (t *tailer) show(method string, params json.RawMessage, cursor string) error {
-	t.r.event(method, params)
+// show renders one of f's events, emitted at emittedAtMs (0 when read
+// from the log).
+func (t *tailer) show(f *followed, method string, params json.RawMessage, cursor string, emittedAtMs int64) error {
+	f.r.eventAt(method, params, emittedAtMs)
 	if cursor != "" {
-		t.last = cursor
+		f.last = cursor
 	}
 	t.shown++
 	if t.opts.Count > 0 && t.shown >= t.opts.Count {
@@ -285,9 +426,11 @@ const kindViewTruncated = "viewTruncated"
 // a request the server will never accept — or nil when a retry may help
 // (a dropped connection, an overloaded or restarting server).
 func (t *tailer) refusal(err error) error {
-	var re *client.RefusedError
-	if errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden) {
-		return fmt.Errorf("%w (HTTP %d from %s): pass --token or set MSPD_AUTH_TOKEN", ErrUnauthorized, re.StatusCode, t.opts.URL)
+	if errors.Is(err, ErrNoSession) {
+		return err
+	}
+	if u := unauthorized(err, t.opts.URL); u != nil {
+		return u
 	}
 	var me *msp.Error
 	if !errors.As(err, &me) {
@@ -295,6 +438,9 @@ func (t *tailer) refusal(err error) error {
 	}
 	switch me.Data.Kind {
 	case msp.KindSessionNotFound:
+		if t.opts.All {
+			return nil // a session deleted under us: the run goes on
+		}
 		return fmt.Errorf("%w %s", ErrSessionNotFound, t.opts.SessionID)
 	case msp.KindNotFound:
 		if me.Data.Reason == msp.ReasonMissingAnchor {
@@ -304,6 +450,16 @@ func (t *tailer) refusal(err error) error {
 		return fmt.Errorf("%w: %s (start over with --from-start)", ErrUnknownCursor, me.Message)
 	case msp.KindInvalidParams, msp.KindInvalidRequest, msp.KindMethodNotFound:
 		return err
+	}
+	return nil
+}
+
+// unauthorized returns ErrUnauthorized, with the detail, when err is the
+// server refusing the token, or nil.
+func unauthorized(err error, url string) error {
+	var re *client.RefusedError
+	if errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden) {
+		return fmt.Errorf("%w (HTTP %d from %s): pass --token or set MSPD_AUTH_TOKEN", ErrUnauthorized, re.StatusCode, url)
 	}
 	return nil
 }
