@@ -301,7 +301,7 @@ const retryText = () => {
 
 // predicate wraps a page expression that may use the helpers.
 func predicate(expr string) string {
-	return "(() => {" + helpers + "try { return !!(" + expr + "); } catch { return false; } })()"
+	return "(() => {" + helpers + contrastHelpers + "try { return !!(" + expr + "); } catch { return false; } })()"
 }
 
 // openBrowser starts headless Chromium with a fresh profile (a temporary
@@ -466,9 +466,11 @@ func (p *chatPage) newChat() string {
 // window); elsewhere the list always shows.
 func (p *chatPage) openDrawer() {
 	p.t.Helper()
-	if p.eval(`String(getComputedStyle(document.getElementById('menu')).display !== 'none')`) == "true" {
+	if p.eval(`(() => { const m = document.getElementById('menu'); return String(!!m && getComputedStyle(m).display !== 'none'); })()`) == "true" {
 		p.run("opening the chat list", chromedp.Click(chromedp.CSS("#menu")))
-		p.waitFor("the open chat list", `getComputedStyle(document.getElementById('drawer')).visibility === 'visible'`)
+		// Clicks land where things are once the drawer stops sliding.
+		p.waitFor("the open chat list", `getComputedStyle(document.getElementById('drawer')).visibility === 'visible' &&
+			document.getElementById('drawer').getBoundingClientRect().left === 0`)
 	}
 }
 
@@ -565,6 +567,8 @@ type msProxy struct {
 	ln       net.Listener
 	target   atomic.Pointer[string] // the server connections go to
 	accepted atomic.Int32
+	// refuse closes new connections at once, as a network that is down.
+	refuse atomic.Bool
 	// gapNextTurn withholds the next turn's view events after its user
 	// message, up to its turn/completed, which a view/gap precedes.
 	gapNextTurn atomic.Bool
@@ -600,6 +604,10 @@ func (p *msProxy) serve() {
 			return
 		}
 		p.accepted.Add(1)
+		if p.refuse.Load() {
+			c.Close()
+			continue
+		}
 		up, err := net.Dial("tcp", *p.target.Load())
 		if err != nil {
 			c.Close()

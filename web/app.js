@@ -486,6 +486,9 @@
       const start = performance.now();
       if (this.isUser) this.paintUser();
       else this.textEl.replaceChildren(renderMarkdown(this.source));
+      // Lay it out now, so that the cost that paces repaints counts
+      // layout too: a long answer in a narrow window mostly costs that.
+      void this.el.offsetHeight; // eslint-disable-line no-void
       this.paintedAt = performance.now();
       this.cost = this.paintedAt - start;
     }
@@ -1177,10 +1180,10 @@
       closeDrawer();
       openSession(s.sessionId).catch(showError);
     });
-    const rename = button('row-action', '✎', `Rename “${title}”`);
+    const rename = button('row-action rename', '', `Rename “${title}”`);
     rename.dataset.role = 'rename';
     rename.addEventListener('click', () => startRename(row, s));
-    const del = button('row-action', '🗑', `Delete “${title}”`);
+    const del = button('row-action delete', '', `Delete “${title}”`);
     del.dataset.role = 'delete';
     del.addEventListener('click', () => confirmDelete(row, s));
     row.append(open, rename, del);
@@ -1624,7 +1627,13 @@
     }
   });
   ui.input.addEventListener('input', syncComposer);
-  if (!phone.matches) ui.input.placeholder = 'Message…  (Enter sends, Shift+Enter breaks the line, Esc stops)';
+
+  /** hint puts the keys in the placeholder where there is room for them. */
+  function hint() {
+    ui.input.placeholder = phone.matches ? 'Message…' : 'Message…  (Enter sends, Shift+Enter breaks the line, Esc stops)';
+  }
+  phone.addEventListener('change', hint);
+  hint();
 
   // ------------------------------------------------------------ start
 
