@@ -3,6 +3,7 @@ package e2e
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -64,20 +65,31 @@ func TestOpsEndpoints(t *testing.T) {
 func TestUnansweredPingCloses(t *testing.T) {
 	d := startDaemon(t, daemon.Config{Server: server.Config{PingInterval: 30 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}})
 	ctx := testCtx(t)
+	// The daemon's handler, served here as well to see its /msp handler
+	// return: the server is done with the connection.
+	h := d.Handler()
+	ended := make(chan struct{})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		if r.URL.Path == "/msp" {
+			close(ended)
+		}
+	}))
+	defer hs.Close()
 	// A client that never reads never answers a ping.
-	ws, _, err := websocket.Dial(ctx, d.URL(), nil)
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(hs.URL, "http")+"/msp", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ws.CloseNow()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, m := get(t, "http://"+d.Addr()+"/metrics"); strings.Contains(m, "mspd_connections_open 0") {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		t.Fatal("the silent connection is still open")
 	}
-	t.Fatal("the silent connection is still open")
+	if _, m := get(t, hs.URL+"/metrics"); !strings.Contains(m, "mspd_connections_open 0") {
+		t.Fatalf("the connection ended but is still counted open:\n%s", m)
+	}
 }
 
 // TestAuthToken: with a token configured, /msp opens only with it (as a
