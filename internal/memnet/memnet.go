@@ -1,5 +1,5 @@
-// Package memnet is an in-memory network for tests, made for tests that
-// run in a testing/synctest bubble.
+// Package memnet is an in-memory network for tests, above all for tests
+// that run in a testing/synctest bubble.
 //
 // A goroutine blocked on a loopback socket is not durably blocked (the
 // kernel, outside the bubble, may wake it), so a bubble whose client waits
