@@ -394,17 +394,27 @@ func (p *chatPage) checkFrames(t *testing.T) {
 
 // sent returns the params of the requests of one method the page sent.
 func (p *chatPage) sent(method string) []map[string]any {
+	return p.frameParams(true, method)
+}
+
+// received returns the params of the notifications of one method the
+// page received.
+func (p *chatPage) received(method string) []map[string]any {
+	return p.frameParams(false, method)
+}
+
+func (p *chatPage) frameParams(sent bool, method string) []map[string]any {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []map[string]any
 	for _, frames := range p.frames {
 		for _, f := range frames {
-			var req struct {
+			var msg struct {
 				Method string         `json:"method"`
 				Params map[string]any `json:"params"`
 			}
-			if f.sent && json.Unmarshal(f.data, &req) == nil && req.Method == method {
-				out = append(out, req.Params)
+			if f.sent == sent && json.Unmarshal(f.data, &msg) == nil && msg.Method == method {
+				out = append(out, msg.Params)
 			}
 		}
 	}

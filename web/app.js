@@ -345,7 +345,7 @@
     sessions: new Map(), // sessionId → Session, the chat list
     listStream: false, // the server pushes session/listChanged
     listHold: null, // the row whose rename or delete form is open
-    deleting: new Set(), // sessionIds whose deletion was admitted
+    deleting: new Map(), // sessionId → release of its row, while its deletion runs
     models: [], // model/list rows
     nextModel: null, // the model picked before a session exists
   };
@@ -1089,7 +1089,7 @@
   async function refreshSessions() {
     const res = await rpc.call('session/list', { limit: 50 });
     const keep = new Map();
-    for (const s of res.sessions) if (!app.deleting.has(s.sessionId)) keep.set(s.sessionId, s);
+    for (const s of res.sessions) keep.set(s.sessionId, s);
     // The list may lag a session just created here: keep that one.
     if (app.current && app.sessions.has(app.current) && !keep.has(app.current)) {
       keep.set(app.current, app.sessions.get(app.current));
@@ -1100,7 +1100,7 @@
 
   /** upsertSession takes a Session object the server sent. */
   function upsertSession(s) {
-    if (!s || !s.sessionId || app.deleting.has(s.sessionId)) return;
+    if (!s || !s.sessionId) return;
     app.sessions.set(s.sessionId, s);
     renderSessions();
   }
@@ -1266,41 +1266,46 @@
       yes.disabled = true;
       no.disabled = true;
       yes.textContent = 'Deleting…';
+      // session/deleteCompleted settles it (see deleteCompleted), even
+      // before the admission's answer arrives.
+      app.deleting.set(s.sessionId, done);
       try {
         await command('session/delete', { commandId: uuidv7(), sessionId: s.sessionId });
       } catch (err) {
+        app.deleting.delete(s.sessionId);
         done('delete');
         throw err;
       }
-      // Admitted: the chat goes from the list now; session/deleteCompleted
-      // settles it (and brings it back, with the reason, if it failed).
-      app.deleting.add(s.sessionId);
-      app.sessions.delete(s.sessionId);
-      done();
-      if (app.current === s.sessionId) leaveSession();
-      renderSessions();
-      announce(`Deleted “${titleOf(s)}”.`);
-      ui.newChat.focus();
     }));
     no.addEventListener('click', () => done('delete'));
     form.addEventListener('keydown', (ev) => {
-      if (ev.key === 'Escape') {
+      if (ev.key === 'Escape' && !yes.disabled) {
         ev.preventDefault();
         done('delete');
       }
     });
   }
 
+  /** deleteCompleted ends a deletion: the chat goes, or says why not. */
   function deleteCompleted(p) {
+    const done = app.deleting.get(p.sessionId);
     app.deleting.delete(p.sessionId);
-    if (p.outcome === 'completed') {
-      app.sessions.delete(p.sessionId);
+    const title = titleOf(app.sessions.get(p.sessionId));
+    const deleted = p.outcome === 'completed';
+    if (deleted) app.sessions.delete(p.sessionId);
+    if (done) done(deleted ? null : 'delete');
+    if (deleted) {
       if (app.current === p.sessionId) leaveSession();
       renderSessions();
+      if (done) {
+        announce(`Deleted “${title}”.`);
+        ui.newChat.focus();
+      }
       return;
     }
-    showError(new RpcError(`deleting the chat failed${p.reason ? `: ${p.reason}` : ''}`, p.reason, 'session/delete'));
-    refreshSessions().catch(() => {});
+    // Any outcome but completed (failed, or one this page does not know)
+    // leaves the chat in place.
+    showError(new RpcError(`deleting “${title}” failed${p.reason ? `: ${p.reason}` : ''}`, p.reason, 'session/delete'));
   }
 
   /** leaveSession shows no chat (the current one was deleted). */
@@ -1475,13 +1480,22 @@
     }));
   }
 
-  /** editAsFork branches the session before tv's turn and sends text there. */
+  /**
+   * editAsFork branches the session before tv's turn and sends text there.
+   * A fork copies through a completed turn (cutPoint.lastTurnId,
+   * inclusive), so an edit of the first message, before which there is
+   * no turn to cut at, starts a new chat instead.
+   */
   async function editAsFork(tv, text) {
     if (!tv.confirmed) throw new RpcError('this message is not sent yet; edit it once it is', 'notSent', 'session/fork');
     hideError();
-    const params = { commandId: uuidv7(), sessionId: app.current, excludeItems: true };
     const before = previousTurn(tv);
-    if (before) params.cutPoint = { lastTurnId: before.turnId };
+    if (!before) {
+      await newChat();
+      await send(text);
+      return;
+    }
+    const params = { commandId: uuidv7(), sessionId: app.current, excludeItems: true, cutPoint: { lastTurnId: before.turnId } };
     const res = await command('session/fork', params);
     enter(res.session, res.viewCursor);
     const epoch = app.epoch;
@@ -1491,11 +1505,11 @@
     await send(text);
   }
 
-  /** previousTurn is the confirmed turn shown before tv, if any. */
+  /** previousTurn is the last turn before tv that ended (a fork's cut). */
   function previousTurn(tv) {
     for (let n = tv.el.previousElementSibling; n; n = n.previousElementSibling) {
       const prev = app.turns.get(n.dataset.turnId);
-      if (prev && prev.confirmed) return prev;
+      if (prev && prev.confirmed && ['completed', 'failed', 'cancelled'].includes(prev.terminal)) return prev;
     }
     return null;
   }
