@@ -115,8 +115,10 @@ func (r *renderer) pretty(method string, params json.RawMessage, emittedAtMs int
 			r.delta(p)
 		}
 		return
-	case msp.NotifyItemStarted, msp.NotifySessionTokenUsage:
-		return // the deltas and the terminal say it all
+	case msp.NotifyItemStarted, msp.NotifyItemUpdated, msp.NotifySessionTokenUsage:
+		// The deltas and the terminal say it all; a saved text
+		// (item/updated) must not end a streaming answer's line.
+		return
 	case msp.NotifyItemCompleted:
 		var p msp.ItemParams
 		json.Unmarshal(params, &p)

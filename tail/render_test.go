@@ -55,3 +55,20 @@ func TestDiscardedAttemptKeepsItsText(t *testing.T) {
 		t.Fatalf("printed %q", got)
 	}
 }
+
+// TestSavedTextKeepsTheAnswerOnOneLine: a streaming answer's text is saved
+// about once a second as item/updated. The renderer ended the streamed
+// line at each one, so a long answer came out cut into several "agent:"
+// lines, each continuing the one before.
+func TestSavedTextKeepsTheAnswerOnOneLine(t *testing.T) {
+	var out strings.Builder
+	r := newRenderer(&out, Pretty, false)
+	saved, text := "Hello ", "Hello world"
+	r.event(msp.NotifyItemDelta, mustJSON(msp.ItemDeltaParams{ItemID: "a", Delta: "Hello "}))
+	r.event(msp.NotifyItemUpdated, itemEvent(t, msp.Item{ItemID: "a", Kind: msp.ItemAgentMessage, Status: msp.ItemInProgress, Text: &saved}))
+	r.event(msp.NotifyItemDelta, mustJSON(msp.ItemDeltaParams{ItemID: "a", Delta: "world"}))
+	r.event(msp.NotifyItemCompleted, itemEvent(t, msp.Item{ItemID: "a", Kind: msp.ItemAgentMessage, Status: msp.ItemCompleted, Text: &text}))
+	if want := "agent: Hello world\n"; out.String() != want {
+		t.Fatalf("printed %q, want %q", out.String(), want)
+	}
+}

@@ -2,6 +2,8 @@
 //
 //	mspd [serve] [flags]       serve MSP over WebSocket (default) or --stdio
 //	mspd tail [flags] SESSION  follow a session: pretty text, JSON lines or raw answer text
+//	                           (no SESSION: the most recent one; --all: every session)
+//	mspd sessions [flags]      list sessions, most recently active first
 //	mspd validate FILE|-       check an NDJSON transcript of frames against the schema
 //
 // Every serve flag can also be set through the environment as MSPD_<FLAG>
@@ -44,11 +46,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return validate(args, stdin, stdout, stderr)
 	case "tail":
 		return tailCmd(args, stdout, stderr)
+	case "sessions":
+		return sessionsCmd(args, stdout, stderr)
 	case "help":
-		fmt.Fprintln(stdout, "usage: mspd [serve] [flags] | mspd tail [flags] SESSION | mspd validate FILE|-")
+		fmt.Fprintln(stdout, "usage: mspd [serve] [flags] | mspd tail [flags] [SESSION] | mspd sessions [flags] | mspd validate FILE|-")
 		return 0
 	}
-	fmt.Fprintf(stderr, "mspd: unknown command %q (want serve, tail or validate)\n", cmd)
+	fmt.Fprintf(stderr, "mspd: unknown command %q (want serve, tail, sessions or validate)\n", cmd)
 	return 2
 }
 

@@ -13,18 +13,59 @@ import (
 	"mspd/tail"
 )
 
-// tailCmd follows a session: `mspd tail [flags] SESSION`. Exit status: 0 on
-// a clean end, 1 on an error, 2 on a usage error, 3 when the session or
-// the cursor is unknown (for a cursor: start over with --from-start), 4
-// when the server refuses the token.
+// isTerminal tells whether w is a terminal; tests replace it.
+var isTerminal = func(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// serverFlags registers --url and --token, the flags of every command
+// that talks to a running server.
+func serverFlags(fs *flag.FlagSet, url, token *string) {
+	fs.StringVar(url, "url", "ws://127.0.0.1:7700/msp", "the server's MSP WebSocket `endpoint`")
+	fs.StringVar(token, "token", os.Getenv("MSPD_AUTH_TOKEN"), "the server's auth token (default $MSPD_AUTH_TOKEN)")
+}
+
+// clientExit reports a client command's error on stderr, one line, and
+// returns its exit status: 0 for none, 3 when the session or cursor is
+// unknown or there is no session, 4 when the server refused the token, 1
+// otherwise.
+func clientExit(cmd string, err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(stderr, "mspd %s: %v\n", cmd, err)
+	switch {
+	case errors.Is(err, tail.ErrUnknownCursor), errors.Is(err, tail.ErrSessionNotFound), errors.Is(err, tail.ErrNoSession):
+		return 3
+	case errors.Is(err, tail.ErrUnauthorized):
+		return 4
+	}
+	return 1
+}
+
+// interruptible returns a context that Ctrl-C or SIGTERM ends.
+func interruptible() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// tailCmd follows a session: `mspd tail [flags] [SESSION]`, or every
+// session with --all. Exit status: 0 on a clean end, 1 on an error, 2 on a
+// usage error, 3 when the session or the cursor is unknown (for a cursor:
+// start over with --from-start) or there is no session to follow, 4 when
+// the server refuses the token.
 func tailCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	opts := tail.Options{Status: stderr}
 	var noFollow bool
 	var color string
-	fs.StringVar(&opts.URL, "url", "ws://127.0.0.1:7700/msp", "the server's MSP WebSocket `endpoint`")
-	fs.StringVar(&opts.Token, "token", os.Getenv("MSPD_AUTH_TOKEN"), "the server's auth token (default $MSPD_AUTH_TOKEN)")
+	serverFlags(fs, &opts.URL, &opts.Token)
+	fs.BoolVar(&opts.All, "all", false, "follow every session's live events, each line prefixed with its session's name")
 	fs.StringVar(&opts.From, "from", "", "start after this `cursor` (a viewCursor printed earlier)")
 	fs.BoolVar(&opts.FromStart, "from-start", false, "show the whole session log first")
 	fs.BoolVar(&noFollow, "no-follow", false, "stop at the end of the log instead of following live events")
@@ -32,13 +73,14 @@ func tailCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&opts.Count, "count", 0, "stop after `n` notifications")
 	fs.StringVar(&color, "color", "auto", "colour: auto, always or never")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: mspd tail [flags] SESSION")
+		fmt.Fprintln(stderr, "usage: mspd tail [flags] [SESSION]   (no SESSION: the most recently active one)")
+		fmt.Fprintln(stderr, "       mspd tail --all [flags]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() != 1 {
+	if fs.NArg() > 1 || (opts.All && fs.NArg() > 0) {
 		fs.Usage()
 		return 2
 	}
@@ -50,38 +92,22 @@ func tailCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mspd tail: -o %q: want pretty, json or raw\n", opts.Format)
 		return 2
 	}
+	if opts.All && (opts.From != "" || opts.FromStart || noFollow || opts.Format == tail.Raw) {
+		fmt.Fprintln(stderr, "mspd tail: --all follows live events as pretty text or JSON: not with --from, --from-start, --no-follow or -o raw")
+		return 2
+	}
+	opts.Terminal = isTerminal(stdout)
 	switch color {
 	case "always":
 		opts.Color = true
 	case "auto":
-		opts.Color = isTerminal(stdout) && os.Getenv("NO_COLOR") == ""
+		opts.Color = opts.Terminal && os.Getenv("NO_COLOR") == ""
 	case "never":
 	default:
 		fmt.Fprintf(stderr, "mspd tail: --color %q: want auto, always or never\n", color)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible()
 	defer stop()
-	err := tail.Run(ctx, opts, stdout)
-	if err == nil {
-		return 0
-	}
-	fmt.Fprintln(stderr, "mspd tail:", err)
-	switch {
-	case errors.Is(err, tail.ErrUnknownCursor), errors.Is(err, tail.ErrSessionNotFound):
-		return 3
-	case errors.Is(err, tail.ErrUnauthorized):
-		return 4
-	}
-	return 1
-}
-
-// isTerminal tells whether w is a character device (a terminal).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return clientExit("tail", tail.Run(ctx, opts, stdout), stderr)
 }
