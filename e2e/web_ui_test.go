@@ -300,6 +300,21 @@ func TestWebPage(t *testing.T) {
 		p.run("stopping", chromedp.KeyEvent(kbEscape))
 		p.waitFor("the stopped turn", `footer() === '■ stopped'`)
 	})
+
+	t.Run("retry budget used up, in plain words", func(t *testing.T) {
+		p.use(t)
+		// One token: the first failure leaves less than half.
+		d := startDaemon(t, daemon.Config{RetryBudget: daemon.Budget{Tokens: 1}})
+		p.open("http://" + d.Addr() + "/")
+		p.newChat()
+		p.send(scripted.Script(scripted.Step{Status: 503, Message: "service unavailable"}, scripted.Step{Text: "never"}))
+		p.waitFor("the failure", `footer().startsWith('✗')`)
+		p.expect("plain words", `footer() === '✗ The model is overloaded and the retry budget is used up. Try again in a minute.'`)
+		p.expect("the detail", `(() => {
+			const t = document.querySelector('#transcript .turn:last-of-type .turn-footer details').textContent;
+			return t.includes('errorKindoverloaded') && t.includes('Attempts1') && t.includes('retry budget for this provider is spent');
+		})()`)
+	})
 }
 
 // kbEscape is the Escape key for chromedp.KeyEvent.

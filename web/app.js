@@ -577,22 +577,15 @@
 
   // ------------------------------------------------------------ retries
 
-  /** techDetails builds a closed disclosure of label/value pairs or lines. */
+  /** techDetails builds a closed disclosure of label/value pairs. */
   function techDetails(summary, rows) {
     const d = el('details', 'tech');
-    d.append(el('summary', null, summary));
-    if (Array.isArray(rows)) {
-      const ul = el('ul');
-      rows.forEach((r) => ul.append(el('li', null, r)));
-      d.append(ul);
-    } else {
-      const dl = el('dl');
-      for (const [k, v] of Object.entries(rows)) {
-        if (v == null || v === '') continue;
-        dl.append(el('dt', null, k), el('dd', null, String(v)));
-      }
-      d.append(dl);
+    const dl = el('dl');
+    for (const [k, v] of Object.entries(rows)) {
+      if (v == null || v === '') continue;
+      dl.append(el('dt', null, k), el('dd', null, String(v)));
     }
+    d.append(el('summary', null, summary), dl);
     return d;
   }
 
@@ -619,10 +612,11 @@
       this.last = null;
     }
 
-    /** schedule shows a new notice (model: turn/modelRetryScheduled). */
+    /**
+     * schedule shows a new notice (model: turn/modelRetryScheduled); the
+     * one before it, if any, ran, since this one follows its attempt.
+     */
     schedule(p, model, emittedAtMs) {
-      // A notice after the attempt the last one announced proves it ran.
-      if (this.last && p.attempt >= this.last.nextAttempt) this.state = 'retried';
       const now = Date.now();
       let deadline = now + p.retryDelayMs;
       // Live, the server said when it scheduled the wait; a clock that
@@ -1071,7 +1065,8 @@
       params.providerId = app.nextModel.providerId;
       params.modelId = app.nextModel.modelId;
     }
-    const res = await command('session/start', params);
+    // Not queued offline: the banner says so and nothing waits unseen.
+    const res = await rpc.call('session/start', params);
     enter(res.session, res.viewCursor);
     loadModels().catch(() => {});
     closeDrawer();

@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/chromedp"
+
+	"mspd/client"
+	"mspd/daemon"
+	"mspd/provider/openai/openaitest"
+	"mspd/schema/msp"
+)
+
+// update makes TestScreenshots rewrite the README's screenshots:
+//
+//	go test ./e2e -run TestScreenshots -update
+var update = flag.Bool("update", false, "TestScreenshots: rewrite docs/screenshots/*.png")
+
+// screenshotDir is where the README's screenshots live, from this package.
+const screenshotDir = "../docs/screenshots"
+
+// TestScreenshots renders the chat page the README shows — desktop, phone,
+// dark mode and a retry counting down — in the headless Chromium the
+// browser tests drive, against mspd's OpenAI provider talking to a fake
+// OpenAI server, so every pixel comes from the real page and wire. With
+// -update it writes docs/screenshots/*.png; without, it renders them to a
+// temporary directory, so the command keeps working.
+func TestScreenshots(t *testing.T) {
+	fake := openaitest.New(t, "/v1",
+		openaitest.Stream(openaitest.Answer("Three days is enough for the centre:\n\n",
+			"1. **Alfama** and the castle in the morning, before the heat.\n",
+			"2. **Belém** for the tower, the monastery and *pastéis de nata*.\n",
+			"3. A day trip to **Sintra** by train from Rossio (40 min).\n")...),
+		openaitest.Stream(openaitest.Answer("Two incidents this week, both resolved:\n\n",
+			"- **Tuesday**: the queue backed up for 12 min after a deploy.\n",
+			"- **Thursday**: a provider returned 529s; retries absorbed them.\n")...),
+		openaitest.Stream(openaitest.Answer("Use a `bufio.Scanner`: each call to `Scan` reads one line.\n\n",
+			"```go\nf, err := os.Open(\"notes.txt\")\nif err != nil {\n\treturn err\n}\ndefer f.Close()\n\n",
+			"sc := bufio.NewScanner(f)\nfor sc.Scan() {\n\tfmt.Println(sc.Text())\n}\nreturn sc.Err()\n```\n\n",
+			"Two things to know:\n\n- Lines over 64 KiB need a bigger buffer: `sc.Buffer(make([]byte, 1<<20), 1<<20)`.\n",
+			"- `Scan` drops the line ending, `\\r\\n` included.\n")...),
+		openaitest.Error(429, openaitest.RateLimitBody, "Retry-After-Ms", "600"),
+		openaitest.Stream(openaitest.Answer("Skip them inside the loop:\n\n",
+			"```go\nfor sc.Scan() {\n\tif strings.TrimSpace(sc.Text()) == \"\" {\n\t\tcontinue\n\t}\n\tfmt.Println(sc.Text())\n}\n```\n")...),
+		openaitest.Error(429, openaitest.RateLimitBody, "Retry-After-Ms", "30000"),
+	)
+	d := startDaemon(t, daemon.Config{Provider: "openai", Model: "gpt-4o-mini",
+		Env: mapEnv(map[string]string{"OPENAI_BASE_URL": fake.URL, "OPENAI_API_KEY": "sk-screenshots"})})
+
+	// The chats, made over the wire as any client would.
+	c := dial(t, d.URL(), client.Options{})
+	ctx := testCtx(t)
+	chat := func(texts ...string) string {
+		s, err := c.StartSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, text := range texts {
+			ack, err := c.StartTurn(ctx, s.Session.SessionID, text)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.WaitTurn(ctx, ack.TurnID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s.Session.SessionID
+	}
+	chat("Plan a long weekend in Lisbon")
+	report := chat("Summarise this week's incidents")
+	hero := chat("How do I read a file line by line in Go?", "And skip the blank lines?")
+	var first msp.TurnCompletedParams
+	page := struct {
+		Events []struct {
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
+		} `json:"events"`
+	}{}
+	if err := c.Call(ctx, msp.MethodViewPage, map[string]any{"sessionId": hero, "limit": 1000}, &page); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range page.Events {
+		if ev.Method == msp.NotifyTurnCompleted && first.TurnID == "" {
+			if err := json.Unmarshal(ev.Params, &first); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A branch, as Edit makes one, so the list shows a fork.
+	if err := c.Call(ctx, msp.MethodSessionFork, map[string]any{"commandId": client.NewCommandID(), "sessionId": hero,
+		"cutPoint": map[string]string{"lastTurnId": first.TurnID}, "excludeItems": true}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	if *update {
+		dir = screenshotDir
+	}
+	p := openBrowser(t)
+	p.use(t)
+	shot := func(name string, w, h int64) {
+		p.t.Helper()
+		p.eval(`(document.activeElement.blur(), '')`)
+		p.run("moving the mouse away", chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, float64(w-1), float64(h-1)))
+		writeScreenshot(p, filepath.Join(dir, name))
+	}
+	open := func(w, h int64, sid string) {
+		p.t.Helper()
+		p.open("http://" + d.Addr() + "/")
+		p.media("light")
+		p.viewport(w, h)
+		p.openChat(sid)
+		p.waitFor("the chat", `document.querySelectorAll('#transcript .turn-footer').length === 2 && footer().startsWith('✓') &&
+			document.querySelectorAll('.code-block').length === 2`)
+	}
+
+	open(1280, 800, hero)
+	p.expect("the resolved retry", `document.querySelector('.retry').dataset.state === 'retried'`)
+	shot("desktop.png", 1280, 800)
+	p.media("dark")
+	shot("dark.png", 1280, 800)
+	open(390, 844, hero)
+	shot("phone.png", 390, 844)
+
+	p.viewport(1024, 640)
+	p.openChat(report)
+	p.waitFor("the chat", `footer().startsWith('✓')`)
+	p.send("Translate the summary into Portuguese")
+	p.waitFor("the countdown", `/^retrying in (30|29|28) s · attempt 2 of 5 · rate limited$/.test(retryText())`)
+	shot("retry.png", 1024, 640)
+	p.run("stopping", chromedp.KeyEvent(kbEscape))
+	p.waitFor("the stopped turn", `footer() === '■ stopped'`)
+	if *update {
+		t.Logf("wrote %s", strings.Join([]string{"desktop.png", "dark.png", "phone.png", "retry.png"}, ", "))
+	}
+}
+
+// media emulates a colour scheme, with reduced motion so that nothing is
+// caught mid-animation.
+func (p *chatPage) media(scheme string) {
+	p.t.Helper()
+	params := emulation.SetEmulatedMediaParams{Features: []*emulation.MediaFeature{
+		{Name: "prefers-color-scheme", Value: scheme},
+		{Name: "prefers-reduced-motion", Value: "reduce"},
+	}}
+	p.run("emulating "+scheme+" mode", chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, emulation.SetEmulatedMedia, params)
+		return err
+	}))
+	p.waitFor(scheme+" mode", fmt.Sprintf(`matchMedia('(prefers-color-scheme: %s)').matches`, scheme))
+}
+
+// writeScreenshot captures the viewport as a PNG, compressed hard to keep
+// the repository small.
+func writeScreenshot(p *chatPage, path string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	raw, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		p.fatalf("screenshot %s: %v", path, err)
+	}
+	img, err := png.Decode(bytes.NewReader(raw))
+	if err != nil {
+		p.fatalf("screenshot %s: %v", path, err)
+	}
+	var out bytes.Buffer
+	if err := (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&out, img); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Logf("%s: %dx%d, %d KB", path, img.Bounds().Dx(), img.Bounds().Dy(), out.Len()/1024)
+}
