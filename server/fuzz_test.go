@@ -68,7 +68,7 @@ func newFuzzFixture(f *testing.F) *fuzzFixture {
 	} else {
 		attach(ctx)
 	}
-	if _, launch, err := m.StartTurn(ctx, mustMarshal(msp.TurnStartParams{CommandID: reviewCmd(), SessionID: fuzzSession,
+	if _, launch, err := m.StartTurn(ctx, nil, mustMarshal(msp.TurnStartParams{CommandID: reviewCmd(), SessionID: fuzzSession,
 		Input: []msp.TurnInputPart{{Type: "text", Text: "hi"}}})); err != nil {
 		f.Fatal(err)
 	} else {

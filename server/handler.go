@@ -88,7 +88,7 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 		res, erase, err := mgr.DeleteSession(ctx, c, params)
 		return res, erase, err
 	case msp.MethodTurnStart:
-		res, launch, err := mgr.StartTurn(ctx, params)
+		res, launch, err := mgr.StartTurn(ctx, c, params)
 		return res, func(context.Context) { launch() }, err
 	case msp.MethodTurnInterrupt, msp.MethodTurnCancel:
 		res, err := mgr.StopTurn(ctx, method, params)

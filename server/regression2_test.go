@@ -165,7 +165,7 @@ func TestTurnAdmittedOnAClosingConnectionRuns(t *testing.T) {
 
 	// The client reconnects and re-sends the same command; the handler runs
 	// StartTurn, replies, then calls launch.
-	if _, launch, err := m.StartTurn(context.Background(), json.RawMessage(params)); err != nil {
+	if _, launch, err := m.StartTurn(context.Background(), nil, json.RawMessage(params)); err != nil {
 		t.Fatal(err)
 	} else {
 		launch()

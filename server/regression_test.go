@@ -91,7 +91,7 @@ func startWithTurnsText(t *testing.T, m *session.Manager, head func(string) int6
 	attach(ctx)
 	sid := res.Session.SessionID
 	for i := 0; i < n; i++ {
-		_, launch, err := m.StartTurn(ctx, mustMarshal(msp.TurnStartParams{CommandID: reviewCmd(), SessionID: sid,
+		_, launch, err := m.StartTurn(ctx, nil, mustMarshal(msp.TurnStartParams{CommandID: reviewCmd(), SessionID: sid,
 			Input: []msp.TurnInputPart{{Type: "text", Text: text}}}))
 		if err != nil {
 			t.Fatal(err)

@@ -60,7 +60,7 @@ func TestReplayAnswersBeforeConfigurationChecks(t *testing.T) {
 	sid := res.Session.SessionID
 	turnRaw := mustJSON(msp.TurnStartParams{CommandID: cmdID(), SessionID: sid,
 		Input: []msp.TurnInputPart{{Type: "text", Text: strings.Repeat("long input ", 2000)}}})
-	ack, launch, err := m1.StartTurn(context.Background(), turnRaw)
+	ack, launch, err := m1.StartTurn(context.Background(), nil, turnRaw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,14 +76,14 @@ func TestReplayAnswersBeforeConfigurationChecks(t *testing.T) {
 	if err != nil || string(again) != string(started) {
 		t.Fatalf("replayed session/start: %s, %v\nwant the recorded %s", again, err, started)
 	}
-	againAck, _, err := m2.StartTurn(context.Background(), turnRaw)
+	againAck, _, err := m2.StartTurn(context.Background(), nil, turnRaw)
 	if err != nil || string(againAck) != string(ack) {
 		t.Fatalf("replayed turn/start: %s, %v\nwant the recorded %s", againAck, err, ack)
 	}
 
 	// A new turn of that session is refused, naming its provider: its
 	// model id must not go to the default provider.
-	_, _, err = m2.StartTurn(context.Background(), mustJSON(textTurn(sid, "hello")))
+	_, _, err = m2.StartTurn(context.Background(), nil, mustJSON(textTurn(sid, "hello")))
 	var me *msp.Error
 	if !errors.As(err, &me) || me.Data.Kind != msp.KindInvalidParams || !strings.Contains(me.Message, `"extra"`) {
 		t.Fatalf("new turn on a session of an unconfigured provider: %v, want invalidParams naming \"extra\"", err)

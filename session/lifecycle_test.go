@@ -244,7 +244,7 @@ func TestDeleteErasesEverything(t *testing.T) {
 	}
 	_, err = m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid}))
 	wantNotFound(t, "session/read after delete", err)
-	_, _, err = m.StartTurn(context.Background(), mustJSON(textTurn(sid, "hello?")))
+	_, _, err = m.StartTurn(context.Background(), nil, mustJSON(textTurn(sid, "hello?")))
 	wantNotFound(t, "turn/start after delete", err)
 	if list, _ := m.ListSessions(context.Background(), nil); len(list.Sessions) != 0 {
 		t.Fatalf("session/list after delete: %+v", list.Sessions)

@@ -253,7 +253,7 @@ func startTurn(t *testing.T, m *Manager, p msp.TurnStartParams) msp.TurnStartRes
 	if p.CommandID == "" {
 		p.CommandID = cmdID()
 	}
-	raw, launch, err := m.StartTurn(context.Background(), mustJSON(p))
+	raw, launch, err := m.StartTurn(context.Background(), nil, mustJSON(p))
 	if err != nil {
 		t.Fatalf("turn/start %+v: %v", p.Input, err)
 	}
@@ -616,7 +616,7 @@ func TestStartTurnRefusesUnsupportedInput(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := tt.p
 			p.CommandID, p.SessionID = id, sid
-			_, _, err := m.StartTurn(ctx, mustJSON(p))
+			_, _, err := m.StartTurn(ctx, nil, mustJSON(p))
 			var me *msp.Error
 			if !errors.As(err, &me) || me.Code != msp.CodeInvalidParams || me.Data.Kind != msp.KindInvalidParams {
 				t.Fatalf("err %v, want invalidParams", err)
@@ -652,7 +652,7 @@ func TestQueueBackpressure(t *testing.T) {
 	}
 	third := textTurn(sid, "third")
 	third.CommandID = "third"
-	_, _, err := m.StartTurn(ctx, mustJSON(third))
+	_, _, err := m.StartTurn(ctx, nil, mustJSON(third))
 	var me *msp.Error
 	if !errors.As(err, &me) || me.Code != -32031 || me.Data.Kind != msp.KindBackpressured ||
 		me.Data.Capacity != 1 || me.Data.Retryable == nil || !*me.Data.Retryable {

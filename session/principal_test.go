@@ -44,7 +44,7 @@ func TestPrincipalsSeeOnlyTheirOwnSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	sid := started.Session.SessionID
-	turnAck, launch, err := m.StartTurn(alice, mustJSON(textTurn(sid, "hello")))
+	turnAck, launch, err := m.StartTurn(alice, nil, mustJSON(textTurn(sid, "hello")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestPrincipalsSeeOnlyTheirOwnSessions(t *testing.T) {
 	wantNotFound(t, "model/list", err)
 	_, err = m.Head(bob, sid)
 	wantNotFound(t, "head", err)
-	_, _, err = m.StartTurn(bob, mustJSON(textTurn(sid, "intrude")))
+	_, _, err = m.StartTurn(bob, nil, mustJSON(textTurn(sid, "intrude")))
 	wantNotFound(t, "turn/start", err)
 	_, err = m.StopTurn(bob, msp.MethodTurnInterrupt, mustJSON(msp.TurnStopParams{CommandID: cmdID(), SessionID: sid}))
 	wantNotFound(t, "turn/interrupt", err)

@@ -33,12 +33,12 @@ func TestReplayedTurnStartLaunchesAnAdmittedTurn(t *testing.T) {
 	p := textTurn(sid, "hello")
 	p.CommandID = cmdID()
 	raw := mustJSON(p)
-	if _, _, err := m.StartTurn(context.Background(), raw); err != nil {
+	if _, _, err := m.StartTurn(context.Background(), nil, raw); err != nil {
 		t.Fatal(err)
 	}
 	// The ack could not be sent (the connection shut), so the handler never
 	// called launch. The client reconnects and replays the command.
-	resp, launch, err := m.StartTurn(context.Background(), raw)
+	resp, launch, err := m.StartTurn(context.Background(), nil, raw)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,8 +151,10 @@ type brokenStore struct {
 func (b *brokenStore) Commit(ctx context.Context, batch store.Batch) error {
 	select {
 	case <-b.broken:
-		if len(batch.Records) > 0 && batch.Records[0].Method == msp.NotifyTurnCompleted {
-			return errors.New("disk on fire")
+		for _, r := range batch.Records {
+			if r.Method == msp.NotifyTurnCompleted {
+				return errors.New("disk on fire")
+			}
 		}
 	default:
 	}
@@ -206,12 +208,12 @@ func TestDrainRefusesNewTurnsAndWaits(t *testing.T) {
 	queued := startTurn(t, m, textTurn(sid, "queued behind"))
 	m.Drain()
 
-	_, _, err := m.StartTurn(context.Background(), mustJSON(textTurn(sid, "late")))
+	_, _, err := m.StartTurn(context.Background(), nil, mustJSON(textTurn(sid, "late")))
 	var me *msp.Error
 	if !errors.As(err, &me) || me.Data.Kind != msp.KindOverloaded || me.Data.Retryable == nil || !*me.Data.Retryable {
 		t.Fatalf("turn/start while draining: %v, want overloaded, retryable", err)
 	}
-	if raw, _, err := m.StartTurn(context.Background(), mustJSON(p)); err != nil || !strings.Contains(string(raw), ack.TurnID) {
+	if raw, _, err := m.StartTurn(context.Background(), nil, mustJSON(p)); err != nil || !strings.Contains(string(raw), ack.TurnID) {
 		t.Fatalf("replay while draining: %s, %v", raw, err)
 	}
 	wait, cancel := context.WithTimeout(context.Background(), time.Millisecond)

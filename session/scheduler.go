@@ -8,6 +8,7 @@ import (
 
 	"mspd/provider"
 	"mspd/schema/msp"
+	"mspd/store"
 	"mspd/turn"
 )
 
@@ -68,9 +69,10 @@ func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 		s.working = false
 		return nil, turn.Spec{}, false
 	}
-	if a := s.st.Active; a != nil && s.resume != nil {
+	if a := s.st.Active; a != nil && (s.resume != nil || s.launched) {
+		// Resumed after a restart, or launched with its admission.
 		spec := m.specLocked(s, *a)
-		spec.Resume, s.resume = s.resume, nil
+		spec.Resume, s.resume, s.launched = s.resume, nil, false
 		return m.runCtxLocked(s), spec, true
 	}
 	if s.st.Active != nil || len(s.st.Queue) == 0 {
@@ -82,28 +84,8 @@ func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 		st := s.st.clone()
 		pt := st.Queue[0]
 		st.Queue = st.Queue[1:]
-		pt.StartedAt, pt.StartSeq = m.now(), s.head+1
-		st.Active = &pt
-		if st.FirstUserPrompt == "" {
-			st.FirstUserPrompt = firstLine(pt.Text, 200)
-		}
-		text, turnID := pt.Text, pt.TurnID
-		user := msp.Item{ItemID: newID(), Kind: msp.ItemUserMessage, Revision: 1, Status: msp.ItemCompleted,
-			TurnID: &turnID, Text: &text, CommandID: pt.CommandID, DisplayText: pt.DisplayText, RecordedAt: wireTime(m.now())}
-		evs := []event{
-			{msp.NotifyTurnStarted, &msp.TurnStartedParams{CommandID: pt.CommandID, TurnID: pt.TurnID}},
-			{msp.NotifyItemCompleted, &msp.ItemParams{Item: user}},
-		}
-		if st.Name == "" {
-			// Named from its first message, as it starts, not after the
-			// answer.
-			st.Name = normalizeName(firstLine(text, 80))
-			evs = append(evs, event{msp.NotifySessionNameChanged, &msp.SessionNameChangedParams{Name: st.Name}})
-		}
-		err := s.appendLocked(m.ctx, evs, &st)
+		err := s.launchLocked(m.ctx, pt, &st)
 		if err == nil {
-			s.history = append(s.history, provider.Message{Role: provider.RoleUser, Text: text})
-			s.listChangedLocked()
 			return m.runCtxLocked(s), m.specLocked(s, pt), true
 		}
 		// The turn stays queued, in memory and in the stored row: dropping
@@ -114,6 +96,37 @@ func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 			return nil, turn.Spec{}, false
 		}
 	}
+}
+
+// launchLocked makes pt the active turn in st and appends its turn/started
+// and userMessage item (and, for a session's first turn, its name), with
+// cmds, in one commit. s.mu must be held.
+func (s *session) launchLocked(ctx context.Context, pt pendingTurn, st *state, cmds ...store.Command) error {
+	m := s.m
+	pt.StartedAt, pt.StartSeq = m.now(), s.head+1
+	st.Active = &pt
+	if st.FirstUserPrompt == "" {
+		st.FirstUserPrompt = firstLine(pt.Text, 200)
+	}
+	text, turnID := pt.Text, pt.TurnID
+	user := msp.Item{ItemID: newID(), Kind: msp.ItemUserMessage, Revision: 1, Status: msp.ItemCompleted,
+		TurnID: &turnID, Text: &text, CommandID: pt.CommandID, DisplayText: pt.DisplayText, RecordedAt: wireTime(m.now())}
+	evs := []event{
+		{msp.NotifyTurnStarted, &msp.TurnStartedParams{CommandID: pt.CommandID, TurnID: pt.TurnID}},
+		{msp.NotifyItemCompleted, &msp.ItemParams{Item: user}},
+	}
+	if st.Name == "" {
+		// Named from its first message, as it starts, not after the
+		// answer.
+		st.Name = normalizeName(firstLine(text, 80))
+		evs = append(evs, event{msp.NotifySessionNameChanged, &msp.SessionNameChangedParams{Name: st.Name}})
+	}
+	if err := s.appendLocked(ctx, evs, st, cmds...); err != nil {
+		return err
+	}
+	s.history = append(s.history, provider.Message{Role: provider.RoleUser, Text: text})
+	s.listChangedLocked()
+	return nil
 }
 
 // specLocked is what the runner needs of an active turn.
@@ -171,12 +184,13 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 	}
 	// Writes land even while the manager stops.
 	ctx := context.WithoutCancel(m.ctx)
+	held := turnEvents(out.Held)
 	if out.Stopped != nil {
 		st := s.st.clone()
 		if st.Active != nil {
 			st.Active.Checkpoint = out.Stopped
 		}
-		if err := s.appendLocked(ctx, nil, &st); err != nil {
+		if err := s.emitLocked(ctx, held, &st); err != nil {
 			// The last notice's checkpoint stays: the next start resumes
 			// from it, counting the attempt that was in flight.
 			m.log.Warn("recording a stopped turn's checkpoint", "session", s.id, "turn", spec.TurnID, "err", err)
@@ -192,7 +206,8 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 		st := s.st.clone()
 		st.Active = nil
 		st.TurnCount++
-		err := s.appendLocked(ctx, []event{{msp.NotifyTurnCompleted, &done}}, &st)
+		// The last attempt's closing events and the terminal: one write.
+		err := s.emitLocked(ctx, append(held[:len(held):len(held)], event{msp.NotifyTurnCompleted, &done}), &st)
 		if err == nil {
 			break
 		}
@@ -379,22 +394,22 @@ func (k sink) Emit(ctx context.Context, method string, params msp.ViewParams) er
 	return k.s.emit(ctx, method, params)
 }
 
-func (k sink) EmitRetry(ctx context.Context, method string, params msp.ViewParams, next turn.Checkpoint) error {
-	return k.s.emitRetry(ctx, method, params, next)
+func (k sink) EmitRetry(ctx context.Context, next turn.Checkpoint, events []turn.Event) error {
+	return k.s.emitRetry(ctx, next, turnEvents(events))
 }
 
 func (k sink) Delta(itemID, text string) { k.s.delta(itemID, text) }
 
 var _ turn.Sink = sink{}
 
-// emitRetry appends a retry notice and, in the same commit, the checkpoint
-// the active turn resumes from.
-func (s *session) emitRetry(ctx context.Context, method string, params msp.ViewParams, next turn.Checkpoint) error {
+// emitRetry appends a retried attempt's closing events and its notice and,
+// in the same commit, the checkpoint the active turn resumes from.
+func (s *session) emitRetry(ctx context.Context, next turn.Checkpoint, evs []event) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.st.clone()
 	if st.Active != nil {
 		st.Active.Checkpoint = &next
 	}
-	return s.appendLocked(ctx, []event{{method, params}}, &st)
+	return s.emitLocked(ctx, evs, &st)
 }

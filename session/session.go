@@ -41,6 +41,16 @@ type session struct {
 	broken     bool                 // the log refused the scheduler's writes for good
 	deleted    bool                 // session/delete is erasing it: nothing more is written
 	workerDone chan struct{}        // closed when the running worker stops
+	launched   bool                 // the active turn was launched with its admission and waits for its worker
+	held       *heldFanout          // a turn/start's caller, whose events wait for its ack
+}
+
+// heldFanout holds what is fanned out to one subscriber until it has been
+// sent the response of the command that caused it: a turn launched with
+// its admission must not reach its caller before the ack.
+type heldFanout struct {
+	sub   Subscriber
+	queue []Notification
 }
 
 // openItem is an item in progress and the text streamed into it so far.
@@ -117,6 +127,10 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 
 func (s *session) fanOutLocked(n Notification) {
 	for sub := range s.subs {
+		if h := s.held; h != nil && h.sub == sub {
+			h.queue = append(h.queue, n)
+			continue
+		}
 		if len(s.gapsDue) > 0 {
 			if after, ok := s.gapsDue[sub]; ok {
 				sub.Deliver(s.gapNotification(after, n.Cursor))
@@ -127,43 +141,60 @@ func (s *session) fanOutLocked(n Notification) {
 	}
 }
 
-// emit appends one event on behalf of a running turn, keeping the session's
-// running totals and open items in step.
+// emit appends one event on behalf of a running turn.
 func (s *session) emit(ctx context.Context, method string, params msp.ViewParams) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch p := params.(type) {
-	case *msp.SessionTokenUsageParams:
-		c := s.cumulative
-		c.PromptTokens += p.PromptTokens
-		c.OutputTokens += p.Usage.OutputTokens
-		c.TotalTokens = c.PromptTokens + c.OutputTokens
-		p.Cumulative = c
-		if err := s.appendLocked(ctx, []event{{method, params}}, nil); err != nil {
-			return err
+	return s.emitLocked(ctx, []event{{method, params}}, nil)
+}
+
+// emitLocked appends a running turn's events in one commit (with st, when
+// set), keeping the session's running totals and open items in step.
+// s.mu must be held.
+func (s *session) emitLocked(ctx context.Context, evs []event, st *state) error {
+	c := s.cumulative
+	for _, ev := range evs {
+		switch p := ev.params.(type) {
+		case *msp.SessionTokenUsageParams:
+			c.PromptTokens += p.PromptTokens
+			c.OutputTokens += p.Usage.OutputTokens
+			c.TotalTokens = c.PromptTokens + c.OutputTokens
+			p.Cumulative = c
+		case *msp.ItemParams:
+			if oi := s.open[p.Item.ItemID]; oi != nil && p.Item.Revision <= oi.item.Revision {
+				// Text checkpoints raised the revision meanwhile.
+				p.Item.Revision = oi.item.Revision + 1
+			}
 		}
-		s.cumulative = c
-		return nil
-	case *msp.ItemParams:
-		if oi := s.open[p.Item.ItemID]; oi != nil && p.Item.Revision <= oi.item.Revision {
-			// Text checkpoints raised the revision meanwhile.
-			p.Item.Revision = oi.item.Revision + 1
-		}
-		if err := s.appendLocked(ctx, []event{{method, params}}, nil); err != nil {
-			return err
-		}
-		if method == msp.NotifyItemStarted {
+	}
+	if err := s.appendLocked(ctx, evs, st); err != nil {
+		return err
+	}
+	s.cumulative = c
+	for _, ev := range evs {
+		p, ok := ev.params.(*msp.ItemParams)
+		switch {
+		case !ok:
+		case ev.method == msp.NotifyItemStarted:
 			oi := &openItem{item: p.Item, savedAt: s.m.now()}
 			if p.Item.Text != nil {
 				oi.text.WriteString(*p.Item.Text)
 			}
 			s.open[p.Item.ItemID] = oi
-		} else {
+		case ev.method == msp.NotifyItemCompleted:
 			delete(s.open, p.Item.ItemID)
 		}
-		return nil
 	}
-	return s.appendLocked(ctx, []event{{method, params}}, nil)
+	return nil
+}
+
+// turnEvents converts a turn's events.
+func turnEvents(evs []turn.Event) []event {
+	out := make([]event, len(evs))
+	for i, e := range evs {
+		out[i] = event{e.Method, e.Params}
+	}
+	return out
 }
 
 // delta fans out one ephemeral text delta. Its cursor is a sub-position
@@ -398,6 +429,19 @@ func (s *session) gapNotification(after, next string) Notification {
 	p, _ := msp.Marshal(msp.ViewGapParams{SessionID: s.id, After: after, Next: next})
 	return Notification{SessionID: s.id, Method: msp.NotifyViewGap,
 		Frame: msp.EncodeNotification(msp.NotifyViewGap, p, s.m.now().UnixMilli())}
+}
+
+// releaseHeld delivers what was held for a command's caller, now that its
+// response is on its way.
+func (s *session) releaseHeld() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.held; h != nil {
+		s.held = nil
+		for _, n := range h.queue {
+			h.sub.Deliver(n)
+		}
+	}
 }
 
 func (s *session) unsubscribe(sub Subscriber) {

@@ -10,11 +10,14 @@ import (
 	"mspd/turn"
 )
 
-// StartTurn serves turn/start: it admits the turn durably (started or
-// queued behind the running one) and returns the ack. launch starts the
-// session's queue; call it once the ack is sent, so that turn/started
-// follows the ack on the wire.
-func (m *Manager) StartTurn(ctx context.Context, raw json.RawMessage) (json.RawMessage, func(), error) {
+// StartTurn serves turn/start: it admits the turn durably and returns the
+// ack. A turn for an idle session is launched in the same commit as its
+// admission (turn/started and the userMessage item: one fsync, not two);
+// otherwise it is queued behind the running one. launch starts the
+// session's worker; call it once the ack is sent: the caller (sub, may be
+// nil) is given the turn's events only then, so that turn/started follows
+// the ack on its wire.
+func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMessage) (json.RawMessage, func(), error) {
 	var p msp.TurnStartParams
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, nil, msp.ErrInvalidParams("", "turn/start params: %v", err)
@@ -64,6 +67,17 @@ func (m *Manager) StartTurn(ctx context.Context, raw json.RawMessage) (json.RawM
 			pt.MaxTokens = *p.MaxTokens
 		}
 		st := s.st.clone()
+		if ack.StartedNewTurn && !s.working && !s.broken && m.ctx.Err() == nil {
+			if sub != nil {
+				s.held = &heldFanout{sub: sub}
+			}
+			if err := s.launchLocked(ctx, pt, &st, a.entry(res, false)); err != nil {
+				s.held = nil
+				return nil, msp.ErrInternal("admitting turn: %v", err)
+			}
+			s.launched = true
+			return res, nil
+		}
 		st.Queue = append(st.Queue, pt)
 		if err := s.appendLocked(ctx, nil, &st, a.entry(res, false)); err != nil {
 			return nil, msp.ErrInternal("admitting turn: %v", err)
@@ -74,8 +88,11 @@ func (m *Manager) StartTurn(ctx context.Context, raw json.RawMessage) (json.RawM
 		return nil, nil, err
 	}
 	// Kicked for a replay too: the first admission's launch may have been
-	// lost with its connection, and a kick with nothing queued does nothing.
-	return resp, func() { m.kick(s) }, nil
+	// lost with its connection, and a kick with nothing to run does nothing.
+	return resp, func() {
+		s.releaseHeld()
+		m.kick(s)
+	}, nil
 }
 
 // checkTurn validates a new turn/start and returns its input text.

@@ -36,6 +36,9 @@ func TestIdleSessionsUnload(t *testing.T) {
 	if err := m.Unsubscribe(context.Background(), sub, idle); err != nil {
 		t.Fatal(err)
 	}
+	if err := m.WaitIdle(context.Background()); err != nil { // its worker has let go
+		t.Fatal(err)
+	}
 
 	if n := m.sweep(); n != 0 {
 		t.Fatalf("unloaded %d sessions before they were idle long enough", n)

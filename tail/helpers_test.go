@@ -97,7 +97,7 @@ func newSession(t *testing.T, m *session.Manager) string {
 func runTurn(t *testing.T, m *session.Manager, sid, text string) string {
 	t.Helper()
 	id := cmd()
-	_, launch, err := m.StartTurn(context.Background(), mustJSON(msp.TurnStartParams{CommandID: id, SessionID: sid,
+	_, launch, err := m.StartTurn(context.Background(), nil, mustJSON(msp.TurnStartParams{CommandID: id, SessionID: sid,
 		Input: []msp.TurnInputPart{{Type: "text", Text: text}}}))
 	if err != nil {
 		t.Fatal(err)

@@ -84,6 +84,7 @@ type run struct {
 	attempts      int
 	ended         *Outcome   // a terminal decided before the first request
 	checkpoint    Checkpoint // the last retry notice's
+	held          []Event    // the attempt's closing events, not yet written
 }
 
 func (t *run) run(ctx context.Context) Outcome {
@@ -207,15 +208,16 @@ func (t *run) notice(reason string, nextMaxTokens int) func(modelretry.Decision)
 	return func(d modelretry.Decision) error {
 		next := Checkpoint{Attempts: d.Attempt, NextAt: t.r.clock.Now().Add(d.Delay), MaxTokens: nextMaxTokens}
 		t.checkpoint = next
-		if d.Layer == modelretry.LayerTurn {
-			return t.sink.EmitRetry(t.emitCtx, msp.NotifyTurnRetryScheduled, &msp.TurnRetryScheduledParams{
-				TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
-				RetryDelayMs: d.Delay.Milliseconds(), Reason: clip(reason, msp.MaxReason)}, next)
-		}
-		return t.sink.EmitRetry(t.emitCtx, msp.NotifyTurnModelRetryScheduled, &msp.TurnModelRetryScheduledParams{
+		notice := Event{Method: msp.NotifyTurnModelRetryScheduled, Params: &msp.TurnModelRetryScheduledParams{
 			TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
 			RetryDelayMs: d.Delay.Milliseconds(), System: t.r.cfg.Model.System(), ErrorKind: d.Failure.Kind,
-			HTTPStatus: d.Failure.HTTPStatus}, next)
+			HTTPStatus: d.Failure.HTTPStatus}}
+		if d.Layer == modelretry.LayerTurn {
+			notice = Event{Method: msp.NotifyTurnRetryScheduled, Params: &msp.TurnRetryScheduledParams{
+				TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
+				RetryDelayMs: d.Delay.Milliseconds(), Reason: clip(reason, msp.MaxReason)}}
+		}
+		return t.sink.EmitRetry(t.emitCtx, next, append(t.takeHeld(), notice))
 	}
 }
 
@@ -265,7 +267,7 @@ func (t *run) interrupted(ctx context.Context, lost bool, maxTokens int) Outcome
 	if !lost && t.checkpoint.Attempts == t.attempts && t.checkpoint.NextAt.After(cp.NextAt) {
 		cp.NextAt = t.checkpoint.NextAt // stopped during the backoff it announced
 	}
-	return Outcome{Stopped: &cp}
+	return Outcome{Stopped: &cp, Held: t.takeHeld()}
 }
 
 // stopping tells whether ctx was cancelled by a stopping host.
@@ -338,13 +340,9 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) att
 				status = msp.ItemCompleted
 			}
 		}
-		res.sinkErr = t.closeItem(item, res.text, status)
+		t.closeItem(item, res.text, status)
 	}
-	if res.sinkErr != nil {
-		t.addUsage(resp.Usage, false)
-		return res
-	}
-	res.sinkErr = t.account(resp, t.r.clock.Now().Sub(began), refusedBeforeOutput(res))
+	t.account(resp, t.r.clock.Now().Sub(began), refusedBeforeOutput(res))
 	return res
 }
 
@@ -365,30 +363,44 @@ func (t *run) openItem() (*msp.Item, error) {
 	return &it, t.sink.Emit(t.emitCtx, msp.NotifyItemStarted, &msp.ItemParams{Item: it})
 }
 
-func (t *run) closeItem(it *msp.Item, text, status string) error {
+// closeItem holds the item's final state, to be written with what
+// follows the attempt (its usage, then a retry notice or the terminal).
+func (t *run) closeItem(it *msp.Item, text, status string) {
 	done := *it
 	done.Revision++
 	done.Status = status
 	done.Text = &text
 	done.RecordedAt = t.r.clock.Now().UTC().Format("2006-01-02T15:04:05.000Z")
-	return t.sink.Emit(t.emitCtx, msp.NotifyItemCompleted, &msp.ItemParams{Item: done})
+	t.hold(msp.NotifyItemCompleted, &msp.ItemParams{Item: done})
 }
 
-// account adds one response's usage to the turn's totals and announces it
-// with session/tokenUsage; a response without usage makes the count a
-// floor (usageComplete false) unless the provider refused it outright.
-func (t *run) account(resp provider.Response, took time.Duration, refused bool) error {
+// hold keeps an event for the attempt's closing write.
+func (t *run) hold(method string, params msp.ViewParams) {
+	t.held = append(t.held, Event{Method: method, Params: params})
+}
+
+// takeHeld hands over the held events.
+func (t *run) takeHeld() []Event {
+	h := t.held
+	t.held = nil
+	return h
+}
+
+// account adds one response's usage to the turn's totals and holds its
+// session/tokenUsage; a response without usage makes the count a floor
+// (usageComplete false) unless the provider refused it outright.
+func (t *run) account(resp provider.Response, took time.Duration, refused bool) {
 	if resp.StructuredOutput != "" {
 		t.structured = resp.StructuredOutput
 	}
 	u := resp.Usage
 	if !t.addUsage(u, refused) {
-		return nil
+		return
 	}
 	usage := msp.TokenUsage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens}
 	ms := took.Milliseconds()
-	return t.sink.Emit(t.emitCtx, msp.NotifySessionTokenUsage, &msp.SessionTokenUsageParams{
+	t.hold(msp.NotifySessionTokenUsage, &msp.SessionTokenUsageParams{
 		TurnID: t.spec.TurnID, Usage: usage, PromptTokens: u.InputTokens,
 		TotalTokens: u.InputTokens + u.OutputTokens, DurationMs: &ms,
 		FinishReason: resp.FinishReason, ModelID: resp.Model})
@@ -472,7 +484,7 @@ func (t *run) terminal(terminal string) Outcome {
 		u := t.usage
 		c.Usage = &u
 	}
-	return Outcome{Completed: c}
+	return Outcome{Completed: c, Held: t.takeHeld()}
 }
 
 // signal adapts a provider failure for classification.

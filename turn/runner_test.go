@@ -151,7 +151,9 @@ func (h *harness) run(t *testing.T, ctx context.Context, sp turn.Spec, onSleep f
 				panicked <- r
 			}
 		}()
-		done <- h.runner.Run(ctx, sp, h.sink)
+		o := h.runner.Run(ctx, sp, h.sink)
+		h.sink.Settle(o)
+		done <- o
 	}()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -850,8 +852,11 @@ func TestSinkRefusal(t *testing.T) {
 		requests int
 	}{
 		{"item/started", msp.NotifyItemStarted, []reply{ok("hi")}, 1},
-		{"item/completed", msp.NotifyItemCompleted, []reply{ok("hi")}, 1},
-		{"session/tokenUsage", msp.NotifySessionTokenUsage, []reply{ok("hi")}, 1},
+		// A retried attempt's closing events go with its notice, in one
+		// write; the last attempt's are the session's to write with the
+		// terminal (Outcome.Held).
+		{"a cut attempt's item/completed", msp.NotifyItemCompleted, []reply{cut("partial", &provider.Error{Kind: modelretry.KindStreamInterrupted}, nil), ok("never")}, 1},
+		{"a cut attempt's session/tokenUsage", msp.NotifySessionTokenUsage, []reply{cut("partial", &provider.Error{Kind: modelretry.KindStreamInterrupted}, usage(1, 1)), ok("never")}, 1},
 		{"retry notice", msp.NotifyTurnModelRetryScheduled, []reply{fail(status(503), nil), ok("never")}, 1},
 		{"turn retry notice", msp.NotifyTurnRetryScheduled, []reply{answer("cut", provider.FinishLength, nil), ok("never")}, 1},
 	}

@@ -20,13 +20,20 @@ type Sink interface {
 	// Emit appends one durable event; the sink fills the params' header
 	// (sessionId, viewCursor, sourceRange) and fans it out once written.
 	Emit(ctx context.Context, method string, params msp.ViewParams) error
-	// EmitRetry appends a retry notice as Emit does, together with the
-	// checkpoint the turn resumes from should this process stop before
-	// the next attempt ends: one durable write.
-	EmitRetry(ctx context.Context, method string, params msp.ViewParams, next Checkpoint) error
+	// EmitRetry appends events ending with a retry notice (the attempt's
+	// closed item and usage before it) together with the checkpoint the
+	// turn resumes from should this process stop before the next attempt
+	// ends: one durable write.
+	EmitRetry(ctx context.Context, next Checkpoint, events []Event) error
 	// Delta streams ephemeral text appended to an open item. It never blocks
 	// on slow readers.
 	Delta(itemID, text string)
+}
+
+// Event is one durable event of a turn.
+type Event struct {
+	Method string
+	Params msp.ViewParams
 }
 
 // Spec is what a turn runs.
@@ -106,6 +113,10 @@ type Outcome struct {
 	// (ErrHostStopping) and it resumes from this checkpoint; Completed is
 	// then unset.
 	Stopped *Checkpoint
+	// Held are the last attempt's closing events (its item's final state,
+	// its usage), for the caller to append in the same write as the
+	// terminal (or the checkpoint): one fsync instead of three.
+	Held []Event
 }
 
 // Refused is the outcome of a turn that could not run at all: failed with

@@ -75,7 +75,7 @@ func runTurn(t *testing.T, clk *retrytest.Clock, m provider.Model, spec turn.Spe
 	defer cancel()
 	sink := &turntest.Sink{}
 	done := make(chan turn.Outcome, 1)
-	go func() { done <- r.Run(ctx, spec, sink) }()
+	go func() { o := r.Run(ctx, spec, sink); sink.Settle(o); done <- o }()
 	for {
 		wctx, stop := context.WithCancel(ctx)
 		slept := make(chan error, 1)

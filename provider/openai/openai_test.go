@@ -555,7 +555,7 @@ func runTurn(t *testing.T, m provider.Model, spec turn.Spec, start time.Time, mo
 	defer cancel()
 	sink := &turntest.Sink{}
 	done := make(chan turn.Outcome, 1)
-	go func() { done <- r.Run(ctx, spec, sink) }()
+	go func() { o := r.Run(ctx, spec, sink); sink.Settle(o); done <- o }()
 	advCtx, stopAdv := context.WithCancel(ctx)
 	advDone := make(chan struct{})
 	go func() {

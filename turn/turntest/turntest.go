@@ -45,15 +45,31 @@ func (s *Sink) Emit(_ context.Context, method string, params msp.ViewParams) err
 	return nil
 }
 
-// EmitRetry implements turn.Sink.
-func (s *Sink) EmitRetry(ctx context.Context, method string, params msp.ViewParams, next turn.Checkpoint) error {
-	if err := s.Emit(ctx, method, params); err != nil {
-		return err
+// EmitRetry implements turn.Sink: the events are recorded in order, the
+// notice (the last one) with its checkpoint.
+func (s *Sink) EmitRetry(ctx context.Context, next turn.Checkpoint, events []turn.Event) error {
+	for i, e := range events {
+		if err := s.Emit(ctx, e.Method, e.Params); err != nil {
+			return err
+		}
+		if i == len(events)-1 {
+			s.mu.Lock()
+			s.events[len(s.events)-1].Checkpoint = &next
+			s.mu.Unlock()
+		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.events[len(s.events)-1].Checkpoint = &next
 	return nil
+}
+
+// Settle records what a session writes when a run returns: its held
+// events (the last attempt's closing item and usage). The terminal itself
+// stays in the Outcome.
+func (s *Sink) Settle(o turn.Outcome) {
+	for _, e := range o.Held {
+		s.mu.Lock()
+		s.events = append(s.events, Event{Method: e.Method, Params: e.Params})
+		s.mu.Unlock()
+	}
 }
 
 // Delta implements turn.Sink.

@@ -1,0 +1,109 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+
+	"mspd/schema/msp"
+	"mspd/store"
+)
+
+// countingStore counts commits and what they carry.
+type countingStore struct {
+	store.Store
+	mu      sync.Mutex
+	batches [][]string // the methods of each commit's records
+}
+
+func (c *countingStore) Commit(ctx context.Context, b store.Batch) error {
+	err := c.Store.Commit(ctx, b)
+	if err == nil {
+		var ms []string
+		for _, r := range b.Records {
+			ms = append(ms, r.Method)
+		}
+		c.mu.Lock()
+		c.batches = append(c.batches, ms)
+		c.mu.Unlock()
+	}
+	return err
+}
+
+func (c *countingStore) take() [][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.batches
+	c.batches = nil
+	return b
+}
+
+// TestThreeCommitsPerTurn: a turn on an idle session costs three commits
+// (fsyncs): its admission with turn/started and the userMessage item; the
+// answer's item/started; the item's close, usage and terminal together.
+// A retried attempt's close and usage ride with its notice.
+func TestThreeCommitsPerTurn(t *testing.T) {
+	cs := &countingStore{Store: openStore(t)}
+	m := newManager(t, cs, newHistModel(), mgrOpts{})
+	sub := newRecSub()
+	sid := startSession(t, m, sub)
+	runTurn(t, m, sub, textTurn(sid, "first")) // names the session too
+	cs.take()
+	runTurn(t, m, sub, textTurn(sid, "second"))
+	want := [][]string{
+		{msp.NotifyTurnStarted, msp.NotifyItemCompleted},
+		{msp.NotifyItemStarted},
+		{msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted},
+	}
+	if got := cs.take(); !equalBatches(got, want) {
+		t.Fatalf("commits of a turn:\n got %v\nwant %v", got, want)
+	}
+	runTurn(t, m, sub, textTurn(sid, "cut")) // attempt 1 is cut after "partial"
+	want = [][]string{
+		{msp.NotifyTurnStarted, msp.NotifyItemCompleted},
+		{msp.NotifyItemStarted},
+		{msp.NotifyItemCompleted, msp.NotifyTurnRetryScheduled},
+		{msp.NotifyItemStarted},
+		{msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted},
+	}
+	if got := cs.take(); !equalBatches(got, want) {
+		t.Fatalf("commits of a retried turn:\n got %v\nwant %v", got, want)
+	}
+}
+
+func equalBatches(a, b [][]string) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// TestLaunchedTurnWaitsForItsAck: a turn launched with its admission
+// reaches other subscribers at once, but its caller only once the ack is
+// on its way (launch), so that turn/started follows the ack there.
+func TestLaunchedTurnWaitsForItsAck(t *testing.T) {
+	m := newManager(t, openStore(t), newHistModel(), mgrOpts{})
+	caller := newRecSub()
+	sid := startSession(t, m, caller)
+	other := newRecSub()
+	subscribe(t, m, other, sid)
+	p := textTurn(sid, "hello")
+	p.CommandID = cmdID()
+	raw, launch, err := m.StartTurn(context.Background(), caller, mustJSON(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := of[msp.TurnStartedParams](t, other, msp.NotifyTurnStarted); len(got) != 1 {
+		t.Fatalf("the other subscriber got %d turn/started before the ack, want 1 (it has no ack to wait for)", len(got))
+	}
+	if got := of[msp.TurnStartedParams](t, caller, msp.NotifyTurnStarted); len(got) != 0 {
+		t.Fatal("the caller got turn/started before its ack was sent")
+	}
+	launch()
+	var ack msp.TurnStartResult
+	json.Unmarshal(raw, &ack)
+	caller.waitTerminal(t, ack.TurnID)
+	if got := of[msp.TurnStartedParams](t, caller, msp.NotifyTurnStarted); len(got) != 1 {
+		t.Fatalf("the caller got %d turn/started", len(got))
+	}
+}
