@@ -180,14 +180,9 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 		if err != nil {
 			return nil, msp.ErrInternal("encoding result: %v", err)
 		}
-		stRaw, err := json.Marshal(st)
-		if err != nil {
-			return nil, msp.ErrInternal("encoding state: %v", err)
-		}
 		// The row and the ledger entry land together: until then the
 		// copied records belong to no session anyone can see.
-		row := store.Session{ID: id, CreatedAt: now, UpdatedAt: now, State: stRaw}
-		if err := m.store.Commit(ctx, store.Batch{SessionID: id, Session: &row, Commands: []store.Command{a.entry(res, false)}}); err != nil {
+		if err := m.commitNew(ctx, a, id, st, res); err != nil {
 			return nil, msp.ErrInternal("creating the fork: %v", err)
 		}
 		started = &wire
@@ -196,14 +191,7 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 	if err != nil {
 		return nil, nil, err
 	}
-	if started != nil {
-		m.broadcast(owner, sub, msp.NotifySessionStarted, msp.SessionStartedParams{Session: *started})
-	}
-	var res msp.SessionSnapshot
-	if err := json.Unmarshal(resp, &res); err != nil {
-		return nil, nil, msp.ErrInternal("stored result unreadable: %v", err)
-	}
-	return resp, m.attachAfter(sub, res.Session.SessionID, res.ViewCursor), nil
+	return m.opened(owner, sub, started, resp)
 }
 
 // forkCut finds where a fork of s ends: the record of the named turn's

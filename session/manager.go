@@ -435,9 +435,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 		if err != nil {
 			return nil, msp.ErrInternal("encoding result: %v", err)
 		}
-		stRaw, _ := json.Marshal(st)
-		row := store.Session{ID: id, CreatedAt: now, UpdatedAt: now, State: stRaw}
-		if err := m.store.Commit(ctx, store.Batch{SessionID: id, Session: &row, Commands: []store.Command{a.entry(res, false)}}); err != nil {
+		if err := m.commitNew(ctx, a, id, st, res); err != nil {
 			return nil, msp.ErrInternal("creating session: %v", err)
 		}
 		started = &wire
@@ -446,8 +444,26 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 	if err != nil {
 		return nil, nil, err
 	}
+	return m.opened(owner, sub, started, resp)
+}
+
+// commitNew writes a new session's row with the ledger entry of the
+// command that made it, in one commit.
+func (m *Manager) commitNew(ctx context.Context, a *admission, id string, st state, res json.RawMessage) error {
+	stRaw, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	row := store.Session{ID: id, CreatedAt: st.CreatedAt, UpdatedAt: st.UpdatedAt, State: stRaw}
+	return m.store.Commit(ctx, store.Batch{SessionID: id, Session: &row, Commands: []store.Command{a.entry(res, false)}})
+}
+
+// opened announces a session just made (started is nil for a replay) with
+// session/started — upstream hosts send it before the response — and
+// returns the attach that subscribes its creator after the result's
+// viewCursor.
+func (m *Manager) opened(owner string, sub Subscriber, started *msp.Session, resp json.RawMessage) (json.RawMessage, func(context.Context), error) {
 	if started != nil {
-		// Upstream hosts broadcast session/started before the response.
 		m.broadcast(owner, sub, msp.NotifySessionStarted, msp.SessionStartedParams{Session: *started})
 	}
 	var res msp.SessionStartResult
