@@ -488,7 +488,7 @@
       else this.textEl.replaceChildren(renderMarkdown(this.source));
       // Lay it out now, so that the cost that paces repaints counts
       // layout too: a long answer in a narrow window mostly costs that.
-      void this.el.offsetHeight; // eslint-disable-line no-void
+      void this.el.offsetHeight;
       this.paintedAt = performance.now();
       this.cost = this.paintedAt - start;
     }
