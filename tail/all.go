@@ -124,11 +124,6 @@ func (a *all) handle(ctx context.Context, c *client.Client, n client.Notificatio
 	if f == nil {
 		return nil
 	}
-	if n.Method == msp.NotifySessionNameChanged {
-		var p msp.SessionNameChangedParams
-		n.Decode(&p)
-		f.rename(p.Name)
-	}
 	return a.route(ctx, c, f, n)
 }
 

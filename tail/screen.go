@@ -64,6 +64,7 @@ type screen struct {
 	drawn []string // the live lines as on the terminal, the cursor after the last
 
 	stopTick func() // stops the ticker while one runs
+	tickDone func() // when set, runs after each tick (tests wait for it)
 }
 
 func newScreen(w io.Writer, term bool, clock Clock) *screen {
@@ -233,6 +234,9 @@ func (s *screen) stopTicking() {
 func (s *screen) tick() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.tickDone != nil {
+		defer s.tickDone()
+	}
 	if s.stopTick == nil {
 		return // stopped while this tick waited for the lock
 	}

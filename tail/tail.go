@@ -406,6 +406,11 @@ func (t *tailer) page(ctx context.Context, c *client.Client, f *followed, from *
 // show renders one of f's events, emitted at emittedAtMs (0 when read
 // from the log).
 func (t *tailer) show(f *followed, method string, params json.RawMessage, cursor string, emittedAtMs int64) error {
+	if method == msp.NotifySessionNameChanged {
+		var p msp.SessionNameChangedParams
+		json.Unmarshal(params, &p)
+		f.rename(p.Name) // lines after it carry the new name
+	}
 	f.r.eventAt(method, params, emittedAtMs)
 	if cursor != "" {
 		f.last = cursor
