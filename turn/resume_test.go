@@ -183,3 +183,24 @@ func TestStoppingHostLeavesTheTurnToResume(t *testing.T) {
 		wantTerminal(t, o, msp.TerminalCancelled, "", 1)
 	})
 }
+
+// TestFailureCarriesItsCause: a turn that fails on the provider names the
+// cause in structured members — the errorKind, HTTP status and system of
+// the last failure and why it was not retried — so that a UI can say it in
+// its own words without parsing the message.
+func TestFailureCarriesItsCause(t *testing.T) {
+	two := 2
+	h := newHarness(t, nil, fail(status(429), nil))
+	sp := spec()
+	sp.Retry = &msp.RetryPolicy{MaxAttempts: &two}
+	o := h.run(t, context.Background(), sp, nil)
+	wantTerminal(t, o, msp.TerminalFailed, msp.TurnErrorModel, 2)
+	if e := o.Completed.Error; e.ErrorKind != "rateLimited" || e.HTTPStatus != 429 || e.System != "fake" || e.StopReason != "attemptsExhausted" {
+		t.Fatalf("error %s", js(e))
+	}
+	h = newHarness(t, nil, fail(status(401), nil))
+	o = h.run(t, context.Background(), spec(), nil)
+	if e := o.Completed.Error; e.ErrorKind != "auth" || e.HTTPStatus != 401 || e.StopReason != "notRetryable" {
+		t.Fatalf("error %s", js(e))
+	}
+}

@@ -1,6 +1,7 @@
 package turn
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -457,7 +458,10 @@ func (t *run) failDecision(d modelretry.Decision) Outcome {
 	}
 	// retryable tells the user whether trying the turn again may help.
 	retryable := f.Retryable || f.Kind == modelretry.KindBudgetExhausted || d.Stop == modelretry.StopAttemptsExhausted
-	return t.fail(msp.TurnErrorModel, clip(msg, 500), retryable)
+	o := t.fail(msp.TurnErrorModel, clip(msg, 500), retryable)
+	e := o.Completed.Error
+	e.ErrorKind, e.HTTPStatus, e.System, e.StopReason = cmp.Or(f.OriginalKind, f.Kind), f.HTTPStatus, t.r.cfg.Model.System(), string(d.Stop)
+	return o
 }
 
 func (t *run) terminal(terminal string) Outcome {

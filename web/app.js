@@ -737,13 +737,21 @@
     notFound: 'Pick another model.',
   };
 
+  // The error's stopReason, in the words plainFailure switches on.
+  const STOPS = { budgetExhausted: 'budget', attemptsExhausted: 'attempts', retryAfterTooLong: 'retryAfter', deadline: 'deadline' };
+
   /**
-   * failureFacts reads a failed turn/completed: its errorKind and HTTP
-   * status, from mspd's message (which begins with the kind's words) or
-   * the turn's last model retry notice, and why retrying stopped.
+   * failureFacts reads a failed turn/completed: its errorKind, HTTP status,
+   * system and why retrying stopped — from the error's own members, which
+   * mspd sets, or else from its message (which begins with the kind's
+   * words) and the turn's last model retry notice.
    */
   function failureFacts(p, tv) {
     const message = (p.error && p.error.message) || p.reason || '';
+    const e = p.error || {};
+    if (e.errorKind) {
+      return { message, kind: e.errorKind, httpStatus: e.httpStatus, system: e.system, stop: STOPS[e.stopReason] || null };
+    }
     const notice = tv.status && tv.status.last && tv.status.last.model ? tv.status.last : null;
     let kind = null;
     let best = 0;

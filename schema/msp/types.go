@@ -406,6 +406,12 @@ type TurnError struct {
 	Kind      string `json:"kind"`
 	Message   string `json:"message"`
 	Retryable bool   `json:"retryable"`
+	// The provider failure behind a modelError, for UIs that explain it
+	// in their own words (mspd's additive members).
+	ErrorKind  string `json:"errorKind,omitempty"`
+	HTTPStatus int    `json:"httpStatus,omitempty"`
+	System     string `json:"system,omitempty"`
+	StopReason string `json:"stopReason,omitempty"`
 }
 
 // Turn error kinds used by mspd.
