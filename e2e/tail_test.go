@@ -138,3 +138,94 @@ func TestTail(t *testing.T) {
 		}
 	}
 }
+
+// TestTailLatestSession: `mspd tail` without a session follows the most
+// recently active one and says which on stderr; with no session at all it
+// exits at once, status 3, with one line.
+func TestTailLatestSession(t *testing.T) {
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, daemon.Config{})
+	cmd := exec.CommandContext(testCtx(t), bin, "tail", "--url", d.URL())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	var exit *exec.ExitError
+	if err := cmd.Run(); !errors.As(err, &exit) || exit.ExitCode() != 3 {
+		t.Fatalf("no session: %v, want exit status 3; stderr %q", err, stderr.String())
+	}
+	if msg := stderr.String(); msg != "mspd tail: no session to follow: the server has none\n" {
+		t.Errorf("no session: stderr %q", msg)
+	}
+
+	c := dial(t, d.URL(), client.Options{})
+	var sids []string
+	for range 2 {
+		s, err := c.StartSession(testCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sids = append(sids, s.Session.SessionID)
+	}
+	rename(t, c, sids[0], "Paris trip")
+	answerTurn(t, c, sids[0], scripted.Script(scripted.Step{Text: "Bonjour"})) // the older session is the latest active
+
+	cmd = exec.CommandContext(testCtx(t), bin, "tail", "--url", d.URL(), "--from-start", "--no-follow", "-o", "raw")
+	stderr.Reset()
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tail: %v; stderr %q", err, stderr.String())
+	}
+	if want := "following " + sids[0] + " (“Paris trip”)\n"; stderr.String() != want {
+		t.Errorf("stderr %q, want %q", stderr.String(), want)
+	}
+	if string(out) != "Bonjour\n" {
+		t.Errorf("stdout %q, want the latest session's answer", out)
+	}
+}
+
+// TestTailAll: `mspd tail --all` shows the live events of every session,
+// each line prefixed with its session's name: one that existed before it
+// began, and one started after.
+func TestTailAll(t *testing.T) {
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, daemon.Config{})
+	c := dial(t, d.URL(), client.Options{})
+	before, err := c.StartSession(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trip := before.Session.SessionID
+	rename(t, c, trip, "Paris trip")
+	answerTurn(t, c, trip, scripted.Script(scripted.Step{Text: "an old answer"}))
+
+	stdout, stderr := startCommand(t, bin, "tail", "--all", "--url", d.URL(), "--color", "never")
+	stderr.waitFor(t, "following every session (0 running)")
+
+	answerTurn(t, c, trip, scripted.Script(scripted.Step{Text: "Bonjour from Paris", Chunks: 3}))
+	if line := stdout.waitFor(t, "agent: Bonjour from Paris"); line != "[Paris trip] agent: Bonjour from Paris" {
+		t.Errorf("line %q, want the answer whole, prefixed with its session's name", line)
+	}
+	stdout.waitFor(t, `[Paris trip] you: {"mspScript"`) // from the start of the turn that woke it
+
+	later, err := c.StartSession(testCtx(t)) // after tail began
+	if err != nil {
+		t.Fatal(err)
+	}
+	rename(t, c, later.Session.SessionID, "Monads")
+	answerTurn(t, c, later.Session.SessionID, scripted.Script(
+		scripted.Step{Status: 429, ErrorKind: "rateLimited", RetryAfterMs: new(10)},
+		scripted.Step{Text: "A monad is a monoid"}))
+	stdout.waitFor(t, "[Monads] ⟳ scripted · rate limited (429) · retrying in 10ms · attempt 2/5")
+	stdout.waitFor(t, "[Monads] agent: A monad is a monoid")
+	stdout.waitFor(t, "[Monads] ✓ completed")
+	stderr.waitFor(t, "following "+later.Session.SessionID) // as it started, before its name
+	if strings.Contains(stdout.text(), "an old answer") {
+		t.Errorf("showed a turn from before tail began:\n%s", stdout.text())
+	}
+}
