@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -249,5 +250,40 @@ func TestReplayFromTheStartAfterARestartHasNoGap(t *testing.T) {
 	}
 	if got := cursors(t, again); !slices.Equal(got, durable) {
 		t.Fatalf("replay after a restart:\n got %v\nwant the durable events %v", got, durable)
+	}
+}
+
+// TestReplayKeepsEmittedAt: a durable event replayed from the log carries
+// the emittedAtMs it was first sent with (within the clock's millisecond),
+// so a client reopening a chat counts a backoff down from when the retry
+// was scheduled.
+func TestReplayKeepsEmittedAt(t *testing.T) {
+	m := newManager(t, openStore(t), newHistModel(), mgrOpts{})
+	live := newRecSub()
+	sid := startSession(t, m, live)
+	runTurn(t, m, live, textTurn(sid, "cut")) // with a retry notice
+	emitted := func(n Notification) int64 {
+		var f struct {
+			EmittedAtMs int64 `json:"emittedAtMs"`
+		}
+		json.Unmarshal(n.Frame, &f)
+		return f.EmittedAtMs
+	}
+	first := map[string]int64{}
+	for _, n := range live.all() {
+		if n.Durable {
+			first[n.Cursor] = emitted(n)
+		}
+	}
+	replayed := newRecSub()
+	subscribe(t, m, replayed, sid)
+	for _, n := range replayed.all() {
+		want, ok := first[n.Cursor]
+		if !ok {
+			continue
+		}
+		if got := emitted(n); got < want-2 || got > want+2 {
+			t.Fatalf("%s %s replayed with emittedAtMs %d, first sent with %d", n.Method, n.Cursor, got, want)
+		}
 	}
 }

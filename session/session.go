@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -461,13 +462,38 @@ func (s *session) detach(sub Subscriber) {
 // recordNotification renders a stored record as a notification again; its
 // params are the stored bytes, identical to the first delivery.
 func (s *session) recordNotification(r store.Record) Notification {
+	emitted, ok := recordedAt(r.Params)
+	if !ok {
+		emitted = s.m.now()
+	}
 	return Notification{
 		SessionID: s.id,
 		Method:    r.Method,
 		Cursor:    durableCursor(s.id, r.Seq),
-		Frame:     msp.EncodeNotification(r.Method, r.Params, s.m.now().UnixMilli()),
+		Frame:     msp.EncodeNotification(r.Method, r.Params, emitted.UnixMilli()),
 		Durable:   true,
 	}
+}
+
+// firstID marks the record position's id in stored params.
+var firstID = []byte(`"first":{"id":"`)
+
+// recordedAt tells when a stored event was first emitted: its position's
+// id is a UUIDv7 minted then, whose first 48 bits are Unix milliseconds. A
+// replay keeps that emittedAtMs, so a client reopening a chat during a
+// backoff counts down from when the retry was scheduled, not from now.
+func recordedAt(params []byte) (time.Time, bool) {
+	head := params[:min(len(params), 512)]
+	i := bytes.Index(head, firstID)
+	if i < 0 || len(head) < i+len(firstID)+36 {
+		return time.Time{}, false
+	}
+	id, err := uuid.Parse(string(head[i+len(firstID) : i+len(firstID)+36]))
+	if err != nil || id.Version() != 7 {
+		return time.Time{}, false
+	}
+	sec, nsec := id.Time().UnixTime()
+	return time.Unix(sec, nsec), true
 }
 
 // page serves view/page: durable events only, ascending in both directions.
