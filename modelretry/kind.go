@@ -69,6 +69,14 @@ func kindInfo(kind string) (retryable, known bool) {
 	return false, false
 }
 
+// Known reports whether kind is one of the kinds above. Providers may hint
+// others, carried verbatim; a metric label must not take them (an
+// unbounded set, possibly from a scripted provider's user text).
+func Known(kind string) bool {
+	_, known := kindInfo(kind)
+	return known
+}
+
 // Retryable reports whether failures of kind are retried by default (before
 // x-should-retry). Unknown kinds are not.
 func Retryable(kind string) bool {
