@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"mspd/modelretry"
+	"mspd/observe"
 	"mspd/provider"
 	"mspd/schema/msp"
 )
@@ -31,6 +34,15 @@ type Config struct {
 	// ModelMaxTokens is the model's largest output: no request asks for
 	// more, and truncation growth stops there (default 32768).
 	ModelMaxTokens int
+	// Metrics receives each attempt's and turn's counts and timings; nil
+	// records none.
+	Metrics *observe.Metrics
+	// Tracer, when set, traces each turn and its attempts (see
+	// observe.Tracer); nil makes no spans.
+	Tracer trace.Tracer
+	// Logger receives a line per scheduled retry and per failed turn, with
+	// the turn's trace id when tracing; nil logs nothing.
+	Logger *slog.Logger
 }
 
 // Runner runs turns against one model. It is safe for concurrent use.
@@ -61,11 +73,15 @@ func NewRunner(cfg Config) *Runner {
 // Each retry's notice is emitted before its backoff; cancelling ctx ends
 // the turn "cancelled" without another request.
 func (r *Runner) Run(ctx context.Context, spec Spec, sink Sink) Outcome {
-	t := &run{r: r, spec: spec, sink: sink, start: r.clock.Now(), usageComplete: true,
-		// Events must land even after ctx is cancelled: the closing item
-		// and the terminal are written on behalf of the cancellation.
-		emitCtx: context.WithoutCancel(ctx)}
-	return t.run(ctx)
+	t := &run{r: r, spec: spec, sink: sink, start: r.clock.Now(), usageComplete: true}
+	ctx = t.obs.startTurn(ctx, &r.cfg, spec)
+	// Events must land even after ctx is cancelled: the closing item and
+	// the terminal are written on behalf of the cancellation.
+	t.emitCtx = context.WithoutCancel(ctx)
+	o := t.run(ctx)
+	t.obs.endTurn(o, t.attempts)
+	o.Trace = t.obs.spanContext()
+	return o
 }
 
 // run is the state of one turn.
@@ -86,6 +102,7 @@ type run struct {
 	ended         *Outcome   // a terminal decided before the first request
 	checkpoint    Checkpoint // the last retry notice's
 	held          []Event    // the attempt's closing events, not yet written
+	obs           telemetry
 }
 
 func (t *run) run(ctx context.Context) Outcome {
@@ -188,6 +205,7 @@ func (t *run) run(ctx context.Context) Outcome {
 			return t.completed(res.text)
 		}
 
+		t.obs.decided(d)
 		if !d.Retry {
 			if d.Stop == modelretry.StopCancelled {
 				return t.interrupted(ctx, true, maxTokens)
@@ -218,7 +236,12 @@ func (t *run) notice(reason string, nextMaxTokens int) func(modelretry.Decision)
 				TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
 				RetryDelayMs: d.Delay.Milliseconds(), Reason: clip(reason, msp.MaxReason)}}
 		}
-		return t.sink.EmitRetry(t.emitCtx, next, append(t.takeHeld(), notice))
+		t.obs.retryScheduled(d)
+		if err := t.sink.EmitRetry(t.emitCtx, next, append(t.takeHeld(), notice)); err != nil {
+			return err
+		}
+		t.obs.noticeWritten(notice)
+		return nil
 	}
 }
 
@@ -292,7 +315,7 @@ type attemptResult struct {
 // Usage the provider reported is accounted (and announced) whatever the
 // fate.
 func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) attemptResult {
-	actx, stop := context.WithCancel(ctx)
+	actx, stop := context.WithCancel(t.obs.startAttempt(ctx, n, maxTokens))
 	defer stop()
 	var res attemptResult
 	var text strings.Builder
@@ -317,6 +340,7 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) att
 		t.sink.Delta(item.ItemID, delta)
 	})
 	res.text, res.finish, res.err = text.String(), resp.FinishReason, err
+	t.obs.response(resp, err)
 	if res.sinkErr != nil {
 		t.addUsage(resp.Usage, false)
 		return res

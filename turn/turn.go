@@ -11,6 +11,8 @@ import (
 	"errors"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"mspd/provider"
 	"mspd/schema/msp"
 )
@@ -117,6 +119,9 @@ type Outcome struct {
 	// its usage), for the caller to append in the same write as the
 	// terminal (or the checkpoint): one fsync instead of three.
 	Held []Event
+	// Trace is the turn span's context (invalid when not tracing), so the
+	// caller's log lines about the turn carry its trace id.
+	Trace trace.SpanContext
 }
 
 // Refused is the outcome of a turn that could not run at all: failed with
