@@ -86,6 +86,7 @@ type config struct {
 	busyTimeout time.Duration
 	maxGroup    int
 	readConns   int
+	onCommit    func(batches int, took time.Duration)
 }
 
 // WithBusyTimeout sets how long a connection waits for a lock held by
@@ -100,6 +101,14 @@ func WithBusyTimeout(d time.Duration) Option {
 // in the group wait for the whole group. The default is 256.
 func WithMaxGroup(n int) Option {
 	return func(c *config) { c.maxGroup = n }
+}
+
+// WithCommitObserver makes the writer report each group commit: how many
+// callers' batches it carried and how long its transaction took, fsync
+// included (metrics). fn runs on the writer goroutine, between commits:
+// it must be quick.
+func WithCommitObserver(fn func(batches int, took time.Duration)) Option {
+	return func(c *config) { c.onCommit = fn }
 }
 
 // WithReadConns sets the size of the read-only connection pool. The
@@ -119,6 +128,7 @@ type Store struct {
 	r   readStmts
 
 	maxGroup int
+	onCommit func(batches int, took time.Duration) // nil: none
 
 	// mu orders Close against Commit's enqueue: Commit sends under RLock,
 	// Close closes reqs under Lock, so nothing sends on a closed channel.
@@ -173,7 +183,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{lock: lock, maxGroup: cfg.maxGroup}
+	s := &Store{lock: lock, maxGroup: cfg.maxGroup, onCommit: cfg.onCommit}
 	if err := s.open(abs, cfg); err != nil {
 		s.closeDBs()
 		_ = lock.unlock()

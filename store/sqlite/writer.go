@@ -155,6 +155,10 @@ func (s *Store) commitGroup(group []*commitReq) {
 	if live == 0 {
 		return
 	}
+	if s.onCommit != nil {
+		began := time.Now()
+		defer func() { s.onCommit(live, time.Since(began)) }()
+	}
 
 	if _, err := s.w.begin.ExecContext(ctx); err != nil {
 		fail(err)
