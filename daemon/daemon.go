@@ -378,6 +378,9 @@ func (d *Daemon) Start() error {
 	if err := checkExposure(d.cfg.Listen, authenticated, d.cfg.InsecureNoAuth); err != nil {
 		return err
 	}
+	if d.cfg.Server.Pprof && !authenticated && !isLoopback(d.cfg.Listen) {
+		return fmt.Errorf("refusing --pprof on %s without authentication: anyone who can reach it could profile the server; configure a token or listen on 127.0.0.1", d.cfg.Listen)
+	}
 	if !authenticated && !isLoopback(d.cfg.Listen) {
 		d.cfg.Logger.Warn("serving without authentication on a non-loopback address (--insecure-no-auth): anyone who reaches it can read every session and run turns", "listen", d.cfg.Listen)
 	}

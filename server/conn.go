@@ -5,21 +5,22 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
-	"strings"
+	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/sourcegraph/jsonrpc2"
 
 	"mspd/schema/msp"
 	"mspd/session"
 )
 
-// conn is one client connection: its handshake state, its outbox and the
-// writer goroutine that owns the transport.
+// conn is one client connection: its handshake state and its outbox. The
+// goroutine that serves it reads and handles requests; a writer goroutine
+// owns the transport's writing side while frames are queued; a timer
+// pings the peer. An idle connection thus keeps one goroutine, blocked
+// reading.
 type conn struct {
 	srv *Server
 	t   transport
@@ -39,9 +40,9 @@ type conn struct {
 	// and only read after: a lock-free read on every delivery.
 	optOut atomic.Pointer[map[string]bool]
 
-	closeOnce  sync.Once
-	done       chan struct{}
-	writerDone chan struct{} // the writer has stopped: the outbox is drained or the transport failed
+	closeOnce sync.Once
+	done      chan struct{}
+	pings     *time.Timer // the keepalive; nil without one
 }
 
 func newConn(srv *Server, t transport, log *slog.Logger) *conn {
@@ -52,72 +53,94 @@ func newConn(srv *Server, t transport, log *slog.Logger) *conn {
 		log:  log,
 		ctx:  context.Background(),
 		done: make(chan struct{}),
-
-		writerDone: make(chan struct{}),
 	}
 }
 
-// serve runs the connection until the transport ends or ctx is done.
+// serve runs the connection until the transport ends or ctx is done,
+// reading and handling requests on the calling goroutine.
 func (c *conn) serve(ctx context.Context) {
 	ctx, c.cancel = context.WithCancel(ctx)
 	defer c.cancel()
 	c.ctx = ctx
+	c.startKeepAlive()
+	// A read blocked on a transport that ignores ctx (stdin) ends when the
+	// transport closes.
+	defer context.AfterFunc(ctx, func() { c.shut("connection ended", false) })()
+	c.out.serve(func() { go c.writeLoop() })
 	c.srv.mgr.Listen(c, session.PrincipalFrom(ctx))
 	defer c.srv.mgr.Detach(c)
 
-	go func() {
-		defer close(c.writerDone)
-		c.writeLoop(ctx)
-	}()
-	if p, ok := c.t.(pinger); ok && c.srv.cfg.PingInterval > 0 {
-		go c.keepAlive(ctx, p)
-	}
-
-	rpc := jsonrpc2.NewConn(ctx, &objectStream{c: c, ctx: ctx}, &handler{c: c},
-		jsonrpc2.SetLogger(slogPrinter{c.log}))
-	select {
-	case <-rpc.DisconnectNotify():
-	case <-ctx.Done():
-		rpc.Close()
-	}
+	c.readLoop(ctx)
+	// The end of input: what is queued is written before the connection
+	// closes (an orderly drain when stdin closes).
 	c.out.close()
-	<-c.writerDone
+	select {
+	case <-c.out.drained:
+	case <-c.done:
+	}
 	c.shut("connection ended", false)
 }
 
 // goAway closes the connection once what is queued has been written, each
-// frame within the write timeout: a shutdown loses no event already
+// write within the write timeout: a shutdown loses no event already
 // fanned out to it.
 func (c *conn) goAway(reason string) {
 	c.out.close()
 	go func() {
 		select {
-		case <-c.writerDone:
+		case <-c.out.drained:
 		case <-c.done:
 		}
 		c.shut(reason, false)
 	}()
 }
 
-// writeLoop drains the outbox onto the transport. A write that cannot
-// finish within the write timeout means the peer is wedged: the
-// connection is closed and the client resumes by cursor.
-func (c *conn) writeLoop(ctx context.Context) {
+// maxBatchBytes bounds what one write carries: frames taken from the
+// outbox leave its budget, so a batch is held outside it while written.
+const maxBatchBytes = 64 << 10
+
+// writeLoop drains the outbox onto the transport, a batch a write, and
+// ends when it finds the outbox empty (the next frame queued starts
+// another). A write that cannot finish within the write timeout means the
+// peer is wedged: the connection is closed and the client resumes by
+// cursor.
+func (c *conn) writeLoop() {
+	var batch [][]byte
 	for {
-		frame, err := c.out.next(ctx)
-		if err != nil {
-			return
+		batch = c.out.take(batch[:0], maxBatchBytes, false)
+		if len(batch) == 0 {
+			// Before ending, let goroutines about to queue more (a turn
+			// streaming) run: a writer that ended at every frame would
+			// cost a goroutine start each.
+			runtime.Gosched()
+			if batch = c.out.take(batch[:0], maxBatchBytes, true); len(batch) == 0 {
+				return
+			}
 		}
-		wctx, cancel := context.WithTimeout(ctx, c.srv.cfg.WriteTimeout)
-		err = c.t.WriteFrame(wctx, frame)
-		cancel()
-		if err != nil {
+		if err := c.write(batch); err != nil {
 			c.log.Debug("write failed; closing", "err", err)
 			c.shut("write failed", true)
 			return
 		}
-		c.srv.metrics.framesSent.Add(1)
+		c.srv.metrics.framesSent.Add(uint64(len(batch)))
+		clear(batch)
 	}
+}
+
+// write sends a batch within the write timeout, in one write where the
+// transport can.
+func (c *conn) write(batch [][]byte) error {
+	ctx, cancel := context.WithTimeout(c.ctx, c.srv.cfg.WriteTimeout)
+	defer cancel()
+	if bw, ok := c.t.(batchWriter); ok {
+		return bw.WriteFrames(ctx, batch)
+	}
+	for _, f := range batch {
+		if err := c.t.WriteFrame(ctx, f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // pinger is a transport with a liveness probe (WebSocket).
@@ -125,33 +148,45 @@ type pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// keepAlive pings the peer until the connection ends, closing it when a
-// pong does not come back in time.
-func (c *conn) keepAlive(ctx context.Context, p pinger) {
-	t := time.NewTicker(c.srv.cfg.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.done:
-			return
-		case <-t.C:
-		}
-		if c.busy.Load() {
-			// The read loop is inside a handler, so a pong would not be
-			// read; the writes that handler makes prove the peer alive
-			// (or time out and close the connection).
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, c.srv.cfg.WriteTimeout)
-		err := p.Ping(pctx)
+// startKeepAlive arms the keepalive: a runtime timer, not a goroutine, so
+// an idle connection costs none; each ping runs on the timer's own
+// short-lived goroutine.
+func (c *conn) startKeepAlive() {
+	p, ok := c.t.(pinger)
+	every := c.srv.cfg.PingInterval
+	if !ok || every <= 0 {
+		return
+	}
+	// Armed only once assigned, so the first ping finds c.pings set.
+	c.pings = time.AfterFunc(time.Duration(math.MaxInt64), func() { c.ping(p, every) })
+	c.pings.Reset(every)
+}
+
+// ping pings the peer and re-arms the timer, or closes the connection
+// when the pong does not come back in time.
+func (c *conn) ping(p pinger, every time.Duration) {
+	if c.ctx.Err() != nil {
+		return
+	}
+	// While the read loop is inside a handler, a pong would not be read;
+	// the writes that handler makes prove the peer alive (or time out and
+	// close the connection).
+	if !c.busy.Load() {
+		ctx, cancel := context.WithTimeout(c.ctx, c.srv.cfg.WriteTimeout)
+		err := p.Ping(ctx)
 		cancel()
-		if err != nil && ctx.Err() == nil {
-			c.log.Debug("no pong; closing", "err", err)
-			c.shut("no pong", true)
+		if err != nil {
+			if c.ctx.Err() == nil {
+				c.log.Debug("no pong; closing", "err", err)
+				c.shut("no pong", true)
+			}
 			return
 		}
+	}
+	select {
+	case <-c.done:
+	default:
+		c.pings.Reset(every)
 	}
 }
 
@@ -161,6 +196,9 @@ func (c *conn) keepAlive(ctx context.Context, p pinger) {
 func (c *conn) shut(reason string, dead bool) {
 	c.closeOnce.Do(func() {
 		close(c.done)
+		if c.pings != nil {
+			c.pings.Stop()
+		}
 		c.t.Close(reason, dead)
 		c.out.close()
 		if c.cancel != nil {
@@ -269,70 +307,56 @@ func (c *conn) reply(id json.RawMessage, result any) error {
 	return c.push(append(frame, '}'))
 }
 
-// slogPrinter routes jsonrpc2's own log lines (connection ends, mostly)
-// to debug level.
-type slogPrinter struct{ log *slog.Logger }
-
-func (p slogPrinter) Printf(format string, v ...any) {
-	p.log.Debug(strings.TrimSpace(fmt.Sprintf(format, v...)))
-}
-
-// objectStream bridges jsonrpc2 onto the connection. Reads pass through
-// the gate, which answers bad frames itself, so jsonrpc2 only ever sees
-// well-formed, permitted requests; writes (responses) go to the outbox.
-type objectStream struct {
-	c   *conn
-	ctx context.Context
-}
-
-func (s *objectStream) WriteObject(obj any) error {
-	frame, err := json.Marshal(obj)
-	if err != nil {
-		return err
-	}
-	return s.c.push(frame)
-}
-
-// ReadObject reads the next request once the outbox has room for its
-// answer: a client that does not read is not read either.
-func (s *objectStream) ReadObject(v any) error {
+// readLoop reads frames and has each handled, one at a time and in
+// order, until the input ends. A frame is handled — validated, answered,
+// and whatever session work it sets off done — on a goroutine of its own
+// that the loop waits for: the deep stacks that work grows die with it,
+// and the goroutine an idle connection keeps, blocked reading, stays
+// small.
+func (c *conn) readLoop(ctx context.Context) {
+	h := &handler{c: c}
 	for {
-		// Like a handler, the wait keeps the pong unread: no pings meanwhile.
-		s.c.busy.Store(true)
-		err := s.c.out.waitReadable(s.ctx)
-		s.c.busy.Store(false)
-		if err != nil {
-			if errors.Is(err, errWedged) {
-				s.c.wedged()
-			}
-			return err
-		}
-		frame, err := s.c.t.ReadFrame(s.ctx)
+		frame, err := c.readFrame(ctx)
 		var tl *tooLargeError
-		if errors.As(err, &tl) {
-			s.c.srv.metrics.framesRejected.Add(1)
-			s.c.answerTooLarge(tl.prefix)
-			continue
+		if err != nil && !errors.As(err, &tl) {
+			c.log.Debug("connection input ended", "err", err)
+			return
 		}
-		if err != nil {
-			return err
-		}
-		s.c.srv.metrics.framesReceived.Add(1)
-		clean, ok := s.c.gate(frame)
-		if !ok {
-			s.c.srv.metrics.framesRejected.Add(1)
-			continue
-		}
-		return json.Unmarshal(clean, v)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if tl != nil {
+				c.srv.metrics.framesRejected.Add(1)
+				c.answerTooLarge(tl.prefix)
+				return
+			}
+			c.srv.metrics.framesReceived.Add(1)
+			req, ok := c.gate(frame)
+			if !ok {
+				c.srv.metrics.framesRejected.Add(1)
+				return
+			}
+			h.Handle(ctx, nil, req)
+		}()
+		<-done
 	}
 }
 
-// Close ends the reading side: the outbox takes no more frames, and the
-// writer drains what is queued (an orderly drain when stdin closes) before
-// serve shuts the connection.
-func (s *objectStream) Close() error {
-	s.c.out.close()
-	return nil
+// readFrame reads the next frame once the outbox has room for its
+// answer: a client that does not read is not read either. A frame over
+// the limit is reported as a *tooLargeError.
+func (c *conn) readFrame(ctx context.Context) ([]byte, error) {
+	// Like a handler, the wait keeps the pong unread: no pings meanwhile.
+	c.busy.Store(true)
+	err := c.out.waitReadable(ctx)
+	c.busy.Store(false)
+	if err != nil {
+		if errors.Is(err, errWedged) {
+			c.wedged()
+		}
+		return nil, err
+	}
+	return c.t.ReadFrame(ctx)
 }
 
 // answerTooLarge answers an oversized frame: inputTooLarge when its id can

@@ -6,16 +6,17 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/sourcegraph/jsonrpc2"
+
 	"mspd/schema/msp"
 )
 
-// gate checks one inbound frame before jsonrpc2 sees it. Stock jsonrpc2
-// closes the connection on a frame it cannot parse, and re-encodes params
-// (sorting keys, dropping duplicates), so validation happens here, on the
-// raw bytes, and every bad frame gets a typed answer on an open connection.
-// It returns a clean request frame for jsonrpc2, or ok=false when the frame
-// was answered (or was a notification) here.
-func (c *conn) gate(frame []byte) (clean []byte, ok bool) {
+// gate checks one inbound frame before the handler sees it: validation
+// happens here, on the raw bytes (params are never re-encoded), and every
+// bad frame gets a typed answer on an open connection. It returns the
+// request, or ok=false when the frame was answered (or was a
+// notification) here.
+func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, ok bool) {
 	var env map[string]json.RawMessage
 	if err := json.Unmarshal(frame, &env); err != nil {
 		if json.Valid(frame) {
@@ -77,16 +78,19 @@ func (c *conn) gate(frame []byte) (clean []byte, ok bool) {
 		c.replyError(id, invalidParams(errs))
 		return nil, false
 	}
-	// Re-frame minimally: jsonrpc2 needs no unknown members and must not
-	// mistake a stray "result" for a response.
-	clean = make([]byte, 0, len(params)+len(method)+len(id)+48)
-	clean = append(clean, `{"jsonrpc":"2.0","id":`...)
-	clean = append(clean, id...)
-	clean = append(clean, `,"method":`...)
-	clean = strconv.AppendQuote(clean, method)
-	clean = append(clean, `,"params":`...)
-	clean = append(clean, params...)
-	return append(clean, '}'), true
+	return &jsonrpc2.Request{Method: method, Params: &params, ID: requestID(id)}, true
+}
+
+// requestID is a valid id (see validID) as jsonrpc2 holds it.
+func requestID(raw json.RawMessage) jsonrpc2.ID {
+	var id jsonrpc2.ID
+	if raw[0] == '"' {
+		id.IsString = true
+		json.Unmarshal(raw, &id.Str)
+		return id
+	}
+	id.Num, _ = strconv.ParseUint(string(raw), 10, 64)
+	return id
 }
 
 // admit applies the handshake order and the method catalogue.

@@ -23,12 +23,13 @@ type metrics struct {
 }
 
 func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
-	var dropped, gaps uint64
+	var dropped, gaps, coalesced uint64
 	var queued, bytes, maxBytes int
 	s.mu.Lock()
 	for c := range s.conns {
 		d, g, q := c.out.stats()
 		dropped, gaps, queued = dropped+d, gaps+g, queued+q
+		coalesced += c.out.coalescedCount()
 		b, _ := c.out.queuedBytes()
 		bytes, maxBytes = bytes+b, max(maxBytes, b)
 	}
@@ -45,6 +46,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	p.metric("mspd_request_errors_total", "counter", "Requests answered with an error by a handler.", sample{v: m.requestErrors.Load()})
 	p.metric("mspd_events_dropped_total", "counter", "View events dropped for slow readers on open connections.", sample{v: dropped})
 	p.metric("mspd_view_gaps_total", "counter", "view/gap markers sent on open connections.", sample{v: gaps})
+	p.metric("mspd_deltas_coalesced_total", "counter", "item/delta events merged into a queued delta of the same item for readers behind, on open connections.", sample{v: coalesced})
 	p.metric("mspd_outbound_queued_frames", "gauge", "Frames waiting in connection outboxes.", sample{v: queued})
 	p.metric("mspd_outbound_queued_bytes", "gauge", "Bytes held by connection outboxes (queued frames and kept events).", sample{v: bytes})
 	p.metric("mspd_outbound_queued_bytes_max", "gauge", "Bytes held by the fullest connection outbox; each is bounded by --queue-bytes.", sample{v: maxBytes})

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -15,8 +16,12 @@ var (
 	errWedged = errors.New("outbound queue full: the peer is not reading")
 )
 
-// outbox is a connection's outbound queue, drained by one writer goroutine
-// that owns the socket. Frames leave in the order they were queued.
+// outbox is a connection's outbound queue. Frames leave in the order they
+// were queued, taken in batches by a writer goroutine that owns the
+// socket. The writer runs only while there is something to write: the
+// first frame queued into an idle outbox starts it (startWriter), and it
+// ends when it finds the queue empty, so an idle connection keeps no
+// writer and no write buffer.
 //
 // One byte budget covers everything the outbox holds: responses,
 // broadcasts, view/gap markers, view events and the kept tails of holes.
@@ -26,10 +31,17 @@ var (
 //     reads its next request only once its queue is under the request
 //     limit (the budget less a reserve), so a client that does not read
 //     stops being read, and TCP pushes back on it.
-//   - View events take at most a share of it (and a frame count); beyond
-//     that, or while a response waits, they are dropped and the hole is
-//     reported per session with one view/gap at the next accepted event.
-//     A replay waits for room instead.
+//   - View events take at most a share of it (and a frame count). Under
+//     pressure — the reader has fallen a sixteenth of the frame count
+//     behind, or a delta finds no room — a delta is coalesced into its
+//     view's newest queued event when that is a delta of the same item
+//     the writer has not taken yet (conflation, as market-data feeds do):
+//     one frame, up to 64 KiB, with the texts concatenated and the later
+//     cursor, so a reader that is merely behind gets every delta, in
+//     fewer frames. Beyond that, or while a response waits, view events
+//     are dropped and the hole is reported per session with one view/gap
+//     at the next accepted event: a gap is for a reader that stopped
+//     reading. A replay waits for room instead.
 //   - Protected frames that cannot wait (broadcasts, a replay's view/gap)
 //     may also use the reserve; one that finds no room at all means the
 //     peer is wedged, and the connection is closed.
@@ -37,7 +49,7 @@ var (
 // A wait that sees no frame leave the queue for the stall time (the write
 // timeout) reports the peer wedged too. So an outbox holds at most its
 // budget (or one frame larger than that alone, and the reserve), besides
-// the frame being written and the answer waiting to be queued; and a slow
+// the batch being written and the answer waiting to be queued; and a slow
 // reader never stalls a session or other readers.
 type outbox struct {
 	gapFrame func(sessionID, after, next string) []byte
@@ -47,31 +59,39 @@ type outbox struct {
 	frames      [][]byte
 	kinds       []frameKind
 	head        int
-	bytes       int // bytes of the frames queued
-	nGap        int // view events queued
-	gapBytes    int // bytes of view events queued
-	urgentBytes int // bytes of protected frames that could not wait
-	tailBytes   int // bytes of kept tails
-	peak        int // high-water mark of bytes held
+	pos0        uint64 // queue position of frames[0]: positions count every frame ever queued
+	bytes       int    // bytes of the frames queued
+	nGap        int    // view events queued
+	gapBytes    int    // bytes of view events queued
+	urgentBytes int    // bytes of protected frames that could not wait
+	tailBytes   int    // bytes of kept tails
+	peak        int    // high-water mark of bytes held
 	closed      bool
 	shut        chan struct{} // closed with the outbox: wakes waiters
-	wake        chan struct{} // the writer has work
+	startWriter func()        // starts a writer; nil until the connection serves
+	writing     bool          // a writer runs (or was started)
+	drained     chan struct{} // closed once closed with nothing queued and no writer
 	waiting     int           // goroutines waiting for room
 	respWaiting int           // of them, responses: view events yield to them
 	room        chan struct{} // closed and replaced when room is freed
 	views       map[string]*viewState
-	tails       int // views holding a dropped durable event to re-deliver
+	lastView    *viewState // the view last looked up: most connections watch one
+	tails       int        // views holding a dropped durable event to re-deliver
 	dropped     uint64
 	gaps        uint64
+	coalesced   uint64
 }
 
 // outboxLimits bounds one outbox.
 type outboxLimits struct {
-	budget    int           // bytes held in all
-	reserve   int           // part of the budget only frames that cannot wait may use
-	gapBytes  int           // share of the budget queued view events may use
-	gapFrames int           // view events queued at most
-	stall     time.Duration // a wait for room this long with no progress: wedged (0: never)
+	budget    int // bytes held in all
+	reserve   int // part of the budget only frames that cannot wait may use
+	gapBytes  int // share of the budget queued view events may use
+	gapFrames int // view events queued at most
+	// coalesceAt is the view events queued from which deltas are
+	// coalesced even while there is room: the reader is falling behind.
+	coalesceAt int
+	stall      time.Duration // a wait for room this long with no progress: wedged (0: never)
 }
 
 // limitsFor derives a connection's limits from the server config: the
@@ -83,7 +103,10 @@ func limitsFor(cfg Config) outboxLimits {
 		reserve:   cfg.QueueBytes / 8,
 		gapBytes:  cfg.QueueBytes / 2,
 		gapFrames: cfg.QueueFrames,
-		stall:     cfg.WriteTimeout,
+		// A sixteenth of the frames (64 by default): answers shorter than
+		// that always arrive delta by delta.
+		coalesceAt: max(1, cfg.QueueFrames/16),
+		stall:      cfg.WriteTimeout,
 	}
 }
 
@@ -98,9 +121,17 @@ const (
 
 // viewState tracks one subscribed session on this connection.
 type viewState struct {
+	id        string // the session
 	last      string // cursor of the last event queued
 	inHole    bool
 	holeAfter string
+	// deltaPos is 1 + the queue position of the view's newest event when
+	// that is an ephemeral one (a delta), 0 otherwise: a delta that finds
+	// no room is coalesced into it while the writer has not taken it.
+	deltaPos uint64
+	// merged is set once that frame is one this outbox built by
+	// coalescing: more text is appended to it in place.
+	merged *mergedDelta
 	// The tail is the newest durable event dropped in the open hole. Once
 	// there is room again it is delivered and the hole reported, so a
 	// reader that fell behind at the end of a turn still gets the turn's
@@ -118,10 +149,29 @@ func newOutbox(lim outboxLimits, gapFrame func(sessionID, after, next string) []
 	return &outbox{
 		gapFrame: gapFrame,
 		lim:      lim,
-		wake:     make(chan struct{}, 1),
 		shut:     make(chan struct{}),
+		drained:  make(chan struct{}),
 		room:     make(chan struct{}),
 		views:    make(map[string]*viewState),
+	}
+}
+
+// serve makes queued frames start writers with start, from now on (and
+// at once, when frames are already queued). start runs under the lock and
+// must not block: it starts a goroutine that calls take until the queue
+// is empty.
+func (o *outbox) serve(start func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.startWriter = start
+	o.wakeWriterLocked()
+}
+
+// wakeWriterLocked starts a writer when frames wait and none runs.
+func (o *outbox) wakeWriterLocked() {
+	if !o.writing && o.startWriter != nil && o.head < len(o.frames) {
+		o.writing = true
+		o.startWriter()
 	}
 }
 
@@ -175,10 +225,7 @@ func (o *outbox) appendLocked(frame []byte, kind frameKind) {
 		o.urgentBytes += len(frame)
 	}
 	o.notePeakLocked()
-	select {
-	case o.wake <- struct{}{}:
-	default:
-	}
+	o.wakeWriterLocked()
 }
 
 func (o *outbox) notePeakLocked() { o.peak = max(o.peak, o.heldLocked()) }
@@ -290,16 +337,37 @@ func (o *outbox) waitReadable(ctx context.Context) error {
 func (o *outbox) subscribed(sessionID, from string) {
 	o.mu.Lock()
 	o.dropViewLocked(sessionID)
-	o.views[sessionID] = &viewState{last: from}
+	o.views[sessionID] = &viewState{id: sessionID, last: from}
 	o.mu.Unlock()
 }
 
 func (o *outbox) dropViewLocked(sessionID string) {
-	if v := o.views[sessionID]; v != nil && v.tailFrame != nil {
+	v := o.views[sessionID]
+	if v == nil {
+		return
+	}
+	if v.tailFrame != nil {
 		o.clearTailLocked(v)
 		o.freedLocked()
 	}
+	if o.lastView == v {
+		o.lastView = nil
+	}
 	delete(o.views, sessionID)
+}
+
+// viewLocked returns the state of a session's view, creating it.
+func (o *outbox) viewLocked(sessionID string) *viewState {
+	if v := o.lastView; v != nil && v.id == sessionID {
+		return v
+	}
+	v := o.views[sessionID]
+	if v == nil {
+		v = &viewState{id: sessionID}
+		o.views[sessionID] = v
+	}
+	o.lastView = v
+	return v
 }
 
 // keepTailLocked keeps a dropped durable event as its view's tail, with
@@ -338,11 +406,7 @@ func (o *outbox) pushView(sessionID, cursor string, frame []byte, durable bool) 
 	if o.closed {
 		return
 	}
-	v := o.views[sessionID]
-	if v == nil {
-		v = &viewState{}
-		o.views[sessionID] = v
-	}
+	v := o.viewLocked(sessionID)
 	if v.inHole && !durable {
 		// A hole closes only at a durable event: its view/gap names next,
 		// and view/page serves durable events only. The deltas lost here
@@ -354,7 +418,11 @@ func (o *outbox) pushView(sessionID, cursor string, frame []byte, durable bool) 
 		return
 	}
 	marker := o.markerLocked(sessionID, v, cursor)
-	if !o.viewRoomLocked(len(marker)+len(frame), len(v.tailFrame)) {
+	room := o.viewRoomLocked(len(marker)+len(frame), len(v.tailFrame))
+	if !durable && !v.inHole && (!room || o.behindLocked()) && o.coalesceLocked(v, cursor, frame) {
+		return
+	}
+	if !room {
 		if !v.inHole {
 			v.inHole, v.holeAfter = true, v.last
 		}
@@ -369,7 +437,74 @@ func (o *outbox) pushView(sessionID, cursor string, frame []byte, durable bool) 
 	if v.tailFrame != nil { // this event supersedes the kept tail
 		o.clearTailLocked(v)
 	}
-	o.acceptLocked(v, marker, cursor, frame)
+	o.acceptLocked(v, marker, cursor, frame, !durable)
+}
+
+// behindLocked tells whether the reader is falling behind: enough view
+// events are queued that deltas are coalesced before there is no room.
+func (o *outbox) behindLocked() bool {
+	return o.lim.coalesceAt > 0 && o.nGap >= o.lim.coalesceAt
+}
+
+// maxCoalesced bounds a coalesced frame: past it, a delta starts a frame
+// of its own (when there is room for one).
+const maxCoalesced = 64 << 10
+
+// coalesceLocked merges a delta into v's newest queued event when that is
+// a delta of the same item the writer has not taken: the texts are
+// concatenated and the cursor and time are the new delta's. It reports
+// false (nothing changed) when there is no such delta, either frame is
+// not a plain item/delta, or the longer frame would not fit the view
+// events' share.
+func (o *outbox) coalesceLocked(v *viewState, cursor string, frame []byte) bool {
+	slot, ok := o.queuedSlotLocked(v.deltaPos)
+	if !ok {
+		return false
+	}
+	in, ok := parseDelta(frame)
+	if !ok {
+		return false
+	}
+	old := o.frames[slot]
+	m := v.merged
+	var merged []byte
+	if m == nil {
+		q, ok := parseDelta(old)
+		if !ok || !bytes.Equal(q.itemID, in.itemID) {
+			return false
+		}
+		merged, m = startMerge(q, len(in.text))
+	} else {
+		if string(in.itemID) != m.itemID {
+			return false
+		}
+		merged = old
+	}
+	size := m.textEnd + len(in.text) + mergedSuffixLen(in)
+	growth := size - len(old)
+	if size > maxCoalesced || o.gapBytes+o.tailBytes+growth > o.lim.gapBytes || o.heldLocked()+growth > o.requestLimit() {
+		return false
+	}
+	// Appending in place is safe: the frame is queued, so the writer
+	// holds no reference to it, and nothing else ever does.
+	merged = appendMerged(merged[:m.textEnd], in)
+	m.textEnd += len(in.text)
+	o.frames[slot] = merged
+	o.bytes += growth
+	o.gapBytes += growth
+	o.notePeakLocked()
+	v.merged, v.last = m, cursor
+	o.coalesced++
+	return true
+}
+
+// queuedSlotLocked returns the slot of the frame at queue position pos-1,
+// when the writer has not taken it yet (pos 0: none).
+func (o *outbox) queuedSlotLocked(pos uint64) (int, bool) {
+	if pos == 0 || pos-1 < o.pos0+uint64(o.head) || pos-1 >= o.pos0+uint64(len(o.frames)) {
+		return 0, false
+	}
+	return int(pos - 1 - o.pos0), true
 }
 
 // markerLocked renders the view/gap that closes v's hole at cursor, or
@@ -381,11 +516,12 @@ func (o *outbox) markerLocked(sessionID string, v *viewState, cursor string) []b
 	return o.gapFrame(sessionID, v.holeAfter, cursor)
 }
 
-// acceptLocked queues a view event. When it closes a hole, the view/gap
-// marker goes right before it: next names an event already queued behind
-// the marker, and a client that pages (after, next) on the marker gets the
-// hole's events before the live one at next, in cursor order.
-func (o *outbox) acceptLocked(v *viewState, marker []byte, cursor string, frame []byte) {
+// acceptLocked queues a view event (ephemeral: a delta, which a later one
+// may be coalesced into). When it closes a hole, the view/gap marker goes
+// right before it: next names an event already queued behind the marker,
+// and a client that pages (after, next) on the marker gets the hole's
+// events before the live one at next, in cursor order.
+func (o *outbox) acceptLocked(v *viewState, marker []byte, cursor string, frame []byte, ephemeral bool) {
 	if marker != nil {
 		o.appendLocked(marker, kindResponse)
 		v.inHole = false
@@ -393,6 +529,10 @@ func (o *outbox) acceptLocked(v *viewState, marker []byte, cursor string, frame 
 	}
 	o.appendLocked(frame, kindView)
 	v.last = cursor
+	v.deltaPos, v.merged = 0, nil
+	if ephemeral {
+		v.deltaPos = o.pos0 + uint64(len(o.frames))
+	}
 }
 
 // flushTailsLocked delivers kept tails that now fit, even while a response
@@ -413,7 +553,7 @@ func (o *outbox) flushTailsLocked() {
 		}
 		cursor, frame, marker, lost := v.tailCursor, v.tailFrame, v.tailMarker, v.lostAfterTail
 		o.clearTailLocked(v)
-		o.acceptLocked(v, marker, cursor, frame)
+		o.acceptLocked(v, marker, cursor, frame, false)
 		if lost { // deltas after the tail are gone too: keep reporting
 			v.inHole, v.holeAfter = true, cursor
 		}
@@ -429,6 +569,7 @@ func (o *outbox) pushReplay(ctx context.Context, sessionID, cursor string, frame
 		o.appendLocked(frame, kindView)
 		if v := o.views[sessionID]; v != nil {
 			v.last = cursor
+			v.deltaPos, v.merged = 0, nil
 		}
 		return true
 	})
@@ -441,31 +582,35 @@ func (o *outbox) forget(sessionID string) {
 	o.mu.Unlock()
 }
 
-// next blocks until a frame is queued, then removes and returns it; it
-// returns errClosed once the outbox is shut and drained.
-func (o *outbox) next(ctx context.Context) ([]byte, error) {
-	for {
-		o.mu.Lock()
-		if o.head < len(o.frames) {
-			f := o.takeLocked()
-			o.mu.Unlock()
-			return f, nil
-		}
-		closed := o.closed
-		o.mu.Unlock()
-		if closed {
-			return nil, errClosed
-		}
-		select {
-		case <-o.wake:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+// take moves queued frames into dst, oldest first, for the writer: up to
+// maxBytes of them, and at least one. With nothing queued it returns dst
+// unchanged and, when release is set, ends the writer's turn: the next
+// frame queued starts a writer again, and a closed outbox is drained.
+func (o *outbox) take(dst [][]byte, maxBytes int, release bool) [][]byte {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n, taken := 0, len(dst)
+	for o.head < len(o.frames) && (len(dst) == taken || n+len(o.frames[o.head]) <= maxBytes) {
+		f := o.takeLocked()
+		n += len(f)
+		dst = append(dst, f)
 	}
+	switch {
+	case len(dst) > taken:
+		// Their room goes to kept tails first, then to whoever waits.
+		if o.tails > 0 {
+			o.flushTailsLocked()
+		}
+		o.compactLocked()
+		o.freedLocked()
+	case release:
+		o.writing = false
+		o.drainedLocked()
+	}
+	return dst
 }
 
-// takeLocked removes the oldest frame; its room goes to kept tails first,
-// then to whoever waits.
+// takeLocked removes the oldest frame.
 func (o *outbox) takeLocked() []byte {
 	f, kind := o.frames[o.head], o.kinds[o.head]
 	o.frames[o.head] = nil
@@ -478,12 +623,19 @@ func (o *outbox) takeLocked() []byte {
 	case kindUrgent:
 		o.urgentBytes -= len(f)
 	}
-	if o.tails > 0 {
-		o.flushTailsLocked()
-	}
-	o.compactLocked()
-	o.freedLocked()
 	return f
+}
+
+// drainedLocked closes drained once the outbox is closed, empty and
+// without a writer.
+func (o *outbox) drainedLocked() {
+	if o.closed && !o.writing && o.head == len(o.frames) {
+		select {
+		case <-o.drained:
+		default:
+			close(o.drained)
+		}
+	}
 }
 
 // compactLocked reclaims the slots of sent frames: at once when the queue
@@ -493,27 +645,27 @@ func (o *outbox) takeLocked() []byte {
 func (o *outbox) compactLocked() {
 	switch {
 	case o.head == len(o.frames):
+		o.pos0 += uint64(o.head)
 		o.frames, o.kinds, o.head = o.frames[:0], o.kinds[:0], 0
 	case o.head >= 64 && o.head*2 >= len(o.frames):
 		n := copy(o.frames, o.frames[o.head:])
 		copy(o.kinds, o.kinds[o.head:])
 		clear(o.frames[n:])
+		o.pos0 += uint64(o.head)
 		o.frames, o.kinds, o.head = o.frames[:n], o.kinds[:n], 0
 	}
 }
 
-// close shuts the outbox; queued frames are still handed out by next.
+// close shuts the outbox: it takes no more frames, and drained closes
+// once the writer has taken those queued.
 func (o *outbox) close() {
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	if !o.closed {
 		o.closed = true
 		close(o.shut)
 	}
-	o.mu.Unlock()
-	select {
-	case o.wake <- struct{}{}:
-	default:
-	}
+	o.drainedLocked()
 }
 
 // stats reports dropped events and gap markers so far, and the frames
@@ -522,6 +674,13 @@ func (o *outbox) stats() (dropped, gaps uint64, queued int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.dropped, o.gaps, len(o.frames) - o.head
+}
+
+// coalescedCount reports the deltas coalesced into queued ones so far.
+func (o *outbox) coalescedCount() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.coalesced
 }
 
 // queuedBytes reports the bytes the budget counts now (queued frames and

@@ -23,6 +23,39 @@ func newTestOutbox(maxFrames, maxBytes int) *outbox {
 	return newOutbox(outboxLimits{budget: 4 * maxBytes, reserve: maxBytes, gapBytes: maxBytes, gapFrames: maxFrames}, testGap)
 }
 
+// next waits for a frame and takes it, as a writer would: the tests read
+// outboxes that no connection serves (and so that start no writer).
+func (o *outbox) next(ctx context.Context) ([]byte, error) {
+	for {
+		if f := o.take(nil, 1, false); len(f) == 1 {
+			return f[0], nil
+		}
+		o.mu.Lock()
+		if o.head < len(o.frames) {
+			o.mu.Unlock()
+			continue
+		}
+		if o.closed {
+			o.mu.Unlock()
+			return nil, errClosed
+		}
+		// Be woken as a writer would be started.
+		queued := make(chan struct{})
+		o.writing = false
+		o.startWriter = func() { o.startWriter = nil; close(queued) }
+		o.mu.Unlock()
+		select {
+		case <-queued:
+		case <-o.shut:
+		case <-ctx.Done():
+			o.mu.Lock()
+			o.startWriter = nil
+			o.mu.Unlock()
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // drain takes every queued frame without blocking.
 func drain(t *testing.T, o *outbox) []string {
 	t.Helper()

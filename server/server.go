@@ -74,6 +74,9 @@ type Config struct {
 	LegacyRetryNotices bool
 	// Models answers model/list; nil serves an empty catalog.
 	Models ModelLister
+	// Pprof serves the Go runtime's profiles under /debug/pprof/, behind
+	// the same Host check and token as /msp (off by default).
+	Pprof bool
 	// Logger receives connection logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -160,6 +163,11 @@ func (s *Server) Handler() http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
+	if s.cfg.Pprof {
+		pp := s.pprofHandler()
+		mux.Handle("GET /debug/pprof/", pp)
+		mux.Handle("POST /debug/pprof/symbol", pp)
+	}
 	return &frontDoor{s: s, mux: mux}
 }
 
@@ -238,7 +246,8 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "a valid token is required", http.StatusUnauthorized)
 		return
 	}
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	cw := &corkingWriter{ResponseWriter: w}
+	ws, err := websocket.Accept(cw, r, &websocket.AcceptOptions{
 		OriginPatterns: s.cfg.OriginPatterns,
 		// Echoed when offered, so that a browser that carries its token
 		// as a subprotocol accepts the handshake.
@@ -253,14 +262,19 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	// The transport enforces the frame limit itself so that an oversized
 	// frame is answered instead of closing the connection.
 	ws.SetReadLimit(-1)
-	t := &wsTransport{c: ws, limit: s.cfg.MaxFrameBytes}
+	t := &wsTransport{c: ws, limit: s.cfg.MaxFrameBytes, cork: cw.cork}
 	log := s.log.With("remote", r.RemoteAddr)
 	if principal != "" {
 		log = log.With("principal", principal)
 	}
 	// The connection outlives nothing but the server: Shutdown closes it.
-	// Its context carries the principal every request on it runs for.
-	s.run(session.WithPrincipal(context.WithoutCancel(r.Context()), principal), t, log)
+	// Its context carries the principal every request on it runs for. It
+	// is served on a goroutine of its own, so that this one returns and
+	// net/http lets go of the request, its headers and the stack that
+	// parsed them: an idle connection keeps only what it needs.
+	ctx := session.WithPrincipal(context.WithoutCancel(r.Context()), principal)
+	c := s.open(t, log)
+	go s.serveConn(ctx, c)
 }
 
 // ServeStdio serves one connection of NDJSON frames on r and w until r
@@ -273,6 +287,12 @@ func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) {
 }
 
 func (s *Server) run(ctx context.Context, t transport, log *slog.Logger) {
+	s.serveConn(ctx, s.open(t, log))
+}
+
+// open registers a new connection, so that Shutdown sees it from now on;
+// one opened while the server drains is told to go away at once.
+func (s *Server) open(t transport, log *slog.Logger) *conn {
 	c := newConn(s, t, log)
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
@@ -280,6 +300,14 @@ func (s *Server) run(ctx context.Context, t transport, log *slog.Logger) {
 	s.mu.Unlock()
 	s.metrics.connsOpen.Add(1)
 	s.metrics.connsTotal.Add(1)
+	if s.draining.Load() {
+		c.goAway("server shutting down")
+	}
+	return c
+}
+
+// serveConn serves an open connection until it ends, then forgets it.
+func (s *Server) serveConn(ctx context.Context, c *conn) {
 	defer func() {
 		s.metrics.connsOpen.Add(-1)
 		s.mu.Lock()

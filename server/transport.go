@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -26,6 +28,13 @@ type transport interface {
 	Close(reason string, dead bool) error
 }
 
+// batchWriter is a transport that sends several frames, in order, in one
+// write to the peer: one system call for everything the writer found
+// queued, instead of one a frame.
+type batchWriter interface {
+	WriteFrames(ctx context.Context, frames [][]byte) error
+}
+
 // tooLargeError is an inbound frame over the frame limit; prefix keeps its
 // first bytes so that the request id can still be recovered.
 type tooLargeError struct{ prefix []byte }
@@ -39,6 +48,9 @@ const prefixKeep = 64 << 10
 type wsTransport struct {
 	c     *websocket.Conn
 	limit int64
+	// cork, when the connection was hijacked through a corkingWriter,
+	// gathers a batch of frames into one write.
+	cork *corkConn
 }
 
 func (t *wsTransport) ReadFrame(ctx context.Context) ([]byte, error) {
@@ -71,6 +83,160 @@ func readBounded(r io.Reader, limit int64) ([]byte, error) {
 func (t *wsTransport) WriteFrame(ctx context.Context, frame []byte) error {
 	return t.c.Write(ctx, websocket.MessageText, frame)
 }
+
+// WriteFrames sends frames as WebSocket messages in one write: the
+// library frames each into the corked connection, and the flush hands
+// the lot to the socket within ctx's deadline. The messages are framed
+// under a context without a deadline, which spares the library a timer
+// per message; nothing they do blocks on the peer (the flush does, and
+// it is bounded), except waiting for a control frame another goroutine
+// is writing, which the library bounds itself.
+func (t *wsTransport) WriteFrames(ctx context.Context, frames [][]byte) error {
+	if t.cork == nil || len(frames) == 1 && len(frames[0]) > maxCorkedFrame {
+		for _, f := range frames {
+			if err := t.WriteFrame(ctx, f); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	t.cork.plug()
+	for _, f := range frames {
+		if err := t.c.Write(context.Background(), websocket.MessageText, f); err != nil {
+			// What was framed is whole and may hold a close frame
+			// another goroutine wrote meanwhile: send it anyway.
+			t.cork.flush(deadlineOf(ctx))
+			return err
+		}
+	}
+	return t.cork.flush(deadlineOf(ctx))
+}
+
+// corkConn is the network connection under a WebSocket. Plugged (while
+// the writer sends a batch), what the library writes is gathered, whole
+// frames only since it flushes after each; flush sends it in one write.
+// Unplugged, writes pass through: control frames (pongs, pings, the close
+// frame) written between batches, each in one write since it fits the
+// library's buffer, so they never split a batch or each other.
+type corkConn struct {
+	net.Conn
+
+	mu      sync.Mutex // guards plugged and buf; never held across I/O
+	plugged bool
+	buf     *[]byte // pooled while plugged
+	// wmu serialises writes to the connection (a channel, so that a
+	// goroutine waiting behind a slow write is durably blocked in a
+	// testing/synctest bubble, as it is behind the library's own locks).
+	wmu chan struct{}
+}
+
+func newCorkConn(nc net.Conn) *corkConn {
+	return &corkConn{Conn: nc, wmu: make(chan struct{}, 1)}
+}
+
+// maxCorkedFrame is the largest frame sent alone that is copied into a
+// batch: a larger one is written as it stands (the copy would gain
+// nothing but memory).
+const maxCorkedFrame = 32 << 10
+
+// corkBufs recycles batch buffers: an idle connection holds none.
+var corkBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+// maxPooledCork is the largest batch buffer kept for reuse.
+const maxPooledCork = 256 << 10
+
+func (c *corkConn) plug() {
+	c.mu.Lock()
+	c.plugged = true
+	c.buf = corkBufs.Get().(*[]byte)
+	c.mu.Unlock()
+}
+
+func (c *corkConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	if c.plugged {
+		*c.buf = append(*c.buf, p...)
+		c.mu.Unlock()
+		return len(p), nil
+	}
+	c.mu.Unlock()
+	c.wmu <- struct{}{}
+	defer func() { <-c.wmu }()
+	return c.Conn.Write(p)
+}
+
+// flush unplugs and sends what was gathered in one write, by deadline. A
+// write that fails or times out may have sent part of a frame: the
+// connection must then be closed.
+func (c *corkConn) flush(deadline time.Time) error {
+	c.mu.Lock()
+	buf := c.buf
+	c.plugged, c.buf = false, nil
+	c.mu.Unlock()
+	if buf == nil {
+		return nil
+	}
+	var err error
+	if len(*buf) > 0 {
+		c.wmu <- struct{}{}
+		c.Conn.SetWriteDeadline(deadline)
+		_, err = c.Conn.Write(*buf)
+		// Control frames written between batches must not inherit it.
+		c.Conn.SetWriteDeadline(time.Time{})
+		<-c.wmu
+	}
+	if cap(*buf) <= maxPooledCork {
+		*buf = (*buf)[:0]
+		corkBufs.Put(buf)
+	}
+	return err
+}
+
+// corkingWriter hands coder/websocket, when it hijacks the connection of
+// an upgrade, a corkConn in place of the network connection, so that the
+// transport can batch writes without forking the library.
+type corkingWriter struct {
+	http.ResponseWriter
+	cork *corkConn
+}
+
+// The buffers coder/websocket reads and writes a connection through, for
+// its whole life. Writes are gathered by the corkConn, so the write buffer
+// only needs to hold a control frame whole (at most 2+125 bytes); reads of
+// a payload larger than the read buffer bypass it. net/http's 4 KiB pair
+// is let go: small buffers are most of what an idle connection holds.
+const (
+	wsReadBuffer  = 512
+	wsWriteBuffer = 256
+)
+
+// Hijack implements http.Hijacker.
+func (w *corkingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	nc, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	// The switching-protocols response has been flushed (net/http does so
+	// on hijacking); anything still buffered goes before the redirection.
+	if err := brw.Writer.Flush(); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	w.cork = newCorkConn(nc)
+	// Bytes the client sent after its request (a first frame) are read
+	// already: the new reader must hold them buffered, as the library
+	// takes over what is buffered.
+	early, _ := brw.Reader.Peek(brw.Reader.Buffered())
+	r := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(early)), w.cork), max(wsReadBuffer, len(early)))
+	if _, err := r.Peek(len(early)); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return w.cork, bufio.NewReadWriter(r, bufio.NewWriterSize(w.cork, wsWriteBuffer)), nil
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (w *corkingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Ping sends a WebSocket ping and waits for its pong.
 func (t *wsTransport) Ping(ctx context.Context) error { return t.c.Ping(ctx) }
@@ -158,13 +324,24 @@ func (t *lineTransport) readLine() ([]byte, error) {
 // a peer that stopped reading a pipe is wedged, as on WebSocket. After a
 // write gave up, the stream may hold part of a line, so none follows.
 func (t *lineTransport) WriteFrame(ctx context.Context, frame []byte) error {
+	return t.WriteFrames(ctx, [][]byte{frame})
+}
+
+// WriteFrames writes frames as lines in one write, as WriteFrame does.
+func (t *lineTransport) WriteFrames(ctx context.Context, frames [][]byte) error {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
 	if t.broken {
 		return errWriteAbandoned
 	}
-	buf := make([]byte, 0, len(frame)+1)
-	buf = append(append(buf, frame...), '\n')
+	n := 0
+	for _, f := range frames {
+		n += len(f) + 1
+	}
+	buf := make([]byte, 0, n)
+	for _, f := range frames {
+		buf = append(append(buf, f...), '\n')
+	}
 	err := t.write(ctx, buf)
 	if err != nil {
 		t.broken = true

@@ -102,6 +102,7 @@ func serve(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.Auth.JWT.Audience, "auth-jwt-audience", "", "an aud JWT bearer tokens must carry (required with JWT)")
 	fs.Var(&allowedHosts, "allowed-host", "extra Host `name` served while no authentication is configured (repeatable; loopback addresses and localhost always are)")
 	fs.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "allow listening on a non-loopback address with no authentication configured")
+	fs.BoolVar(&cfg.Server.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the listener (behind the Host check and the token, as /msp; needs authentication off loopback)")
 	fs.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long running turns may finish before the rest stop, to resume as a new attempt in the next process (a second signal stops at once)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")

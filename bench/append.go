@@ -1,0 +1,216 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // the driver mspd's store uses
+
+	"mspd/provider/scripted"
+	"mspd/schema/msp"
+)
+
+// maxGroup is how many pending commits the baseline's writer puts in one
+// transaction: store/sqlite's default group size.
+const maxGroup = 256
+
+// append: durable events/s across AppendSessions sessions running
+// one-delta turns, each session's turns one after another, against plain
+// SQLite inserts of rows of the same mean size into the same table, one
+// row a commit per session, group-committed as store/sqlite does (one
+// writer, up to 256 pending commits a transaction, WAL,
+// synchronous=FULL).
+func (r *runner) append(ctx context.Context) error {
+	n, m := r.cfg.AppendSessions, r.cfg.AppendTurns
+	srv, err := r.startServer(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	ss, err := setupSessions(ctx, srv.url, n)
+	if err != nil {
+		return err
+	}
+	defer closeSessions(ss)
+	script := scripted.Script(scripted.Step{Text: "ok"})
+	var events, paramBytes atomic.Int64
+	start := time.Now()
+	err = parallel(ctx, n, n, func(ctx context.Context, i int) error {
+		c := ss[i].c
+		for range m {
+			if err := c.sendTurn(ctx, ss[i].id, script); err != nil {
+				return err
+			}
+			for done := false; !done; {
+				f, err := c.read(ctx)
+				if err != nil {
+					return err
+				}
+				method := string(methodOf(f))
+				if method == "" || method == msp.NotifyItemDelta {
+					continue
+				}
+				events.Add(1)
+				paramBytes.Add(int64(len(paramsOf(f))))
+				done = method == msp.NotifyTurnCompleted
+			}
+		}
+		return nil
+	})
+	elapsed := time.Since(start)
+	if err != nil {
+		return err
+	}
+	closeSessions(ss)
+	srv.stop()
+	total := int(events.Load())
+	size := int(paramBytes.Load()) / max(total, 1)
+	base, err := plainSQLite(ctx, r.cfg.WorkDir, n, total/n, size)
+	if err != nil {
+		return fmt.Errorf("plain SQLite baseline: %w", err)
+	}
+	r.add(Row{Scenario: fmt.Sprintf("append %d sessions", n), Figure: "durable events/s", Value: float64(total) / elapsed.Seconds(), Unit: "/s",
+		Baseline: base, Note: fmt.Sprintf("%d events of %d-byte params", total, size)})
+	return nil
+}
+
+// paramsOf returns a notification's params as mspd encodes it.
+func paramsOf(frame []byte) []byte {
+	i := bytes.Index(frame, []byte(`"params":`))
+	j := bytes.LastIndex(frame, []byte(`,"emittedAtMs":`))
+	if i < 0 || j < i {
+		return nil
+	}
+	return frame[i+len(`"params":`) : j]
+}
+
+// plainSQLite commits perSession rows of size bytes for each of sessions
+// sessions, each session's one after another, through one group-committing
+// writer; it returns rows/s.
+func plainSQLite(ctx context.Context, workDir string, sessions, perSession, size int) (float64, error) {
+	dir, err := os.MkdirTemp(workDir, "sqlite-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", filepath.Join(dir, "plain.db")+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE events (
+		session_id TEXT NOT NULL, seq INTEGER NOT NULL, method TEXT NOT NULL, params BLOB,
+		PRIMARY KEY (session_id, seq)) WITHOUT ROWID`); err != nil {
+		return 0, err
+	}
+	w, err := newGroupWriter(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	defer w.close()
+	params := bytes.Repeat([]byte("x"), size)
+	start := time.Now()
+	err = parallel(ctx, sessions, sessions, func(ctx context.Context, i int) error {
+		sid := fmt.Sprintf("%036d", i)
+		for seq := 1; seq <= perSession; seq++ {
+			if err := w.commit(row{sid, int64(seq), params}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return float64(sessions*perSession) / time.Since(start).Seconds(), err
+}
+
+// row is one event row of the baseline.
+type row struct {
+	session string
+	seq     int64
+	params  []byte
+}
+
+type pending struct {
+	r    row
+	done chan error
+}
+
+// groupWriter commits rows as store/sqlite commits batches: one writer
+// goroutine takes whatever is queued, up to maxGroup, and commits it in
+// one transaction.
+type groupWriter struct {
+	conn   *sql.Conn
+	insert *sql.Stmt
+	reqs   chan pending
+	done   chan struct{}
+}
+
+func newGroupWriter(ctx context.Context, db *sql.DB) (*groupWriter, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	insert, err := conn.PrepareContext(ctx, `INSERT INTO events (session_id, seq, method, params) VALUES (?, ?, 'item/completed', ?)`)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	w := &groupWriter{conn: conn, insert: insert, reqs: make(chan pending), done: make(chan struct{})}
+	go w.run()
+	return w, nil
+}
+
+func (w *groupWriter) commit(r row) error {
+	p := pending{r, make(chan error, 1)}
+	w.reqs <- p
+	return <-p.done
+}
+
+func (w *groupWriter) run() {
+	defer close(w.done)
+	ctx := context.Background()
+	group := make([]pending, 0, maxGroup)
+	for first := range w.reqs {
+		group = append(group[:0], first)
+	drain:
+		for len(group) < maxGroup {
+			select {
+			case p := <-w.reqs:
+				group = append(group, p)
+			default:
+				break drain
+			}
+		}
+		err := w.write(ctx, group)
+		for _, p := range group {
+			p.done <- err
+		}
+	}
+}
+
+func (w *groupWriter) write(ctx context.Context, group []pending) error {
+	if _, err := w.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	for _, p := range group {
+		if _, err := w.insert.ExecContext(ctx, p.r.session, p.r.seq, p.r.params); err != nil {
+			w.conn.ExecContext(ctx, "ROLLBACK")
+			return err
+		}
+	}
+	_, err := w.conn.ExecContext(ctx, "COMMIT")
+	return err
+}
+
+func (w *groupWriter) close() {
+	close(w.reqs)
+	<-w.done
+	w.insert.Close()
+	w.conn.Close()
+}

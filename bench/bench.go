@@ -1,0 +1,306 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Scenarios lists every scenario, in the order they run.
+var Scenarios = []string{"turns", "notice", "idle", "resume", "append"}
+
+// Config is one benchmark run.
+type Config struct {
+	// Bin is the mspd binary; empty builds ./cmd/mspd of ModuleDir.
+	Bin string
+	// ModuleDir is the mspd module to build when Bin is empty (default ".").
+	ModuleDir string
+	// WorkDir holds the binary and the servers' data directories (default
+	// a temporary directory, removed afterwards).
+	WorkDir string
+	// ServerArgs are extra flags for every mspd started (e.g.
+	// --queue-frames 256).
+	ServerArgs []string
+	// Scenarios to run (default all); raw baselines run with the
+	// scenarios that compare against them.
+	Scenarios []string
+
+	// TurnSessions are the session counts of the turns scenario (default
+	// 100 and 1000), each session on its own connection with one turn:
+	// a 429 and then TurnDeltas deltas.
+	TurnSessions []int
+	TurnDeltas   int // default 1000
+	// Rounds is how many times the turns scenario and its baseline run,
+	// alternately, on the same connections; figures are medians (default
+	// 5).
+	Rounds int
+
+	// NoticeSessions sessions receive NoticeTurns turns at NoticeRate
+	// turns a second (defaults 100, 500, 100/s); NoticeBurst sessions
+	// then start one turn each at once (default 1000; 0 skips).
+	NoticeSessions int
+	NoticeTurns    int
+	NoticeRate     float64
+	NoticeBurst    int
+	// NoticeDeltas is the length of each notice turn's answer (default 50).
+	NoticeDeltas int
+
+	// IdleConns are the connection counts of the idle scenario (default
+	// 1000 and 10000).
+	IdleConns []int
+	// ResumeEvents is the size of the log resumed (default 10000).
+	ResumeEvents int
+	// AppendSessions run AppendTurns one-delta turns each (defaults 100
+	// and 20).
+	AppendSessions int
+	AppendTurns    int
+
+	// Profile, when set, starts the servers with --pprof and writes
+	// profiles named after it: a CPU profile of each turns run
+	// (Profile.turns<N>, taken while the turns run again after the
+	// measured rounds), and the heap and goroutines with each idle count
+	// open (Profile.idle<N>.heap, .goroutine, and .txt: the heap with the
+	// runtime's memory statistics).
+	Profile string
+
+	// Log receives progress lines (default os.Stderr).
+	Log io.Writer
+}
+
+func (c *Config) defaults() {
+	if c.ModuleDir == "" {
+		c.ModuleDir = "."
+	}
+	if len(c.Scenarios) == 0 {
+		c.Scenarios = Scenarios
+	}
+	if len(c.TurnSessions) == 0 {
+		c.TurnSessions = []int{100, 1000}
+	}
+	if c.TurnDeltas <= 0 {
+		c.TurnDeltas = 1000
+	}
+	if c.Rounds <= 0 {
+		c.Rounds = 5
+	}
+	if c.NoticeSessions <= 0 {
+		c.NoticeSessions = 100
+	}
+	if c.NoticeTurns <= 0 {
+		c.NoticeTurns = 500
+	}
+	if c.NoticeRate <= 0 {
+		c.NoticeRate = 100
+	}
+	if c.NoticeBurst < 0 {
+		c.NoticeBurst = 0
+	}
+	if c.NoticeDeltas <= 0 {
+		c.NoticeDeltas = 50
+	}
+	if len(c.IdleConns) == 0 {
+		c.IdleConns = []int{1000, 10000}
+	}
+	if c.ResumeEvents <= 0 {
+		c.ResumeEvents = 10000
+	}
+	if c.AppendSessions <= 0 {
+		c.AppendSessions = 100
+	}
+	if c.AppendTurns <= 0 {
+		c.AppendTurns = 20
+	}
+	if c.Log == nil {
+		c.Log = os.Stderr
+	}
+}
+
+// Row is one figure of the report. Where a baseline applies, it was
+// measured in the same run, on the same machine, at the same load.
+type Row struct {
+	Scenario string  `json:"scenario"`
+	Figure   string  `json:"figure"`
+	Value    float64 `json:"value"`
+	Unit     string  `json:"unit"`
+	// Baseline is the same figure for the raw baseline (coder/websocket
+	// alone, or plain SQLite); 0 when none applies.
+	Baseline float64 `json:"baseline,omitempty"`
+	// Ratio is Value ÷ Baseline for rates (higher is better for mspd).
+	Ratio float64 `json:"ratio,omitempty"`
+	Note  string  `json:"note,omitempty"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs      int    `json:"cpus"`
+	CPUModel  string `json:"cpuModel"`
+	GoVersion string `json:"goVersion"`
+	OS        string `json:"os"`
+}
+
+// Report is a whole run.
+type Report struct {
+	Started  time.Time `json:"started"`
+	Machine  Machine   `json:"machine"`
+	Server   string    `json:"server"`
+	FDLimit  uint64    `json:"fdLimit"`
+	Rows     []Row     `json:"rows"`
+	Duration float64   `json:"durationSeconds"`
+}
+
+// runner carries one run's state.
+type runner struct {
+	cfg Config
+	bin string
+	raw *rawServer
+	rep *Report
+}
+
+// Run runs the configured scenarios and returns the report; a scenario
+// that fails ends the run with its error and the rows so far.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg.defaults()
+	for _, s := range cfg.Scenarios {
+		if !slices.Contains(Scenarios, s) {
+			return nil, fmt.Errorf("unknown scenario %q (want %s)", s, strings.Join(Scenarios, ", "))
+		}
+	}
+	limit, err := raiseFileLimit()
+	if err != nil {
+		return nil, fmt.Errorf("raising RLIMIT_NOFILE: %w", err)
+	}
+	if need := 2*slices.Max(cfg.IdleConns) + 256; slices.Contains(cfg.Scenarios, "idle") && limit < uint64(need) {
+		fmt.Fprintf(cfg.Log, "mspbench: warning: RLIMIT_NOFILE is %d; %d idle connections need about %d\n", limit, slices.Max(cfg.IdleConns), need)
+	}
+	rep := &Report{Started: time.Now(), Machine: machine(), FDLimit: limit}
+	if cfg.WorkDir == "" {
+		dir, err := os.MkdirTemp("", "mspbench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		cfg.WorkDir = dir
+	}
+	r := &runner{cfg: cfg, bin: cfg.Bin, rep: rep}
+	if r.bin == "" {
+		r.logf("building ./cmd/mspd")
+		if r.bin, err = buildServer(ctx, cfg.ModuleDir, cfg.WorkDir); err != nil {
+			return nil, err
+		}
+	}
+	rep.Server = r.bin
+	defer func() { rep.Duration = time.Since(rep.Started).Seconds() }()
+	if r.raw, err = startRaw(ctx); err != nil {
+		return nil, fmt.Errorf("raw baseline: %w", err)
+	}
+	defer r.raw.stop()
+	scenarios := map[string]func(context.Context) error{
+		"turns":  r.turns,
+		"notice": r.notice,
+		"idle":   r.idle,
+		"resume": r.resume,
+		"append": r.append,
+	}
+	for _, s := range Scenarios {
+		if !slices.Contains(cfg.Scenarios, s) {
+			continue
+		}
+		r.logf("scenario %s", s)
+		if err := scenarios[s](ctx); err != nil {
+			return rep, fmt.Errorf("scenario %s: %w", s, err)
+		}
+	}
+	return rep, nil
+}
+
+func (r *runner) logf(format string, args ...any) {
+	fmt.Fprintf(r.cfg.Log, "mspbench: "+format+"\n", args...)
+}
+
+// add records a row.
+func (r *runner) add(row Row) {
+	if row.Baseline != 0 && row.Ratio == 0 {
+		row.Ratio = row.Value / row.Baseline
+	}
+	r.rep.Rows = append(r.rep.Rows, row)
+	r.logf("  %s", formatRow(row))
+}
+
+// startServer starts an mspd for one scenario.
+func (r *runner) startServer(ctx context.Context) (*server, error) {
+	args := r.cfg.ServerArgs
+	if r.cfg.Profile != "" {
+		args = append(slices.Clip(args), "--pprof")
+	}
+	return startServer(ctx, r.bin, r.cfg.WorkDir, args)
+}
+
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				m.CPUModel = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	return m
+}
+
+// WriteTable prints the report as one table.
+func (rep *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "mspbench %s — %d CPUs (%s), %s, %s\n\n", rep.Started.Format(time.DateOnly),
+		rep.Machine.CPUs, rep.Machine.CPUModel, rep.Machine.OS, rep.Machine.GoVersion)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tfigure\tvalue\tbaseline\tratio\tnote")
+	for _, row := range rep.Rows {
+		base, ratio := "", ""
+		if row.Baseline != 0 {
+			base = formatValue(row.Baseline, row.Unit)
+			ratio = fmt.Sprintf("%.2f", row.Ratio)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", row.Scenario, row.Figure, formatValue(row.Value, row.Unit), base, ratio, row.Note)
+	}
+	return tw.Flush()
+}
+
+// WriteJSON prints the report as JSON.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+func formatRow(row Row) string {
+	s := fmt.Sprintf("%s: %s", row.Figure, formatValue(row.Value, row.Unit))
+	if row.Baseline != 0 {
+		s += fmt.Sprintf(" (baseline %s, ratio %.2f)", formatValue(row.Baseline, row.Unit), row.Ratio)
+	}
+	if row.Note != "" {
+		s += " — " + row.Note
+	}
+	return s
+}
+
+func formatValue(v float64, unit string) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f %s", v, unit)
+	case v >= 10:
+		return fmt.Sprintf("%.1f %s", v, unit)
+	}
+	return fmt.Sprintf("%.2f %s", v, unit)
+}
+
+// errIncomplete reports a scenario whose clients did not get what they
+// were owed.
+var errIncomplete = errors.New("incomplete")

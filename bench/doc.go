@@ -1,0 +1,26 @@
+// Package bench is mspd's load benchmark, run by cmd/mspbench. It starts a
+// real mspd process (the binary given, or ./cmd/mspd built for the run),
+// drives it over real WebSocket connections from this process, reads the
+// server's CPU time and resident memory from /proc, and sets every figure
+// beside a baseline measured in the same run on the same machine:
+// coder/websocket alone writing the same frames (a child process running
+// ServeRaw), or plain SQLite inserts group-committed as store/sqlite does.
+// It knows mspd only from the outside: flags, the MSP wire and /metrics
+// (plus the wire encoding of notifications, so that its clients can
+// classify frames without decoding them, and mspd's cursor format to read
+// a log's length).
+//
+// Scenarios: turns (N sessions × one turn: a 429, then K deltas; delivered
+// deltas/s), notice (retry-notice latency at a steady turn rate and in a
+// burst), idle (RSS per idle subscribed connection), resume (replaying a
+// log of 10k events) and append (durable events/s across 100 sessions).
+//
+//	rep, err := bench.Run(ctx, bench.Config{Scenarios: []string{"turns"}})
+//	if err != nil {
+//		return err
+//	}
+//	rep.WriteTable(os.Stdout)
+//
+// The binary running Run must call ServeRaw when started with RawServerArg:
+// Run starts it so for the raw baseline.
+package bench

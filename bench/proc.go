@@ -1,0 +1,282 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// server is an mspd process the benchmark started, with a fresh data
+// directory of its own.
+type server struct {
+	cmd    *exec.Cmd
+	pid    int
+	url    string // ws://host:port/msp
+	base   string // http://host:port
+	dir    string
+	stderr *tailBuffer
+	exited chan struct{}
+}
+
+// serverArgs are the flags every benchmark server runs with: the scripted
+// provider, a retry budget that does not throttle the scripted 429s (a
+// thousand turns failing at once would exhaust it), and JSON logs so the
+// listening address can be read back.
+func serverArgs(dataDir string) []string {
+	return []string{"serve", "--listen", "127.0.0.1:0", "--data", dataDir, "--provider", "scripted",
+		"--retry-budget-tokens", "-1", "--log-format", "json", "--log-level", "info"}
+}
+
+// startServer runs bin with a fresh data directory under workDir and
+// waits for it to listen.
+func startServer(ctx context.Context, bin, workDir string, extra []string) (*server, error) {
+	dir, err := os.MkdirTemp(workDir, "mspd-data-")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, append(serverArgs(dir), extra...)...)
+	// Flags win over MSPD_* variables; the rest of the environment passes.
+	cmd.Env = os.Environ()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	s := &server{cmd: cmd, pid: cmd.Process.Pid, dir: dir, stderr: &tailBuffer{max: 64}, exited: make(chan struct{})}
+	listening := make(chan string, 1)
+	go s.readLog(stderr, listening)
+	go func() { cmd.Wait(); close(s.exited) }()
+	wait, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	select {
+	case u := <-listening:
+		s.url = u
+		s.base = "http://" + strings.TrimSuffix(strings.TrimPrefix(u, "ws://"), "/msp")
+		return s, nil
+	case <-s.exited:
+		return nil, fmt.Errorf("mspd exited before listening:\n%s", s.stderr)
+	case <-wait.Done():
+		s.stop()
+		return nil, fmt.Errorf("mspd did not listen in time:\n%s", s.stderr)
+	}
+}
+
+// readLog keeps the last log lines (for error reports) and reports the
+// WebSocket URL from the "mspd listening" line.
+func (s *server) readLog(r io.Reader, listening chan<- string) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		s.stderr.add(string(line))
+		var rec struct {
+			Msg string `json:"msg"`
+			URL string `json:"url"`
+		}
+		if json.Unmarshal(line, &rec) == nil && rec.Msg == "mspd listening" {
+			select {
+			case listening <- rec.URL:
+			default:
+			}
+		}
+	}
+}
+
+// stop ends the server (SIGTERM, then SIGKILL) and removes its data.
+func (s *server) stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.exited
+	}
+	os.RemoveAll(s.dir)
+}
+
+// cpu is the server's CPU time so far (user and system, all threads).
+func (s *server) cpu() (time.Duration, error) { return procCPU(s.pid) }
+
+// rss is the server's resident set size in bytes.
+func (s *server) rss() (int64, error) { return procRSS(s.pid) }
+
+// metric reads one unlabelled sample from the server's /metrics.
+func (s *server) metric(ctx context.Context, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+// procCPU sums the time the threads of a process spent on a CPU, from
+// /proc/<pid>/task/*/schedstat (nanoseconds; /proc/<pid>/stat counts in
+// 10 ms ticks, too coarse for short runs). Threads that exited are not
+// counted; the Go runtime keeps its threads.
+func procCPU(pid int) (time.Duration, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil {
+		return 0, err
+	}
+	if len(tasks) == 0 {
+		return 0, fmt.Errorf("process %d has no tasks", pid)
+	}
+	var total time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return 0, errors.New("malformed schedstat")
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		total += time.Duration(ns)
+	}
+	return total, nil
+}
+
+// procRSS reads VmRSS of a process from /proc/<pid>/status.
+func procRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc status")
+}
+
+// buildServer builds ./cmd/mspd of the module at moduleDir into dir.
+func buildServer(ctx context.Context, moduleDir, dir string) (string, error) {
+	bin := filepath.Join(dir, "mspd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/mspd")
+	cmd.Dir = moduleDir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build ./cmd/mspd: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// raiseFileLimit lifts the soft RLIMIT_NOFILE to the hard limit: ten
+// thousand connections need as many descriptors on each side. It returns
+// the soft limit in force.
+func raiseFileLimit() (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, err
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			return 0, err
+		}
+	}
+	return lim.Cur, nil
+}
+
+// tailBuffer keeps the last max lines written to it.
+type tailBuffer struct {
+	mu    sync.Mutex
+	max   int
+	lines []string
+}
+
+func (t *tailBuffer) add(line string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lines = append(t.lines, line)
+	if len(t.lines) > t.max {
+		t.lines = t.lines[len(t.lines)-t.max:]
+	}
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines, "\n")
+}
+
+// profileSeconds is how long a CPU profile of a scenario runs.
+const profileSeconds = 5
+
+// profile writes a CPU profile of srv (started with --pprof) to file,
+// running load over and over until the profile is taken.
+func (r *runner) profile(ctx context.Context, srv *server, file string, load func(context.Context) error) error {
+	got := make(chan error, 1)
+	go func() {
+		got <- fetch(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", srv.base, profileSeconds), file)
+	}()
+	for {
+		select {
+		case err := <-got:
+			if err == nil {
+				r.logf("  CPU profile: %s", file)
+			}
+			return err
+		default:
+		}
+		if err := load(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// fetch GETs url into file.
+func fetch(ctx context.Context, url, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s (is the server started with --pprof?)", url, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

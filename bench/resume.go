@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"mspd/provider/scripted"
+	"mspd/schema/msp"
+)
+
+// resume: a client resumes a session of ResumeEvents durable events from
+// its first cursor; events/s until the last one arrived, against
+// coder/websocket alone writing as many frames of the same mean size to
+// one connection.
+func (r *runner) resume(ctx context.Context) error {
+	srv, err := r.startServer(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	ss, err := setupSessions(ctx, srv.url, 1)
+	if err != nil {
+		return err
+	}
+	defer closeSessions(ss)
+	s := ss[0]
+	r.logf("  filling a log of %d events", r.cfg.ResumeEvents)
+	head, err := fillLog(ctx, s, r.cfg.ResumeEvents)
+	if err != nil {
+		return err
+	}
+	c, err := dialReady(ctx, srv.url)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	cpu0, _ := srv.cpu()
+	start := time.Now()
+	cursor := s.cursor
+	if _, err := c.send(ctx, msp.MethodSessionResume, msp.SessionResumeParams{CommandID: newCommandID(), SessionID: s.id, Cursor: &cursor}); err != nil {
+		return err
+	}
+	events, bytes := 0, 0
+	for {
+		f, err := c.read(ctx)
+		if err != nil {
+			return err
+		}
+		if methodOf(f) == nil {
+			continue // the resume's own answer
+		}
+		events++
+		bytes += len(f)
+		if string(stringMember(f, "viewCursor")) == head {
+			break
+		}
+	}
+	elapsed := time.Since(start)
+	cpu1, _ := srv.cpu()
+	frame := deltaFrameOfSize(bytes / events)
+	rc, err := dialRaw(ctx, r.raw, 1)
+	if err != nil {
+		return fmt.Errorf("raw baseline: %w", err)
+	}
+	defer rc.close()
+	raw, err := rc.round(ctx, events, frame)
+	if err != nil {
+		return fmt.Errorf("raw baseline: %w", err)
+	}
+	scen := fmt.Sprintf("resume %d events", events)
+	r.add(Row{Scenario: scen, Figure: "replayed events/s", Value: float64(events) / elapsed.Seconds(), Unit: "/s",
+		Baseline: raw.rate(), Note: fmt.Sprintf("%d-byte mean frame", len(frame))})
+	r.add(Row{Scenario: scen, Figure: "resume → last event", Value: float64(elapsed.Microseconds()) / 1e3, Unit: "ms",
+		Baseline: float64(raw.elapsed.Microseconds()) / 1e3, Ratio: raw.elapsed.Seconds() / elapsed.Seconds(), Note: "ratio: baseline ÷ mspd"})
+	r.add(Row{Scenario: scen, Figure: "server CPU per event", Value: perItem(cpu1-cpu0, events), Unit: "µs"})
+	return nil
+}
+
+// fillLog runs one-delta turns on s until its log holds at least n durable
+// events, and returns the cursor of the last one.
+func fillLog(ctx context.Context, s session, n int) (string, error) {
+	script := scripted.Script(scripted.Step{Text: "ok"})
+	for {
+		if err := s.c.sendTurn(ctx, s.id, script); err != nil {
+			return "", err
+		}
+		for {
+			f, err := s.c.read(ctx)
+			if err != nil {
+				return "", err
+			}
+			if string(methodOf(f)) != msp.NotifyTurnCompleted {
+				continue
+			}
+			cursor := string(stringMember(f, "viewCursor"))
+			if seq, err := durableSeq(cursor); err != nil {
+				return "", err
+			} else if seq >= n {
+				return cursor, nil
+			}
+			break
+		}
+	}
+}
+
+// durableSeq reads the sequence of a durable cursor. Clients treat
+// cursors as opaque; the benchmark knows mspd's (v:<session>:<seq>).
+func durableSeq(cursor string) (int, error) {
+	i := strings.LastIndexByte(cursor, ':')
+	seq, err := strconv.Atoi(cursor[i+1:])
+	if err != nil {
+		return 0, fmt.Errorf("cursor %q: %w", cursor, err)
+	}
+	return seq, nil
+}
+
+// deltaFrameOfSize renders an item/delta frame of about size bytes (at
+// least the smallest such frame), as mspd would encode it.
+func deltaFrameOfSize(size int) []byte {
+	sid, item := uuid.NewString(), uuid.NewString()
+	frame := func(text string) []byte {
+		p, _ := msp.Marshal(msp.ItemDeltaParams{SessionID: sid, ViewCursor: "v:" + sid + ":1234.5", ItemID: item, Delta: text})
+		return msp.EncodeNotification(msp.NotifyItemDelta, p, time.Now().UnixMilli())
+	}
+	pad := max(1, size-len(frame("")))
+	return frame(string(bytes.Repeat([]byte("x"), pad)))
+}

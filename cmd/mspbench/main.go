@@ -1,0 +1,98 @@
+// Command mspbench is mspd's load benchmark: it starts an mspd, drives it
+// with real WebSocket clients and prints each figure beside a baseline
+// measured in the same run (see package bench and BENCHMARKS.md).
+//
+//	mspbench [--bin PATH] [--scenarios turns,notice,idle,resume,append] [--json]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"mspd/bench"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(args) == 1 && args[0] == bench.RawServerArg {
+		if err := bench.ServeRaw(ctx, stdout); err != nil {
+			fmt.Fprintln(stderr, "mspbench raw-server:", err)
+			return 1
+		}
+		return 0
+	}
+	fs := flag.NewFlagSet("mspbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg bench.Config
+	var scenarios, serverArgs string
+	var turnSessions, idleConns intList
+	var asJSON bool
+	fs.StringVar(&cfg.Bin, "bin", "", "mspd binary to benchmark (default: build ./cmd/mspd)")
+	fs.StringVar(&cfg.ModuleDir, "module", ".", "mspd module to build when --bin is not given")
+	fs.StringVar(&cfg.WorkDir, "work", "", "directory for the binary and data directories (default: a temporary one)")
+	fs.StringVar(&scenarios, "scenarios", strings.Join(bench.Scenarios, ","), "scenarios to run: "+strings.Join(bench.Scenarios, ", "))
+	fs.StringVar(&serverArgs, "server-args", "", "extra flags for every mspd started, space-separated (e.g. \"--queue-frames 256\")")
+	fs.Var(&turnSessions, "turn-sessions", "turns: session counts (default 100,1000)")
+	fs.IntVar(&cfg.TurnDeltas, "turn-deltas", 1000, "turns: deltas of each turn's answer")
+	fs.IntVar(&cfg.Rounds, "rounds", 5, "turns: rounds of mspd and the baseline, alternating on the same connections (figures are medians)")
+	fs.IntVar(&cfg.NoticeSessions, "notice-sessions", 100, "notice: sessions of the steady run")
+	fs.IntVar(&cfg.NoticeTurns, "notice-turns", 500, "notice: turns of the steady run")
+	fs.Float64Var(&cfg.NoticeRate, "notice-rate", 100, "notice: turns a second of the steady run")
+	fs.IntVar(&cfg.NoticeBurst, "notice-burst", 1000, "notice: turns started at once in the burst run (0: none)")
+	fs.IntVar(&cfg.NoticeDeltas, "notice-deltas", 50, "notice: deltas of each turn's answer")
+	fs.Var(&idleConns, "idle-conns", "idle: connection counts (default 1000,10000)")
+	fs.IntVar(&cfg.ResumeEvents, "resume-events", 10000, "resume: durable events in the log resumed")
+	fs.IntVar(&cfg.AppendSessions, "append-sessions", 100, "append: sessions")
+	fs.IntVar(&cfg.AppendTurns, "append-turns", 20, "append: one-delta turns per session")
+	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N> (CPU) and PREFIX.idle<N>.heap, .goroutine (starts mspd with --pprof)")
+	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg.Scenarios = strings.Split(scenarios, ",")
+	cfg.ServerArgs = strings.Fields(serverArgs)
+	cfg.TurnSessions, cfg.IdleConns = turnSessions, idleConns
+	cfg.Log = stderr
+	rep, err := bench.Run(ctx, cfg)
+	if rep != nil {
+		if asJSON {
+			rep.WriteJSON(stdout)
+		} else {
+			rep.WriteTable(stdout)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "mspbench:", err)
+		return 1
+	}
+	return 0
+}
+
+// intList is a comma-separated list of counts.
+type intList []int
+
+func (l *intList) String() string { return fmt.Sprint([]int(*l)) }
+
+func (l *intList) Set(v string) error {
+	*l = nil
+	for part := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%q is not a positive count", part)
+		}
+		*l = append(*l, n)
+	}
+	return nil
+}
