@@ -1,0 +1,162 @@
+package jetstream
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mspd/store"
+)
+
+// Headers of mspd's own. Everything a scan sorts or filters by is a
+// header; everything returned byte for byte is in the payload.
+const (
+	hdrSeq     = "Mspd-Seq"     // a record's dense per-session sequence
+	hdrCreated = "Mspd-Created" // Unix nanoseconds, rows and ledger entries
+	hdrUpdated = "Mspd-Updated" // Unix nanoseconds, rows
+	hdrBusy    = "Mspd-Busy"    // "1" on busy rows
+)
+
+// storedMsg is a message as read back from the stream.
+type storedMsg struct {
+	subject string
+	seq     uint64 // stream sequence
+	header  nats.Header
+	data    []byte
+}
+
+// recordMsg encodes a record. The payload is the method, length-prefixed,
+// then the params: both come back exactly, whatever bytes they hold.
+func recordMsg(subject string, r store.Record) *nats.Msg {
+	data := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(r.Method)+len(r.Params)), uint64(len(r.Method)))
+	data = append(append(data, r.Method...), r.Params...)
+	m := nats.NewMsg(subject)
+	m.Header.Set(hdrSeq, strconv.FormatInt(r.Seq, 10))
+	m.Data = data
+	return m
+}
+
+func decodeRecord(m storedMsg) (store.Record, error) {
+	seq, err := headerInt(m, hdrSeq)
+	if err != nil {
+		return store.Record{}, err
+	}
+	method, params, err := splitPrefixed(m)
+	if err != nil {
+		return store.Record{}, err
+	}
+	return store.Record{Seq: seq, Method: string(method), Params: params}, nil
+}
+
+// rowMsg encodes a session row; the state blob is the payload. The row
+// rolls up its subject, so the stream keeps only a session's last row.
+func rowMsg(subject string, r *store.Session) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Header.Set("Nats-Rollup", "sub")
+	created, _ := nanos(r.CreatedAt) // validated by Commit
+	updated, _ := nanos(r.UpdatedAt)
+	m.Header.Set(hdrCreated, strconv.FormatInt(created, 10))
+	m.Header.Set(hdrUpdated, strconv.FormatInt(updated, 10))
+	if r.Busy {
+		m.Header.Set(hdrBusy, "1")
+	}
+	m.Data = append([]byte(nil), r.State...)
+	return m
+}
+
+func decodeRow(id string, m storedMsg) (store.Session, error) {
+	created, err := headerInt(m, hdrCreated)
+	if err != nil {
+		return store.Session{}, err
+	}
+	updated, err := headerInt(m, hdrUpdated)
+	if err != nil {
+		return store.Session{}, err
+	}
+	return store.Session{
+		ID:        id,
+		CreatedAt: time.Unix(0, created).UTC(),
+		UpdatedAt: time.Unix(0, updated).UTC(),
+		Busy:      m.header.Get(hdrBusy) == "1",
+		State:     m.data,
+	}, nil
+}
+
+// commandMsg encodes a ledger entry: the digest, length-prefixed, a byte
+// for IsError, then the response.
+func commandMsg(subject string, c store.Command, created int64) *nats.Msg {
+	data := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(c.Digest)+1+len(c.Response)), uint64(len(c.Digest)))
+	data = append(data, c.Digest...)
+	flag := byte(0)
+	if c.IsError {
+		flag = 1
+	}
+	data = append(append(data, flag), c.Response...)
+	m := nats.NewMsg(subject)
+	m.Header.Set(hdrCreated, strconv.FormatInt(created, 10))
+	m.Data = data
+	return m
+}
+
+func decodeCommand(id string, m storedMsg) (store.Command, error) {
+	created, err := headerInt(m, hdrCreated)
+	if err != nil {
+		return store.Command{}, err
+	}
+	digest, rest, err := splitPrefixed(m)
+	if err != nil {
+		return store.Command{}, err
+	}
+	if len(rest) == 0 {
+		return store.Command{}, fmt.Errorf("jetstream: ledger entry %q at %d is truncated", id, m.seq)
+	}
+	return store.Command{
+		ID:        id,
+		Digest:    string(digest),
+		IsError:   rest[0] == 1,
+		Response:  rest[1:],
+		CreatedAt: time.Unix(0, created).UTC(),
+	}, nil
+}
+
+// splitPrefixed splits a payload into its length-prefixed head and the rest.
+func splitPrefixed(m storedMsg) (head, rest []byte, err error) {
+	n, k := binary.Uvarint(m.data)
+	if k <= 0 || n > uint64(len(m.data)-k) {
+		return nil, nil, fmt.Errorf("jetstream: malformed payload on %s at %d", m.subject, m.seq)
+	}
+	return m.data[k : k+int(n)], m.data[k+int(n):], nil
+}
+
+func headerInt(m storedMsg, key string) (int64, error) {
+	v, err := strconv.ParseInt(m.header.Get(key), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("jetstream: message on %s at %d: header %s: %w", m.subject, m.seq, key, err)
+	}
+	return v, nil
+}
+
+// nanos converts t to the stored form, refusing instants that int64 Unix
+// nanoseconds cannot hold rather than storing a wrapped value.
+func nanos(t time.Time) (int64, error) {
+	n := t.UnixNano()
+	if !time.Unix(0, n).Equal(t) {
+		return 0, fmt.Errorf("time %v is outside the storable range", t)
+	}
+	return n, nil
+}
+
+// clampNanos is nanos for keys, where an instant out of range still sorts
+// before or after everything stored.
+func clampNanos(t time.Time) int64 {
+	if n, err := nanos(t); err == nil {
+		return n
+	}
+	if t.Year() < 1970 {
+		return -1 << 63
+	}
+	return 1<<63 - 1
+}

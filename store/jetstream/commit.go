@@ -1,0 +1,284 @@
+package jetstream
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"mspd/store"
+)
+
+// Headers of JetStream's atomic batch publish (nats-server 2.12+).
+const (
+	hdrBatchID     = "Nats-Batch-Id"
+	hdrBatchSeq    = "Nats-Batch-Sequence"
+	hdrBatchCommit = "Nats-Batch-Commit"
+)
+
+// maxBatch is the server's default bound on the messages of one atomic
+// batch (jetstream max_batch_size).
+const maxBatch = 1000
+
+// JetStream API error codes Commit tells apart.
+const (
+	errCodeWrongLastSeq         = 10071 // an expected-last-subject-sequence guard failed
+	errCodeWrongLastSeqConstant = 10164 // the same, on replicated streams and within batches
+	errCodeDupInProcess         = 10158 // our message id is staged, its outcome not yet known
+	errCodeTooManyRequests      = 10167
+	errCodeIncompleteBatch      = 10176 // a message of the batch went missing
+	errCodeBatchDuplicate       = 10201 // the batch carries a message id already stored
+	errCodeTooManyBatches       = 10210
+)
+
+// Commit implements store.Store. The batch becomes one atomic JetStream
+// publish: every record, the row and every ledger entry land together or
+// not at all. See the package doc for the guards and for what happens when
+// the server does not answer.
+func (s *Store) Commit(ctx context.Context, b store.Batch) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := validate(b); err != nil {
+		return err
+	}
+	done, err := s.enter()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if len(b.Records) == 0 && b.Session == nil && len(b.Commands) == 0 {
+		return nil
+	}
+	if err := conflictsWithin(b); err != nil {
+		return err
+	}
+	var h headPos
+	if len(b.Records) > 0 {
+		if h, err = s.head(ctx, b.SessionID); err != nil {
+			return err
+		}
+		if first := b.Records[0].Seq; first != h.seq+1 {
+			return fmt.Errorf("%w: session %q record 0 has seq %d, want %d", store.ErrConflict, b.SessionID, first, h.seq+1)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err // the write has not begun
+	}
+	return s.publish(ctx, s.messages(b, h, time.Now()))
+}
+
+// validate rejects malformed batches. These are caller bugs, so they are
+// not ErrConflict.
+func validate(b store.Batch) error {
+	if len(b.Records) > 0 && b.SessionID == "" {
+		return fmt.Errorf("jetstream: invalid batch: %d records without a session id", len(b.Records))
+	}
+	n := len(b.Records) + len(b.Commands)
+	if r := b.Session; r != nil {
+		n++
+		if r.ID == "" {
+			return errors.New("jetstream: invalid batch: session row without an id")
+		}
+		if b.SessionID != "" && r.ID != b.SessionID {
+			return fmt.Errorf("jetstream: invalid batch: session row %q in a batch for %q", r.ID, b.SessionID)
+		}
+		if _, err := nanos(r.CreatedAt); err != nil {
+			return fmt.Errorf("jetstream: invalid batch: session %q CreatedAt: %w", r.ID, err)
+		}
+		if _, err := nanos(r.UpdatedAt); err != nil {
+			return fmt.Errorf("jetstream: invalid batch: session %q UpdatedAt: %w", r.ID, err)
+		}
+	}
+	for _, c := range b.Commands {
+		if c.ID == "" {
+			return errors.New("jetstream: invalid batch: command without an id")
+		}
+		if c.CreatedAt.IsZero() {
+			continue // stamped by Commit
+		}
+		if _, err := nanos(c.CreatedAt); err != nil {
+			return fmt.Errorf("jetstream: invalid batch: command %q CreatedAt: %w", c.ID, err)
+		}
+	}
+	if n > maxBatch {
+		return fmt.Errorf("jetstream: invalid batch: %d messages, one atomic publish takes at most %d", n, maxBatch)
+	}
+	return nil
+}
+
+// conflictsWithin finds the conflicts a batch has on its own: a gap in its
+// records, or a command id twice. (The server would let the second entry of
+// a repeated id through: its guard is checked against the stream as it was
+// before the batch.)
+func conflictsWithin(b store.Batch) error {
+	for i, r := range b.Records {
+		if want := b.Records[0].Seq + int64(i); r.Seq != want {
+			return fmt.Errorf("%w: session %q record %d has seq %d, want %d", store.ErrConflict, b.SessionID, i, r.Seq, want)
+		}
+	}
+	seen := make(map[string]bool, len(b.Commands))
+	for _, c := range b.Commands {
+		if seen[c.ID] {
+			return fmt.Errorf("%w: command %q twice in one batch", store.ErrConflict, c.ID)
+		}
+		seen[c.ID] = true
+	}
+	return nil
+}
+
+// messages encodes a batch, guards included: the first record expects the
+// session's last record to be h (so no other writer appended since the
+// head was read), every ledger entry expects its command id to be absent.
+// The first message carries a message id, so that sending the batch again
+// after a lost answer is recognised as a duplicate if it had landed.
+func (s *Store) messages(b store.Batch, h headPos, now time.Time) []*nats.Msg {
+	msgs := make([]*nats.Msg, 0, len(b.Records)+1+len(b.Commands))
+	for i, r := range b.Records {
+		m := recordMsg(s.subj.logPage(b.SessionID, r.Seq), r)
+		if i == 0 {
+			expect(m, h.stream, s.subj.log(b.SessionID))
+		}
+		msgs = append(msgs, m)
+	}
+	if b.Session != nil {
+		msgs = append(msgs, rowMsg(s.subj.row(b.Session.ID), b.Session))
+	}
+	for _, c := range b.Commands {
+		created := clampNanos(now)
+		if !c.CreatedAt.IsZero() {
+			created, _ = nanos(c.CreatedAt) // validated
+		}
+		m := commandMsg(s.subj.command(c.ID, cmp.Or(c.SessionID, b.SessionID)), c, created)
+		expect(m, 0, s.subj.commandAny(c.ID))
+		msgs = append(msgs, m)
+	}
+	msgs[0].Header.Set(jetstream.MsgIDHeader, "mspd-"+nuid.Next())
+	return msgs
+}
+
+// expect guards m: the last message on filter must be at stream sequence
+// seq (0: there must be none).
+func expect(m *nats.Msg, seq uint64, filter string) {
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(seq, 10))
+	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, filter)
+}
+
+// publish sends msgs until the server gives a definite answer. A lost
+// answer is retried with the same message id, which the server recognises
+// if the first attempt landed; a busy server is retried after a pause.
+// Caller cancellation no longer applies: once sent, the batch may land, and
+// an error must not hide a write.
+func (s *Store) publish(ctx context.Context, msgs []*nats.Msg) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CommitTimeout)
+	defer cancel()
+	unknown := false // whether some attempt may have landed unseen
+	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		err := s.send(ctx, msgs)
+		verdict, maybeLanded := judge(err)
+		unknown = unknown || maybeLanded
+		switch verdict {
+		case landed:
+			return nil
+		case conflicted:
+			return fmt.Errorf("%w: %v", store.ErrConflict, err)
+		case failed:
+			if unknown {
+				return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+			}
+			return fmt.Errorf("jetstream: commit: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			if unknown {
+				return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+			}
+			return fmt.Errorf("jetstream: commit: %w", err)
+		case <-time.After(pause):
+		}
+	}
+}
+
+// send makes one attempt: a plain publish for one message, otherwise an
+// atomic batch whose last message commits it.
+func (s *Store) send(ctx context.Context, msgs []*nats.Msg) error {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	if len(msgs) == 1 {
+		ack, err := s.js.PublishMsg(ctx, msgs[0])
+		if err == nil && ack.Duplicate {
+			return nil // an earlier attempt landed
+		}
+		return err
+	}
+	select {
+	case s.batches <- struct{}{}:
+		defer func() { <-s.batches }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	id := nuid.Next()
+	for i, m := range msgs {
+		m.Header.Set(hdrBatchID, id)
+		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+	}
+	last := msgs[len(msgs)-1]
+	last.Header.Set(hdrBatchCommit, "1")
+	// Only the commit needs an answer; the server tells a gap from the
+	// sequence numbers and then refuses the whole batch.
+	for _, m := range msgs[:len(msgs)-1] {
+		if err := s.nc.PublishMsg(m); err != nil {
+			return err
+		}
+	}
+	_, err := s.js.PublishMsg(ctx, last)
+	return err
+}
+
+type verdict int
+
+const (
+	landed verdict = iota
+	conflicted
+	retry
+	failed
+)
+
+// judge classifies one attempt's error, and tells whether the attempt may
+// have landed without our hearing of it.
+func judge(err error) (v verdict, maybeLanded bool) {
+	if err == nil {
+		return landed, false
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case errCodeWrongLastSeq, errCodeWrongLastSeqConstant:
+			return conflicted, false
+		case errCodeBatchDuplicate:
+			return landed, false
+		case errCodeDupInProcess:
+			return retry, true
+		case errCodeTooManyRequests, errCodeIncompleteBatch, errCodeTooManyBatches:
+			return retry, false
+		}
+		if apiErr.Code == 503 { // no leader or quorum for now
+			return retry, false
+		}
+		return failed, false
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+		return retry, false // nobody received it
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrReconnectBufExceeded):
+		return retry, true
+	}
+	return failed, true // e.g. the connection closed after sending
+}

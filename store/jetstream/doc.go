@@ -1,0 +1,2 @@
+// Package jetstream is a store.Store on NATS JetStream.
+package jetstream

@@ -1,0 +1,195 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// errNoMsg is a get that matched no message.
+var errNoMsg = errors.New("jetstream: no message")
+
+// scanChunk is how many messages one direct-get batch asks for.
+const scanChunk = 256
+
+// The status headers nats.go gives a message that carries a status line.
+const (
+	statusHdr = "Status"
+	descrHdr  = "Description"
+)
+
+// getRequest is JetStream's message-get request, for both the leader API
+// and direct gets.
+type getRequest struct {
+	Seq     uint64 `json:"seq,omitempty"`
+	LastFor string `json:"last_by_subj,omitempty"`
+	NextFor string `json:"next_by_subj,omitempty"`
+	Batch   int    `json:"batch,omitempty"`
+}
+
+// get reads one message. With one replica the direct get is answered by
+// that replica, which is the leader; with more, any replica may answer a
+// direct get and it may lag, so the leader's API is asked instead.
+func (s *Store) get(ctx context.Context, req getRequest) (storedMsg, error) {
+	if s.verify {
+		return s.leaderGet(ctx, req)
+	}
+	return s.directGet(ctx, req)
+}
+
+// leaderGet asks the stream leader (STREAM.MSG.GET), whose answer reflects
+// every acknowledged write.
+func (s *Store) leaderGet(ctx context.Context, req getRequest) (storedMsg, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	body, err := json.Marshal(req)
+	if err != nil {
+		return storedMsg{}, err
+	}
+	resp, err := s.nc.RequestWithContext(ctx, s.api+"STREAM.MSG.GET."+s.opts.Stream, body)
+	if err != nil {
+		return storedMsg{}, fmt.Errorf("jetstream: get: %w", err)
+	}
+	var r struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Subject string `json:"subject"`
+			Seq     uint64 `json:"seq"`
+			Header  []byte `json:"hdrs"`
+			Data    []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return storedMsg{}, fmt.Errorf("jetstream: get: %w", err)
+	}
+	if r.Error != nil {
+		if r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+			return storedMsg{}, errNoMsg
+		}
+		return storedMsg{}, fmt.Errorf("jetstream: get: %w", r.Error)
+	}
+	if r.Message == nil {
+		return storedMsg{}, errors.New("jetstream: get: empty response")
+	}
+	m := storedMsg{subject: r.Message.Subject, seq: r.Message.Seq, data: r.Message.Data, header: nats.Header{}}
+	if len(r.Message.Header) > 0 {
+		if m.header, err = nats.DecodeHeadersMsg(r.Message.Header); err != nil {
+			return storedMsg{}, fmt.Errorf("jetstream: get: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// directGet asks the stream's replicas for one message (DIRECT.GET).
+func (s *Store) directGet(ctx context.Context, req getRequest) (storedMsg, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	body, err := json.Marshal(req)
+	if err != nil {
+		return storedMsg{}, err
+	}
+	resp, err := s.nc.RequestWithContext(ctx, s.api+"DIRECT.GET."+s.opts.Stream, body)
+	if err != nil {
+		return storedMsg{}, fmt.Errorf("jetstream: direct get: %w", err)
+	}
+	switch st := resp.Header.Get(statusHdr); st {
+	case "":
+		return fromDirect(resp)
+	case "404":
+		return storedMsg{}, errNoMsg
+	default:
+		return storedMsg{}, fmt.Errorf("jetstream: direct get: status %s %s", st, resp.Header.Get(descrHdr))
+	}
+}
+
+func fromDirect(msg *nats.Msg) (storedMsg, error) {
+	seq, err := strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return storedMsg{}, fmt.Errorf("jetstream: direct get: sequence header: %w", err)
+	}
+	return storedMsg{subject: msg.Header.Get(jetstream.SubjectHeader), seq: seq, header: msg.Header, data: msg.Data}, nil
+}
+
+// scan hands fn the messages on filter from stream sequence from on, in
+// stream order, until fn returns false or none are left. It reads in
+// direct-get batches; with several replicas, when a replica reports the end
+// it asks the leader whether anything follows, so a scan misses no write
+// acknowledged before it started. Each batch is read in isolation from
+// atomic commits, so a scan never sees part of a Commit.
+func (s *Store) scan(ctx context.Context, filter string, from uint64, fn func(storedMsg) (bool, error)) error {
+	for {
+		more, next, stopped, err := s.directBatch(ctx, filter, from, fn)
+		if err != nil || stopped {
+			return err
+		}
+		from = next
+		if more {
+			continue
+		}
+		if !s.verify {
+			return nil
+		}
+		m, err := s.leaderGet(ctx, getRequest{Seq: from, NextFor: filter})
+		if errors.Is(err, errNoMsg) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if cont, err := fn(m); err != nil || !cont {
+			return err
+		}
+		from = m.seq + 1
+	}
+}
+
+// directBatch runs one direct-get batch of up to scanChunk messages. It
+// returns whether the replica has more, the sequence to continue from, and
+// whether fn stopped the scan.
+func (s *Store) directBatch(ctx context.Context, filter string, from uint64, fn func(storedMsg) (bool, error)) (more bool, next uint64, stopped bool, err error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	body, err := json.Marshal(getRequest{Seq: from, NextFor: filter, Batch: scanChunk})
+	if err != nil {
+		return false, from, false, err
+	}
+	inbox := nats.NewInbox()
+	sub, err := s.nc.SubscribeSync(inbox)
+	if err != nil {
+		return false, from, false, fmt.Errorf("jetstream: scan: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := s.nc.PublishRequest(s.api+"DIRECT.GET."+s.opts.Stream, inbox, body); err != nil {
+		return false, from, false, fmt.Errorf("jetstream: scan: %w", err)
+	}
+	next = from
+	for {
+		msg, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return false, next, false, fmt.Errorf("jetstream: scan %s: %w", filter, err)
+		}
+		switch st := msg.Header.Get(statusHdr); st {
+		case "":
+			m, err := fromDirect(msg)
+			if err != nil {
+				return false, next, false, err
+			}
+			next = m.seq + 1
+			if cont, err := fn(m); err != nil || !cont {
+				return false, next, true, err
+			}
+		case "204": // end of batch
+			np := msg.Header.Get("Nats-Num-Pending")
+			return np != "" && np != "0", next, false, nil
+		case "404": // nothing (more) matches
+			return false, next, false, nil
+		default:
+			return false, next, false, fmt.Errorf("jetstream: scan %s: status %s %s", filter, st, msg.Header.Get(descrHdr))
+		}
+	}
+}

@@ -1,0 +1,223 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"mspd/store"
+)
+
+// ErrClosed is returned by every method called after Close.
+var ErrClosed = errors.New("jetstream: store closed")
+
+// ErrOutcomeUnknown is wrapped by the error Commit returns when it could not
+// learn, within Options.CommitTimeout, whether its batch was written: the
+// server did not answer and kept not answering the retries that would have
+// told. The batch may or may not be in the stream.
+var ErrOutcomeUnknown = errors.New("jetstream: commit outcome unknown")
+
+// Defaults for Options.
+const (
+	DefaultStream        = "MSPD"
+	DefaultSubject       = "mspd"
+	DefaultTimeout       = 5 * time.Second
+	DefaultCommitTimeout = 30 * time.Second
+)
+
+// Options configure Open. The zero value is valid: stream MSPD on subjects
+// mspd.>, one replica.
+type Options struct {
+	// Stream names the JetStream stream holding everything (default MSPD).
+	Stream string
+	// Subject is the stream's subject prefix (default mspd): the stream
+	// binds <Subject>.> and nothing else may publish there.
+	Subject string
+	// Replicas is the stream's replication factor: 1 (default), 3 or 5.
+	// Every node of a deployment must open the stream with the same value;
+	// Open updates an existing stream to it.
+	Replicas int
+	// Timeout bounds each request of a read, a prune or a delete when ctx
+	// has no earlier deadline (default 5s).
+	Timeout time.Duration
+	// CommitTimeout bounds how long Commit, once it has started writing,
+	// keeps asking for the outcome before giving up with ErrOutcomeUnknown
+	// (default 30s). It must stay well below the stream's duplicate window
+	// (2 minutes), which is what makes asking again safe.
+	CommitTimeout time.Duration
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Stream == "" {
+		o.Stream = DefaultStream
+	}
+	if o.Subject == "" {
+		o.Subject = DefaultSubject
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.CommitTimeout <= 0 {
+		o.CommitTimeout = DefaultCommitTimeout
+	}
+	if o.Replicas != 1 && o.Replicas != 3 && o.Replicas != 5 {
+		return o, fmt.Errorf("jetstream: replicas %d: want 1, 3 or 5", o.Replicas)
+	}
+	if strings.ContainsAny(o.Stream, ".*> \t\r\n/\\") {
+		return o, fmt.Errorf("jetstream: invalid stream name %q", o.Stream)
+	}
+	if strings.ContainsAny(o.Subject, "*> \t\r\n") || strings.HasPrefix(o.Subject, ".") ||
+		strings.HasSuffix(o.Subject, ".") || strings.Contains(o.Subject, "..") {
+		return o, fmt.Errorf("jetstream: invalid subject prefix %q", o.Subject)
+	}
+	return o, nil
+}
+
+// Store is a store.Store on one JetStream stream. Create it with Open or
+// Connect; see the package doc for the layout.
+type Store struct {
+	js     jetstream.JetStream
+	nc     *nats.Conn
+	stream jetstream.Stream
+	opts   Options
+	subj   subjects
+	// api is the JetStream API prefix, e.g. "$JS.API.".
+	api string
+	// verify makes reads confirm with the stream leader that nothing
+	// follows what a possibly lagging replica served (see the package doc).
+	verify bool
+	// batches bounds this store's multi-message batches in flight, below
+	// the server's per-stream limit.
+	batches chan struct{}
+	// ownConn is closed by Close (set by Connect).
+	ownConn bool
+
+	// mu orders Close against the operations under way: they hold it for
+	// reading from start to end, Close takes it for writing.
+	mu     sync.RWMutex
+	closed bool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// maxBatchesInFlight is this store's share of the server's limit of 50
+// open atomic batches per stream.
+const maxBatchesInFlight = 16
+
+// Open creates the stream described by opts on js, or updates an existing
+// one to it, and returns a Store on it. The connection stays the caller's.
+func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	st, err := js.CreateOrUpdateStream(ctx, streamConfig(opts))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: create stream %s: %w", opts.Stream, err)
+	}
+	return &Store{
+		js:      js,
+		nc:      js.Conn(),
+		stream:  st,
+		opts:    opts,
+		subj:    subjects{prefix: opts.Subject},
+		api:     apiPrefix(js.Options()),
+		verify:  opts.Replicas > 1,
+		batches: make(chan struct{}, maxBatchesInFlight),
+	}, nil
+}
+
+// Connect dials the NATS server at url (a comma-separated list of URLs is
+// fine) and opens the store on it; Close closes the connection.
+func Connect(ctx context.Context, url string, opts Options, natsOpts ...nats.Option) (*Store, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("mspd")}, natsOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: connect %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	s, err := Open(ctx, js, opts)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	s.ownConn = true
+	return s, nil
+}
+
+// streamConfig is the one stream everything lives in.
+func streamConfig(o Options) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        o.Stream,
+		Description: "mspd session logs, session rows and the commandId ledger",
+		Subjects:    []string{o.Subject + ".>"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    o.Replicas,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		// One Commit is one atomic batch across logs, rows and ledger.
+		AllowAtomicPublish: true,
+		// Range reads are direct-get batches.
+		AllowDirect: true,
+		// A row replaces its predecessor with Nats-Rollup: sub.
+		AllowRollup: true,
+		Duplicates:  2 * time.Minute,
+	}
+}
+
+// apiPrefix is the subject prefix of js's API, as nats.go computes it.
+func apiPrefix(o jetstream.JetStreamOptions) string {
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	default:
+		return jetstream.DefaultAPIPrefix
+	}
+}
+
+// enter admits an operation unless the store is closed; the caller calls
+// the returned func when done.
+func (s *Store) enter() (func(), error) {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	return s.mu.RUnlock, nil
+}
+
+// Close waits for the operations under way, then refuses new ones. It
+// closes the connection only when Connect made it. Close is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.ownConn {
+		s.nc.Close()
+	}
+	return nil
+}
+
+// timeout bounds ctx by Options.Timeout for one request.
+func (s *Store) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.Timeout)
+}

@@ -1,0 +1,219 @@
+package jetstream
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"mspd/store"
+)
+
+// Records implements store.Store: one get finds the first record of the
+// page holding after+1, then a scan of the session's log reads on from it.
+func (s *Store) Records(ctx context.Context, sessionID string, after int64, limit int) ([]store.Record, error) {
+	done, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return s.records(ctx, sessionID, after, limit)
+}
+
+func (s *Store) records(ctx context.Context, sessionID string, after int64, limit int) ([]store.Record, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	target := max(after, 0) + 1
+	first, err := s.get(ctx, getRequest{NextFor: s.subj.logPage(sessionID, target)})
+	if errors.Is(err, errNoMsg) {
+		return nil, nil // pages fill in order: no page, no records from target on
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: records of %q: %w", sessionID, err)
+	}
+	rs := make([]store.Record, 0, min(limit, scanChunk))
+	err = s.scan(ctx, s.subj.log(sessionID), first.seq, func(m storedMsg) (bool, error) {
+		r, err := decodeRecord(m)
+		if err != nil {
+			return false, err
+		}
+		if r.Seq >= target {
+			rs = append(rs, r)
+		}
+		return len(rs) < limit, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: records of %q: %w", sessionID, err)
+	}
+	return rs, nil
+}
+
+// RecordsBefore implements store.Store. Seqs are dense, so the page that
+// ends below before starts at before-limit: it is a forward read.
+func (s *Store) RecordsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]store.Record, error) {
+	done, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if limit <= 0 || before <= 1 {
+		return nil, nil
+	}
+	h, err := s.head(ctx, sessionID) // before may lie past the end
+	if err != nil {
+		return nil, err
+	}
+	before = min(before, h.seq+1)
+	from := max(before-int64(limit), 1)
+	return s.records(ctx, sessionID, from-1, int(before-from))
+}
+
+// Head implements store.Store.
+func (s *Store) Head(ctx context.Context, sessionID string) (int64, error) {
+	done, err := s.enter()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	h, err := s.head(ctx, sessionID)
+	return h.seq, err
+}
+
+// head is a session's last record: its dense seq and stream sequence,
+// zeros for an empty log.
+type headPos struct {
+	seq    int64
+	stream uint64
+}
+
+func (s *Store) head(ctx context.Context, sessionID string) (headPos, error) {
+	m, err := s.get(ctx, getRequest{LastFor: s.subj.log(sessionID)})
+	if errors.Is(err, errNoMsg) {
+		return headPos{}, nil
+	}
+	if err != nil {
+		return headPos{}, fmt.Errorf("jetstream: head of %q: %w", sessionID, err)
+	}
+	seq, err := headerInt(m, hdrSeq)
+	if err != nil {
+		return headPos{}, err
+	}
+	return headPos{seq: seq, stream: m.seq}, nil
+}
+
+// Session implements store.Store.
+func (s *Store) Session(ctx context.Context, id string) (store.Session, error) {
+	done, err := s.enter()
+	if err != nil {
+		return store.Session{}, err
+	}
+	defer done()
+	m, err := s.get(ctx, getRequest{LastFor: s.subj.row(id)})
+	if errors.Is(err, errNoMsg) {
+		return store.Session{}, fmt.Errorf("jetstream: session %q: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Session{}, fmt.Errorf("jetstream: session %q: %w", id, err)
+	}
+	return decodeRow(id, m)
+}
+
+// Sessions implements store.Store. There is no index by UpdatedAt: it
+// reads every row and sorts them, O(sessions) per page.
+func (s *Store) Sessions(ctx context.Context, after *store.SessionKey, limit int) ([]store.Session, error) {
+	done, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.rows(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(rows, func(a, b store.Session) int {
+		return compareKeys(b.UpdatedAt.UnixNano(), b.ID, a.UpdatedAt.UnixNano(), a.ID)
+	})
+	if after != nil {
+		// Newest first: skip the rows at or above the key.
+		key, i := clampNanos(after.UpdatedAt), 0
+		for i < len(rows) && compareKeys(rows[i].UpdatedAt.UnixNano(), rows[i].ID, key, after.ID) >= 0 {
+			i++
+		}
+		rows = rows[i:]
+	}
+	return rows[:min(limit, len(rows))], nil
+}
+
+// compareKeys orders (updatedAt, id) pairs ascending.
+func compareKeys(at1 int64, id1 string, at2 int64, id2 string) int {
+	return cmp.Or(cmp.Compare(at1, at2), strings.Compare(id1, id2))
+}
+
+// BusySessions implements store.Store, by the same scan as Sessions;
+// they come sorted by id.
+func (s *Store) BusySessions(ctx context.Context) ([]store.Session, error) {
+	done, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	rows, err := s.rows(ctx, func(m storedMsg) bool { return m.header.Get(hdrBusy) == "1" })
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(rows, func(a, b store.Session) int { return strings.Compare(a.ID, b.ID) })
+	return rows, nil
+}
+
+// rows reads every session row that keep accepts (nil: all). A row read
+// from a lagging replica may be followed by its successor from the leader
+// (see scan); the later one wins.
+func (s *Store) rows(ctx context.Context, keep func(storedMsg) bool) ([]store.Session, error) {
+	last := map[string]storedMsg{}
+	err := s.scan(ctx, s.subj.rows(), 0, func(m storedMsg) (bool, error) {
+		last[m.subject] = m
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: sessions: %w", err)
+	}
+	out := make([]store.Session, 0, len(last))
+	for subject, m := range last {
+		if keep != nil && !keep(m) {
+			continue
+		}
+		id, err := s.subj.rowID(subject)
+		if err != nil {
+			return nil, err
+		}
+		row, err := decodeRow(id, m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, row)
+	}
+	return out, nil
+}
+
+// Command implements store.Store.
+func (s *Store) Command(ctx context.Context, id string) (store.Command, error) {
+	done, err := s.enter()
+	if err != nil {
+		return store.Command{}, err
+	}
+	defer done()
+	m, err := s.get(ctx, getRequest{LastFor: s.subj.commandAny(id)})
+	if errors.Is(err, errNoMsg) {
+		return store.Command{}, fmt.Errorf("jetstream: command %q: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Command{}, fmt.Errorf("jetstream: command %q: %w", id, err)
+	}
+	return decodeCommand(id, m)
+}

@@ -1,0 +1,88 @@
+package jetstream
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strconv"
+)
+
+// logPage is how many consecutive records of a session share one subject.
+// A read finds its start with one lookup of the page's first record and
+// skips at most logPage-1 records; the server's per-subject index holds
+// one entry per page rather than one per record.
+const logPage = 32
+
+// subjects builds the stream's subjects under one prefix:
+//
+//	<p>.log.<session>.<page>  records; page = (seq-1)/logPage
+//	<p>.row.<session>         the session row (rolled up: only the last kept)
+//	<p>.cmd.<command>.<session> ledger entries ("=" as session: none)
+//
+// Ids become tokens (see token), so no id can reach into another's subjects.
+type subjects struct{ prefix string }
+
+func (s subjects) logPage(session string, seq int64) string {
+	return s.prefix + ".log." + token(session) + "." + strconv.FormatInt((seq-1)/logPage, 10)
+}
+
+// log matches every page of a session's log.
+func (s subjects) log(session string) string { return s.prefix + ".log." + token(session) + ".*" }
+
+func (s subjects) row(session string) string { return s.prefix + ".row." + token(session) }
+
+// rows matches every session row.
+func (s subjects) rows() string { return s.prefix + ".row.*" }
+
+func (s subjects) command(id, session string) string {
+	return s.prefix + ".cmd." + token(id) + "." + token(session)
+}
+
+// commandAny matches a command id under whatever session it names.
+func (s subjects) commandAny(id string) string { return s.prefix + ".cmd." + token(id) + ".*" }
+
+// commandsOf matches the ledger entries that name a session.
+func (s subjects) commandsOf(session string) string { return s.prefix + ".cmd.*." + token(session) }
+
+// commands matches the whole ledger.
+func (s subjects) commands() string { return s.prefix + ".cmd.*.*" }
+
+// rowID recovers the session id from a row subject.
+func (s subjects) rowID(subject string) (string, error) {
+	head := s.prefix + ".row."
+	if len(subject) <= len(head) || subject[:len(head)] != head {
+		return "", fmt.Errorf("jetstream: %q is not a row subject", subject)
+	}
+	return untoken(subject[len(head):])
+}
+
+// token turns an id into one subject token. Ids made only of ASCII letters,
+// digits, '-' and '_' stand for themselves, so subjects stay readable for
+// the usual ids; any other id, and the empty one, is "=" followed by its
+// unpadded base64url encoding, which no plain id can equal.
+func token(id string) string {
+	if id != "" && plain(id) {
+		return id
+	}
+	return "=" + base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+func plain(id string) bool {
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func untoken(t string) (string, error) {
+	if t == "" || t[0] != '=' {
+		return t, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(t[1:])
+	if err != nil {
+		return "", fmt.Errorf("jetstream: bad subject token %q: %w", t, err)
+	}
+	return string(b), nil
+}
