@@ -209,3 +209,23 @@ func TestCountdownsOfSeveralSessions(t *testing.T) {
 		t.Errorf("after close: cursor %d:%d, ticking %v", row, col, clk.ticking())
 	}
 }
+
+// TestCountdownFitsTheTerminal: a line wider than the terminal wraps, and
+// CR then returns only to its last row, so each redraw would leave a copy
+// behind. While it counts down the line is cut to the width, the reason
+// giving way; settled, it is printed whole.
+func TestCountdownFitsTheTerminal(t *testing.T) {
+	clk, v := newFakeClock(), &vt{}
+	tl := newTailer(Options{SessionID: "s", Terminal: true, Width: 50, Clock: clk}, v)
+	tl.scr.tickDone = func() { clk.done <- struct{}{} }
+	reason := "provider stream failed: the server closed the connection before the answer ended"
+	notice := mustJSON(msp.TurnRetryScheduledParams{TurnID: turn1, Attempt: 1, NextAttempt: 2, MaxAttempts: 5, RetryDelayMs: 3000, Reason: reason})
+	tl.one.r.event(msp.NotifyTurnRetryScheduled, notice)
+	clk.advance(t, time.Second)
+	got := v.screen()
+	if len(got) != 1 || len([]rune(got[0])) > 49 || !strings.HasSuffix(got[0], "… · retrying in 2s · attempt 2/5") {
+		t.Fatalf("live line %q: want it within 49 columns, the time left and the attempt kept", got)
+	}
+	tl.one.r.event(agentItem(msp.NotifyItemStarted, msp.ItemInProgress))
+	wantScreen(t, v, "⟳ "+reason+" · retried · attempt 2/5")
+}

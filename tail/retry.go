@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"mspd/schema/msp"
 )
@@ -50,14 +51,27 @@ type retryWait struct {
 func (w *retryWait) text(now time.Time) (string, bool) {
 	left := w.deadline.Sub(now)
 	if left <= 0 {
-		return w.final("retrying now"), false
+		return w.fit("retrying now"), false
 	}
 	secs := (left + time.Second - 1) / time.Second
-	return w.final(fmt.Sprintf("retrying in %ds", secs)), true
+	return w.fit(fmt.Sprintf("retrying in %ds", secs)), true
 }
 
+// final is the settled line, whole.
 func (w *retryWait) final(when string) string {
 	return w.r.prefixed(w.r.paint(yellow, w.n.line(when)))
+}
+
+// fit is the live line cut to the terminal's width: a line that wraps
+// cannot be redrawn in place. The reason gives way first; how long the
+// wait has left and the attempt stay.
+func (w *retryWait) fit(when string) string {
+	n := w.n
+	room := w.r.s.width - 1 - utf8.RuneCountInString(w.r.prefixed("")) // after the label
+	if over := utf8.RuneCountInString(n.line(when)) - room; over > 0 {
+		n.what = clip(n.what, max(utf8.RuneCountInString(n.what)-over, 1))
+	}
+	return w.r.prefixed(w.r.paint(yellow, clip(n.line(when), max(room, 1))))
 }
 
 // retry shows a retry notice: once, as it came, unless on a terminal,

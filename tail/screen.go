@@ -26,6 +26,9 @@ func (realClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
 	return t.C, t.Stop
 }
 
+// defaultWidth is the columns assumed of a terminal whose width is unknown.
+const defaultWidth = 80
+
 // tickEvery is how often live countdowns are looked at; a line is
 // rewritten only when its text changes, once a second.
 const tickEvery = 250 * time.Millisecond
@@ -55,6 +58,7 @@ type screen struct {
 	mu    sync.Mutex
 	w     io.Writer
 	term  bool // a terminal: live lines are redrawn in place
+	width int  // the terminal's columns: a live line is cut to fit
 	clock Clock
 
 	open   string // the item whose deltas are on the current line
@@ -71,7 +75,7 @@ func newScreen(w io.Writer, term bool, clock Clock) *screen {
 	if clock == nil {
 		clock = realClock{}
 	}
-	return &screen{w: w, term: term, clock: clock}
+	return &screen{w: w, term: term, width: defaultWidth, clock: clock}
 }
 
 func (s *screen) write(text string) { io.WriteString(s.w, text) }

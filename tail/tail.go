@@ -67,6 +67,9 @@ type Options struct {
 	// Terminal says the output is a terminal: Pretty retry notices count
 	// down in place.
 	Terminal bool
+	// Width is the terminal's width in columns (0: 80); a line counting
+	// down is cut to fit, since a wrapped one cannot be redrawn in place.
+	Width int
 	// Clock drives the countdowns (nil: the real clock).
 	Clock Clock
 }
@@ -130,6 +133,9 @@ func newTailer(opts Options, out io.Writer) *tailer {
 		scr:     newScreen(out, term, opts.Clock),
 		backoff: backoff{base: reconnectBase, max: reconnectMax, rand: rand.Int64N},
 		sleep:   sleepCtx,
+	}
+	if opts.Width > 0 {
+		t.scr.width = opts.Width
 	}
 	t.stream = t.streamOne
 	if opts.All {

@@ -96,7 +96,9 @@ func tailCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mspd tail: --all follows live events as pretty text or JSON: not with --from, --from-start, --no-follow or -o raw")
 		return 2
 	}
-	opts.Terminal = isTerminal(stdout)
+	if opts.Terminal = isTerminal(stdout); opts.Terminal {
+		opts.Width = terminalWidth(stdout)
+	}
 	switch color {
 	case "always":
 		opts.Color = true
