@@ -11,6 +11,7 @@ import (
 // Clock is the time retry countdowns read and the ticks that redraw them;
 // tests drive a fake one so that no test waits for real time.
 type Clock interface {
+	// Now tells the time.
 	Now() time.Time
 	// NewTicker returns a channel that ticks every d and a function that
 	// stops it.
