@@ -74,11 +74,11 @@ type Options struct {
 	Clock Clock
 }
 
-// Run follows a session, writing what it sees to out, until the log ends
-// (no Follow), Count is reached, or ctx is done — all clean ends (nil). A
-// dropped connection is redialled with backoff and resumed by cursor; a
-// refusal no reconnect can cure ends the run with ErrSessionNotFound,
-// ErrUnknownCursor or ErrUnauthorized.
+// Run follows a session (or every one, with All), writing what it sees to
+// out, until the log ends (no Follow), Count is reached, or ctx is done —
+// all clean ends (nil). A dropped connection is redialled with backoff and
+// resumed by cursor; a refusal no reconnect can cure ends the run with
+// ErrSessionNotFound, ErrUnknownCursor, ErrNoSession or ErrUnauthorized.
 func Run(ctx context.Context, opts Options, out io.Writer) error {
 	if opts.All && (opts.From != "" || opts.FromStart || opts.Format == Raw) {
 		return errors.New("following every session shows live events only, as pretty text or JSON")
@@ -142,8 +142,6 @@ func newTailer(opts Options, out io.Writer) *tailer {
 		t.stream = newAll(t).stream
 	} else if opts.SessionID != "" {
 		t.one = t.follow(opts.SessionID, "")
-	}
-	if t.one != nil {
 		t.one.last = opts.From
 	}
 	return t
@@ -203,12 +201,6 @@ func (t *tailer) run(ctx context.Context) error {
 	c, err := t.dial(ctx)
 	if err != nil {
 		return cmp.Or(t.refusal(err), err)
-	}
-	if !t.opts.All && t.one == nil {
-		if err := t.pickLatest(ctx, c); err != nil {
-			c.Close()
-			return cmp.Or(t.refusal(err), err)
-		}
 	}
 	for {
 		err := t.stream(ctx, c)
@@ -299,10 +291,15 @@ func (t *tailer) pickLatest(ctx context.Context, c *client.Client) error {
 	return nil
 }
 
-// streamOne runs one connection of a single session: the log asked for
-// (once, resuming after the last event shown if a drop interrupted it),
-// then live events.
+// streamOne runs one connection of a single session (the latest, when
+// none was named): the log asked for (once, resuming after the last event
+// shown if a drop interrupted it), then live events.
 func (t *tailer) streamOne(ctx context.Context, c *client.Client) error {
+	if t.one == nil {
+		if err := t.pickLatest(ctx, c); err != nil {
+			return err
+		}
+	}
 	f := t.one
 	if !t.paged && (t.opts.FromStart || t.opts.From != "") {
 		var from *string
