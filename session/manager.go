@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"mspd/observe"
 	"mspd/schema/msp"
 	"mspd/store"
 	"mspd/turn"
@@ -79,6 +80,9 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
+	// Metrics counts turns and retry notices as they are written; nil
+	// counts nothing here (Stats still reports the gauges).
+	Metrics *observe.Metrics
 }
 
 // Manager owns every loaded session.
@@ -94,7 +98,8 @@ type Manager struct {
 	workers  sync.WaitGroup // the goroutines running turns
 	draining atomic.Bool    // no new turns: a graceful shutdown is under way
 
-	stats counters
+	stats   counters
+	running atomic.Int64 // turns inside Runner.Run
 
 	mu        sync.Mutex
 	sessions  map[string]*loading
@@ -150,6 +155,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		sessions:  make(map[string]*loading),
 		listeners: newListeners(),
 	}
+	m.stats.metrics = cfg.Metrics
 	m.ctx, m.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	if err := m.recover(ctx); err != nil {
 		return nil, err
@@ -335,6 +341,7 @@ func (m *Manager) read(ctx context.Context, id string) (*session, error) {
 		return nil, msp.ErrInternal("session %s state unreadable: %v", id, err)
 	}
 	s.owner = s.st.Owner
+	s.queued.Store(int32(len(s.st.Queue)))
 	if s.head, err = m.store.Head(ctx, id); err != nil {
 		return nil, msp.ErrInternal("loading session: %v", err)
 	}

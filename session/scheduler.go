@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"mspd/provider"
 	"mspd/schema/msp"
 	"mspd/store"
@@ -50,7 +52,9 @@ func (m *Manager) work(s *session) {
 		if !ok {
 			return
 		}
+		m.running.Add(1)
 		out := m.cfg.Runner.Run(ctx, spec, sink{s: s})
+		m.running.Add(-1)
 		if !m.finish(s, spec, out) {
 			return
 		}
@@ -182,8 +186,10 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 		s.working = false
 		return false // erased: nothing of it is written any more
 	}
-	// Writes land even while the manager stops.
+	// Writes land even while the manager stops; log lines about the turn
+	// carry its trace id.
 	ctx := context.WithoutCancel(m.ctx)
+	lctx := trace.ContextWithSpanContext(ctx, out.Trace)
 	held := turnEvents(out.Held)
 	if out.Stopped != nil {
 		st := s.st.clone()
@@ -193,7 +199,7 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 		if err := s.emitLocked(ctx, held, &st); err != nil {
 			// The last notice's checkpoint stays: the next start resumes
 			// from it, counting the attempt that was in flight.
-			m.log.Warn("recording a stopped turn's checkpoint", "session", s.id, "turn", spec.TurnID, "err", err)
+			m.log.WarnContext(lctx, "recording a stopped turn's checkpoint", "session", s.id, "turn", spec.TurnID, "err", err)
 		}
 		s.working = false
 		return false
@@ -211,7 +217,7 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 		if err == nil {
 			break
 		}
-		m.log.Error("appending turn terminal", "session", s.id, "turn", spec.TurnID, "try", try, "err", err)
+		m.log.ErrorContext(lctx, "appending turn terminal", "session", s.id, "turn", spec.TurnID, "try", try, "err", err)
 		if try == writeTries || !m.pauseLocked(s, &backoff) {
 			m.abandonLocked(s, done, err)
 			return false

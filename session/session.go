@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,6 +45,7 @@ type session struct {
 	workerDone chan struct{}        // closed when the running worker stops
 	launched   bool                 // the active turn was launched with its admission and waits for its worker
 	held       *heldFanout          // a turn/start's caller, whose events wait for its ack
+	queued     atomic.Int32         // len(st.Queue), read by Stats without mu
 }
 
 // heldFanout holds what is fanned out to one subscriber until it has been
@@ -104,6 +106,7 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 	}
 	if st != nil {
 		s.st = *st
+		s.queued.Store(int32(len(st.Queue)))
 	}
 	if len(evs) == 0 {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"sort"
 	"sync"
 
+	"mspd/observe"
 	"mspd/schema/msp"
 )
 
@@ -23,6 +24,12 @@ type Stats struct {
 	AttemptsPerTurn map[int]uint64
 	// LoadedSessions is the number of sessions in memory.
 	LoadedSessions int
+	// RunningTurns counts turns whose model call is under way, backoffs
+	// included.
+	RunningTurns int
+	// QueuedTurns counts admitted turns of loaded sessions waiting behind
+	// their session's running turn (a session with a queue stays loaded).
+	QueuedTurns int
 }
 
 // attemptBuckets are the upper bounds of Stats.AttemptsPerTurn; read only.
@@ -31,10 +38,11 @@ var attemptBuckets = []int{1, 2, 3, 4, 5, 10, 100}
 // AttemptBuckets returns the histogram bounds of Stats.AttemptsPerTurn.
 func AttemptBuckets() []int { return append([]int(nil), attemptBuckets...) }
 
-// counters accumulates Stats.
+// counters accumulates Stats, and counts in metrics (when set) as well.
 type counters struct {
-	mu    sync.Mutex
-	stats Stats
+	mu      sync.Mutex
+	stats   Stats
+	metrics *observe.Metrics
 }
 
 func (c *counters) observe(method string, params msp.ViewParams) {
@@ -43,11 +51,13 @@ func (c *counters) observe(method string, params msp.ViewParams) {
 	s := &c.stats
 	switch p := params.(type) {
 	case *msp.TurnModelRetryScheduledParams:
+		c.metrics.ModelRetryNotice(p.ErrorKind)
 		if s.ModelRetries == nil {
 			s.ModelRetries = map[string]uint64{}
 		}
 		s.ModelRetries[p.ErrorKind]++
 	case *msp.TurnRetryScheduledParams:
+		c.metrics.TurnRetryNotice()
 		s.TurnRetries++
 	case *msp.TurnCompletedParams:
 		if s.Terminals == nil {
@@ -56,6 +66,7 @@ func (c *counters) observe(method string, params msp.ViewParams) {
 		}
 		s.Terminals[p.Terminal]++
 		if p.Attempts != nil {
+			c.metrics.TurnSettled(p.Terminal, p.Attempts.Count)
 			s.Attempts += uint64(p.Attempts.Count)
 			i := sort.SearchInts(attemptBuckets, p.Attempts.Count)
 			if i < len(attemptBuckets) {
@@ -73,8 +84,18 @@ func (m *Manager) Stats() Stats {
 	s.ModelRetries = clone(s.ModelRetries)
 	s.AttemptsPerTurn = clone(s.AttemptsPerTurn)
 	m.stats.mu.Unlock()
+	s.RunningTurns = int(m.running.Load())
 	m.mu.Lock()
 	s.LoadedSessions = len(m.sessions)
+	for _, l := range m.sessions {
+		select {
+		case <-l.done: // l.s is set once done is closed
+			if l.s != nil {
+				s.QueuedTurns += int(l.s.queued.Load())
+			}
+		default: // still loading: not counted yet
+		}
+	}
 	m.mu.Unlock()
 	return s
 }
