@@ -179,6 +179,9 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
+// Gatherer is the registry the metrics are on, for reading them back.
+func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
+
 // Register adds a collector of another component to the registry.
 func (m *Metrics) Register(c prometheus.Collector) error {
 	if m == nil {

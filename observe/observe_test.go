@@ -47,9 +47,9 @@ func TestKind(t *testing.T) {
 	}
 }
 
-// TestMetricsExposition: every typed method lands in the series it names,
-// and the exposition parses with Prometheus's text parser.
-func TestMetricsExposition(t *testing.T) {
+// populated returns metrics with a sample in every series.
+func populated(t *testing.T) *observe.Metrics {
+	t.Helper()
 	m := observe.New(prometheus.NewRegistry())
 	m.ProviderRequest("openai", "gpt-4o", "rateLimited", observe.OutcomeRetried)
 	m.ProviderRequest("openai", "gpt-4o", "", observe.OutcomeSuccess)
@@ -76,6 +76,13 @@ func TestMetricsExposition(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	return m
+}
+
+// TestMetricsExposition: every typed method lands in the series it names,
+// and the exposition parses with Prometheus's text parser.
+func TestMetricsExposition(t *testing.T) {
+	m := populated(t)
 	f, text := scrape(t, m)
 	for _, c := range []struct {
 		name string
