@@ -3,9 +3,11 @@ package jetstream
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -49,10 +51,15 @@ func (s *Store) PruneCommands(ctx context.Context, before time.Time, limit int) 
 	}
 	slices.SortFunc(old, func(a, b entry) int { return cmp.Or(cmp.Compare(a.created, b.created), cmp.Compare(a.seq, b.seq)) })
 	n := 0
-	for _, e := range old[:min(limit, len(old))] {
+	for _, e := range old {
+		if n == limit {
+			break
+		}
 		err := s.deleteMsg(ctx, e.seq)
 		if errors.Is(err, errNoMsg) {
-			continue // gone already: another pruner, or its session's deletion
+			// Gone already: another pruner, its session's deletion, or a
+			// deletion a lagging replica had not applied when it was read.
+			continue
 		}
 		if err != nil {
 			return n, fmt.Errorf("jetstream: prune commands: %w", err)
@@ -62,19 +69,37 @@ func (s *Store) PruneCommands(ctx context.Context, before time.Time, limit int) 
 	return n, nil
 }
 
-// deleteMsg deletes one message by stream sequence.
+// deleteMsg deletes one message by stream sequence, through the leader.
 func (s *Store) deleteMsg(ctx context.Context, seq uint64) error {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	err := s.stream.DeleteMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return errNoMsg
+	body, err := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NoErase bool   `json:"no_erase"`
+	}{seq, true})
+	if err != nil {
+		return err
 	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound {
-		return errNoMsg
+	resp, err := s.nc.RequestWithContext(ctx, s.api+"STREAM.MSG.DELETE."+s.opts.Stream, body)
+	if err != nil {
+		return err
 	}
-	return err
+	var r struct {
+		Error   *jetstream.APIError `json:"error"`
+		Success bool                `json:"success"`
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return err
+	}
+	switch {
+	case r.Error != nil && r.Error.ErrorCode == errCodeDeleteFailed && strings.Contains(r.Error.Description, "no message found"):
+		return errNoMsg
+	case r.Error != nil:
+		return r.Error
+	case !r.Success:
+		return fmt.Errorf("jetstream: delete of %d unsuccessful", seq)
+	}
+	return nil
 }
 
 // DeleteSession implements store.Store: it purges the session's log, then

@@ -26,7 +26,7 @@ const (
 // batch (jetstream max_batch_size).
 const maxBatch = 1000
 
-// JetStream API error codes Commit tells apart.
+// JetStream API error codes this package tells apart.
 const (
 	errCodeWrongLastSeq         = 10071 // an expected-last-subject-sequence guard failed
 	errCodeWrongLastSeqConstant = 10164 // the same, on replicated streams and within batches
@@ -35,6 +35,7 @@ const (
 	errCodeIncompleteBatch      = 10176 // a message of the batch went missing
 	errCodeBatchDuplicate       = 10201 // the batch carries a message id already stored
 	errCodeTooManyBatches       = 10210
+	errCodeDeleteFailed         = 10057 // message deletion unsuccessful (its description says why)
 )
 
 // Commit implements store.Store. The batch becomes one atomic JetStream

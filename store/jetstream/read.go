@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"mspd/store"
 )
 
@@ -183,6 +185,9 @@ func (s *Store) rows(ctx context.Context, keep func(storedMsg) bool) ([]store.Se
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: sessions: %w", err)
 	}
+	if err := s.dropDeleted(ctx, last); err != nil {
+		return nil, fmt.Errorf("jetstream: sessions: %w", err)
+	}
 	out := make([]store.Session, 0, len(last))
 	for subject, m := range last {
 		if keep != nil && !keep(m) {
@@ -199,6 +204,28 @@ func (s *Store) rows(ctx context.Context, keep func(storedMsg) bool) ([]store.Se
 		out = append(out, row)
 	}
 	return out, nil
+}
+
+// dropDeleted removes, with several replicas, the rows that a lagging
+// replica still served although the leader has deleted them: the leader
+// lists the row subjects it holds, after the scan, so a deletion
+// acknowledged before the scan began is seen.
+func (s *Store) dropDeleted(ctx context.Context, rows map[string]storedMsg) error {
+	if !s.verify || len(rows) == 0 {
+		return nil
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(s.subj.rows()))
+	if err != nil {
+		return err
+	}
+	for subject := range rows {
+		if _, ok := info.State.Subjects[subject]; !ok {
+			delete(rows, subject)
+		}
+	}
+	return nil
 }
 
 // Command implements store.Store.
