@@ -18,8 +18,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"mspd/auth"
 	"mspd/modelretry"
+	"mspd/observe"
 	"mspd/provider/catalog"
 	"mspd/provider/demo"
 	"mspd/schema/msp"
@@ -83,8 +86,13 @@ type Config struct {
 	InsecureNoAuth bool
 	// Clock, when set, replaces the real clock (tests).
 	Clock modelretry.Clock
-	// Logger receives logs (default slog.Default()).
+	// Logger receives logs (default slog.Default()); lines about a turn
+	// carry its trace_id and span_id when tracing.
 	Logger *slog.Logger
+	// TracerProvider receives the turns' spans (tests pass an in-memory
+	// one). Nil builds one from the standard OTEL_* variables, which is
+	// none unless an OTLP endpoint is named (see observe).
+	TracerProvider trace.TracerProvider
 }
 
 // Budget sizes the shared retry budget.
@@ -108,6 +116,11 @@ type Daemon struct {
 	served chan error
 	// stopPruner stops the ledger pruner and waits for it.
 	stopPruner func()
+	// metrics is what /metrics serves, on a registry of this daemon's.
+	metrics *observe.Metrics
+	// stopTracing flushes and stops the tracer provider New built (a no-op
+	// for one given in Config, whose owner stops it).
+	stopTracing func(context.Context) error
 
 	closeOnce sync.Once
 	closeErr  error
@@ -125,6 +138,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Logger = slog.New(observe.LogHandler(cfg.Logger.Handler()))
 	dir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -142,13 +156,19 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	runners, err := newRunners(cfg, cat)
+	tel, err := newTelemetry(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	dbPath := filepath.Join(dir, "mspd.db")
-	st, err := sqlite.Open(dbPath)
+	runners, err := newRunners(cfg, cat, tel)
 	if err != nil {
+		tel.stopTracing(ctx)
+		return nil, err
+	}
+	dbPath := filepath.Join(dir, "mspd.db")
+	st, err := sqlite.Open(dbPath, sqlite.WithCommitObserver(tel.metrics.StoreCommit))
+	if err != nil {
+		tel.stopTracing(ctx)
 		return nil, fmt.Errorf("opening %s: %w", dbPath, err)
 	}
 	now := time.Now
@@ -164,11 +184,14 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		// Events, pages and histories must fit the transports' frames.
 		MaxFrameBytes: int(cfg.Server.MaxFrameBytes),
 		Logger:        cfg.Logger,
+		Metrics:       tel.metrics,
 	})
 	if err != nil {
 		st.Close()
+		tel.stopTracing(ctx)
 		return nil, err
 	}
+	tel.watchSessions(mgr)
 	scfg := cfg.Server
 	scfg.Home = dir
 	scfg.Logger = cfg.Logger
@@ -178,13 +201,15 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		mgr.Close()
 		st.Close()
+		tel.stopTracing(ctx)
 		return nil, err
 	}
 	for _, p := range cat.Providers() {
 		cfg.Logger.Info("provider", "id", p.ID, "type", p.Type, "model", p.DefaultModel, "system", p.Model.System())
 	}
 	stopPruner := startPruner(st, cfg.CommandRetention, cfg.Logger)
-	return &Daemon{cfg: cfg, store: st, mgr: mgr, srv: srv, stopPruner: stopPruner}, nil
+	return &Daemon{cfg: cfg, store: st, mgr: mgr, srv: srv, stopPruner: stopPruner,
+		metrics: tel.metrics, stopTracing: tel.stopTracing}, nil
 }
 
 // DefaultCommandRetention is the exactly-once window when Config names
@@ -270,7 +295,7 @@ func (m models) List(activeProvider, activeModel string) msp.ModelListResult {
 
 // newRunners gives each provider its own turn runner and retry budget:
 // one provider's outage must not throttle another's retries.
-func newRunners(cfg Config, cat *catalog.Catalog) (*router, error) {
+func newRunners(cfg Config, cat *catalog.Catalog, tel telemetry) (*router, error) {
 	policy := withDefaults(cfg.Retry)
 	if err := policy.Validate(); err != nil {
 		return nil, fmt.Errorf("retry policy: %w", err)
@@ -281,12 +306,16 @@ func newRunners(cfg Config, cat *catalog.Catalog) (*router, error) {
 		if err != nil {
 			return nil, err
 		}
+		tel.metrics.WatchBudget(p.ID, p.Model.System(), budget)
 		r.byID[p.ID] = turn.NewRunner(turn.Config{
 			Model:            p.Model,
 			Engine:           &modelretry.Engine{Clock: cfg.Clock, Budget: budget},
 			Policy:           policy,
 			DefaultMaxTokens: cfg.DefaultMaxTokens,
 			ModelMaxTokens:   p.MaxOutputTokens,
+			Metrics:          tel.metrics,
+			Tracer:           tel.tracer,
+			Logger:           cfg.Logger,
 		})
 	}
 	return r, nil
@@ -476,6 +505,8 @@ func (d *Daemon) close(ctx context.Context) error {
 	errs = append(errs, d.srv.Shutdown(ctx))
 	d.stopPruner()
 	errs = append(errs, d.store.Close())
+	// Every turn span has ended: the batch goes out before the exit.
+	errs = append(errs, d.stopTracing(ctx))
 	if d.served != nil {
 		if err := <-d.served; !errors.Is(err, http.ErrServerClosed) {
 			errs = append(errs, err)
