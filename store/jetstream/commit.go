@@ -177,11 +177,16 @@ func expect(m *nats.Msg, seq uint64, filter string) {
 // Caller cancellation no longer applies: once sent, the batch may land, and
 // an error must not hide a write.
 func (s *Store) publish(ctx context.Context, msgs []*nats.Msg) error {
+	return s.publishAfter(ctx, msgs, false)
+}
+
+// publishAfter is publish where unknown tells whether an earlier attempt
+// may have landed unseen.
+func (s *Store) publishAfter(ctx context.Context, msgs []*nats.Msg, unknown bool) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CommitTimeout)
 	defer cancel()
-	unknown := false // whether some attempt may have landed unseen
 	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
-		err := s.send(ctx, msgs)
+		err := s.send(ctx, msgs, unknown)
 		verdict, maybeLanded := judge(err)
 		unknown = unknown || maybeLanded
 		switch verdict {
@@ -206,12 +211,15 @@ func (s *Store) publish(ctx context.Context, msgs []*nats.Msg) error {
 	}
 }
 
-// send makes one attempt: a plain publish for one message, otherwise an
-// atomic batch whose last message commits it.
-func (s *Store) send(ctx context.Context, msgs []*nats.Msg) error {
+// send makes one attempt: an atomic batch whose last message commits it,
+// or a plain publish for a lone message. A lone message that may have
+// landed already goes as a batch too: in a batch the server checks the
+// message id before the guards, so a resent message that landed is a
+// duplicate, where a plain publish would fail its own guard.
+func (s *Store) send(ctx context.Context, msgs []*nats.Msg, resend bool) error {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	if len(msgs) == 1 {
+	if len(msgs) == 1 && !resend {
 		ack, err := s.js.PublishMsg(ctx, msgs[0])
 		if err == nil && ack.Duplicate {
 			return nil // an earlier attempt landed

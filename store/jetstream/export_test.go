@@ -1,0 +1,32 @@
+package jetstream
+
+import (
+	"context"
+	"time"
+
+	"mspd/store"
+)
+
+// CommitAt commits b as though the session's head were record seq at
+// stream sequence stream, skipping Commit's own head check: what the
+// server's guard sees when another writer appended after the head was read.
+func CommitAt(ctx context.Context, s *Store, b store.Batch, seq int64, stream uint64) error {
+	return s.publish(ctx, s.messages(b, headPos{seq: seq, stream: stream}, time.Now()))
+}
+
+// HeadAt returns a session's head and its stream sequence.
+func HeadAt(ctx context.Context, s *Store, id string) (int64, uint64, error) {
+	h, err := s.head(ctx, id)
+	return h.seq, h.stream, err
+}
+
+// CommitTwice sends b's messages, then again as Commit does when it did
+// not hear the first answer, and returns both outcomes.
+func CommitTwice(ctx context.Context, s *Store, b store.Batch) (first, second error) {
+	h, err := s.head(ctx, b.SessionID)
+	if err != nil {
+		return err, err
+	}
+	msgs := s.messages(b, h, time.Now())
+	return s.publish(ctx, msgs), s.publishAfter(ctx, msgs, true)
+}

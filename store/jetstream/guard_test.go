@@ -1,0 +1,72 @@
+package jetstream_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"mspd/store"
+	msjs "mspd/store/jetstream"
+)
+
+// The server's guard, not only Commit's head check, refuses a batch built
+// on a stale head, and refuses all of it: the row and the ledger entry
+// riding with the records do not land either.
+func TestServerGuardRefusesStaleHead(t *testing.T) {
+	s := connect(t, startServer(t, t.TempDir()).ClientURL(), msjs.Options{})
+	rec := func(seq int64, text string) store.Record {
+		return store.Record{Seq: seq, Method: "m", Params: fmt.Appendf(nil, `%q`, text)}
+	}
+	mustCommit(t, s, store.Batch{SessionID: "s", Records: []store.Record{rec(1, "one")}})
+	seq, stream, err := msjs.HeadAt(t.Context(), s, "s")
+	if err != nil || seq != 1 {
+		t.Fatalf("HeadAt = %d, %v", seq, err)
+	}
+	// Another writer appends after our head read.
+	mustCommit(t, s, store.Batch{SessionID: "s", Records: []store.Record{rec(2, "theirs")}})
+	for _, b := range []store.Batch{
+		{SessionID: "s", Records: []store.Record{rec(2, "ours")}},
+		{SessionID: "s", Records: []store.Record{rec(2, "ours"), rec(3, "ours")},
+			Session:  &store.Session{ID: "s", State: []byte(`{}`)},
+			Commands: []store.Command{{ID: "c", Digest: "d"}}},
+	} {
+		if err := msjs.CommitAt(t.Context(), s, b, seq, stream); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("commit on a stale head (%d messages) = %v, want ErrConflict", len(b.Records)+len(b.Commands), err)
+		}
+	}
+	rs, err := s.Records(t.Context(), "s", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 || string(rs[1].Params) != `"theirs"` {
+		t.Fatalf("log after refused commits = %v", rs)
+	}
+	if _, err := s.Session(t.Context(), "s"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("row of a refused batch: %v", err)
+	}
+	if _, err := s.Command(t.Context(), "c"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("ledger entry of a refused batch: %v", err)
+	}
+}
+
+// When Commit resends a batch because the answer was lost, a batch that
+// had landed is recognised by its message id: the resend succeeds and
+// writes nothing twice, where a fresh batch would have conflicted.
+func TestResendIsIdempotent(t *testing.T) {
+	s := connect(t, startServer(t, t.TempDir()).ClientURL(), msjs.Options{})
+	batches := []store.Batch{
+		{SessionID: "s", Records: []store.Record{{Seq: 1, Method: "m"}, {Seq: 2, Method: "m"}},
+			Session:  &store.Session{ID: "s", State: []byte(`{}`)},
+			Commands: []store.Command{{ID: "c1", Digest: "d"}}},
+		{Commands: []store.Command{{ID: "c2", Digest: "d"}}}, // one message: a plain publish
+	}
+	for _, b := range batches {
+		first, second := msjs.CommitTwice(t.Context(), s, b)
+		if first != nil || second != nil {
+			t.Fatalf("sending %d messages twice = %v, %v; want both nil", len(b.Records)+len(b.Commands), first, second)
+		}
+	}
+	if h, err := s.Head(t.Context(), "s"); err != nil || h != 2 {
+		t.Fatalf("Head = %d, %v; want 2", h, err)
+	}
+}
