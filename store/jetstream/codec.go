@@ -39,16 +39,22 @@ func recordMsg(subject string, r store.Record) *nats.Msg {
 	return m
 }
 
-func decodeRecord(m storedMsg) (store.Record, error) {
+// positioned is a record and its stream sequence.
+type positioned struct {
+	store.Record
+	stream uint64
+}
+
+func decodeRecord(m storedMsg) (positioned, error) {
 	seq, err := headerInt(m, hdrSeq)
 	if err != nil {
-		return store.Record{}, err
+		return positioned{}, err
 	}
 	method, params, err := splitPrefixed(m)
 	if err != nil {
-		return store.Record{}, err
+		return positioned{}, err
 	}
-	return store.Record{Seq: seq, Method: string(method), Params: params}, nil
+	return positioned{store.Record{Seq: seq, Method: string(method), Params: params}, m.seq}, nil
 }
 
 // rowMsg encodes a session row; the state blob is the payload. The row

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,6 +18,10 @@ var errNoMsg = errors.New("jetstream: no message")
 
 // scanChunk is how many messages one direct-get batch asks for.
 const scanChunk = 256
+
+// singleGets is how many messages a scan reads one by one before it
+// switches to batches.
+const singleGets = 16
 
 // The status headers nats.go gives a message that carries a status line.
 const (
@@ -122,6 +128,22 @@ func fromDirect(msg *nats.Msg) (storedMsg, error) {
 // acknowledged before it started. Each batch is read in isolation from
 // atomic commits, so a scan never sees part of a Commit.
 func (s *Store) scan(ctx context.Context, filter string, from uint64, fn func(storedMsg) (bool, error)) error {
+	// Short reads, the common case (a subscriber catching up), go as
+	// single gets: a batch makes the server count what remains first,
+	// which costs more than several gets.
+	for range singleGets {
+		m, err := s.get(ctx, getRequest{Seq: from, NextFor: filter})
+		if errors.Is(err, errNoMsg) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if cont, err := fn(m); err != nil || !cont {
+			return err
+		}
+		from = m.seq + 1
+	}
 	for {
 		more, next, stopped, err := s.directBatch(ctx, filter, from, fn)
 		if err != nil || stopped {
@@ -158,20 +180,18 @@ func (s *Store) directBatch(ctx context.Context, filter string, from uint64, fn 
 	if err != nil {
 		return false, from, false, err
 	}
-	inbox := nats.NewInbox()
-	sub, err := s.nc.SubscribeSync(inbox)
-	if err != nil {
-		return false, from, false, fmt.Errorf("jetstream: scan: %w", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := s.nc.PublishRequest(s.api+"DIRECT.GET."+s.opts.Stream, inbox, body); err != nil {
+	reply, replies, stop := s.replies.open()
+	defer stop()
+	if err := s.nc.PublishRequest(s.api+"DIRECT.GET."+s.opts.Stream, reply, body); err != nil {
 		return false, from, false, fmt.Errorf("jetstream: scan: %w", err)
 	}
 	next = from
 	for {
-		msg, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return false, next, false, fmt.Errorf("jetstream: scan %s: %w", filter, err)
+		var msg *nats.Msg
+		select {
+		case msg = <-replies:
+		case <-ctx.Done():
+			return false, next, false, fmt.Errorf("jetstream: scan %s: %w", filter, ctx.Err())
 		}
 		switch st := msg.Header.Get(statusHdr); st {
 		case "":
@@ -193,3 +213,53 @@ func (s *Store) directBatch(ctx context.Context, filter string, from uint64, fn 
 		}
 	}
 }
+
+// inbox routes the replies to direct-get batches to their scans through
+// one wildcard subscription: a subscription per request would cost the
+// server about a millisecond each.
+type inbox struct {
+	prefix string
+	sub    *nats.Subscription
+
+	mu      sync.Mutex
+	n       uint64
+	waiting map[string]chan *nats.Msg
+}
+
+func newInbox(nc *nats.Conn) (*inbox, error) {
+	in := &inbox{prefix: nats.NewInbox() + ".", waiting: map[string]chan *nats.Msg{}}
+	sub, err := nc.Subscribe(in.prefix+"*", in.deliver)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: reply subscription: %w", err)
+	}
+	in.sub = sub
+	return in, nil
+}
+
+// open returns a reply subject, the channel its messages arrive on, and a
+// func to call when done with them.
+func (in *inbox) open() (string, <-chan *nats.Msg, func()) {
+	// Room for a whole batch and its end marker, so deliver never blocks.
+	ch := make(chan *nats.Msg, scanChunk+2)
+	in.mu.Lock()
+	in.n++
+	token := strconv.FormatUint(in.n, 36)
+	in.waiting[token] = ch
+	in.mu.Unlock()
+	return in.prefix + token, ch, func() {
+		in.mu.Lock()
+		delete(in.waiting, token)
+		in.mu.Unlock()
+	}
+}
+
+func (in *inbox) deliver(m *nats.Msg) {
+	in.mu.Lock()
+	ch := in.waiting[strings.TrimPrefix(m.Subject, in.prefix)]
+	in.mu.Unlock()
+	if ch != nil {
+		ch <- m
+	}
+}
+
+func (in *inbox) close() error { return in.sub.Unsubscribe() }

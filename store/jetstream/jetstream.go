@@ -98,6 +98,8 @@ type Store struct {
 	// batches bounds this store's multi-message batches in flight, below
 	// the server's per-stream limit.
 	batches chan struct{}
+	// replies receives direct-get batches.
+	replies *inbox
 	// ownConn is closed by Close (set by Connect).
 	ownConn bool
 
@@ -126,7 +128,12 @@ func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, er
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: create stream %s: %w", opts.Stream, err)
 	}
+	replies, err := newInbox(js.Conn())
+	if err != nil {
+		return nil, err
+	}
 	return &Store{
+		replies: replies,
 		js:      js,
 		nc:      js.Conn(),
 		stream:  st,
@@ -212,7 +219,11 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	if s.ownConn {
-		s.nc.Close()
+		s.nc.Close() // takes the subscription with it
+		return nil
+	}
+	if err := s.replies.close(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		return fmt.Errorf("jetstream: close: %w", err)
 	}
 	return nil
 }

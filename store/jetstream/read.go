@@ -13,8 +13,8 @@ import (
 	"mspd/store"
 )
 
-// Records implements store.Store: one get finds the first record of the
-// page holding after+1, then a scan of the session's log reads on from it.
+// Records implements store.Store; see the package doc for how it finds
+// the record after the cursor.
 func (s *Store) Records(ctx context.Context, sessionID string, after int64, limit int) ([]store.Record, error) {
 	done, err := s.enter()
 	if err != nil {
@@ -29,28 +29,53 @@ func (s *Store) records(ctx context.Context, sessionID string, after int64, limi
 		return nil, nil
 	}
 	target := max(after, 0) + 1
-	first, err := s.get(ctx, getRequest{NextFor: s.subj.logPage(sessionID, target)})
+	at, err := s.seek(ctx, sessionID, target)
 	if errors.Is(err, errNoMsg) {
-		return nil, nil // pages fill in order: no page, no records from target on
+		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: records of %q: %w", sessionID, err)
 	}
-	rs := make([]store.Record, 0, min(limit, scanChunk))
-	err = s.scan(ctx, s.subj.log(sessionID), first.seq, func(m storedMsg) (bool, error) {
+	rs := make([]store.Record, 1, min(limit, scanChunk))
+	rs[0] = at.Record
+	if limit == 1 {
+		return rs, nil
+	}
+	err = s.scan(ctx, s.subj.log(sessionID), at.stream+1, func(m storedMsg) (bool, error) {
 		r, err := decodeRecord(m)
 		if err != nil {
 			return false, err
 		}
-		if r.Seq >= target {
-			rs = append(rs, r)
-		}
+		rs = append(rs, r.Record)
 		return len(rs) < limit, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: records of %q: %w", sessionID, err)
 	}
 	return rs, nil
+}
+
+// seek finds a session's record target, or errNoMsg when the log ends
+// before it. The first record of target's page is one get; from a record
+// d at stream sequence S, record target cannot sit before S+(target-d),
+// as each record between takes a sequence of its own, so a get of the
+// session's next record from there lands on target or closer to it. A
+// Commit's records are contiguous in the stream, so this takes one or two
+// gets unless the page's records are scattered among other sessions'.
+func (s *Store) seek(ctx context.Context, sessionID string, target int64) (positioned, error) {
+	m, err := s.get(ctx, getRequest{NextFor: s.subj.logPage(sessionID, target)})
+	if err != nil {
+		return positioned{}, err
+	}
+	for {
+		at, err := decodeRecord(m)
+		if err != nil || at.Seq >= target {
+			return at, err
+		}
+		if m, err = s.get(ctx, getRequest{Seq: m.seq + uint64(target-at.Seq), NextFor: s.subj.log(sessionID)}); err != nil {
+			return positioned{}, err
+		}
+	}
 }
 
 // RecordsBefore implements store.Store. Seqs are dense, so the page that

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -28,7 +29,7 @@ func startServer(t testing.TB, dir string) *server.Server {
 		StoreDir:   dir,
 		// fsync per write, as a deployment that wants SQLite's durability
 		// would configure (sync_interval: always).
-		SyncAlways: true,
+		SyncAlways: os.Getenv("NOSYNC") == "",
 		NoLog:      true,
 		NoSigs:     true,
 	})
@@ -160,7 +161,7 @@ type roundRobin struct {
 func (r *roundRobin) next() string { return r.urls[(r.n.Add(1)-1)%uint64(len(r.urls))] }
 
 // mustCommit is the suite's helper for this package's own tests.
-func mustCommit(t *testing.T, s store.Store, b store.Batch) {
+func mustCommit(t testing.TB, s store.Store, b store.Batch) {
 	t.Helper()
 	if err := s.Commit(t.Context(), b); err != nil {
 		t.Fatalf("Commit: %v", err)
