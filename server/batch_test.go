@@ -36,6 +36,9 @@ func (c *countingConn) Write(p []byte) (int, error) {
 
 func (c *countingConn) SetWriteDeadline(time.Time) error { return nil }
 
+// Close is called by the library when a write's context ends mid-write.
+func (c *countingConn) Close() error { return nil }
+
 // A batch of WebSocket messages leaves in one write: the library frames
 // each into the plugged connection, the flush sends them together, and the
 // peer reads them as separate messages in order.

@@ -56,13 +56,23 @@ func newConn(srv *Server, t transport, log *slog.Logger) *conn {
 	}
 }
 
-// serve runs the connection until the transport ends or ctx is done,
-// reading and handling requests on the calling goroutine.
-func (c *conn) serve(ctx context.Context) {
-	ctx, c.cancel = context.WithCancel(ctx)
-	defer c.cancel()
-	c.ctx = ctx
+// begin gives the connection its context (it ends with the connection)
+// and arms the keepalive. It runs before other goroutines can reach the
+// connection: shut reads what it sets.
+func (c *conn) begin(ctx context.Context) {
+	c.ctx, c.cancel = context.WithCancel(ctx)
 	c.startKeepAlive()
+}
+
+// serve runs the connection until the transport ends or ctx is done,
+// reading and handling requests on the calling goroutine; ctx is the one
+// begin took, when it ran.
+func (c *conn) serve(ctx context.Context) {
+	if c.cancel == nil {
+		c.begin(ctx)
+	}
+	defer c.cancel()
+	ctx = c.ctx
 	// A read blocked on a transport that ignores ctx (stdin) ends when the
 	// transport closes.
 	defer context.AfterFunc(ctx, func() { c.shut("connection ended", false) })()

@@ -272,9 +272,8 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	// is served on a goroutine of its own, so that this one returns and
 	// net/http lets go of the request, its headers and the stack that
 	// parsed them: an idle connection keeps only what it needs.
-	ctx := session.WithPrincipal(context.WithoutCancel(r.Context()), principal)
-	c := s.open(t, log)
-	go s.serveConn(ctx, c)
+	c := s.open(session.WithPrincipal(context.WithoutCancel(r.Context()), principal), t, log)
+	go s.serveConn(c)
 }
 
 // ServeStdio serves one connection of NDJSON frames on r and w until r
@@ -287,13 +286,15 @@ func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) {
 }
 
 func (s *Server) run(ctx context.Context, t transport, log *slog.Logger) {
-	s.serveConn(ctx, s.open(t, log))
+	s.serveConn(s.open(ctx, t, log))
 }
 
-// open registers a new connection, so that Shutdown sees it from now on;
-// one opened while the server drains is told to go away at once.
-func (s *Server) open(t transport, log *slog.Logger) *conn {
+// open registers a new connection, living within ctx, so that Shutdown
+// sees it from now on; one opened while the server drains is told to go
+// away at once.
+func (s *Server) open(ctx context.Context, t transport, log *slog.Logger) *conn {
 	c := newConn(s, t, log)
+	c.begin(ctx)
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
@@ -307,7 +308,7 @@ func (s *Server) open(t transport, log *slog.Logger) *conn {
 }
 
 // serveConn serves an open connection until it ends, then forgets it.
-func (s *Server) serveConn(ctx context.Context, c *conn) {
+func (s *Server) serveConn(c *conn) {
 	defer func() {
 		s.metrics.connsOpen.Add(-1)
 		s.mu.Lock()
@@ -315,7 +316,7 @@ func (s *Server) serveConn(ctx context.Context, c *conn) {
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
-	c.serve(ctx)
+	c.serve(c.ctx)
 }
 
 // Drain stops accepting connections (503) and turns /readyz 503, so a load
