@@ -66,7 +66,8 @@ type Config struct {
 	// Profile, when set, starts the servers with --pprof and writes
 	// profiles named after it: a CPU profile of each turns run
 	// (Profile.turns<N>, taken while the turns run again after the
-	// measured rounds), and the heap and goroutines with each idle count
+	// measured rounds) and of resumes (Profile.resume, likewise), and the
+	// heap and goroutines with each idle count
 	// open (Profile.idle<N>.heap, .goroutine, and .txt: the heap with the
 	// runtime's memory statistics).
 	Profile string

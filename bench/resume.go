@@ -35,34 +35,23 @@ func (r *runner) resume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := dialReady(ctx, srv.url)
+	cpu0, _ := srv.cpu()
+	start := time.Now()
+	events, bytes, err := resumeOnce(ctx, srv.url, s, head)
 	if err != nil {
 		return err
 	}
-	defer c.close()
-	cpu0, _ := srv.cpu()
-	start := time.Now()
-	cursor := s.cursor
-	if _, err := c.send(ctx, msp.MethodSessionResume, msp.SessionResumeParams{CommandID: newCommandID(), SessionID: s.id, Cursor: &cursor}); err != nil {
-		return err
-	}
-	events, bytes := 0, 0
-	for {
-		f, err := c.read(ctx)
+	elapsed := time.Since(start)
+	cpu1, _ := srv.cpu()
+	if r.cfg.Profile != "" {
+		err := r.profile(ctx, srv, r.cfg.Profile+".resume", func(ctx context.Context) error {
+			_, _, err := resumeOnce(ctx, srv.url, s, head)
+			return err
+		})
 		if err != nil {
 			return err
 		}
-		if methodOf(f) == nil {
-			continue // the resume's own answer
-		}
-		events++
-		bytes += len(f)
-		if string(stringMember(f, "viewCursor")) == head {
-			break
-		}
 	}
-	elapsed := time.Since(start)
-	cpu1, _ := srv.cpu()
 	frame := deltaFrameOfSize(bytes / events)
 	rc, err := dialRaw(ctx, r.raw, 1)
 	if err != nil {
@@ -80,6 +69,34 @@ func (r *runner) resume(ctx context.Context) error {
 		Baseline: float64(raw.elapsed.Microseconds()) / 1e3, Ratio: raw.elapsed.Seconds() / elapsed.Seconds(), Note: "ratio: baseline ÷ mspd"})
 	r.add(Row{Scenario: scen, Figure: "server CPU per event", Value: perItem(cpu1-cpu0, events), Unit: "µs"})
 	return nil
+}
+
+// resumeOnce resumes s from its first cursor on a new connection and
+// reads until the event at head; it returns the events and bytes read.
+func resumeOnce(ctx context.Context, url string, s session, head string) (events, bytes int, err error) {
+	c, err := dialReady(ctx, url)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.close()
+	cursor := s.cursor
+	if _, err := c.send(ctx, msp.MethodSessionResume, msp.SessionResumeParams{CommandID: newCommandID(), SessionID: s.id, Cursor: &cursor}); err != nil {
+		return 0, 0, err
+	}
+	for {
+		f, err := c.read(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		if methodOf(f) == nil {
+			continue // the resume's own answer
+		}
+		events++
+		bytes += len(f)
+		if string(stringMember(f, "viewCursor")) == head {
+			return events, bytes, nil
+		}
+	}
 }
 
 // fillLog runs one-delta turns on s until its log holds at least n durable

@@ -56,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.ResumeEvents, "resume-events", 10000, "resume: durable events in the log resumed")
 	fs.IntVar(&cfg.AppendSessions, "append-sessions", 100, "append: sessions")
 	fs.IntVar(&cfg.AppendTurns, "append-turns", 20, "append: one-delta turns per session")
-	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N> (CPU) and PREFIX.idle<N>.heap, .goroutine (starts mspd with --pprof)")
+	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N> and PREFIX.resume (CPU), PREFIX.idle<N>.heap, .goroutine, .heap.txt (starts mspd with --pprof)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
 	if err := fs.Parse(args); err != nil {
 		return 2
