@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"mspd/store"
 	msjs "mspd/store/jetstream"
@@ -68,5 +69,24 @@ func TestResendIsIdempotent(t *testing.T) {
 	}
 	if h, err := s.Head(t.Context(), "s"); err != nil || h != 2 {
 		t.Fatalf("Head = %d, %v; want 2", h, err)
+	}
+}
+
+// When the server stops answering after a batch was sent, Commit keeps
+// asking until CommitTimeout and then says it cannot tell, rather than
+// reporting a failure that might hide a write.
+func TestLostServerIsOutcomeUnknown(t *testing.T) {
+	srv := startServer(t, t.TempDir())
+	s := connect(t, srv.ClientURL(), msjs.Options{Timeout: 100 * time.Millisecond, CommitTimeout: 500 * time.Millisecond})
+	mustCommit(t, s, store.Batch{Commands: []store.Command{{ID: "before", Digest: "d"}}})
+	shutdown(srv)
+	for _, b := range []store.Batch{
+		{Commands: []store.Command{{ID: "lone", Digest: "d"}}},
+		{Commands: []store.Command{{ID: "one", Digest: "d"}, {ID: "two", Digest: "d"}}},
+	} {
+		err := s.Commit(t.Context(), b)
+		if !errors.Is(err, msjs.ErrOutcomeUnknown) || errors.Is(err, store.ErrConflict) {
+			t.Fatalf("Commit of %d commands with the server gone = %v, want ErrOutcomeUnknown", len(b.Commands), err)
+		}
 	}
 }
