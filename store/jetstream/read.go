@@ -109,7 +109,7 @@ func (s *Store) Head(ctx context.Context, sessionID string) (int64, error) {
 	return h.seq, err
 }
 
-// head is a session's last record: its dense seq and stream sequence,
+// headPos is a session's last record: its dense seq and stream sequence,
 // zeros for an empty log.
 type headPos struct {
 	seq    int64
