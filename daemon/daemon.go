@@ -191,12 +191,12 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		tel.stopTracing(ctx)
 		return nil, err
 	}
-	tel.watchSessions(mgr)
 	scfg := cfg.Server
 	scfg.Home = dir
 	scfg.Logger = cfg.Logger
 	scfg.Models = models{cat}
 	scfg.Auth = authn
+	scfg.Metrics = tel.metrics
 	srv, err := server.New(mgr, scfg)
 	if err != nil {
 		mgr.Close()

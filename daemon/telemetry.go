@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"mspd/observe"
-	"mspd/session"
 )
 
 // telemetry is what a daemon reports to: its own metrics registry and,
@@ -46,15 +45,6 @@ func newTelemetry(ctx context.Context, cfg Config) (telemetry, error) {
 		cfg.Logger.Info("tracing turns over OTLP", "service", "mspd")
 	}
 	return tel, nil
-}
-
-// watchSessions exports the manager's gauges.
-func (t telemetry) watchSessions(mgr *session.Manager) {
-	// A fresh registry holds no other session gauges: this cannot clash.
-	_ = t.metrics.WatchSessions(func() observe.SessionStats {
-		st := mgr.Stats()
-		return observe.SessionStats{Loaded: st.LoadedSessions, Running: st.RunningTurns, Queued: st.QueuedTurns}
-	})
 }
 
 // Metrics returns the daemon's metrics, whose Handler serves /metrics.

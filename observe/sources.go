@@ -12,9 +12,11 @@ type ServerStats struct {
 	FramesRejected uint64
 	FramesSent     uint64
 	RequestErrors  uint64
-	// EventsDropped and ViewGaps are summed over open connections.
-	EventsDropped uint64
-	ViewGaps      uint64
+	// EventsDropped, ViewGaps and DeltasCoalesced are summed over open
+	// connections.
+	EventsDropped   uint64
+	ViewGaps        uint64
+	DeltasCoalesced uint64
 	// QueuedFrames and QueuedBytes are summed over open connections;
 	// QueuedBytesMax is the fullest connection's.
 	QueuedFrames   int
@@ -46,6 +48,7 @@ func (m *Metrics) WatchServer(snapshot func() ServerStats) error {
 		counter("mspd_request_errors_total", "Requests answered with an error by a handler.", func(s ServerStats) float64 { return float64(s.RequestErrors) }),
 		counter("mspd_events_dropped_total", "View events dropped for slow readers on open connections.", func(s ServerStats) float64 { return float64(s.EventsDropped) }),
 		counter("mspd_view_gaps_total", "view/gap markers sent on open connections.", func(s ServerStats) float64 { return float64(s.ViewGaps) }),
+		counter("mspd_deltas_coalesced_total", "item/delta events merged into a queued delta of the same item for readers behind, on open connections.", func(s ServerStats) float64 { return float64(s.DeltasCoalesced) }),
 		gauge("mspd_outbound_queued_frames", "Frames waiting in connection outboxes.", func(s ServerStats) float64 { return float64(s.QueuedFrames) }),
 		gauge("mspd_outbound_queued_bytes", "Bytes held by connection outboxes (queued frames and kept events).", func(s ServerStats) float64 { return float64(s.QueuedBytes) }),
 		gauge("mspd_outbound_queued_bytes_max", "Bytes held by the fullest connection outbox; each is bounded by --queue-bytes.", func(s ServerStats) float64 { return float64(s.QueuedBytesMax) }),

@@ -1,17 +1,14 @@
 package server
 
 import (
-	"fmt"
-	"io"
-	"net/http"
-	"sort"
 	"sync/atomic"
 
-	"mspd/session"
+	"mspd/observe"
 )
 
-// metrics are the server's own counters; turn counters come from the
-// session manager. Exposed in the Prometheus text format.
+// metrics are the server's own counters, kept in atomics on its hot paths
+// and read at each scrape (see stats); the metrics' definitions and the
+// exposition are observe's.
 type metrics struct {
 	connsOpen      atomic.Int64
 	connsTotal     atomic.Uint64
@@ -22,84 +19,34 @@ type metrics struct {
 	requestErrors  atomic.Uint64
 }
 
-func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
-	var dropped, gaps, coalesced uint64
-	var queued, bytes, maxBytes int
+// stats is a snapshot of the server's counts and of its connections'
+// outboxes, for observe.Metrics.WatchServer.
+func (s *Server) stats() observe.ServerStats {
+	m := &s.metrics
+	st := observe.ServerStats{
+		ConnsOpen:      m.connsOpen.Load(),
+		ConnsTotal:     m.connsTotal.Load(),
+		ConnsWedged:    m.connsWedged.Load(),
+		FramesReceived: m.framesReceived.Load(),
+		FramesRejected: m.framesRejected.Load(),
+		FramesSent:     m.framesSent.Load(),
+		RequestErrors:  m.requestErrors.Load(),
+	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for c := range s.conns {
 		d, g, q := c.out.stats()
-		dropped, gaps, queued = dropped+d, gaps+g, queued+q
-		coalesced += c.out.coalescedCount()
+		st.EventsDropped, st.ViewGaps, st.QueuedFrames = st.EventsDropped+d, st.ViewGaps+g, st.QueuedFrames+q
+		st.DeltasCoalesced += c.out.coalescedCount()
 		b, _ := c.out.queuedBytes()
-		bytes, maxBytes = bytes+b, max(maxBytes, b)
+		st.QueuedBytes, st.QueuedBytesMax = st.QueuedBytes+b, max(st.QueuedBytesMax, b)
 	}
-	s.mu.Unlock()
-	m := &s.metrics
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	p := promWriter{w: w}
-	p.metric("mspd_connections_open", "gauge", "Open MSP connections.", sample{v: m.connsOpen.Load()})
-	p.metric("mspd_connections_total", "counter", "MSP connections accepted.", sample{v: m.connsTotal.Load()})
-	p.metric("mspd_connections_wedged_total", "counter", "Connections closed because their outbound queue stayed full.", sample{v: m.connsWedged.Load()})
-	p.metric("mspd_frames_received_total", "counter", "Inbound frames read.", sample{v: m.framesReceived.Load()})
-	p.metric("mspd_frames_rejected_total", "counter", "Inbound frames answered with an error before dispatch.", sample{v: m.framesRejected.Load()})
-	p.metric("mspd_frames_sent_total", "counter", "Outbound frames written.", sample{v: m.framesSent.Load()})
-	p.metric("mspd_request_errors_total", "counter", "Requests answered with an error by a handler.", sample{v: m.requestErrors.Load()})
-	p.metric("mspd_events_dropped_total", "counter", "View events dropped for slow readers on open connections.", sample{v: dropped})
-	p.metric("mspd_view_gaps_total", "counter", "view/gap markers sent on open connections.", sample{v: gaps})
-	p.metric("mspd_deltas_coalesced_total", "counter", "item/delta events merged into a queued delta of the same item for readers behind, on open connections.", sample{v: coalesced})
-	p.metric("mspd_outbound_queued_frames", "gauge", "Frames waiting in connection outboxes.", sample{v: queued})
-	p.metric("mspd_outbound_queued_bytes", "gauge", "Bytes held by connection outboxes (queued frames and kept events).", sample{v: bytes})
-	p.metric("mspd_outbound_queued_bytes_max", "gauge", "Bytes held by the fullest connection outbox; each is bounded by --queue-bytes.", sample{v: maxBytes})
+	return st
+}
 
+// sessionStats is a snapshot of the session manager's gauges, for
+// observe.Metrics.WatchSessions.
+func (s *Server) sessionStats() observe.SessionStats {
 	st := s.mgr.Stats()
-	p.metric("mspd_sessions_loaded", "gauge", "Sessions held in memory.", sample{v: st.LoadedSessions})
-	p.metric("mspd_turns_total", "counter", "Settled turns by terminal.", labelled("terminal", st.Terminals)...)
-	p.metric("mspd_model_retries_total", "counter", "turn/modelRetryScheduled notices by errorKind.", labelled("error_kind", st.ModelRetries)...)
-	p.metric("mspd_turn_retries_total", "counter", "turn/retryScheduled notices.", sample{v: st.TurnRetries})
-	p.metric("mspd_provider_attempts_total", "counter", "Provider requests made by turns (RFC 0248 attempts).", sample{v: st.Attempts})
-	// attempts per turn, as a histogram with gRPC's retry buckets.
-	var hist []sample
-	var cum, count uint64
-	for _, le := range session.AttemptBuckets() {
-		cum += st.AttemptsPerTurn[le]
-		hist = append(hist, sample{name: "_bucket", labels: fmt.Sprintf(`le="%d"`, le), v: cum})
-	}
-	for _, n := range st.AttemptsPerTurn {
-		count += n
-	}
-	hist = append(hist, sample{name: "_bucket", labels: `le="+Inf"`, v: count},
-		sample{name: "_sum", v: st.Attempts}, sample{name: "_count", v: count})
-	p.metric("mspd_turn_attempts", "histogram", "Provider requests per settled turn.", hist...)
-}
-
-// sample is one line of a metric: an optional name suffix and labels.
-type sample struct {
-	name, labels string
-	v            any
-}
-
-func labelled[V any](label string, values map[string]V) []sample {
-	keys := make([]string, 0, len(values))
-	for k := range values {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	out := make([]sample, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, sample{labels: fmt.Sprintf("%s=%q", label, k), v: values[k]})
-	}
-	return out
-}
-
-type promWriter struct{ w io.Writer }
-
-func (p promWriter) metric(name, kind, help string, samples ...sample) {
-	fmt.Fprintf(p.w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind)
-	for _, s := range samples {
-		line := name + s.name
-		if s.labels != "" {
-			line += "{" + s.labels + "}"
-		}
-		fmt.Fprintf(p.w, "%s %v\n", line, s.v)
-	}
+	return observe.SessionStats{Loaded: st.LoadedSessions, Running: st.RunningTurns, Queued: st.QueuedTurns}
 }

@@ -22,8 +22,10 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"mspd/auth"
+	"mspd/observe"
 	"mspd/schema/msp"
 	"mspd/session"
 )
@@ -74,6 +76,10 @@ type Config struct {
 	LegacyRetryNotices bool
 	// Models answers model/list; nil serves an empty catalog.
 	Models ModelLister
+	// Metrics are what /metrics serves; the server adds its own counts and
+	// the session manager's gauges to them, and times the outbound queues.
+	// Nil gives the server a registry of its own.
+	Metrics *observe.Metrics
 	// Pprof serves the Go runtime's profiles under /debug/pprof/, behind
 	// the same Host check and token as /msp (off by default).
 	Pprof bool
@@ -137,8 +143,18 @@ func New(mgr *session.Manager, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	return &Server{cfg: cfg, mgr: mgr, val: val, log: cfg.Logger, conns: make(map[*conn]struct{}),
-		hosts: newHostPolicy(cfg.AllowedHosts)}, nil
+	if cfg.Metrics == nil {
+		cfg.Metrics = observe.New(prometheus.NewRegistry())
+	}
+	s := &Server{cfg: cfg, mgr: mgr, val: val, log: cfg.Logger, conns: make(map[*conn]struct{}),
+		hosts: newHostPolicy(cfg.AllowedHosts)}
+	if err := cfg.Metrics.WatchServer(s.stats); err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
+	if err := cfg.Metrics.WatchSessions(s.sessionStats); err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
+	return s, nil
 }
 
 // Handler returns the HTTP handler: the WebSocket endpoint at /msp and the
@@ -162,7 +178,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("GET /metrics", s.serveMetrics)
+	mux.Handle("GET /metrics", s.cfg.Metrics.Handler())
 	if s.cfg.Pprof {
 		pp := s.pprofHandler()
 		mux.Handle("GET /debug/pprof/", pp)

@@ -114,7 +114,7 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 	s.head += int64(len(evs))
 	s.sub = 0
 	for _, ev := range evs {
-		s.m.stats.observe(ev.method, ev.params)
+		s.m.stats.observe(ev.params)
 	}
 	ms := now.UnixMilli()
 	for i, rec := range batch.Records {
