@@ -67,6 +67,11 @@ func BenchmarkTurnRoundTrip(b *testing.B) {
 // a client's socket, in a 1000-delta answer.
 func BenchmarkStreamDeltas(b *testing.B) {
 	_, c, sid := benchDaemon(b)
+	streamDeltas(b, c, sid)
+}
+
+// streamDeltas runs 1000-delta turns on c and reports the cost per delta.
+func streamDeltas(b *testing.B, c *client.Client, sid string) {
 	ctx := context.Background()
 	script := scripted.Script(scripted.Step{Text: strings.Repeat("word ", 1000), Chunks: 1000})
 	b.ResetTimer()
