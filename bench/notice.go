@@ -57,6 +57,46 @@ func runNotices(ctx context.Context, ss []session, turns int, rate float64, scri
 	return samples, err
 }
 
+// idleTurns is how many turns idleReplies times.
+const idleTurns = 50
+
+// idleReplies times turn/start → its answer on an otherwise idle server,
+// n one-delta turns one after another on one session: the admission (a
+// commit) and the answer's way back.
+func idleReplies(ctx context.Context, url string, n int) ([]time.Duration, error) {
+	ss, err := setupSessions(ctx, url, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer closeSessions(ss)
+	c, script := ss[0].c, scripted.Script(scripted.Step{Text: "ok"})
+	var out []time.Duration
+	for range n {
+		start := time.Now()
+		id, err := c.send(ctx, msp.MethodTurnStart, msp.TurnStartParams{CommandID: newCommandID(), SessionID: ss[0].id,
+			Input: []msp.TurnInputPart{{Type: "text", Text: script}}})
+		if err != nil {
+			return nil, err
+		}
+		for answered := false; ; {
+			f, err := c.read(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if _, ok, err := responseTo(f, id); ok {
+				if err != nil {
+					return nil, err
+				}
+				out, answered = append(out, time.Since(start)), true
+			}
+			if answered && string(methodOf(f)) == msp.NotifyTurnCompleted {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
 // awaitTurn reads frames until turn/completed, handing each
 // turn/modelRetryScheduled to notice.
 func awaitTurn(ctx context.Context, c *mspConn, notice func(frame []byte)) error {
@@ -122,6 +162,12 @@ func (r *runner) notice(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	replies, err := idleReplies(ctx, srv.url, idleTurns)
+	if err != nil {
+		srv.stop()
+		return err
+	}
+	r.latencyRows("idle server", "turn/start → reply", replies, "one turn at a time; separate process")
 	s, err := run(srv.url, n, turns, rate)
 	srv.stop()
 	if err != nil {

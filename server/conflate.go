@@ -79,6 +79,58 @@ func parseDelta(frame []byte) (deltaParts, bool) {
 	return d, true
 }
 
+// parseDeltaOf is parseDelta for a frame of session sessionID at cursor,
+// reading the layout msp.EncodeNotification gives item/delta params
+// (sessionId, viewCursor, itemId, delta) without scanning the text byte
+// by byte: it runs to the fixed tail "},"emittedAtMs":N} and holds no
+// quote. Any other frame takes parseDelta.
+func parseDeltaOf(frame []byte, sessionID, cursor string) (deltaParts, bool) {
+	var d deltaParts
+	rest, ok := bytes.CutPrefix(frame, deltaPrefix)
+	if !ok {
+		return parseDelta(frame)
+	}
+	if d.sessionID, rest, ok = knownMember(rest, `"sessionId":`, sessionID); !ok {
+		return parseDelta(frame)
+	}
+	if d.cursor, rest, ok = knownMember(rest, `,"viewCursor":`, cursor); !ok {
+		return parseDelta(frame)
+	}
+	rest, ok = bytes.CutPrefix(rest, []byte(`,"itemId":`))
+	if !ok {
+		return parseDelta(frame)
+	}
+	if d.itemID, rest, ok = quoted(rest); !ok {
+		return parseDelta(frame)
+	}
+	rest, ok = bytes.CutPrefix(rest, []byte(`,"delta":"`))
+	n := len(rest) - 1 // the closing brace
+	for n > 0 && rest[n-1] >= '0' && rest[n-1] <= '9' {
+		n--
+	}
+	const tail = `"},"emittedAtMs":`
+	if !ok || n == len(rest)-1 || rest[len(rest)-1] != '}' || n < len(tail) || string(rest[n-len(tail):n]) != tail {
+		return parseDelta(frame)
+	}
+	d.text, d.emitted = rest[:n-len(tail)], rest[n:len(rest)-1]
+	if bytes.IndexByte(d.text, '"') >= 0 {
+		// Escaped quotes, or another member: the scan tells which.
+		return parseDelta(frame)
+	}
+	return d, true
+}
+
+// knownMember reads key followed by the string value as its quoted bytes
+// at the start of b; val is that string with its quotes (ids and cursors
+// need no escaping).
+func knownMember(b []byte, key, value string) (val, rest []byte, ok bool) {
+	b, ok = bytes.CutPrefix(b, []byte(key))
+	if !ok || len(b) < len(value)+2 || b[0] != '"' || string(b[1:1+len(value)]) != value || b[1+len(value)] != '"' {
+		return nil, nil, false
+	}
+	return b[:len(value)+2], b[len(value)+2:], true
+}
+
 // stringMember reads `"key":"value"` at the start of b; val keeps its
 // quotes. rest follows the value.
 func stringMember(b []byte) (key, val, rest []byte, ok bool) {

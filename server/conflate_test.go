@@ -176,6 +176,14 @@ func TestParseDelta(t *testing.T) {
 	if !ok || string(d.itemID) != `"i"` || string(d.cursor) != `"v:s:3.7"` || string(d.text) != `he said \"hi\"\\n` {
 		t.Fatalf("parseDelta(%s) = %+v, %v", plain, d, ok)
 	}
+	if fast, ok := parseDeltaOf(plain, "s", "v:s:3.7"); !ok || fmt.Sprint(fast) != fmt.Sprint(d) {
+		t.Fatalf("parseDeltaOf = %+v, %v; parseDelta %+v", fast, ok, d)
+	}
+	for _, other := range [][2]string{{"t", "v:s:3.7"}, {"s", "v:s:3.8"}} {
+		if _, ok := parseDeltaOf(plain, other[0], other[1]); !ok {
+			t.Fatalf("parseDeltaOf(%v) refused a frame parseDelta reads", other)
+		}
+	}
 	merged, m := startMerge(d, 0)
 	merged = appendMerged(merged, d)
 	if _, ok := parseDelta(merged); !ok || m.textEnd == 0 {
@@ -192,6 +200,9 @@ func TestParseDelta(t *testing.T) {
 	} {
 		if _, ok := parseDelta([]byte(bad)); ok {
 			t.Errorf("parseDelta accepted %s", bad)
+		}
+		if _, ok := parseDeltaOf([]byte(bad), "s", "c"); ok {
+			t.Errorf("parseDeltaOf accepted %s", bad)
 		}
 	}
 }

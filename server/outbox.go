@@ -461,7 +461,7 @@ func (o *outbox) coalesceLocked(v *viewState, cursor string, frame []byte) bool 
 	if !ok {
 		return false
 	}
-	in, ok := parseDelta(frame)
+	in, ok := parseDeltaOf(frame, v.id, cursor)
 	if !ok {
 		return false
 	}
