@@ -264,16 +264,13 @@ func (m *Metrics) StoreCommit(batches int, took time.Duration) {
 	m.commitSeconds.Observe(took.Seconds())
 }
 
-// QueueWait records how long frames waited in an outbound queue; n frames
-// that waited the same time (a batch written at once) count n times.
-func (m *Metrics) QueueWait(wait time.Duration, n int) {
+// QueueWait records how long one frame waited in an outbound queue
+// before its write began.
+func (m *Metrics) QueueWait(wait time.Duration) {
 	if m == nil {
 		return
 	}
-	s := wait.Seconds()
-	for range n {
-		m.queueWait.Observe(s)
-	}
+	m.queueWait.Observe(wait.Seconds())
 }
 
 // WatchBudget exports a provider's retry budget as

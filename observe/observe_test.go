@@ -64,7 +64,9 @@ func populated(t *testing.T) *observe.Metrics {
 	m.ModelRetryNotice("rateLimited")
 	m.TurnRetryNotice()
 	m.StoreCommit(3, 2*time.Millisecond)
-	m.QueueWait(time.Millisecond, 4)
+	for range 4 {
+		m.QueueWait(time.Millisecond)
+	}
 	b := modelretry.DefaultBudget()
 	b.OnFailure()
 	m.WatchBudget("main", "openai", b)
@@ -154,7 +156,7 @@ func TestNilMetrics(t *testing.T) {
 	m.ModelRetryNotice("k")
 	m.TurnRetryNotice()
 	m.StoreCommit(1, time.Second)
-	m.QueueWait(time.Second, 1)
+	m.QueueWait(time.Second)
 	m.WatchBudget("p", "s", modelretry.DefaultBudget())
 	if err := m.WatchSessions(func() observe.SessionStats { return observe.SessionStats{} }); err != nil {
 		t.Fatal(err)

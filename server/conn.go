@@ -46,7 +46,7 @@ type conn struct {
 }
 
 func newConn(srv *Server, t transport, log *slog.Logger) *conn {
-	return &conn{
+	c := &conn{
 		srv:  srv,
 		t:    t,
 		out:  newOutbox(limitsFor(srv.cfg), gapFrame),
@@ -54,6 +54,8 @@ func newConn(srv *Server, t transport, log *slog.Logger) *conn {
 		ctx:  context.Background(),
 		done: make(chan struct{}),
 	}
+	c.out.onWait = srv.cfg.Metrics.QueueWait
+	return c
 }
 
 // begin gives the connection its context (it ends with the connection)

@@ -55,9 +55,16 @@ type outbox struct {
 	gapFrame func(sessionID, after, next string) []byte
 	lim      outboxLimits
 
+	// onWait, when set, is told how long each frame taken waited in the
+	// queue (metrics); it runs on the writer, outside the lock.
+	onWait func(time.Duration)
+	clock  func() time.Duration // monotonic time for queuedAt (tests set it)
+	waits  []time.Duration      // the writer's, reused between takes
+
 	mu          sync.Mutex
 	frames      [][]byte
 	kinds       []frameKind
+	queuedAt    []time.Duration // when each frame was queued, by clock
 	head        int
 	pos0        uint64 // queue position of frames[0]: positions count every frame ever queued
 	bytes       int    // bytes of the frames queued
@@ -153,7 +160,14 @@ func newOutbox(lim outboxLimits, gapFrame func(sessionID, after, next string) []
 		drained:  make(chan struct{}),
 		room:     make(chan struct{}),
 		views:    make(map[string]*viewState),
+		clock:    sinceStart(),
 	}
+}
+
+// sinceStart returns a monotonic clock reading the time since the call.
+func sinceStart() func() time.Duration {
+	start := time.Now()
+	return func() time.Duration { return time.Since(start) }
 }
 
 // serve makes queued frames start writers with start, from now on (and
@@ -216,6 +230,7 @@ func (o *outbox) eventRoomLocked(size, own int) bool {
 func (o *outbox) appendLocked(frame []byte, kind frameKind) {
 	o.frames = append(o.frames, frame)
 	o.kinds = append(o.kinds, kind)
+	o.queuedAt = append(o.queuedAt, o.clock())
 	o.bytes += len(frame)
 	switch kind {
 	case kindView:
@@ -588,9 +603,14 @@ func (o *outbox) forget(sessionID string) {
 // frame queued starts a writer again, and a closed outbox is drained.
 func (o *outbox) take(dst [][]byte, maxBytes int, release bool) [][]byte {
 	o.mu.Lock()
+	defer o.reportWaits()
 	defer o.mu.Unlock()
 	n, taken := 0, len(dst)
+	now := o.clock()
 	for o.head < len(o.frames) && (len(dst) == taken || n+len(o.frames[o.head]) <= maxBytes) {
+		if o.onWait != nil {
+			o.waits = append(o.waits, now-o.queuedAt[o.head])
+		}
 		f := o.takeLocked()
 		n += len(f)
 		dst = append(dst, f)
@@ -608,6 +628,14 @@ func (o *outbox) take(dst [][]byte, maxBytes int, release bool) [][]byte {
 		o.drainedLocked()
 	}
 	return dst
+}
+
+// reportWaits tells onWait how long the frames just taken waited.
+func (o *outbox) reportWaits() {
+	for _, w := range o.waits {
+		o.onWait(w)
+	}
+	o.waits = o.waits[:0]
 }
 
 // takeLocked removes the oldest frame.
@@ -646,13 +674,14 @@ func (o *outbox) compactLocked() {
 	switch {
 	case o.head == len(o.frames):
 		o.pos0 += uint64(o.head)
-		o.frames, o.kinds, o.head = o.frames[:0], o.kinds[:0], 0
+		o.frames, o.kinds, o.queuedAt, o.head = o.frames[:0], o.kinds[:0], o.queuedAt[:0], 0
 	case o.head >= 64 && o.head*2 >= len(o.frames):
 		n := copy(o.frames, o.frames[o.head:])
 		copy(o.kinds, o.kinds[o.head:])
+		copy(o.queuedAt, o.queuedAt[o.head:])
 		clear(o.frames[n:])
 		o.pos0 += uint64(o.head)
-		o.frames, o.kinds, o.head = o.frames[:n], o.kinds[:n], 0
+		o.frames, o.kinds, o.queuedAt, o.head = o.frames[:n], o.kinds[:n], o.queuedAt[:n], 0
 	}
 }
 
