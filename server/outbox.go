@@ -56,10 +56,10 @@ type outbox struct {
 	lim      outboxLimits
 
 	// onWait, when set, is told how long each frame taken waited in the
-	// queue (metrics); it runs on the writer, outside the lock.
+	// queue (metrics); it runs under the lock and must be quick (a
+	// histogram's atomic adds).
 	onWait func(time.Duration)
 	clock  func() time.Duration // monotonic time for queuedAt (tests set it)
-	waits  []time.Duration      // the writer's, reused between takes
 
 	mu          sync.Mutex
 	frames      [][]byte
@@ -603,13 +603,12 @@ func (o *outbox) forget(sessionID string) {
 // frame queued starts a writer again, and a closed outbox is drained.
 func (o *outbox) take(dst [][]byte, maxBytes int, release bool) [][]byte {
 	o.mu.Lock()
-	defer o.reportWaits()
 	defer o.mu.Unlock()
 	n, taken := 0, len(dst)
 	now := o.clock()
 	for o.head < len(o.frames) && (len(dst) == taken || n+len(o.frames[o.head]) <= maxBytes) {
 		if o.onWait != nil {
-			o.waits = append(o.waits, now-o.queuedAt[o.head])
+			o.onWait(now - o.queuedAt[o.head])
 		}
 		f := o.takeLocked()
 		n += len(f)
@@ -628,14 +627,6 @@ func (o *outbox) take(dst [][]byte, maxBytes int, release bool) [][]byte {
 		o.drainedLocked()
 	}
 	return dst
-}
-
-// reportWaits tells onWait how long the frames just taken waited.
-func (o *outbox) reportWaits() {
-	for _, w := range o.waits {
-		o.onWait(w)
-	}
-	o.waits = o.waits[:0]
 }
 
 // takeLocked removes the oldest frame.
