@@ -277,3 +277,41 @@ func TestBurstToASlowThenFastReaderArrivesWhole(t *testing.T) {
 		t.Fatalf("%d frames for %d deltas in %d writes: want fewer frames than deltas, several a write", deltas, n, writes)
 	}
 }
+
+// An event larger than the budget is queued behind the small ones ahead
+// of it, and the small ones right behind it (a turn's last events,
+// written in one commit with it) are queued behind it: none is dropped
+// for a reader that keeps up, which no later event might ever tell.
+func TestOutboxEventsBehindAnOversizedFrameAreKept(t *testing.T) {
+	o := newOutbox(limitsFor(Config{QueueBytes: 64 << 10, QueueFrames: 16}), gapFrame)
+	o.subscribed("s", "v:s:1")
+	big := durableNote("s", 3)
+	big.Frame = []byte(strings.Replace(string(big.Frame), `"params":{`, `"params":{"text":"`+strings.Repeat("y", 2<<20)+`",`, 1))
+	for _, n := range []session.Notification{durableNote("s", 2), big, durableNote("s", 4), durableNote("s", 5)} {
+		o.pushView(n.SessionID, n.Cursor, n.Frame, n.Durable)
+	}
+	got := drain(t, o)
+	if len(got) != 4 || !strings.Contains(got[3], `"viewCursor":"v:s:5"`) {
+		var short []string
+		for _, f := range got {
+			short = append(short, f[:min(len(f), 80)])
+		}
+		t.Fatalf("frames %q: want the large event and both after it", short)
+	}
+	if dropped, gaps, _ := o.stats(); dropped != 0 || gaps != 0 {
+		t.Fatalf("dropped %d, gaps %d", dropped, gaps)
+	}
+	// Behind it, the limits still hold: a reader that does not read drops
+	// what exceeds them, and learns of it.
+	o.pushView(big.SessionID, "v:s:6", big.Frame, true)
+	for i := range 100 {
+		d := deltaNote("s", "item-2", 6, i+1, strings.Repeat("z", 1000))
+		o.pushView(d.SessionID, d.Cursor, d.Frame, false)
+	}
+	if _, held := o.queuedBytes(); held > len(big.Frame)+64<<10 {
+		t.Fatalf("held %d bytes: over the budget besides the large frame", held)
+	}
+	if dropped, _, _ := o.stats(); dropped == 0 {
+		t.Fatal("nothing dropped behind the large frame for a reader that does not read")
+	}
+}

@@ -47,10 +47,14 @@ var (
 //     peer is wedged, and the connection is closed.
 //
 // A wait that sees no frame leave the queue for the stall time (the write
-// timeout) reports the peer wedged too. So an outbox holds at most its
-// budget (or one frame larger than that alone, and the reserve), besides
-// the batch being written and the answer waiting to be queued; and a slow
-// reader never stalls a session or other readers.
+// timeout) reports the peer wedged too. A frame larger than the request
+// limit is queued only while no other such frame is (a response only into
+// an otherwise empty queue), and the responses and view events that queue
+// behind it are weighed without it (protected frames still get only the
+// reserve). So an outbox holds at most its budget and, besides it, one
+// frame larger than that, besides the batch being written and the answer
+// waiting to be queued; and a slow reader never stalls a session or other
+// readers.
 type outbox struct {
 	gapFrame func(sessionID, after, next string) []byte
 	lim      outboxLimits
@@ -72,6 +76,8 @@ type outbox struct {
 	gapBytes    int    // bytes of view events queued
 	urgentBytes int    // bytes of protected frames that could not wait
 	tailBytes   int    // bytes of kept tails
+	oversize    int    // bytes of a response or view event queued alone over the request limit
+	oversizeGap int    // of them, a view event's
 	peak        int    // high-water mark of bytes held
 	closed      bool
 	shut        chan struct{} // closed with the outbox: wakes waiters
@@ -192,6 +198,20 @@ func (o *outbox) wakeWriterLocked() {
 // heldLocked is what the budget counts: queued frames and kept tails.
 func (o *outbox) heldLocked() int { return o.bytes + o.tailBytes }
 
+// weighedLocked is what the limits weigh: what is held, less a frame
+// queued alone over the request limit (admitted because nothing else was
+// queued). What comes behind such a frame is weighed as if it had left,
+// so that one frame too large for the budget does not cost the small
+// events after it their place — a turn's last events, say, which nothing
+// would follow to report them missing.
+func (o *outbox) weighedLocked() int { return o.heldLocked() - o.oversize }
+
+// oversized tells whether a frame of kind is one the limits leave out of
+// their weighing.
+func (o *outbox) oversized(frame []byte, kind frameKind) bool {
+	return kind != kindUrgent && len(frame) > o.requestLimit()
+}
+
 // requestLimit is what responses and view events may fill; the rest of
 // the budget is the reserve.
 func (o *outbox) requestLimit() int { return o.lim.budget - o.lim.reserve }
@@ -203,7 +223,7 @@ func (o *outbox) idleLocked() bool { return o.bytes == o.urgentBytes && o.tailBy
 
 // fitsLocked tells whether size more bytes stay within limit.
 func (o *outbox) fitsLocked(size, limit int) bool {
-	return o.idleLocked() || o.heldLocked()+size <= limit
+	return o.idleLocked() || o.weighedLocked()+size <= limit
 }
 
 // viewRoomLocked tells whether a view event of size bytes (its view/gap
@@ -221,10 +241,17 @@ func (o *outbox) eventRoomLocked(size, own int) bool {
 	if o.nGap >= o.lim.gapFrames {
 		return false
 	}
-	if o.nGap > 0 && o.gapBytes+o.tailBytes-own+size > o.lim.gapBytes {
+	if size > o.requestLimit() {
+		// Too large for any room: it queues while no other such frame
+		// is, behind what is queued, and is weighed as nothing. Dropped
+		// for a small frame ahead of it, a reader that keeps up would get
+		// a view/gap.
+		return o.oversize == 0
+	}
+	if o.nGap > 0 && o.gapBytes-o.oversizeGap+o.tailBytes-own+size > o.lim.gapBytes {
 		return false
 	}
-	return o.idleLocked() || o.heldLocked()-own+size <= o.requestLimit()
+	return o.idleLocked() || o.weighedLocked()-own+size <= o.requestLimit()
 }
 
 func (o *outbox) appendLocked(frame []byte, kind frameKind) {
@@ -238,6 +265,12 @@ func (o *outbox) appendLocked(frame []byte, kind frameKind) {
 		o.gapBytes += len(frame)
 	case kindUrgent:
 		o.urgentBytes += len(frame)
+	}
+	if o.oversized(frame, kind) {
+		o.oversize += len(frame)
+		if kind == kindView {
+			o.oversizeGap += len(frame)
+		}
 	}
 	o.notePeakLocked()
 	o.wakeWriterLocked()
@@ -334,6 +367,8 @@ func (o *outbox) pushProtected(frame []byte) error {
 	if o.closed {
 		return errClosed
 	}
+	// Weighed with an oversized frame: a peer that reads nothing is found
+	// wedged as soon.
 	if o.heldLocked()+len(frame) > o.lim.budget && o.urgentBytes+len(frame) > o.lim.reserve {
 		return errWedged
 	}
@@ -392,7 +427,7 @@ func (o *outbox) viewLocked(sessionID string) *viewState {
 // next event.
 func (o *outbox) keepTailLocked(sessionID string, v *viewState, cursor string, frame []byte) {
 	marker := o.gapFrame(sessionID, v.holeAfter, cursor)
-	if o.heldLocked()-v.tailSize()+len(marker)+len(frame) > o.requestLimit() {
+	if o.weighedLocked()-v.tailSize()+len(marker)+len(frame) > o.requestLimit() {
 		if v.tailFrame != nil {
 			v.lostAfterTail = true
 		}
@@ -497,7 +532,10 @@ func (o *outbox) coalesceLocked(v *viewState, cursor string, frame []byte) bool 
 	}
 	size := m.textEnd + len(in.text) + mergedSuffixLen(in)
 	growth := size - len(old)
-	if size > maxCoalesced || o.gapBytes+o.tailBytes+growth > o.lim.gapBytes || o.heldLocked()+growth > o.requestLimit() {
+	// Neither frame may be one the limits leave out: its size must not
+	// change the account.
+	if size > maxCoalesced || size > o.requestLimit() || len(old) > o.requestLimit() ||
+		o.gapBytes-o.oversizeGap+o.tailBytes+growth > o.lim.gapBytes || o.weighedLocked()+growth > o.requestLimit() {
 		return false
 	}
 	// Appending in place is safe: the frame is queued, so the writer
@@ -641,6 +679,12 @@ func (o *outbox) takeLocked() []byte {
 		o.gapBytes -= len(f)
 	case kindUrgent:
 		o.urgentBytes -= len(f)
+	}
+	if o.oversized(f, kind) {
+		o.oversize -= len(f)
+		if kind == kindView {
+			o.oversizeGap -= len(f)
+		}
 	}
 	return f
 }

@@ -160,13 +160,16 @@ func TestOutboxByteBudget(t *testing.T) {
 	}
 	wantFrames(t, drain(t, o), "ev c1", "ev c2")
 	// A frame bigger than the whole budget still goes when nothing else is
-	// queued, so one large event cannot wedge a view forever.
+	// queued, so one large event cannot wedge a view forever; what comes
+	// behind it is weighed without it.
 	big := strings.Repeat("x", 100)
 	o.pushView("s", "c4", []byte(big), true)
-	delta(o, "c5") // no room behind the big one
-	wantFrames(t, drain(t, o), "gap s c2→c4", big)
-	durable(o, "c6")
-	wantFrames(t, drain(t, o), "gap s c4→c6", "ev c6")
+	delta(o, "c5")
+	delta(o, "c6")
+	delta(o, "c7") // 15 > 12 behind the big one: dropped
+	wantFrames(t, drain(t, o), "gap s c2→c4", big, "ev c5", "ev c6")
+	durable(o, "c8")
+	wantFrames(t, drain(t, o), "gap s c6→c8", "ev c8")
 }
 
 func TestOutboxHolesPerSession(t *testing.T) {
