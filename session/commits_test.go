@@ -49,6 +49,14 @@ func TestThreeCommitsPerTurn(t *testing.T) {
 	sub := newRecSub()
 	sid := startSession(t, m, sub)
 	runTurn(t, m, sub, textTurn(sid, "first")) // names the session too
+	idle := func() {
+		// The worker has let go: the next turn launches with its
+		// admission rather than queueing behind a worker winding down.
+		if err := m.WaitIdle(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idle()
 	cs.take()
 	runTurn(t, m, sub, textTurn(sid, "second"))
 	want := [][]string{
@@ -59,6 +67,7 @@ func TestThreeCommitsPerTurn(t *testing.T) {
 	if got := cs.take(); !equalBatches(got, want) {
 		t.Fatalf("commits of a turn:\n got %v\nwant %v", got, want)
 	}
+	idle()
 	runTurn(t, m, sub, textTurn(sid, "cut")) // attempt 1 is cut after "partial"
 	want = [][]string{
 		{msp.NotifyTurnStarted, msp.NotifyItemCompleted},

@@ -37,6 +37,9 @@ func (m *Manager) RenameSession(ctx context.Context, raw json.RawMessage) (json.
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, msp.ErrInvalidParams("", "session/rename params: %v", err)
 	}
+	if res, ok, err := m.forward(ctx, p.SessionID, msp.MethodSessionRename, raw); ok {
+		return res, err
+	}
 	s, release, err := m.acquire(ctx, p.SessionID)
 	if err != nil {
 		return nil, err
@@ -71,6 +74,9 @@ func (m *Manager) SetModel(ctx context.Context, raw json.RawMessage) (json.RawMe
 	var p msp.SessionSetModelParams
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, msp.ErrInvalidParams("", "session/setModel params: %v", err)
+	}
+	if res, ok, err := m.forward(ctx, p.SessionID, msp.MethodSessionSetModel, raw); ok {
+		return res, err
 	}
 	s, release, err := m.acquire(ctx, p.SessionID)
 	if err != nil {
@@ -335,6 +341,9 @@ func (m *Manager) DeleteSession(ctx context.Context, sub Subscriber, raw json.Ra
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, nil, msp.ErrInvalidParams("", "session/delete params: %v", err)
 	}
+	if res, ok, err := m.forward(ctx, p.SessionID, msp.MethodSessionDelete, raw); ok {
+		return res, nil, err
+	}
 	// The ledger answers first: a replay after the erasure finds its ack.
 	var s *session
 	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionDelete, raw, func(a *admission) (json.RawMessage, error) {
@@ -408,4 +417,8 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 		}
 	}
 	m.listeners.deliver(owner, func(sub Subscriber) bool { return told[sub] }, n)
+	if c := m.cfg.Cluster; c != nil {
+		c.Publish(s.id, n, 0, 0) // the followers' subscribers
+		c.PublishList(owner, n)
+	}
 }

@@ -76,6 +76,9 @@ func (m *Manager) broadcast(owner string, creator Subscriber, method string, par
 		creator.Deliver(n)
 	}
 	m.listeners.deliver(owner, func(sub Subscriber) bool { return sub == creator }, n)
+	if c := m.cfg.Cluster; c != nil {
+		c.PublishList(owner, n)
+	}
 }
 
 // listChangedLocked tells the owner's list-taking connections that the

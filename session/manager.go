@@ -83,6 +83,12 @@ type Config struct {
 	// Metrics counts turns and retry notices as they are written; nil
 	// counts nothing here (Stats still reports the gauges).
 	Metrics *observe.Metrics
+	// Cluster, when set, shares the sessions with other nodes over the
+	// same store: one leader per session, the rest follow (see Cluster).
+	Cluster Cluster
+	// AdoptInterval is how often a clustered node looks for busy sessions
+	// nobody leads, to take them over (default 2 s).
+	AdoptInterval time.Duration
 }
 
 // Manager owns every loaded session.
@@ -104,6 +110,8 @@ type Manager struct {
 	mu        sync.Mutex
 	sessions  map[string]*loading
 	listeners *listeners
+
+	unfollowLists func() // stops taking other nodes' session-list news
 }
 
 // loading is a session being or having been loaded.
@@ -157,7 +165,23 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	m.stats.metrics = cfg.Metrics
 	m.ctx, m.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	if err := m.recover(ctx); err != nil {
+	if c := cfg.Cluster; c != nil {
+		// A node starting takes over what nobody leads; the others'
+		// sessions are theirs.
+		m.adoptOrphans(ctx)
+		m.unfollowLists = c.FollowLists(func(principal string, n Notification) {
+			m.listeners.deliver(principal, func(Subscriber) bool { return false }, n)
+		})
+		if cfg.AdoptInterval <= 0 {
+			cfg.AdoptInterval = 2 * time.Second
+			m.cfg.AdoptInterval = cfg.AdoptInterval
+		}
+		m.turns.Add(1)
+		go func() {
+			defer m.turns.Done()
+			m.adoptEvery(cfg.AdoptInterval)
+		}()
+	} else if err := m.recover(ctx); err != nil {
 		return nil, err
 	}
 	m.turns.Add(1)
@@ -217,6 +241,7 @@ func (m *Manager) sweep() int {
 			if len(s.subs) == 0 && !s.st.busy() && !s.working {
 				delete(m.sessions, c.id)
 				unloaded++
+				s.letGoLocked()
 			}
 			s.mu.Unlock()
 		}
@@ -232,6 +257,26 @@ func (m *Manager) sweep() int {
 func (m *Manager) Close() {
 	m.cancel(turn.ErrHostStopping)
 	m.turns.Wait()
+	if c := m.cfg.Cluster; c != nil {
+		// Let go of every lease, so that another node takes the sessions
+		// over at once rather than when the leases lapse.
+		m.unfollowLists()
+		m.mu.Lock()
+		for id, l := range m.sessions {
+			if l.s != nil {
+				l.s.mu.Lock()
+				if l.s.unfollow != nil {
+					l.s.unfollow()
+				}
+				leader := l.s.leader
+				l.s.mu.Unlock()
+				if leader {
+					c.Release(id)
+				}
+			}
+		}
+		m.mu.Unlock()
+	}
 }
 
 func (m *Manager) now() time.Time { return m.cfg.Now() }
@@ -327,27 +372,51 @@ func (m *Manager) load(ctx context.Context, id string) (s *session, release func
 	return l.s, sync.OnceFunc(unpin), nil
 }
 
-// read builds a session from its row and log.
+// read builds a session from its row and log. On a cluster, a session
+// this node does not lead follows its leader's events from the start.
 func (m *Manager) read(ctx context.Context, id string) (*session, error) {
-	row, err := m.store.Session(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, msp.ErrSessionNotFound(id)
-	} else if err != nil {
-		return nil, msp.ErrInternal("loading session: %v", err)
-	}
 	s := &session{id: id, m: m, subs: make(map[Subscriber]struct{}), gapsDue: make(map[Subscriber]string),
-		open: make(map[string]*openItem)}
-	if err := json.Unmarshal(row.State, &s.st); err != nil {
-		return nil, msp.ErrInternal("session %s state unreadable: %v", id, err)
+		open: make(map[string]*openItem), leader: m.cfg.Cluster == nil}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.leader {
+		// Following starts before the head is read, so that nothing
+		// appended meanwhile is missed; ingest waits for s.mu.
+		s.unfollow = m.cfg.Cluster.Follow(id, s.ingest)
+	}
+	if err := s.refreshLocked(ctx); err != nil {
+		if s.unfollow != nil {
+			s.unfollow()
+		}
+		return nil, err
 	}
 	s.owner = s.st.Owner
-	s.queued.Store(int32(len(s.st.Queue)))
-	if s.head, err = m.store.Head(ctx, id); err != nil {
-		return nil, msp.ErrInternal("loading session: %v", err)
+	return s, nil
+}
+
+// refreshLocked (re)reads a session's row, head and log from the store.
+// s.mu must be held.
+func (s *session) refreshLocked(ctx context.Context) error {
+	m := s.m
+	row, err := m.store.Session(ctx, s.id)
+	if errors.Is(err, store.ErrNotFound) {
+		return msp.ErrSessionNotFound(s.id)
+	} else if err != nil {
+		return msp.ErrInternal("loading session: %v", err)
 	}
-	f, err := fold(ctx, m.store, id)
+	var st state
+	if err := json.Unmarshal(row.State, &st); err != nil {
+		return msp.ErrInternal("session %s state unreadable: %v", s.id, err)
+	}
+	s.st = st
+	s.queued.Store(int32(len(s.st.Queue)))
+	if s.head, err = m.store.Head(ctx, s.id); err != nil {
+		return msp.ErrInternal("loading session: %v", err)
+	}
+	s.sub = 0
+	f, err := fold(ctx, m.store, s.id)
 	if err != nil {
-		return nil, msp.ErrInternal("loading session log: %v", err)
+		return msp.ErrInternal("loading session log: %v", err)
 	}
 	s.history, s.cumulative = f.history, f.cumulative
 	// The deltas streamed before this load are gone with the process or
@@ -355,6 +424,7 @@ func (m *Manager) read(ctx context.Context, id string) (*session, error) {
 	if f.deltasThrough > 0 {
 		s.deltas.loseAllThrough(f.deltasThrough)
 	}
+	clear(s.open)
 	for itemID, it := range f.open {
 		oi := &openItem{item: it, savedAt: m.now()}
 		if it.Text != nil {
@@ -363,7 +433,7 @@ func (m *Manager) read(ctx context.Context, id string) (*session, error) {
 		}
 		s.open[itemID] = oi
 	}
-	return s, nil
+	return nil
 }
 
 // recover picks up the turns a previous process left running or queued:
@@ -577,6 +647,10 @@ func (m *Manager) ReadSession(ctx context.Context, raw json.RawMessage) (any, er
 // folded items; noneReason explains an omitted history.
 func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneReason string) (msp.SessionSnapshot, error) {
 	s.mu.Lock()
+	if err := s.freshLocked(ctx); err != nil {
+		s.mu.Unlock()
+		return msp.SessionSnapshot{}, err
+	}
 	wire := s.st.wire(s.id, m.cfg.LogPath)
 	head := s.head
 	openText := make(map[string]string, len(s.open))
@@ -758,6 +832,9 @@ func (m *Manager) SessionModel(ctx context.Context, sessionID string) (providerI
 	defer release()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.freshLocked(ctx); err != nil {
+		return "", "", err
+	}
 	return deref(s.st.ProviderID), deref(s.st.ModelID), nil
 }
 

@@ -108,6 +108,9 @@ func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 func (s *session) launchLocked(ctx context.Context, pt pendingTurn, st *state, cmds ...store.Command) error {
 	m := s.m
 	pt.StartedAt, pt.StartSeq = m.now(), s.head+1
+	if c := m.cfg.Cluster; c != nil {
+		pt.Node = c.Node()
+	}
 	st.Active = &pt
 	if st.FirstUserPrompt == "" {
 		st.FirstUserPrompt = firstLine(pt.Text, 200)
@@ -281,20 +284,21 @@ func (s *session) recoverLocked(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		res := resumption(*a, inFlight, s.m.now())
+		res := resumption(*a, inFlight, s.m.now(), s.m.stoppedNode(*a))
 		res.Usage = usage
 		s.resume = &res
 	}
 	return nil
 }
 
-// resumption decides how a turn lost with its process goes on. A stopping
+// resumption decides how a turn lost with its process goes on; who says
+// what stopped ("the server restarted", "node b stopped"). A stopping
 // host recorded exactly where the turn stood. A process that died left
 // its last retry notice's checkpoint: if the next attempt was due, or an
 // item was streaming, that attempt counts as lost (so a turn that keeps
 // crashing the server runs out of attempts); a process that died during a
 // backoff lost nothing, and the backoff's rest is waited out.
-func resumption(a pendingTurn, inFlight bool, now time.Time) turn.Resumption {
+func resumption(a pendingTurn, inFlight bool, now time.Time, who string) turn.Resumption {
 	cp := turn.Checkpoint{}
 	if a.Checkpoint != nil {
 		cp = *a.Checkpoint
@@ -311,9 +315,9 @@ func resumption(a pendingTurn, inFlight bool, now time.Time) turn.Resumption {
 		res.StartedAt = now // admitted by an older build
 	}
 	if lost {
-		res.Reason = fmt.Sprintf("the server restarted during attempt %d", made)
+		res.Reason = fmt.Sprintf("%s during attempt %d", who, made)
 	} else {
-		res.Reason = fmt.Sprintf("the server restarted during the backoff before attempt %d", made+1)
+		res.Reason = fmt.Sprintf("%s during the backoff before attempt %d", who, made+1)
 		res.Delay = cp.NextAt.Sub(now)
 	}
 	return res

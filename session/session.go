@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -46,6 +47,9 @@ type session struct {
 	launched   bool                 // the active turn was launched with its admission and waits for its worker
 	held       *heldFanout          // a turn/start's caller, whose events wait for its ack
 	queued     atomic.Int32         // len(st.Queue), read by Stats without mu
+	leader     bool                 // this node writes the session (always, without a cluster)
+	unfollow   func()               // stops following the leader's events (a follower's)
+	stale      bool                 // a follower's st lags its log: re-read before use
 }
 
 // heldFanout holds what is fanned out to one subscriber until it has been
@@ -76,6 +80,9 @@ type event struct {
 func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds ...store.Command) error {
 	if s.deleted {
 		return errDeleted
+	}
+	if !s.leader {
+		return errNotLeader
 	}
 	now := s.m.now()
 	batch := store.Batch{SessionID: s.id, Commands: cmds}
@@ -118,16 +125,21 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 	}
 	ms := now.UnixMilli()
 	for i, rec := range batch.Records {
-		s.fanOutLocked(Notification{
+		n := Notification{
 			SessionID: s.id,
 			Method:    rec.Method,
 			Cursor:    evs[i].params.Header().ViewCursor,
 			Frame:     msp.EncodeNotification(rec.Method, rec.Params, ms),
 			Durable:   true,
-		})
+		}
+		s.fanOutLocked(n)
+		s.publishLocked(n, rec.Seq, 0)
 	}
 	return nil
 }
+
+// errNotLeader refuses a write on a node that only follows the session.
+var errNotLeader = errors.New("session: this node does not lead the session")
 
 func (s *session) fanOutLocked(n Notification) {
 	for sub := range s.subs {
@@ -223,6 +235,7 @@ func (s *session) delta(itemID, text string) {
 	}
 	s.deltas.add(at, n.Frame)
 	s.fanOutLocked(n)
+	s.publishLocked(n, at.seq, at.sub)
 	if oi := s.open[itemID]; oi != nil {
 		oi.text.WriteString(text)
 		if every := s.m.cfg.TextCheckpoint; every > 0 && now.Sub(oi.savedAt) >= every {

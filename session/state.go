@@ -43,6 +43,8 @@ type pendingTurn struct {
 	// StartedAt and StartSeq (its turn/started record) are set at launch.
 	StartedAt time.Time `json:"startedAt,omitzero"`
 	StartSeq  int64     `json:"startSeq,omitempty"`
+	// Node is the cluster node that launched it ("" without a cluster).
+	Node string `json:"node,omitempty"`
 	// Checkpoint is where the running turn resumes should its process
 	// stop: written with each retry notice, and by a stopping host.
 	Checkpoint *turn.Checkpoint `json:"checkpoint,omitempty"`

@@ -22,6 +22,9 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, nil, msp.ErrInvalidParams("", "turn/start params: %v", err)
 	}
+	if res, ok, err := m.forward(ctx, p.SessionID, msp.MethodTurnStart, raw); ok {
+		return res, func() {}, err
+	}
 	s, release, err := m.acquire(ctx, p.SessionID)
 	if err != nil {
 		return nil, nil, err
@@ -171,6 +174,9 @@ func (m *Manager) StopTurn(ctx context.Context, method string, raw json.RawMessa
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, msp.ErrInvalidParams("", "%s params: %v", method, err)
 	}
+	if res, ok, err := m.forward(ctx, p.SessionID, method, raw); ok {
+		return res, err
+	}
 	if p.Retract {
 		e := msp.ErrInvalidParams("retract", "retract is not supported by this host: the turn's input stays in the session")
 		e.Data.Reason = "unsupported"
@@ -215,6 +221,9 @@ func (m *Manager) Unqueue(ctx context.Context, raw json.RawMessage) (json.RawMes
 	var p msp.TurnStopParams
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, msp.ErrInvalidParams("", "turn/unqueue params: %v", err)
+	}
+	if res, ok, err := m.forward(ctx, p.SessionID, msp.MethodTurnUnqueue, raw); ok {
+		return res, err
 	}
 	s, release, err := m.acquire(ctx, p.SessionID)
 	if err != nil {

@@ -1,0 +1,346 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"mspd/schema/msp"
+)
+
+// On a cluster, several managers share one store. Each session has one
+// leader: the node holding its lease, which alone writes its log and runs
+// its turns. A command arriving elsewhere is forwarded to the leader and
+// its answer relayed unchanged (exactly-once holds: the ledger is in the
+// shared store and only the leader admits). Every node serves reads,
+// resume, subscribe and paging for every session: a node that does not
+// lead a session it has loaded follows it, applying the leader's events
+// (durable and ephemeral) as they are published, in cursor order. When a
+// leader stops — its lease lapses, or it lets go on shutdown — another
+// node takes the session over and resumes its running turn as a new
+// attempt, as after a restart.
+
+// Cluster is what a manager needs of the other nodes; nil means this
+// node is the only one (it leads every session).
+type Cluster interface {
+	// Node names this node.
+	Node() string
+	// Leader returns the node leading a session, "" when none does.
+	Leader(ctx context.Context, sessionID string) (string, error)
+	// Claim makes this node the session's leader unless a live node
+	// already is, and keeps renewing the lease until Release; it returns
+	// the leader, this node or another.
+	Claim(ctx context.Context, sessionID string) (string, error)
+	// Release lets go of a session's lease.
+	Release(sessionID string)
+	// Forward runs a command on a session's leader and returns its answer:
+	// the result, or an *msp.Error.
+	Forward(ctx context.Context, leader string, cmd Command) (json.RawMessage, error)
+	// Publish sends a notification of a session this node leads to the
+	// nodes following it; seq and sub are its position (sub 0: durable).
+	Publish(sessionID string, n Notification, seq, sub int64)
+	// Follow calls fn with every notification published for a session
+	// until the returned stop is called.
+	Follow(sessionID string, fn func(n Notification, seq, sub int64)) (stop func())
+	// PublishList and FollowLists carry session-list news (session/started,
+	// session/listChanged, session/deleteCompleted) of a principal to the
+	// other nodes' list-taking connections.
+	PublishList(principal string, n Notification)
+	FollowLists(fn func(principal string, n Notification)) (stop func())
+}
+
+// Command is a state-changing request forwarded to a session's leader.
+type Command struct {
+	Principal string          `json:"principal"`
+	Method    string          `json:"method"`
+	Params    json.RawMessage `json:"params"`
+}
+
+type forwardedKey struct{}
+
+// Serve runs a command forwarded by another node: as its principal, here,
+// never forwarded again (a node that no longer leads the session answers
+// overloaded, and the client retries).
+func (m *Manager) Serve(ctx context.Context, cmd Command) (json.RawMessage, error) {
+	ctx = context.WithValue(WithPrincipal(ctx, cmd.Principal), forwardedKey{}, true)
+	var res json.RawMessage
+	var after func(context.Context)
+	var err error
+	switch cmd.Method {
+	case msp.MethodTurnStart:
+		var launch func()
+		res, launch, err = m.StartTurn(ctx, nil, cmd.Params)
+		if launch != nil {
+			after = func(context.Context) { launch() }
+		}
+	case msp.MethodTurnInterrupt, msp.MethodTurnCancel:
+		res, err = m.StopTurn(ctx, cmd.Method, cmd.Params)
+	case msp.MethodTurnUnqueue:
+		res, err = m.Unqueue(ctx, cmd.Params)
+	case msp.MethodSessionRename:
+		res, err = m.RenameSession(ctx, cmd.Params)
+	case msp.MethodSessionSetModel:
+		res, err = m.SetModel(ctx, cmd.Params)
+	case msp.MethodSessionDelete:
+		res, after, err = m.DeleteSession(ctx, nil, cmd.Params)
+	default:
+		return nil, msp.NewError(msp.CodeMethodNotFound, msp.KindMethodNotFound, "%s is not forwarded between nodes", cmd.Method)
+	}
+	if err == nil && after != nil {
+		after(context.WithoutCancel(ctx))
+	}
+	return res, err
+}
+
+// forward sends a state-changing command to its session's leader when
+// that is another node; handled reports whether it did. This node claims
+// a session nobody leads.
+func (m *Manager) forward(ctx context.Context, sessionID, method string, raw json.RawMessage) (res json.RawMessage, handled bool, err error) {
+	c := m.cfg.Cluster
+	if c == nil {
+		return nil, false, nil
+	}
+	leader, err := c.Claim(ctx, sessionID)
+	if err != nil {
+		return nil, true, unavailable("finding the leader of session %s: %v", sessionID, err)
+	}
+	if leader == c.Node() {
+		return nil, false, m.lead(ctx, sessionID)
+	}
+	if ctx.Value(forwardedKey{}) != nil {
+		return nil, true, unavailable("this node no longer leads session %s", sessionID)
+	}
+	res, err = c.Forward(ctx, leader, Command{Principal: PrincipalFrom(ctx), Method: method, Params: raw})
+	var me *msp.Error
+	if err != nil && !errors.As(err, &me) {
+		err = unavailable("node %s, which leads session %s, did not answer: %v", leader, sessionID, err)
+	}
+	return res, true, err
+}
+
+// unavailable is a retryable refusal: the session's leader is changing.
+func unavailable(format string, args ...any) *msp.Error {
+	e := msp.NewError(msp.CodeOverloaded, msp.KindOverloaded, format, args...)
+	retry := true
+	e.Data.Retryable = &retry
+	return e
+}
+
+// lead makes a loaded session that this node now holds the lease of its
+// writer: it stops following, catches up from the store and, when a turn
+// was left running by the node that led it before, resumes it.
+func (m *Manager) lead(ctx context.Context, id string) error {
+	s, release, err := m.load(ctx, id)
+	if err != nil {
+		var me *msp.Error
+		if errors.As(err, &me) && me.Data.Kind == msp.KindSessionNotFound {
+			return nil // the command answers it
+		}
+		return err
+	}
+	defer release()
+	s.mu.Lock()
+	if s.leader {
+		s.mu.Unlock()
+		m.kick(s) // in case a takeover was cut short before its worker
+		return nil
+	}
+	if s.unfollow != nil {
+		s.unfollow()
+		s.unfollow = nil
+	}
+	from := s.head
+	err = s.refreshLocked(ctx)
+	if err == nil {
+		// What was appended since the last event followed reaches the
+		// subscribers, in order, before anything this node writes.
+		err = s.catchUpLocked(ctx, from)
+	}
+	if err == nil {
+		s.leader = true
+		if err = s.recoverLocked(ctx); err != nil {
+			s.leader = false
+		}
+	}
+	if err != nil {
+		// Still a follower: the caller lets go of the lease, and this
+		// node or another tries again.
+		s.unfollow = m.cfg.Cluster.Follow(id, s.ingest)
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Unlock()
+	m.kick(s)
+	return nil
+}
+
+// catchUpLocked fans out the stored records after seq from, up to head.
+// s.mu must be held.
+func (s *session) catchUpLocked(ctx context.Context, from int64) error {
+	for from < s.head {
+		recs, err := s.m.store.Records(ctx, s.id, from, int(min(s.head-from, 256)))
+		if err != nil {
+			return msp.ErrInternal("reading session log: %v", err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		for _, r := range recs {
+			s.fanOutLocked(s.recordNotification(r))
+			from = r.Seq
+		}
+	}
+	return nil
+}
+
+// ingest applies a notification the session's leader published: a
+// durable event advances the head (records missed in between are read
+// from the store first), a delta its sub-position.
+func (s *session) ingest(n Notification, seq, sub int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leader || s.deleted {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if n.Method == msp.NotifySessionDeleteCompleted {
+		s.deleted = true
+		s.fanOutLocked(n)
+		go s.m.forget(s) // m.mu is not taken under s.mu
+		return
+	}
+	if sub > 0 {
+		if seq != s.head || sub <= s.sub {
+			return // before the head, or already seen
+		}
+		s.sub = sub
+		s.deltas.add(cursor{session: s.id, seq: seq, sub: sub}, n.Frame)
+		s.fanOutLocked(n)
+		return
+	}
+	if seq <= s.head {
+		return
+	}
+	if seq > s.head+1 {
+		// Missed on the way: the store has them.
+		head := s.head
+		s.head = seq - 1
+		if err := s.catchUpLocked(ctx, head); err != nil {
+			s.head = head
+			s.m.log.Warn("following a session: catching up", "session", s.id, "err", err)
+			return
+		}
+	}
+	s.head, s.sub = seq, 0
+	switch n.Method {
+	case msp.NotifyTurnCompleted:
+		s.deltas.reset()
+	}
+	s.stale = true
+	s.fanOutLocked(n)
+}
+
+// freshLocked brings a follower's state (its row) up to its log before
+// it is served. s.mu must be held.
+func (s *session) freshLocked(ctx context.Context) error {
+	if s.leader || !s.stale {
+		return nil
+	}
+	row, err := s.m.store.Session(ctx, s.id)
+	if err != nil {
+		return msp.ErrInternal("loading session: %v", err)
+	}
+	var st state
+	if err := json.Unmarshal(row.State, &st); err != nil {
+		return msp.ErrInternal("session %s state unreadable: %v", s.id, err)
+	}
+	s.st, s.stale = st, false
+	return nil
+}
+
+// letGoLocked ends what a node holds for a session it unloads: its lease,
+// or its following. s.mu must be held.
+func (s *session) letGoLocked() {
+	c := s.m.cfg.Cluster
+	if c == nil {
+		return
+	}
+	if s.unfollow != nil {
+		s.unfollow()
+		s.unfollow = nil
+	}
+	if s.leader {
+		s.leader = false
+		c.Release(s.id)
+	}
+}
+
+// forget drops a session from memory (deleted on another node).
+func (m *Manager) forget(s *session) {
+	m.mu.Lock()
+	if l := m.sessions[s.id]; l != nil && l.s == s {
+		delete(m.sessions, s.id)
+	}
+	m.mu.Unlock()
+}
+
+// publishLocked sends a notification of a session this node leads to its
+// followers. s.mu must be held.
+func (s *session) publishLocked(n Notification, seq, sub int64) {
+	if c := s.m.cfg.Cluster; c != nil && s.leader {
+		c.Publish(s.id, n, seq, sub)
+	}
+}
+
+// adoptOrphans takes over the busy sessions nobody leads: their leader
+// stopped, or let go on shutdown.
+func (m *Manager) adoptOrphans(ctx context.Context) {
+	c := m.cfg.Cluster
+	rows, err := m.store.BusySessions(ctx)
+	if err != nil {
+		m.log.Warn("listing busy sessions", "err", err)
+		return
+	}
+	for _, row := range rows {
+		if leader, err := c.Leader(ctx, row.ID); err != nil || leader != "" {
+			continue
+		}
+		leader, err := c.Claim(ctx, row.ID)
+		if err != nil || leader != c.Node() {
+			continue
+		}
+		if err := m.lead(ctx, row.ID); err != nil {
+			m.log.Warn("taking a session over", "session", row.ID, "err", err)
+			c.Release(row.ID)
+			continue
+		}
+		m.log.Info("took a session over", "session", row.ID)
+	}
+}
+
+// adoptEvery runs adoptOrphans until the manager closes.
+func (m *Manager) adoptEvery(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(m.ctx, max(interval, 30*time.Second))
+			m.adoptOrphans(ctx)
+			cancel()
+		}
+	}
+}
+
+// nodeReason words why a turn resumes: the node that ran it stopped.
+func (m *Manager) stoppedNode(a pendingTurn) string {
+	if c := m.cfg.Cluster; c != nil && a.Node != "" && a.Node != c.Node() {
+		return fmt.Sprintf("node %s stopped", a.Node)
+	}
+	return "the server restarted"
+}

@@ -1,0 +1,312 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"mspd/provider"
+	"mspd/schema/msp"
+	"mspd/store"
+)
+
+// memHub is an in-memory cluster: leases, forwarding and the event bus of
+// nodes sharing one store.
+type memHub struct {
+	mu        sync.Mutex
+	leases    map[string]string // session → node
+	managers  map[string]*Manager
+	followers map[string]map[int]func(Notification, int64, int64)
+	lists     map[int]memListFollower
+	next      int
+	down      map[string]bool // nodes that died: cut off from the rest
+}
+
+type memListFollower struct {
+	node string
+	fn   func(string, Notification)
+}
+
+func newMemHub() *memHub {
+	return &memHub{leases: map[string]string{}, managers: map[string]*Manager{},
+		followers: map[string]map[int]func(Notification, int64, int64){}, lists: map[int]memListFollower{},
+		down: map[string]bool{}}
+}
+
+// kill cuts a node off, as a crash would: its leases lapse, it claims and
+// publishes nothing more, and commands forwarded to it fail.
+func (h *memHub) kill(node string) {
+	h.mu.Lock()
+	h.down[node] = true
+	h.mu.Unlock()
+	h.expire(node)
+}
+
+func (c memNode) isDown() bool {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	return c.h.down[c.node]
+}
+
+// expire drops a node's leases, as their TTL would once it stops renewing.
+func (h *memHub) expire(node string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, n := range h.leases {
+		if n == node {
+			delete(h.leases, id)
+		}
+	}
+}
+
+// memNode is one node's view of the hub.
+type memNode struct {
+	h    *memHub
+	node string
+}
+
+func (c memNode) Node() string { return c.node }
+
+func (c memNode) Leader(_ context.Context, id string) (string, error) {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	return c.h.leases[id], nil
+}
+
+func (c memNode) Claim(_ context.Context, id string) (string, error) {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	if c.h.down[c.node] {
+		return "", errors.New("node down")
+	}
+	if c.h.leases[id] == "" {
+		c.h.leases[id] = c.node
+	}
+	return c.h.leases[id], nil
+}
+
+func (c memNode) Release(id string) {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	if c.h.leases[id] == c.node {
+		delete(c.h.leases, id)
+	}
+}
+
+func (c memNode) Forward(ctx context.Context, leader string, cmd Command) (json.RawMessage, error) {
+	c.h.mu.Lock()
+	m := c.h.managers[leader]
+	c.h.mu.Unlock()
+	return m.Serve(ctx, cmd)
+}
+
+func (c memNode) Publish(id string, n Notification, seq, sub int64) {
+	if c.isDown() {
+		return
+	}
+	c.h.mu.Lock()
+	var fns []func(Notification, int64, int64)
+	for _, fn := range c.h.followers[id] {
+		fns = append(fns, fn)
+	}
+	c.h.mu.Unlock()
+	for _, fn := range fns {
+		fn(n, seq, sub)
+	}
+}
+
+func (c memNode) Follow(id string, fn func(Notification, int64, int64)) func() {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	c.h.next++
+	k := c.h.next
+	if c.h.followers[id] == nil {
+		c.h.followers[id] = map[int]func(Notification, int64, int64){}
+	}
+	c.h.followers[id][k] = fn
+	return func() {
+		c.h.mu.Lock()
+		delete(c.h.followers[id], k)
+		c.h.mu.Unlock()
+	}
+}
+
+func (c memNode) PublishList(principal string, n Notification) {
+	c.h.mu.Lock()
+	var fns []func(string, Notification)
+	for _, f := range c.h.lists {
+		if f.node != c.node {
+			fns = append(fns, f.fn)
+		}
+	}
+	c.h.mu.Unlock()
+	for _, fn := range fns {
+		fn(principal, n)
+	}
+}
+
+func (c memNode) FollowLists(fn func(string, Notification)) func() {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	c.h.next++
+	k := c.h.next
+	c.h.lists[k] = memListFollower{c.node, fn}
+	return func() {
+		c.h.mu.Lock()
+		delete(c.h.lists, k)
+		c.h.mu.Unlock()
+	}
+}
+
+// startNode runs a manager named node on the hub over st.
+func (h *memHub) startNode(t *testing.T, node string, st store.Store, model provider.Model) *Manager {
+	t.Helper()
+	m, err := New(context.Background(), Config{Store: st, Runner: newTestRunner(model), LogPath: "test.db",
+		Logger: slog.New(slog.DiscardHandler), Cluster: memNode{h, node}, AdoptInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	h.managers[node] = m
+	h.mu.Unlock()
+	return m
+}
+
+// TestClusterFollowsAndForwards: on two nodes sharing a store, a reader
+// on the node that does not lead a session gets exactly the events the
+// leader's reader gets, deltas included, in the same order; a turn/start
+// sent to it runs on the leader and its ack is relayed unchanged, and a
+// replay there is exactly-once.
+func TestClusterFollowsAndForwards(t *testing.T) {
+	st := openStore(t)
+	h := newMemHub()
+	model := newHistModel()
+	a := h.startNode(t, "a", st, model)
+	t.Cleanup(a.Close)
+	b := h.startNode(t, "b", st, model)
+	t.Cleanup(b.Close)
+
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	first := runTurn(t, a, onA, textTurn(sid, "hello")) // a leads now
+	if leader, _ := (memNode{h, "a"}).Leader(context.Background(), sid); leader != "a" {
+		t.Fatalf("leader %q, want a", leader)
+	}
+	onB := newRecSub()
+	subscribe(t, b, onB, sid)
+	onB.waitTerminal(t, first.TurnID)
+
+	p := textTurn(sid, "cut") // a stream cut and a retry, streamed to both
+	p.CommandID = cmdID()
+	ack, launch, err := b.StartTurn(context.Background(), nil, mustJSON(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	launch()
+	var res msp.TurnStartResult
+	json.Unmarshal(ack, &res)
+	onA.waitTerminal(t, res.TurnID)
+	onB.waitTerminal(t, res.TurnID)
+	// From the forwarded turn on (the first turn's deltas were gone before
+	// onB subscribed) both readers got the same events.
+	from := func(r *recSub) []string {
+		all := cursors(t, r)
+		return all[slices.Index(all, first.ViewCursor)+1:]
+	}
+	if got, want := from(onB), from(onA); !slices.Equal(got, want) {
+		t.Fatalf("the follower's reader got\n %v\nthe leader's\n %v", got, want)
+	}
+	if n := len(of[msp.ItemDeltaParams](t, onB, msp.NotifyItemDelta)); n == 0 {
+		t.Fatal("the follower's reader got no delta")
+	}
+	again, _, err := b.StartTurn(context.Background(), nil, mustJSON(p))
+	if err != nil || string(again) != string(ack) {
+		t.Fatalf("replay on the follower: %s, %v; want %s", again, err, ack)
+	}
+	started := 0
+	for _, r := range records(t, st, sid) {
+		if r.Method == msp.NotifyTurnStarted && strings.Contains(string(r.Params), res.TurnID) {
+			started++
+		}
+	}
+	if started != 1 {
+		t.Fatalf("the forwarded turn started %d times", started)
+	}
+	// Reads on the follower see the leader's state.
+	read, err := b.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid}))
+	if err != nil || read.(msp.SessionSnapshot).Session.TurnCount != 2 {
+		t.Fatalf("session/read on the follower: %+v, %v", read, err)
+	}
+}
+
+// TestClusterTakesOverAStoppedLeader: when the node leading a session dies
+// mid-answer (its writes stop and its lease lapses), another node takes
+// the session over and resumes the turn as a new attempt, saying which
+// node stopped; its readers see it all in order.
+func TestClusterTakesOverAStoppedLeader(t *testing.T) {
+	st := openStore(t)
+	h := newMemHub()
+	model := newHistModel()
+	deadA := &crashStore{Store: st}
+	a := h.startNode(t, "a", deadA, model)
+	b := h.startNode(t, "b", st, model)
+	t.Cleanup(b.Close)
+
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	ack := startTurn(t, a, textTurn(sid, "crash")) // attempt 1 streams, then hangs
+	model.waitStarted(t, "crash")
+	onB := newRecSub()
+	subscribe(t, b, onB, sid)
+
+	deadA.dead.Store(true) // node a dies: nothing more of it is written,
+	h.kill("a")            // nor published, and its lease lapses
+	c := onB.waitTerminal(t, ack.TurnID)
+	if c.Terminal != msp.TerminalCompleted || c.Attempts.Count != 2 {
+		t.Fatalf("terminal after the takeover %+v %+v", c, c.Attempts)
+	}
+	notices := of[msp.TurnRetryScheduledParams](t, onB, msp.NotifyTurnRetryScheduled)
+	if len(notices) != 1 || notices[0].Reason != "node a stopped during attempt 1" {
+		t.Fatalf("notices %+v", notices)
+	}
+	if leader, _ := (memNode{h, "b"}).Leader(context.Background(), sid); leader != "b" {
+		t.Fatalf("leader %q after the takeover, want b", leader)
+	}
+	a.Close()
+}
+
+// TestClusterHandsOverOnShutdown: a node that shuts down stops its turn
+// with an exact checkpoint and lets go of its lease; another node resumes
+// the turn at once.
+func TestClusterHandsOverOnShutdown(t *testing.T) {
+	st := openStore(t)
+	h := newMemHub()
+	model := newHistModel()
+	a := h.startNode(t, "a", st, model)
+	b := h.startNode(t, "b", st, model)
+	t.Cleanup(b.Close)
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	ack := startTurn(t, a, textTurn(sid, "crash"))
+	model.waitStarted(t, "crash")
+	onB := newRecSub()
+	subscribe(t, b, onB, sid)
+	a.Close()
+	c := onB.waitTerminal(t, ack.TurnID)
+	if c.Terminal != msp.TerminalCompleted || c.Attempts.Count != 2 {
+		t.Fatalf("terminal after the handover %+v %+v", c, c.Attempts)
+	}
+	if got := of[msp.TurnRetryScheduledParams](t, onB, msp.NotifyTurnRetryScheduled); len(got) != 1 || got[0].Reason != "node a stopped during attempt 1" {
+		t.Fatalf("notices %+v", got)
+	}
+	items := of[msp.ItemParams](t, onB, msp.NotifyItemCompleted)
+	if cut := items[1].Item; cut.Status != msp.ItemFailed || *cut.Text != "working" {
+		t.Fatalf("the cut attempt %+v: want failed with its text", cut)
+	}
+}
