@@ -29,7 +29,6 @@ import (
 	"mspd/server"
 	"mspd/session"
 	"mspd/store"
-	"mspd/store/sqlite"
 	"mspd/turn"
 	"mspd/web"
 )
@@ -41,6 +40,8 @@ type Config struct {
 	Listen string
 	// DataDir holds the SQLite database (default ./mspd-data).
 	DataDir string
+	// Backend says where sessions live (default: SQLite in DataDir).
+	Backend Backend
 	// CommandRetention is how long a commandId ledger entry is kept, the
 	// exactly-once window: a command replayed later is taken as new
 	// (0: DefaultCommandRetention; negative: for ever).
@@ -107,13 +108,13 @@ type Budget struct {
 
 // Daemon is a running mspd.
 type Daemon struct {
-	cfg    Config
-	store  *sqlite.Store
-	mgr    *session.Manager
-	srv    *server.Server
-	http   *http.Server
-	ln     net.Listener
-	served chan error
+	cfg     Config
+	backend *backend
+	mgr     *session.Manager
+	srv     *server.Server
+	http    *http.Server
+	ln      net.Listener
+	served  chan error
 	// stopPruner stops the ledger pruner and waits for it.
 	stopPruner func()
 	// metrics is what /metrics serves, on a registry of this daemon's.
@@ -165,31 +166,43 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		tel.stopTracing(ctx)
 		return nil, err
 	}
-	dbPath := filepath.Join(dir, "mspd.db")
-	st, err := sqlite.Open(dbPath, sqlite.WithCommitObserver(tel.metrics.StoreCommit))
+	be, err := openBackend(ctx, cfg, dir, tel.metrics)
 	if err != nil {
 		tel.stopTracing(ctx)
-		return nil, fmt.Errorf("opening %s: %w", dbPath, err)
+		return nil, err
 	}
+	st := be.store
 	now := time.Now
 	if cfg.Clock != nil {
 		now = cfg.Clock.Now
 	}
-	mgr, err := session.New(ctx, session.Config{
+	scfg0 := session.Config{
 		Store:   st,
 		Runner:  runners,
-		LogPath: dbPath,
+		LogPath: be.logPath,
 		Catalog: models{cat},
 		Now:     now,
 		// Events, pages and histories must fit the transports' frames.
 		MaxFrameBytes: int(cfg.Server.MaxFrameBytes),
 		Logger:        cfg.Logger,
 		Metrics:       tel.metrics,
-	})
+	}
+	if be.cluster != nil {
+		scfg0.Cluster = be.cluster
+	}
+	mgr, err := session.New(ctx, scfg0)
 	if err != nil {
-		st.Close()
+		be.close()
 		tel.stopTracing(ctx)
 		return nil, err
+	}
+	if be.cluster != nil {
+		if err := be.cluster.Serve(mgr.Serve); err != nil {
+			mgr.Close()
+			be.close()
+			tel.stopTracing(ctx)
+			return nil, err
+		}
 	}
 	scfg := cfg.Server
 	scfg.Home = dir
@@ -200,7 +213,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	srv, err := server.New(mgr, scfg)
 	if err != nil {
 		mgr.Close()
-		st.Close()
+		be.close()
 		tel.stopTracing(ctx)
 		return nil, err
 	}
@@ -208,7 +221,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		cfg.Logger.Info("provider", "id", p.ID, "type", p.Type, "model", p.DefaultModel, "system", p.Model.System())
 	}
 	stopPruner := startPruner(st, cfg.CommandRetention, cfg.Logger)
-	return &Daemon{cfg: cfg, store: st, mgr: mgr, srv: srv, stopPruner: stopPruner,
+	return &Daemon{cfg: cfg, backend: be, mgr: mgr, srv: srv, stopPruner: stopPruner,
 		metrics: tel.metrics, stopTracing: tel.stopTracing}, nil
 }
 
@@ -504,7 +517,7 @@ func (d *Daemon) close(ctx context.Context) error {
 	}
 	errs = append(errs, d.srv.Shutdown(ctx))
 	d.stopPruner()
-	errs = append(errs, d.store.Close())
+	errs = append(errs, d.backend.close())
 	// Every turn span has ended: the batch goes out before the exit.
 	errs = append(errs, d.stopTracing(ctx))
 	if d.served != nil {

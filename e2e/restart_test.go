@@ -39,8 +39,9 @@ var binary = sync.OnceValues(func() (string, error) {
 
 // process is a running mspd child process.
 type process struct {
-	cmd *exec.Cmd
-	url string
+	cmd   *exec.Cmd
+	url   string
+	found chan string // the address, once reported
 }
 
 var listening = regexp.MustCompile(`url=(ws://\S+)`)
@@ -50,6 +51,15 @@ var listening = regexp.MustCompile(`url=(ws://\S+)`)
 // machine: start a test's clock (testCtx) after it, or the build eats the
 // test's deadline and its first call fails with the context ended.
 func startProcess(t *testing.T, dataDir string, args ...string) *process {
+	t.Helper()
+	p := launchProcess(t, dataDir, args...)
+	p.waitListening(t, 20*time.Second)
+	return p
+}
+
+// launchProcess starts `mspd serve` on a free port over dataDir without
+// waiting for it to listen (nodes of a cluster start together).
+func launchProcess(t *testing.T, dataDir string, args ...string) *process {
 	t.Helper()
 	bin, err := binary()
 	if err != nil {
@@ -64,26 +74,30 @@ func startProcess(t *testing.T, dataDir string, args ...string) *process {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &process{cmd: cmd}
+	p := &process{cmd: cmd, found: make(chan string, 1)}
 	t.Cleanup(func() { p.kill() })
 	lines := bufio.NewScanner(stderr)
-	found := make(chan string, 1)
 	go func() {
 		for lines.Scan() {
 			if m := listening.FindStringSubmatch(lines.Text()); m != nil {
 				select {
-				case found <- m[1]:
+				case p.found <- m[1]:
 				default:
 				}
 			}
 		}
 	}()
+	return p
+}
+
+// waitListening waits for the process to report its address.
+func (p *process) waitListening(t *testing.T, limit time.Duration) {
+	t.Helper()
 	select {
-	case p.url = <-found:
-	case <-time.After(20 * time.Second):
+	case p.url = <-p.found:
+	case <-time.After(limit):
 		t.Fatal("mspd did not report its address")
 	}
-	return p
 }
 
 func (p *process) kill() {

@@ -65,7 +65,17 @@ func serve(args []string, stderr io.Writer) int {
 	var shutdownTimeout time.Duration
 	var origins, allowedHosts stringList
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7700", "`address` for WebSocket /msp and the ops endpoints")
-	fs.StringVar(&cfg.DataDir, "data", "mspd-data", "`directory` of the SQLite store")
+	fs.StringVar(&cfg.DataDir, "data", "mspd-data", "`directory` of the SQLite store (and of the embedded NATS server's files)")
+	fs.StringVar(&cfg.Backend.Store, "store", "sqlite", "where sessions live: sqlite (one node) or jetstream (several nodes sharing NATS JetStream)")
+	fs.StringVar(&cfg.Backend.NATS, "nats", "", "NATS `URL` of the JetStream deployment (--store jetstream), e.g. nats://a:4222,nats://b:4222")
+	fs.BoolVar(&cfg.Backend.Embedded, "nats-embedded", false, "run a NATS server with JetStream inside this process (--store jetstream), its files under --data")
+	fs.StringVar(&cfg.Backend.NATSListen, "nats-listen", "127.0.0.1:4222", "client `address` of the embedded NATS server")
+	fs.StringVar(&cfg.Backend.ClusterName, "nats-cluster-name", "mspd", "name of the embedded NATS servers' cluster")
+	fs.StringVar(&cfg.Backend.ClusterListen, "nats-cluster-listen", "", "route `address` of the embedded NATS server, to cluster it with other nodes'")
+	fs.Var((*stringList)(&cfg.Backend.Routes), "nats-routes", "the other embedded NATS servers' routes, nats://host:port (repeatable or comma-separated)")
+	fs.IntVar(&cfg.Backend.Replicas, "jetstream-replicas", 1, "replication of the JetStream stream and lease bucket: 1, or 3 on three nodes or more")
+	fs.StringVar(&cfg.Backend.Node, "node-id", "", "this node's name in a cluster (default: host name and listen address)")
+	fs.DurationVar(&cfg.Backend.LeaseTTL, "lease-ttl", 10*time.Second, "how soon the sessions of a node that stopped are taken over by another")
 	fs.DurationVar(&cfg.CommandRetention, "command-retention", daemon.DefaultCommandRetention, "how long a commandId is remembered, the exactly-once window: a replay after that is a new command (negative: for ever)")
 	fs.BoolVar(&stdio, "stdio", false, "serve one connection of NDJSON frames on stdin/stdout instead of listening")
 	fs.StringVar(&cfg.Provider, "provider", "demo", "model provider: demo, scripted, openai (or any OpenAI-compatible server via OPENAI_BASE_URL) or anthropic")

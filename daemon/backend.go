@@ -1,0 +1,211 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"mspd/cluster"
+	"mspd/observe"
+	"mspd/store"
+	msjs "mspd/store/jetstream"
+	"mspd/store/sqlite"
+)
+
+// Backend says where sessions live: one node's SQLite file, or NATS
+// JetStream shared by several nodes.
+type Backend struct {
+	// Store is "sqlite" (the default: DataDir/mspd.db, one node) or
+	// "jetstream" (several nodes: the log and the ledger in JetStream, a
+	// lease per session deciding which node runs its turns).
+	Store string
+	// NATS is the URL of the NATS servers of a JetStream deployment; with
+	// Embedded it is ignored.
+	NATS string
+	// Embedded runs a NATS server with JetStream in this process, its
+	// files under DataDir/nats, so that nodes need no other software.
+	Embedded bool
+	// NATSListen is the embedded server's client address (default
+	// 127.0.0.1:4222; port 0 picks one).
+	NATSListen string
+	// ClusterName, ClusterListen and Routes make the embedded servers of
+	// several nodes one NATS cluster: its name, this server's route
+	// address, and the other servers' routes (nats://host:port).
+	ClusterName   string
+	ClusterListen string
+	Routes        []string
+	// Replicas is the replication of the stream and the lease bucket: 1,
+	// or 3 on a cluster of three or more.
+	Replicas int
+	// Node names this node in the deployment (default: the host's name and
+	// the listen address).
+	Node string
+	// LeaseTTL is how soon the sessions of a node that died are taken over
+	// (default 10 s).
+	LeaseTTL time.Duration
+}
+
+// backend is an open Backend.
+type backend struct {
+	store   store.Store
+	cluster *cluster.Cluster // nil on one node
+	logPath string           // reported as every Session's path
+	close   func() error
+}
+
+// openBackend opens the configured store (and, on JetStream, joins the
+// cluster).
+func openBackend(ctx context.Context, cfg Config, dir string, metrics *observe.Metrics) (*backend, error) {
+	switch cfg.Backend.Store {
+	case "", "sqlite":
+		path := filepath.Join(dir, "mspd.db")
+		st, err := sqlite.Open(path, sqlite.WithCommitObserver(metrics.StoreCommit))
+		if err != nil {
+			return nil, fmt.Errorf("opening %s: %w", path, err)
+		}
+		return &backend{store: st, logPath: path, close: st.Close}, nil
+	case "jetstream":
+		return openJetStream(ctx, cfg, dir)
+	}
+	return nil, fmt.Errorf("store %q: want sqlite or jetstream", cfg.Backend.Store)
+}
+
+func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error) {
+	b := cfg.Backend
+	var closers []func() error
+	fail := func(err error) (*backend, error) {
+		for i := len(closers) - 1; i >= 0; i-- {
+			_ = closers[i]()
+		}
+		return nil, err
+	}
+	url := b.NATS
+	node := b.Node
+	if node == "" {
+		host, _ := os.Hostname()
+		node = host + "-" + strings.NewReplacer(":", "-", ".", "-", "[", "", "]", "").Replace(cfg.Listen)
+	}
+	if b.Embedded {
+		srv, err := startNATS(b, node, filepath.Join(dir, "nats"))
+		if err != nil {
+			return fail(err)
+		}
+		closers = append(closers, func() error { srv.Shutdown(); srv.WaitForShutdown(); return nil })
+		url = srv.ClientURL()
+	}
+	if url == "" {
+		return fail(errors.New("store jetstream needs --nats URL or --nats-embedded"))
+	}
+	nc, err := nats.Connect(url, nats.Name("mspd "+node), nats.MaxReconnects(-1))
+	if err != nil {
+		return fail(fmt.Errorf("connecting to NATS at %s: %w", url, err))
+	}
+	closers = append(closers, func() error { nc.Close(); return nil })
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fail(err)
+	}
+	replicas := max(b.Replicas, 1)
+	// A cluster takes a moment to elect its JetStream leader: wait for it.
+	var st *msjs.Store
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		st, err = msjs.Open(wait, js, msjs.Options{Replicas: replicas})
+		if err == nil || wait.Err() != nil {
+			break
+		}
+		select {
+		case <-wait.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		return fail(fmt.Errorf("opening the JetStream store: %w", err))
+	}
+	closers = append(closers, st.Close)
+	cl, err := cluster.New(wait, nc, js, cluster.Options{Node: node, LeaseTTL: b.LeaseTTL, Replicas: replicas, Logger: cfg.Logger})
+	if err != nil {
+		return fail(err)
+	}
+	cfg.Logger.Info("cluster node", "node", node, "nats", url, "replicas", replicas)
+	return &backend{store: st, cluster: cl, logPath: "jetstream:" + url, close: func() error {
+		cl.Close()
+		var errs []error
+		for i := len(closers) - 1; i >= 0; i-- {
+			errs = append(errs, closers[i]())
+		}
+		return errors.Join(errs...)
+	}}, nil
+}
+
+// startNATS runs the embedded NATS server of a node.
+func startNATS(b Backend, node, dir string) (*natsserver.Server, error) {
+	listen := b.NATSListen
+	if listen == "" {
+		listen = "127.0.0.1:4222"
+	}
+	host, port, err := splitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("--nats-listen %q: %w", listen, err)
+	}
+	opts := &natsserver.Options{
+		ServerName: node,
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   dir,
+		// Every write fsynced, as the SQLite store does: an acknowledged
+		// event survives a power cut.
+		SyncAlways: true,
+		NoSigs:     true,
+		NoLog:      os.Getenv("MSPD_NATS_LOG") == "",
+	}
+	if b.ClusterListen != "" {
+		chost, cport, err := splitHostPort(b.ClusterListen)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-cluster-listen %q: %w", b.ClusterListen, err)
+		}
+		opts.Cluster.Name = b.ClusterName
+		if opts.Cluster.Name == "" {
+			opts.Cluster.Name = "mspd"
+		}
+		opts.Cluster.Host, opts.Cluster.Port = chost, cport
+		opts.Routes = natsserver.RoutesFromStr(strings.Join(b.Routes, ","))
+	}
+	srv, err := natsserver.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS server: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		srv.Shutdown()
+		return nil, errors.New("embedded NATS server: not ready within 30s")
+	}
+	return srv, nil
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, err
+	}
+	if port == 0 {
+		port = -1 // nats-server: any free port
+	}
+	return host, port, nil
+}
