@@ -94,23 +94,7 @@ func paramsOf(frame []byte) []byte {
 // sessions, each session's one after another, through one group-committing
 // writer; it returns rows/s.
 func plainSQLite(ctx context.Context, workDir string, sessions, perSession, size int) (float64, error) {
-	dir, err := os.MkdirTemp(workDir, "sqlite-")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	db, err := sql.Open("sqlite", filepath.Join(dir, "plain.db")+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
-	if err != nil {
-		return 0, err
-	}
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	if _, err := db.ExecContext(ctx, `CREATE TABLE events (
-		session_id TEXT NOT NULL, seq INTEGER NOT NULL, method TEXT NOT NULL, params BLOB,
-		PRIMARY KEY (session_id, seq)) WITHOUT ROWID`); err != nil {
-		return 0, err
-	}
-	w, err := newGroupWriter(ctx, db)
+	w, err := openPlainSQLite(ctx, workDir)
 	if err != nil {
 		return 0, err
 	}
@@ -129,6 +113,41 @@ func plainSQLite(ctx context.Context, workDir string, sessions, perSession, size
 	return float64(sessions*perSession) / time.Since(start).Seconds(), err
 }
 
+// openPlainSQLite creates the baseline's database in a directory of its
+// own under workDir (removed by close): one table of events like
+// store/sqlite's, WAL, synchronous=FULL, and its group-committing writer.
+func openPlainSQLite(ctx context.Context, workDir string) (*groupWriter, error) {
+	dir, err := os.MkdirTemp(workDir, "sqlite-")
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*groupWriter, error) {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", filepath.Join(dir, "plain.db")+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	if err != nil {
+		return fail(err)
+	}
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE events (
+		session_id TEXT NOT NULL, seq INTEGER NOT NULL, method TEXT NOT NULL, params BLOB,
+		PRIMARY KEY (session_id, seq)) WITHOUT ROWID`); err != nil {
+		db.Close()
+		return fail(err)
+	}
+	w, err := newGroupWriter(ctx, db)
+	if err != nil {
+		db.Close()
+		return fail(err)
+	}
+	w.cleanup = func() {
+		db.Close()
+		os.RemoveAll(dir)
+	}
+	return w, nil
+}
+
 // row is one event row of the baseline.
 type row struct {
 	session string
@@ -136,8 +155,9 @@ type row struct {
 	params  []byte
 }
 
+// pending is one caller's commit: its rows in one batch.
 type pending struct {
-	r    row
+	rows []row
 	done chan error
 }
 
@@ -149,6 +169,8 @@ type groupWriter struct {
 	insert *sql.Stmt
 	reqs   chan pending
 	done   chan struct{}
+	// cleanup, when set, runs after close (the database and its files).
+	cleanup func()
 }
 
 func newGroupWriter(ctx context.Context, db *sql.DB) (*groupWriter, error) {
@@ -166,8 +188,9 @@ func newGroupWriter(ctx context.Context, db *sql.DB) (*groupWriter, error) {
 	return w, nil
 }
 
-func (w *groupWriter) commit(r row) error {
-	p := pending{r, make(chan error, 1)}
+// commit writes rows as one batch of the next group commit.
+func (w *groupWriter) commit(rows ...row) error {
+	p := pending{rows, make(chan error, 1)}
 	w.reqs <- p
 	return <-p.done
 }
@@ -199,9 +222,11 @@ func (w *groupWriter) write(ctx context.Context, group []pending) error {
 		return err
 	}
 	for _, p := range group {
-		if _, err := w.insert.ExecContext(ctx, p.r.session, p.r.seq, p.r.params); err != nil {
-			w.conn.ExecContext(ctx, "ROLLBACK")
-			return err
+		for _, r := range p.rows {
+			if _, err := w.insert.ExecContext(ctx, r.session, r.seq, r.params); err != nil {
+				w.conn.ExecContext(ctx, "ROLLBACK")
+				return err
+			}
 		}
 	}
 	_, err := w.conn.ExecContext(ctx, "COMMIT")
@@ -213,4 +238,7 @@ func (w *groupWriter) close() {
 	<-w.done
 	w.insert.Close()
 	w.conn.Close()
+	if w.cleanup != nil {
+		w.cleanup()
+	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // Scenarios lists every scenario, in the order they run.
-var Scenarios = []string{"turns", "notice", "idle", "resume", "append"}
+var Scenarios = []string{"turns", "notice", "idle", "resume", "append", "store", "cluster"}
 
 // Config is one benchmark run.
 type Config struct {
@@ -62,6 +62,22 @@ type Config struct {
 	// and 20).
 	AppendSessions int
 	AppendTurns    int
+
+	// StoreBackends are the backends of the store scenario (default all of
+	// StoreBackends): AppendSessions sessions × AppendTurns turns of three
+	// commits each through store.Store, for Rounds rounds alternating with
+	// plain SQLite. StoreRows is how many session rows its row scans read
+	// (default 10000).
+	StoreBackends []string
+	StoreRows     int
+
+	// ClusterNodes mspd processes on JetStream with ClusterReplicas
+	// replicas (defaults 3 and 3; 2 nodes take 1 replica) run the cluster
+	// scenario: the turns scenario for each of ClusterSessions (default
+	// 100) led by node 1, read there and on node 2, beside one SQLite node.
+	ClusterNodes    int
+	ClusterReplicas int
+	ClusterSessions []int
 
 	// Profile, when set, starts the servers with --pprof and writes
 	// profiles named after it: a CPU profile of each turns run
@@ -119,6 +135,24 @@ func (c *Config) defaults() {
 	if c.AppendTurns <= 0 {
 		c.AppendTurns = 20
 	}
+	if len(c.StoreBackends) == 0 {
+		c.StoreBackends = StoreBackends
+	}
+	if c.StoreRows <= 0 {
+		c.StoreRows = 10000
+	}
+	if c.ClusterNodes <= 0 {
+		c.ClusterNodes = 3
+	}
+	if c.ClusterReplicas <= 0 {
+		c.ClusterReplicas = 3
+		if c.ClusterNodes < 3 {
+			c.ClusterReplicas = 1
+		}
+	}
+	if len(c.ClusterSessions) == 0 {
+		c.ClusterSessions = []int{100}
+	}
 	if c.Log == nil {
 		c.Log = os.Stderr
 	}
@@ -169,10 +203,8 @@ type runner struct {
 // that fails ends the run with its error and the rows so far.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
-	for _, s := range cfg.Scenarios {
-		if !slices.Contains(Scenarios, s) {
-			return nil, fmt.Errorf("unknown scenario %q (want %s)", s, strings.Join(Scenarios, ", "))
-		}
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	limit, err := raiseFileLimit()
 	if err != nil {
@@ -204,11 +236,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer r.raw.stop()
 	scenarios := map[string]func(context.Context) error{
-		"turns":  r.turns,
-		"notice": r.notice,
-		"idle":   r.idle,
-		"resume": r.resume,
-		"append": r.append,
+		"turns":   r.turns,
+		"notice":  r.notice,
+		"idle":    r.idle,
+		"resume":  r.resume,
+		"append":  r.append,
+		"store":   r.storeScenario,
+		"cluster": r.clusterScenario,
 	}
 	for _, s := range Scenarios {
 		if !slices.Contains(cfg.Scenarios, s) {
@@ -220,6 +254,27 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// check refuses what names nothing or cannot run.
+func (c *Config) check() error {
+	for _, s := range c.Scenarios {
+		if !slices.Contains(Scenarios, s) {
+			return fmt.Errorf("unknown scenario %q (want %s)", s, strings.Join(Scenarios, ", "))
+		}
+	}
+	for _, b := range c.StoreBackends {
+		if !slices.Contains(StoreBackends, b) {
+			return fmt.Errorf("unknown store backend %q (want %s)", b, strings.Join(StoreBackends, ", "))
+		}
+	}
+	if c.ClusterNodes < 2 {
+		return fmt.Errorf("a cluster of %d nodes: want 2 or more (a follower reads)", c.ClusterNodes)
+	}
+	if c.ClusterReplicas != 1 && c.ClusterReplicas != 3 && c.ClusterReplicas != 5 || c.ClusterReplicas > c.ClusterNodes {
+		return fmt.Errorf("%d replicas on %d nodes: want 1, 3 or 5, at most one a node", c.ClusterReplicas, c.ClusterNodes)
+	}
+	return nil
 }
 
 func (r *runner) logf(format string, args ...any) {

@@ -28,6 +28,8 @@ type server struct {
 	dir    string
 	stderr *tailBuffer
 	exited chan struct{}
+	// listening receives the WebSocket URL once the server listens.
+	listening chan string
 }
 
 // serverArgs are the flags every benchmark server runs with: the scripted
@@ -42,6 +44,20 @@ func serverArgs(dataDir string) []string {
 // startServer runs bin with a fresh data directory under workDir and
 // waits for it to listen.
 func startServer(ctx context.Context, bin, workDir string, extra []string) (*server, error) {
+	s, err := launchServer(bin, workDir, extra)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waitListening(ctx, 60*time.Second); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// launchServer runs bin with a fresh data directory under workDir without
+// waiting for it: the nodes of a cluster must all be running before any
+// of them can elect a JetStream leader and listen.
+func launchServer(bin, workDir string, extra []string) (*server, error) {
 	dir, err := os.MkdirTemp(workDir, "mspd-data-")
 	if err != nil {
 		return nil, err
@@ -56,22 +72,30 @@ func startServer(ctx context.Context, bin, workDir string, extra []string) (*ser
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
-	s := &server{cmd: cmd, pid: cmd.Process.Pid, dir: dir, stderr: &tailBuffer{max: 64}, exited: make(chan struct{})}
-	listening := make(chan string, 1)
-	go s.readLog(stderr, listening)
+	s := &server{cmd: cmd, pid: cmd.Process.Pid, dir: dir, stderr: &tailBuffer{max: 64}, exited: make(chan struct{}),
+		listening: make(chan string, 1)}
+	go s.readLog(stderr, s.listening)
 	go func() { cmd.Wait(); close(s.exited) }()
-	wait, cancel := context.WithTimeout(ctx, 60*time.Second)
+	return s, nil
+}
+
+// waitListening waits up to limit for the server to listen; a server that
+// exits or does not listen in time is stopped and reported with its last
+// log lines.
+func (s *server) waitListening(ctx context.Context, limit time.Duration) error {
+	wait, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	select {
-	case u := <-listening:
+	case u := <-s.listening:
 		s.url = u
 		s.base = "http://" + strings.TrimSuffix(strings.TrimPrefix(u, "ws://"), "/msp")
-		return s, nil
+		return nil
 	case <-s.exited:
-		return nil, fmt.Errorf("mspd exited before listening:\n%s", s.stderr)
+		os.RemoveAll(s.dir)
+		return fmt.Errorf("mspd exited before listening:\n%s", s.stderr)
 	case <-wait.Done():
 		s.stop()
-		return nil, fmt.Errorf("mspd did not listen in time:\n%s", s.stderr)
+		return fmt.Errorf("mspd did not listen in time:\n%s", s.stderr)
 	}
 }
 

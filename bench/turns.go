@@ -130,87 +130,142 @@ func (r *runner) turnsAt(ctx context.Context, n int) error {
 	}
 	defer rc.close()
 	script := turnScript(1, k)
-	turnRound := func(ctx context.Context) ([]turnResult, time.Duration, error) {
-		results := make([]turnResult, n)
-		start := time.Now()
-		err := parallel(ctx, n, n, func(ctx context.Context, i int) error {
-			if err := ss[i].c.sendTurn(ctx, ss[i].id, script); err != nil {
-				return err
-			}
-			var err error
-			results[i], err = followTurn(ctx, ss[i].c)
-			return err
-		})
-		var end time.Time
-		for _, res := range results {
-			if res.end.After(end) {
-				end = res.end
-			}
-		}
-		return results, end.Sub(start), err
-	}
+	round := func(ctx context.Context) ([]turnResult, time.Duration, error) { return turnRound(ctx, ss, script) }
 	// Rounds alternate between mspd and the baseline, so that a change in
 	// the machine's load between them shows in both.
-	var rates, rawRates, ratios []float64
-	var cpu, rawCPU, clientCPU, rawClientCPU time.Duration
-	var frames, deltas, gaps int
-	var sample []byte
-	self := os.Getpid()
+	var mine, raw roundTally
 	for range rounds {
-		cpu0, _ := srv.cpu()
-		me0, _ := procCPU(self)
-		results, elapsed, err := turnRound(ctx)
-		if err != nil {
+		if err := mine.measure(ctx, []*server{srv}, round); err != nil {
 			return err
 		}
-		cpu1, _ := srv.cpu()
-		me1, _ := procCPU(self)
-		cpu += cpu1 - cpu0
-		clientCPU += me1 - me0
-		text := 0
-		for _, res := range results {
-			frames, text, gaps = frames+res.frames, text+res.text, gaps+res.gaps
-			if sample == nil {
-				sample = res.first
-			}
+		if err := raw.measureRaw(ctx, rc, k, mine.sample); err != nil {
+			return err
 		}
-		deltas += text / len(deltaWord)
-		rate := float64(text/len(deltaWord)) / elapsed.Seconds()
-		me0, _ = procCPU(self)
-		raw, err := rc.round(ctx, k, sample)
-		if err != nil {
-			return fmt.Errorf("raw baseline: %w", err)
-		}
-		me1, _ = procCPU(self)
-		rawCPU += raw.cpu
-		rawClientCPU += me1 - me0
-		rates, rawRates, ratios = append(rates, rate), append(rawRates, raw.rate()), append(ratios, rate/raw.rate())
+		mine.ratios = append(mine.ratios, mine.last()/raw.last())
 	}
 	if r.cfg.Profile != "" {
 		file := fmt.Sprintf("%s.turns%d", r.cfg.Profile, n)
 		err := r.profile(ctx, srv, file, func(ctx context.Context) error {
-			_, _, err := turnRound(ctx)
+			_, _, err := round(ctx)
 			return err
 		})
 		if err != nil {
 			return err
 		}
 	}
-	want := n * k * rounds
-	scen := fmt.Sprintf("turns %d×%d", n, k)
-	note := fmt.Sprintf("median of %d alternating rounds; %d-byte frames", rounds, len(sample))
-	r.add(Row{Scenario: scen, Figure: "delivered deltas/s", Value: median(rates), Unit: "/s", Baseline: median(rawRates),
-		Ratio: median(ratios), Note: note + "; ratio: median of the rounds' ratios"})
-	r.add(Row{Scenario: scen, Figure: "frames per delta", Value: float64(frames) / float64(max(deltas, 1)), Unit: "",
+	return r.turnRows(fmt.Sprintf("turns %d×%d", n, k), n*k*rounds, &mine, &raw)
+}
+
+// turnRound starts one turn of script on every session at once, each on
+// its session's connection, and follows each to its end there; it returns
+// what each client saw and the time until the last turn/completed.
+func turnRound(ctx context.Context, ss []session, script string) ([]turnResult, time.Duration, error) {
+	results := make([]turnResult, len(ss))
+	start := time.Now()
+	err := parallel(ctx, len(ss), len(ss), func(ctx context.Context, i int) error {
+		if err := ss[i].c.sendTurn(ctx, ss[i].id, script); err != nil {
+			return err
+		}
+		var err error
+		results[i], err = followTurn(ctx, ss[i].c)
+		return err
+	})
+	var end time.Time
+	for _, res := range results {
+		if res.end.After(end) {
+			end = res.end
+		}
+	}
+	return results, end.Sub(start), err
+}
+
+// roundTally adds up the rounds of one contender of a turns comparison
+// (mspd on some set-up, or the raw baseline).
+type roundTally struct {
+	rates, ratios        []float64
+	serverCPU, clientCPU time.Duration
+	frames, deltas, gaps int
+	sample               []byte          // the first item/delta frame seen
+	nodeCPU              []time.Duration // serverCPU by process
+}
+
+// last is the latest round's rate.
+func (t *roundTally) last() float64 { return t.rates[len(t.rates)-1] }
+
+// measure runs one round of turns, charging the CPU of srvs (all of an
+// mspd set-up's processes) and of this process to it.
+func (t *roundTally) measure(ctx context.Context, srvs []*server, round func(context.Context) ([]turnResult, time.Duration, error)) error {
+	cpu0 := make([]time.Duration, len(srvs))
+	for i, s := range srvs {
+		cpu0[i], _ = s.cpu()
+	}
+	me0, _ := procCPU(os.Getpid())
+	results, elapsed, err := round(ctx)
+	if err != nil {
+		return err
+	}
+	if t.nodeCPU == nil {
+		t.nodeCPU = make([]time.Duration, len(srvs))
+	}
+	for i, s := range srvs {
+		cpu, _ := s.cpu()
+		t.nodeCPU[i] += cpu - cpu0[i]
+		t.serverCPU += cpu - cpu0[i]
+	}
+	me1, _ := procCPU(os.Getpid())
+	t.clientCPU += me1 - me0
+	text := 0
+	for _, res := range results {
+		t.frames, text, t.gaps = t.frames+res.frames, text+res.text, t.gaps+res.gaps
+		if t.sample == nil {
+			t.sample = res.first
+		}
+	}
+	t.deltas += text / len(deltaWord)
+	t.rates = append(t.rates, float64(text/len(deltaWord))/elapsed.Seconds())
+	return nil
+}
+
+// measureRaw runs one raw round: k copies of frame to each connection.
+func (t *roundTally) measureRaw(ctx context.Context, rc *rawConns, k int, frame []byte) error {
+	me0, _ := procCPU(os.Getpid())
+	raw, err := rc.round(ctx, k, frame)
+	if err != nil {
+		return fmt.Errorf("raw baseline: %w", err)
+	}
+	me1, _ := procCPU(os.Getpid())
+	t.serverCPU += raw.cpu
+	t.clientCPU += me1 - me0
+	t.rates = append(t.rates, raw.rate())
+	return nil
+}
+
+// serversCPU is the CPU time of every process of a set-up so far.
+func serversCPU(srvs []*server) time.Duration {
+	var total time.Duration
+	for _, s := range srvs {
+		cpu, _ := s.cpu()
+		total += cpu
+	}
+	return total
+}
+
+// turnRows reports a turns comparison: want deltas were streamed over all
+// rounds of mine; raw is the baseline's tally.
+func (r *runner) turnRows(scen string, want int, mine, raw *roundTally) error {
+	note := fmt.Sprintf("median of %d alternating rounds; %d-byte frames", len(mine.rates), len(mine.sample))
+	r.add(Row{Scenario: scen, Figure: "delivered deltas/s", Value: median(mine.rates), Unit: "/s", Baseline: median(raw.rates),
+		Ratio: median(mine.ratios), Note: note + "; ratio: median of the rounds' ratios"})
+	r.add(Row{Scenario: scen, Figure: "frames per delta", Value: float64(mine.frames) / float64(max(mine.deltas, 1)), Unit: "",
 		Note: "below 1: deltas coalesced under pressure"})
-	mine, theirs := perItem(cpu, want), perItem(rawCPU, want)
-	r.add(Row{Scenario: scen, Figure: "server CPU per delta", Value: mine, Unit: "µs",
-		Baseline: theirs, Ratio: theirs / mine, Note: "ratio: baseline ÷ mspd"})
-	mine, theirs = perItem(clientCPU, want), perItem(rawClientCPU, want)
-	r.add(Row{Scenario: scen, Figure: "client CPU per delta", Value: mine, Unit: "µs",
-		Baseline: theirs, Ratio: theirs / mine, Note: "all clients: this process"})
-	lost := want - deltas
-	r.add(Row{Scenario: scen, Figure: "deltas lost", Value: float64(lost), Unit: "", Note: fmt.Sprintf("%d view/gap", gaps)})
+	m, theirs := perItem(mine.serverCPU, want), perItem(raw.serverCPU, want)
+	r.add(Row{Scenario: scen, Figure: "server CPU per delta", Value: m, Unit: "µs",
+		Baseline: theirs, Ratio: theirs / m, Note: "ratio: baseline ÷ mspd"})
+	m, theirs = perItem(mine.clientCPU, want), perItem(raw.clientCPU, want)
+	r.add(Row{Scenario: scen, Figure: "client CPU per delta", Value: m, Unit: "µs",
+		Baseline: theirs, Ratio: theirs / m, Note: "all clients: this process"})
+	lost := want - mine.deltas
+	r.add(Row{Scenario: scen, Figure: "deltas lost", Value: float64(lost), Unit: "", Note: fmt.Sprintf("%d view/gap", mine.gaps)})
 	if lost < 0 {
 		return fmt.Errorf("%w: %d deltas more than streamed", errIncomplete, -lost)
 	}

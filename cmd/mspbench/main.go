@@ -2,7 +2,7 @@
 // with real WebSocket clients and prints each figure beside a baseline
 // measured in the same run (see package bench and BENCHMARKS.md).
 //
-//	mspbench [--bin PATH] [--scenarios turns,notice,idle,resume,append] [--json]
+//	mspbench [--bin PATH] [--scenarios turns,notice,idle,resume,append,store,cluster] [--json]
 package main
 
 import (
@@ -37,7 +37,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var cfg bench.Config
 	var scenarios, serverArgs string
-	var turnSessions, idleConns intList
+	var turnSessions, idleConns, clusterSessions intList
+	var storeBackends string
 	var asJSON bool
 	fs.StringVar(&cfg.Bin, "bin", "", "mspd binary to benchmark (default: build ./cmd/mspd)")
 	fs.StringVar(&cfg.ModuleDir, "module", ".", "mspd module to build when --bin is not given")
@@ -46,7 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&serverArgs, "server-args", "", "extra flags for every mspd started, space-separated (e.g. \"--queue-frames 256\")")
 	fs.Var(&turnSessions, "turn-sessions", "turns: session counts (default 100,1000)")
 	fs.IntVar(&cfg.TurnDeltas, "turn-deltas", 1000, "turns: deltas of each turn's answer")
-	fs.IntVar(&cfg.Rounds, "rounds", 5, "turns: rounds of mspd and the baseline, alternating on the same connections (figures are medians)")
+	fs.IntVar(&cfg.Rounds, "rounds", 5, "turns, store, cluster: rounds of mspd and the baseline, alternating (figures are medians)")
 	fs.IntVar(&cfg.NoticeSessions, "notice-sessions", 100, "notice: sessions of the steady run")
 	fs.IntVar(&cfg.NoticeTurns, "notice-turns", 500, "notice: turns of the steady run")
 	fs.Float64Var(&cfg.NoticeRate, "notice-rate", 100, "notice: turns a second of the steady run")
@@ -55,7 +56,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&idleConns, "idle-conns", "idle: connection counts (default 1000,10000)")
 	fs.IntVar(&cfg.ResumeEvents, "resume-events", 10000, "resume: durable events in the log resumed")
 	fs.IntVar(&cfg.AppendSessions, "append-sessions", 100, "append: sessions")
-	fs.IntVar(&cfg.AppendTurns, "append-turns", 20, "append: one-delta turns per session")
+	fs.IntVar(&cfg.AppendTurns, "append-turns", 20, "append: one-delta turns per session; store: turns (three commits each) per session")
+	fs.StringVar(&storeBackends, "store-backends", strings.Join(bench.StoreBackends, ","),
+		"store: backends, of "+strings.Join(bench.StoreBackends, ", ")+" (jetstream-r3x3: three writers, one a node)")
+	fs.IntVar(&cfg.StoreRows, "store-rows", 10000, "store: session rows the row scans read")
+	fs.IntVar(&cfg.ClusterNodes, "cluster-nodes", 3, "cluster: mspd nodes on JetStream (2 or more)")
+	fs.IntVar(&cfg.ClusterReplicas, "cluster-replicas", 0, "cluster: JetStream replicas (default 3, or 1 on 2 nodes)")
+	fs.Var(&clusterSessions, "cluster-sessions", "cluster: session counts (default 100)")
 	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N> and PREFIX.resume (CPU), PREFIX.idle<N>.heap, .goroutine, .heap.txt (starts mspd with --pprof)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
 	if err := fs.Parse(args); err != nil {
@@ -63,7 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.Scenarios = strings.Split(scenarios, ",")
 	cfg.ServerArgs = strings.Fields(serverArgs)
-	cfg.TurnSessions, cfg.IdleConns = turnSessions, idleConns
+	cfg.TurnSessions, cfg.IdleConns, cfg.ClusterSessions = turnSessions, idleConns, clusterSessions
+	cfg.StoreBackends = strings.Split(storeBackends, ",")
 	cfg.Log = stderr
 	rep, err := bench.Run(ctx, cfg)
 	if rep != nil {

@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+)
+
+// nodes are mspd processes sharing NATS JetStream (--store jetstream
+// --nats-embedded): each runs a NATS server in its process, and with more
+// than one they are routed into one NATS cluster, as e2e's cluster test
+// starts them.
+type nodes struct {
+	srvs []*server
+	nats []string // each node's NATS client URL
+}
+
+// clusterStartLimit bounds how long a cluster may take to elect its
+// JetStream leaders and listen.
+const clusterStartLimit = 2 * time.Minute
+
+// startNodes runs n mspd nodes on JetStream with the stream and the lease
+// bucket replicated replicas times, and waits for all of them to listen.
+func (r *runner) startNodes(ctx context.Context, n, replicas int) (*nodes, error) {
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	ns := &nodes{}
+	for i := range n {
+		args := append(nodeArgs(i, ports[:n], ports[n:], replicas), r.cfg.ServerArgs...)
+		if r.cfg.Profile != "" {
+			args = append(args, "--pprof")
+		}
+		s, err := launchServer(r.bin, r.cfg.WorkDir, args)
+		if err != nil {
+			ns.stop()
+			return nil, err
+		}
+		ns.srvs = append(ns.srvs, s)
+		ns.nats = append(ns.nats, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+	}
+	var errs []error
+	for i, s := range ns.srvs {
+		if err := s.waitListening(ctx, clusterStartLimit); err != nil {
+			errs = append(errs, fmt.Errorf("node n%d: %w", i+1, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		ns.stop()
+		return nil, err
+	}
+	return ns, nil
+}
+
+// nodeArgs are the flags of node i (0-based) of a deployment whose NATS
+// servers listen for clients on natsPorts and for routes on routePorts: a
+// lone node has no routes.
+func nodeArgs(i int, natsPorts, routePorts []int, replicas int) []string {
+	args := []string{"--store", "jetstream", "--nats-embedded",
+		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", natsPorts[i]),
+		"--jetstream-replicas", fmt.Sprint(replicas), "--node-id", fmt.Sprintf("n%d", i+1)}
+	if len(routePorts) < 2 {
+		return args
+	}
+	var routes []string
+	for j, p := range routePorts {
+		if j != i {
+			routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+		}
+	}
+	return append(args, "--nats-cluster-listen", fmt.Sprintf("127.0.0.1:%d", routePorts[i]),
+		"--nats-routes", strings.Join(routes, ","))
+}
+
+// stop ends every node.
+func (ns *nodes) stop() {
+	for _, s := range ns.srvs {
+		s.stop()
+	}
+}
+
+// freePorts reserves n loopback ports and lets them go for the servers
+// (a NATS route must name its peers' ports before they start).
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

@@ -1,0 +1,460 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"mspd/schema/msp"
+	"mspd/store"
+	msjs "mspd/store/jetstream"
+	"mspd/store/sqlite"
+)
+
+// StoreBackends lists the backends of the store scenario, in the order
+// each round runs them.
+var StoreBackends = []string{"sqlite", "jetstream-r1", "jetstream-r3", "jetstream-r3x3"}
+
+// recordShape is one record of a turn's commits: its method and the size
+// of its params.
+type recordShape struct {
+	method string
+	size   int
+}
+
+// commitShape is one of a turn's commits.
+type commitShape struct {
+	records []recordShape
+	row     bool // the session row rides with it
+	busy    bool // the row says a turn runs
+	command bool // the turn/start's ledger entry rides with it
+}
+
+// turnCommits are the commits session.Manager makes for a one-attempt
+// turn on an idle session (session/commits_test.go,
+// TestThreeCommitsPerTurn): the admission with turn/started, the user's
+// item, the row and the ledger entry; the answer's item/started; its
+// item/completed, the usage and turn/completed with the row. Params sizes
+// are those of a second turn with a short answer in mspd's own log (the
+// demo model answering a one-line question).
+var turnCommits = []commitShape{
+	{records: []recordShape{{msp.NotifyTurnStarted, 428}, {msp.NotifyItemCompleted, 627}}, row: true, busy: true, command: true},
+	{records: []recordShape{{msp.NotifyItemStarted, 504}}},
+	{records: []recordShape{{msp.NotifyItemCompleted, 846}, {msp.NotifySessionTokenUsage, 625}, {msp.NotifyTurnCompleted, 586}}, row: true},
+}
+
+// Sizes of the rest of a turn's commits, from the same log: the session
+// state in its row, and a ledger entry's digest and recorded response.
+const (
+	rowStateSize      = 250
+	ledgerDigestSize  = 64
+	ledgerResponseLen = 166
+)
+
+// recordsPerTurn is how many records turnCommits append.
+func recordsPerTurn() int {
+	n := 0
+	for _, c := range turnCommits {
+		n += len(c.records)
+	}
+	return n
+}
+
+// turnBatches are one turn's commits for session id whose log ends at
+// head, as turnCommits shapes them.
+func turnBatches(id string, head int64, created time.Time) []store.Batch {
+	out := make([]store.Batch, 0, len(turnCommits))
+	for _, c := range turnCommits {
+		b := store.Batch{SessionID: id}
+		for _, r := range c.records {
+			head++
+			b.Records = append(b.Records, store.Record{Seq: head, Method: r.method, Params: paddedJSON(r.size)})
+		}
+		if c.row {
+			b.Session = &store.Session{ID: id, CreatedAt: created, UpdatedAt: time.Now(), Busy: c.busy, State: paddedJSON(rowStateSize)}
+		}
+		if c.command {
+			b.Commands = []store.Command{{ID: newCommandID(), Digest: strings.Repeat("d", ledgerDigestSize), Response: paddedJSON(ledgerResponseLen)}}
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// paddedJSON is a JSON object of exactly size bytes (at least 8).
+func paddedJSON(size int) []byte {
+	return []byte(`{"p":"` + strings.Repeat("x", max(size-8, 0)) + `"}`)
+}
+
+// storeTarget is one backend of the store scenario: the stores sessions
+// are spread over (one per mspd node writing), and its figures so far.
+type storeTarget struct {
+	name    string
+	label   string
+	writers []store.Store
+	nodes   *nodes // the JetStream servers' mspd nodes; nil for SQLite
+	tally   storeTally
+}
+
+// storeTally adds up a target's rounds.
+type storeTally struct {
+	rates    []float64 // records/s, a round each
+	ratios   []float64 // ÷ plain SQLite in the same round
+	commits  int
+	records  int
+	elapsed  time.Duration
+	commitLt []time.Duration
+}
+
+// store: durable appends/s through the store interface, AppendSessions
+// sessions at once, each running AppendTurns turns one after another, each
+// turn the three commits the session layer makes (turnCommits), on every
+// backend in StoreBackends, the rounds alternating between them and plain
+// SQLite (the append scenario's baseline, committing the same records in
+// the same batches). JetStream runs in mspd nodes started for it (their
+// embedded NATS servers, fsyncing every write as mspd configures them);
+// the stores are opened in this process on a stream of their own. Then,
+// on each JetStream deployment, the lease renewals the cluster package
+// makes, and on every backend the row scans a clustered node repeats.
+func (r *runner) storeScenario(ctx context.Context) error {
+	targets, closeAll, err := r.openStoreTargets(ctx)
+	defer closeAll()
+	if err != nil {
+		return err
+	}
+	plain, err := openPlainSQLite(ctx, r.cfg.WorkDir)
+	if err != nil {
+		return fmt.Errorf("plain SQLite baseline: %w", err)
+	}
+	defer plain.close()
+	n, turns := r.cfg.AppendSessions, r.cfg.AppendTurns
+	var base []float64
+	for round := range r.cfg.Rounds {
+		r.logf("  round %d of %d", round+1, r.cfg.Rounds)
+		rate, err := plainTurns(ctx, plain, n, turns)
+		if err != nil {
+			return fmt.Errorf("plain SQLite baseline: %w", err)
+		}
+		base = append(base, rate)
+		for _, t := range targets {
+			if err := t.round(ctx, n, turns); err != nil {
+				return fmt.Errorf("%s: %w", t.label, err)
+			}
+			t.tally.ratios = append(t.tally.ratios, t.tally.rates[len(t.tally.rates)-1]/rate)
+		}
+	}
+	note := fmt.Sprintf("%d sessions × %d turns × %d commits (%d records), median of %d rounds",
+		n, turns, len(turnCommits), recordsPerTurn(), r.cfg.Rounds)
+	r.add(Row{Scenario: "store plain SQLite", Figure: "durable appends/s", Value: median(base), Unit: "/s",
+		Note: note + "; the records alone, same batches, one group-committing writer"})
+	for _, t := range targets {
+		t.addRows(r, median(base), note)
+	}
+	for _, t := range targets {
+		if err := r.leaseRows(ctx, t); err != nil {
+			return fmt.Errorf("%s leases: %w", t.label, err)
+		}
+	}
+	for _, t := range targets {
+		if err := r.scanRows(ctx, t); err != nil {
+			return fmt.Errorf("%s row scan: %w", t.label, err)
+		}
+	}
+	return nil
+}
+
+// openStoreTargets opens the configured backends; the returned close
+// (never nil) closes whatever was opened.
+func (r *runner) openStoreTargets(ctx context.Context) ([]*storeTarget, func(), error) {
+	var targets []*storeTarget
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	var r3 *nodes // shared by jetstream-r3 and jetstream-r3x3
+	for _, b := range StoreBackends {
+		if !slices.Contains(r.cfg.StoreBackends, b) {
+			continue
+		}
+		t := &storeTarget{name: b}
+		switch b {
+		case "sqlite":
+			t.label = "store sqlite"
+			dir, err := os.MkdirTemp(r.cfg.WorkDir, "store-sqlite-")
+			if err != nil {
+				return nil, closeAll, err
+			}
+			closers = append(closers, func() { os.RemoveAll(dir) })
+			st, err := sqlite.Open(filepath.Join(dir, "mspd.db"))
+			if err != nil {
+				return nil, closeAll, err
+			}
+			closers = append(closers, func() { st.Close() })
+			t.writers = []store.Store{st}
+		case "jetstream-r1":
+			t.label = "store jetstream R1"
+			r.logf("  starting one mspd node on JetStream")
+			ns, err := r.startNodes(ctx, 1, 1)
+			if err != nil {
+				return nil, closeAll, err
+			}
+			closers = append(closers, ns.stop)
+			t.nodes = ns
+		case "jetstream-r3", "jetstream-r3x3":
+			t.label = "store jetstream R3"
+			if b == "jetstream-r3x3" {
+				t.label += ", a writer a node"
+			}
+			if r3 == nil {
+				r.logf("  starting three mspd nodes on JetStream, three replicas")
+				ns, err := r.startNodes(ctx, 3, 3)
+				if err != nil {
+					return nil, closeAll, err
+				}
+				closers = append(closers, ns.stop)
+				r3 = ns
+			}
+			t.nodes = r3
+		}
+		if t.nodes != nil {
+			urls := t.nodes.nats[:1]
+			if b == "jetstream-r3x3" {
+				urls = t.nodes.nats
+			}
+			for _, url := range urls {
+				st, err := msjs.Connect(ctx, url, msjs.Options{Stream: benchStream, Subject: benchSubject, Replicas: len(t.nodes.srvs)})
+				if err != nil {
+					return nil, closeAll, fmt.Errorf("%s: %w", t.label, err)
+				}
+				closers = append(closers, func() { st.Close() })
+				t.writers = append(t.writers, st)
+			}
+		}
+		targets = append(targets, t)
+	}
+	return targets, closeAll, nil
+}
+
+// The stream the store scenario writes: its own, beside the nodes' MSPD.
+const (
+	benchStream  = "MSPBENCH"
+	benchSubject = "mspbench"
+)
+
+// round runs n fresh sessions × turns turns on the target, session i on
+// writer i mod len(writers).
+func (t *storeTarget) round(ctx context.Context, n, turns int) error {
+	var mu sync.Mutex
+	var lat []time.Duration
+	start := time.Now()
+	err := parallel(ctx, n, n, func(ctx context.Context, i int) error {
+		st := t.writers[i%len(t.writers)]
+		id, created := uuid.NewString(), time.Now()
+		var head int64
+		mine := make([]time.Duration, 0, turns*len(turnCommits))
+		for range turns {
+			for _, b := range turnBatches(id, head, created) {
+				t0 := time.Now()
+				if err := st.Commit(ctx, b); err != nil {
+					return err
+				}
+				mine = append(mine, time.Since(t0))
+				head += int64(len(b.Records))
+			}
+		}
+		mu.Lock()
+		lat = append(lat, mine...)
+		mu.Unlock()
+		return nil
+	})
+	elapsed := time.Since(start)
+	if err != nil {
+		return err
+	}
+	records := n * turns * recordsPerTurn()
+	t.tally.rates = append(t.tally.rates, float64(records)/elapsed.Seconds())
+	t.tally.records += records
+	t.tally.commits += len(lat)
+	t.tally.elapsed += elapsed
+	t.tally.commitLt = append(t.tally.commitLt, lat...)
+	return nil
+}
+
+// addRows reports a target's appends against plain SQLite's.
+func (t *storeTarget) addRows(r *runner, base float64, note string) {
+	tl := &t.tally
+	r.add(Row{Scenario: t.label, Figure: "durable appends/s", Value: median(tl.rates), Unit: "/s", Baseline: base,
+		Ratio: median(tl.ratios), Note: note + "; ratio: median of the rounds' ratios to plain SQLite"})
+	commits := float64(tl.commits) / tl.elapsed.Seconds()
+	r.add(Row{Scenario: t.label, Figure: "commits/s", Value: commits, Unit: "/s",
+		Note: fmt.Sprintf("all rounds; %.0f turns/s at %d commits a turn", commits/float64(len(turnCommits)), len(turnCommits))})
+	r.latencyRows(t.label, "commit", tl.commitLt, "one store.Commit, under the load above")
+}
+
+// plainTurns commits the records of n sessions × turns turns to the plain
+// baseline in turnCommits' batches; it returns records/s.
+func plainTurns(ctx context.Context, w *groupWriter, n, turns int) (float64, error) {
+	start := time.Now()
+	err := parallel(ctx, n, n, func(ctx context.Context, i int) error {
+		id := uuid.NewString()
+		var head int64
+		for range turns {
+			for _, b := range turnBatches(id, head, time.Now()) {
+				rows := make([]row, len(b.Records))
+				for j, rec := range b.Records {
+					rows[j] = row{id, rec.Seq, rec.Params}
+				}
+				if err := w.commit(rows...); err != nil {
+					return err
+				}
+				head += int64(len(rows))
+			}
+		}
+		return nil
+	})
+	return float64(n*turns*recordsPerTurn()) / time.Since(start).Seconds(), err
+}
+
+// leaseTTL is cluster.Options.LeaseTTL's default: a lease is renewed every
+// third of it.
+const leaseTTL = 10 * time.Second
+
+// leaseRenewals is how many times each lease is renewed when they are
+// renewed all at once.
+const leaseRenewals = 20
+
+// leaseRows measures, on a JetStream target's servers, what the cluster
+// package's leases cost: a KV bucket configured as cluster.leaseBucket
+// makes it (TTL, one revision of history, file storage, the target's
+// replicas), one key a session. Renewals at once: every session's lease
+// renewed leaseRenewals times, all sessions in parallel. One at a time:
+// every lease renewed once after another, as cluster.renew goes through a
+// node's leases.
+func (r *runner) leaseRows(ctx context.Context, t *storeTarget) error {
+	if t.nodes == nil || t.name == "jetstream-r3x3" {
+		return nil // no leases on SQLite; R3 is measured once
+	}
+	nc, err := nats.Connect(t.nodes.nats[0])
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "MSPBENCH_LEASES", TTL: leaseTTL, History: 1,
+		Replicas: len(t.nodes.srvs), Storage: jetstream.FileStorage})
+	if err != nil {
+		return err
+	}
+	n := r.cfg.AppendSessions
+	keys, revs := make([]string, n), make([]uint64, n)
+	err = parallel(ctx, n, n, func(ctx context.Context, i int) error {
+		keys[i] = uuid.NewString()
+		rev, err := kv.Create(ctx, keys[i], []byte("n1"))
+		revs[i] = rev
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	err = parallel(ctx, n, n, func(ctx context.Context, i int) error {
+		for range leaseRenewals {
+			rev, err := kv.Update(ctx, keys[i], []byte("n1"), revs[i])
+			if err != nil {
+				return err
+			}
+			revs[i] = rev
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	parallelRate := float64(n*leaseRenewals) / time.Since(start).Seconds()
+	var serial []time.Duration
+	start = time.Now()
+	for i := range keys {
+		t0 := time.Now()
+		rev, err := kv.Update(ctx, keys[i], []byte("n1"), revs[i])
+		if err != nil {
+			return err
+		}
+		serial = append(serial, time.Since(t0))
+		revs[i] = rev
+	}
+	serialRate := float64(n) / time.Since(start).Seconds()
+	label := strings.TrimSuffix(t.label, ", a writer a node")
+	r.add(Row{Scenario: label, Figure: "lease renewals/s, all at once", Value: parallelRate, Unit: "/s",
+		Note: fmt.Sprintf("%d leases × %d KV updates, in parallel", n, leaseRenewals)})
+	r.add(Row{Scenario: label, Figure: "lease renewals/s, one at a time", Value: serialRate, Unit: "/s",
+		Note: fmt.Sprintf("as cluster.renew goes through a node's leases; at TTL %v a node renewing so holds at most ~%.0f leases", leaseTTL, serialRate*leaseTTL.Seconds()*2/3)})
+	r.latencyRows(label, "lease renewal", serial, "one KV update, one at a time")
+	return nil
+}
+
+// busyShare is the share of rows the row scans find busy: sessions with a
+// running or queued turn.
+const busyShare = 100 // one in a hundred
+
+// scanRows tops the target's rows up to StoreRows and times the scans a
+// clustered node repeats over them: BusySessions (every node, every
+// AdoptInterval, 2 s) and the first page of Sessions (session/list).
+func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
+	if t.name == "jetstream-r3x3" && slices.Contains(r.cfg.StoreBackends, "jetstream-r3") {
+		return nil // the same stream as jetstream-r3
+	}
+	st := t.writers[0]
+	all, err := st.Sessions(ctx, nil, r.cfg.StoreRows+1<<20)
+	if err != nil {
+		return err
+	}
+	if more := r.cfg.StoreRows - len(all); more > 0 {
+		err := parallel(ctx, more, r.cfg.AppendSessions, func(ctx context.Context, i int) error {
+			now := time.Now()
+			return st.Commit(ctx, store.Batch{Session: &store.Session{ID: uuid.NewString(), CreatedAt: now, UpdatedAt: now,
+				Busy: i%busyShare == 0, State: paddedJSON(rowStateSize)}})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	rows := max(len(all), r.cfg.StoreRows)
+	label := strings.TrimSuffix(t.label, ", a writer a node")
+	for _, scan := range []struct {
+		figure string
+		run    func() error
+	}{
+		{"BusySessions", func() error { _, err := st.BusySessions(ctx); return err }},
+		{"Sessions, first page of 50", func() error { _, err := st.Sessions(ctx, nil, 50); return err }},
+	} {
+		var took []float64
+		for range scanRepeats {
+			t0 := time.Now()
+			if err := scan.run(); err != nil {
+				return err
+			}
+			took = append(took, float64(time.Since(t0).Microseconds())/1e3)
+		}
+		ms := median(took)
+		r.add(Row{Scenario: label, Figure: scan.figure, Value: ms, Unit: "ms",
+			Note: fmt.Sprintf("over %d session rows, 1 in %d busy; %.2f µs a row; median of %d", rows, busyShare, ms*1e3/float64(rows), scanRepeats)})
+	}
+	return nil
+}
+
+// scanRepeats is how many times each row scan is timed.
+const scanRepeats = 3
