@@ -22,9 +22,29 @@ type nodes struct {
 // JetStream leaders and listen.
 const clusterStartLimit = 2 * time.Minute
 
+// startTries is how many times startNodes starts a cluster: now and then
+// a node's lease-bucket lookup at startup goes unanswered while another
+// node creates the bucket, and that node gives up after a minute.
+const startTries = 2
+
 // startNodes runs n mspd nodes on JetStream with the stream and the lease
-// bucket replicated replicas times, and waits for all of them to listen.
+// bucket replicated replicas times, and waits for all of them to listen;
+// a cluster that does not come up is started afresh, once.
 func (r *runner) startNodes(ctx context.Context, n, replicas int) (*nodes, error) {
+	var err error
+	for try := 1; try <= startTries; try++ {
+		var ns *nodes
+		if ns, err = r.tryNodes(ctx, n, replicas); err == nil {
+			return ns, nil
+		}
+		lines := strings.Split(err.Error(), "\n")
+		r.logf("  the cluster did not come up (try %d of %d): %s … %s", try, startTries, lines[0], lines[len(lines)-1])
+	}
+	return nil, err
+}
+
+// tryNodes makes one attempt of startNodes.
+func (r *runner) tryNodes(ctx context.Context, n, replicas int) (*nodes, error) {
 	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err

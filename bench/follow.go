@@ -96,6 +96,17 @@ func (r *runner) clusterAt(ctx context.Context, n int) error {
 		followerVsLeader = append(followerVsLeader, follower.last()/leader.last())
 		followerVsSQLite = append(followerVsSQLite, follower.last()/sqlite.last())
 	}
+	if r.cfg.Profile != "" {
+		// The leader and the follower while followers read.
+		files := []string{fmt.Sprintf("%s.cluster%d.leader", r.cfg.Profile, n), fmt.Sprintf("%s.cluster%d.follower", r.cfg.Profile, n)}
+		err := r.profileAll(ctx, ns.srvs[:2], files, func(ctx context.Context) error {
+			_, _, err := turnRound(ctx, followed, script)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
 	want := n * k * rounds
 	scen := fmt.Sprintf("cluster %d×%d", n, k)
 	deployment := fmt.Sprintf("%d nodes, JetStream R%d", size, replicas)
@@ -115,21 +126,27 @@ func (r *runner) clusterAt(ctx context.Context, n int) error {
 		Note: "median of the rounds' ratios"})
 	r.add(Row{Scenario: scen, Figure: "follower ÷ one SQLite node, delivered deltas/s", Value: median(followerVsSQLite), Unit: "",
 		Note: "median of the rounds' ratios"})
-	for i, cpu := range follower.nodeCPU {
-		r.add(Row{Scenario: scen + ": " + deployment + ", read on a follower", Figure: fmt.Sprintf("node n%d CPU per delta", i+1),
-			Value: perItem(cpu, want), Unit: "µs", Note: nodeRole(i)})
+	for _, c := range []struct {
+		where string
+		t     *roundTally
+	}{{"the leader", &leader}, {"a follower", &follower}} {
+		for i, cpu := range c.t.nodeCPU {
+			r.add(Row{Scenario: scen + ": " + deployment + ", read on " + c.where, Figure: fmt.Sprintf("node n%d CPU per delta", i+1),
+				Value: perItem(cpu, want), Unit: "µs", Note: nodeRole(i, c.t == &follower)})
+		}
 	}
 	r.add(Row{Scenario: scen + ": " + deployment, Figure: "CPU while idle", Value: 100 * idleCPU.Seconds() / idleTime.Seconds(), Unit: "% of a core",
 		Note: fmt.Sprintf("all nodes, holding %d leases, during the SQLite rounds", 2*n)})
 	return nil
 }
 
-// nodeRole says what node i (0-based) does for the followed sessions.
-func nodeRole(i int) string {
-	switch i {
-	case 0:
+// nodeRole says what node i (0-based) does for sessions read on the
+// leader or on a follower.
+func nodeRole(i int, followed bool) string {
+	switch {
+	case i == 0:
 		return "the leader: runs the turns, publishes each event on NATS"
-	case 1:
+	case i == 1 && followed:
 		return "the follower: its clients read here"
 	}
 	return "neither: its NATS server routes, its JetStream replicates"

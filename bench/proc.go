@@ -261,23 +261,41 @@ const profileSeconds = 5
 // profile writes a CPU profile of srv (started with --pprof) to file,
 // running load over and over until the profile is taken.
 func (r *runner) profile(ctx context.Context, srv *server, file string, load func(context.Context) error) error {
-	got := make(chan error, 1)
-	go func() {
-		got <- fetch(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", srv.base, profileSeconds), file)
-	}()
-	for {
+	return r.profileAll(ctx, []*server{srv}, []string{file}, load)
+}
+
+// profileAll writes a CPU profile of each of srvs to the file of the same
+// index, taken at the same time, running load over and over until all
+// are taken.
+func (r *runner) profileAll(ctx context.Context, srvs []*server, files []string, load func(context.Context) error) error {
+	got := make(chan error, len(srvs))
+	for i, srv := range srvs {
+		go func() {
+			got <- fetch(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", srv.base, profileSeconds), files[i])
+		}()
+	}
+	var errs []error
+	for pending := len(srvs); pending > 0; {
 		select {
 		case err := <-got:
-			if err == nil {
-				r.logf("  CPU profile: %s", file)
+			pending--
+			if err != nil {
+				errs = append(errs, err)
 			}
-			return err
+			continue
 		default:
 		}
 		if err := load(ctx); err != nil {
 			return err
 		}
 	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, f := range files {
+		r.logf("  CPU profile: %s", f)
+	}
+	return nil
 }
 
 // fetch GETs url into file.
