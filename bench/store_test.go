@@ -1,0 +1,126 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"mspd/schema/msp"
+)
+
+// A turn's batches are the session layer's three commits: dense seqs from
+// the head on, the row busy after the admission and idle after the
+// terminal, one ledger entry, params of the sizes measured.
+func TestTurnBatches(t *testing.T) {
+	bs := turnBatches("s1", 12, time.Now())
+	if len(bs) != 3 {
+		t.Fatalf("%d batches, want 3", len(bs))
+	}
+	var methods []string
+	seq := int64(12)
+	for i, b := range bs {
+		if b.SessionID != "s1" {
+			t.Errorf("batch %d of session %q", i, b.SessionID)
+		}
+		for j, r := range b.Records {
+			seq++
+			if r.Seq != seq {
+				t.Errorf("batch %d record %d: seq %d, want %d", i, j, r.Seq, seq)
+			}
+			if !json.Valid(r.Params) || len(r.Params) != turnCommits[i].records[j].size {
+				t.Errorf("batch %d record %d: %d bytes of params, want %d valid JSON", i, j, len(r.Params), turnCommits[i].records[j].size)
+			}
+			methods = append(methods, r.Method)
+		}
+	}
+	want := []string{msp.NotifyTurnStarted, msp.NotifyItemCompleted, msp.NotifyItemStarted,
+		msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted}
+	if !slices.Equal(methods, want) || recordsPerTurn() != len(want) {
+		t.Errorf("methods %v (%d a turn), want %v", methods, recordsPerTurn(), want)
+	}
+	if r := bs[0].Session; r == nil || !r.Busy || len(bs[0].Commands) != 1 {
+		t.Errorf("the admission: row %+v, %d commands; want a busy row and one command", r, len(bs[0].Commands))
+	}
+	if bs[1].Session != nil || len(bs[1].Commands) != 0 {
+		t.Error("item/started carries a row or a command")
+	}
+	if r := bs[2].Session; r == nil || r.Busy {
+		t.Errorf("the terminal's row %+v, want an idle one", r)
+	}
+	if a, b := turnBatches("s1", 0, time.Now()), turnBatches("s1", 0, time.Now()); a[0].Commands[0].ID == b[0].Commands[0].ID {
+		t.Error("two turns share a command id")
+	}
+}
+
+// The store scenario on SQLite alone needs no mspd: it writes, scans and
+// reports every figure.
+func TestStoreScenarioOnSQLite(t *testing.T) {
+	cfg := Config{Scenarios: []string{"store"}, StoreBackends: []string{"sqlite"}, AppendSessions: 4, AppendTurns: 2,
+		Rounds: 2, StoreRows: 40, WorkDir: t.TempDir(), Log: io.Discard}
+	cfg.defaults()
+	r := &runner{cfg: cfg, rep: &Report{}}
+	if err := r.storeScenario(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Row{}
+	for _, row := range r.rep.Rows {
+		got[row.Scenario+" / "+row.Figure] = row
+	}
+	for _, key := range []string{"store plain SQLite / durable appends/s", "store sqlite / durable appends/s", "store sqlite / commits/s",
+		"store sqlite / commit p99", "store sqlite / BusySessions", "store sqlite / Sessions, first page of 50"} {
+		if row, ok := got[key]; !ok || row.Value <= 0 {
+			t.Errorf("%s: %+v", key, row)
+		}
+	}
+	if row := got["store sqlite / durable appends/s"]; row.Baseline <= 0 || row.Ratio <= 0 {
+		t.Errorf("appends without their baseline: %+v", row)
+	}
+	if row := got["store sqlite / BusySessions"]; !strings.Contains(row.Note, "over 40 session rows") {
+		t.Errorf("scanned %q, want 40 rows", row.Note)
+	}
+}
+
+// Each node routes to the others and to itself never; a lone node runs no
+// cluster.
+func TestNodeArgs(t *testing.T) {
+	args := strings.Join(nodeArgs(1, []int{1, 2, 3}, []int{11, 12, 13}, 3), " ")
+	for _, want := range []string{"--nats-listen 127.0.0.1:2", "--nats-cluster-listen 127.0.0.1:12",
+		"--nats-routes nats://127.0.0.1:11,nats://127.0.0.1:13", "--jetstream-replicas 3", "--node-id n2", "--store jetstream"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("node 2's flags %q lack %q", args, want)
+		}
+	}
+	if args := strings.Join(nodeArgs(0, []int{1}, []int{11}, 1), " "); strings.Contains(args, "route") || strings.Contains(args, "cluster") {
+		t.Errorf("a lone node's flags %q", args)
+	}
+	ports, err := freePorts(4)
+	if err != nil || len(ports) != 4 || len(slices.Compact(slices.Sorted(slices.Values(ports)))) != 4 {
+		t.Errorf("freePorts = %v, %v", ports, err)
+	}
+}
+
+// What cannot run is refused before anything starts.
+func TestConfigCheck(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"defaults", Config{}, true},
+		{"two nodes take one replica", Config{ClusterNodes: 2}, true},
+		{"unknown backend", Config{StoreBackends: []string{"redis"}}, false},
+		{"one node has no follower", Config{ClusterNodes: 1}, false},
+		{"two replicas", Config{ClusterNodes: 3, ClusterReplicas: 2}, false},
+		{"more replicas than nodes", Config{ClusterNodes: 2, ClusterReplicas: 3}, false},
+		{"unknown scenario", Config{Scenarios: []string{"nope"}}, false},
+	} {
+		c.cfg.defaults()
+		if err := c.cfg.check(); (err == nil) != c.ok {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}
