@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -20,28 +21,64 @@ import (
 // transaction: store/sqlite's default group size.
 const maxGroup = 256
 
+// AppendStores lists the deployments the append scenario can run mspd on:
+// one node on SQLite, one node on JetStream (an embedded server), three
+// nodes on JetStream with three replicas.
+var AppendStores = []string{"sqlite", "jetstream-r1", "jetstream-r3"}
+
 // append: durable events/s across AppendSessions sessions running
-// one-delta turns, each session's turns one after another, against plain
-// SQLite inserts of rows of the same mean size into the same table, one
-// row a commit per session, group-committed as store/sqlite does (one
-// writer, up to 256 pending commits a transaction, WAL,
-// synchronous=FULL).
+// one-delta turns, each session's turns one after another, on each of
+// AppendStores (on three nodes, a third of the sessions started and run
+// on each), each against plain SQLite inserts of rows of the same mean
+// size into the same table, one row a commit per session,
+// group-committed as store/sqlite does (one writer, up to 256 pending
+// commits a transaction, WAL, synchronous=FULL), right after it.
 func (r *runner) append(ctx context.Context) error {
+	for _, st := range AppendStores {
+		if slices.Contains(r.cfg.AppendStores, st) {
+			if err := r.appendOn(ctx, st); err != nil {
+				return fmt.Errorf("%s: %w", st, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (r *runner) appendOn(ctx context.Context, store string) error {
 	n, m := r.cfg.AppendSessions, r.cfg.AppendTurns
-	srv, err := r.startServer(ctx)
-	if err != nil {
-		return err
+	var srvs []*server
+	var scen string
+	switch store {
+	case "sqlite":
+		srv, err := r.startServer(ctx)
+		if err != nil {
+			return err
+		}
+		srvs, scen = []*server{srv}, fmt.Sprintf("append %d sessions", n)
+	default:
+		size := map[string]int{"jetstream-r1": 1, "jetstream-r3": 3}[store]
+		ns, err := r.startNodes(ctx, size, size)
+		if err != nil {
+			return err
+		}
+		srvs, scen = ns.srvs, fmt.Sprintf("append %d sessions: %s, JetStream R%d", n, map[int]string{1: "one node", 3: "3 nodes"}[size], size)
 	}
-	defer srv.stop()
-	ss, err := setupSessions(ctx, srv.url, n)
-	if err != nil {
-		return err
+	stop := func() { stopAll(srvs) }
+	defer stop()
+	var ss []session
+	defer func() { closeSessions(ss) }()
+	for i, s := range srvs {
+		// Node i starts (and so leads) its share of the sessions.
+		share, err := setupSessions(ctx, s.url, (n+len(srvs)-1-i)/len(srvs))
+		if err != nil {
+			return err
+		}
+		ss = append(ss, share...)
 	}
-	defer closeSessions(ss)
 	script := scripted.Script(scripted.Step{Text: "ok"})
 	var events, paramBytes atomic.Int64
 	start := time.Now()
-	err = parallel(ctx, n, n, func(ctx context.Context, i int) error {
+	err := parallel(ctx, n, n, func(ctx context.Context, i int) error {
 		c := ss[i].c
 		for range m {
 			if err := c.sendTurn(ctx, ss[i].id, script); err != nil {
@@ -68,14 +105,15 @@ func (r *runner) append(ctx context.Context) error {
 		return err
 	}
 	closeSessions(ss)
-	srv.stop()
+	ss = nil
+	stop()
 	total := int(events.Load())
 	size := int(paramBytes.Load()) / max(total, 1)
 	base, err := plainSQLite(ctx, r.cfg.WorkDir, n, total/n, size)
 	if err != nil {
 		return fmt.Errorf("plain SQLite baseline: %w", err)
 	}
-	r.add(Row{Scenario: fmt.Sprintf("append %d sessions", n), Figure: "durable events/s", Value: float64(total) / elapsed.Seconds(), Unit: "/s",
+	r.add(Row{Scenario: scen, Figure: "durable events/s", Value: float64(total) / elapsed.Seconds(), Unit: "/s",
 		Baseline: base, Note: fmt.Sprintf("%d events of %d-byte params", total, size)})
 	return nil
 }

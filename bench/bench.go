@@ -62,6 +62,9 @@ type Config struct {
 	// and 20).
 	AppendSessions int
 	AppendTurns    int
+	// AppendStores are the deployments append runs mspd on (default all
+	// of AppendStores).
+	AppendStores []string
 
 	// StoreBackends are the backends of the store scenario (default all of
 	// StoreBackends): AppendSessions sessions × AppendTurns turns of three
@@ -134,6 +137,9 @@ func (c *Config) defaults() {
 	}
 	if c.AppendTurns <= 0 {
 		c.AppendTurns = 20
+	}
+	if len(c.AppendStores) == 0 {
+		c.AppendStores = AppendStores
 	}
 	if len(c.StoreBackends) == 0 {
 		c.StoreBackends = StoreBackends
@@ -261,6 +267,11 @@ func (c *Config) check() error {
 	for _, s := range c.Scenarios {
 		if !slices.Contains(Scenarios, s) {
 			return fmt.Errorf("unknown scenario %q (want %s)", s, strings.Join(Scenarios, ", "))
+		}
+	}
+	for _, st := range c.AppendStores {
+		if !slices.Contains(AppendStores, st) {
+			return fmt.Errorf("unknown append store %q (want %s)", st, strings.Join(AppendStores, ", "))
 		}
 	}
 	for _, b := range c.StoreBackends {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -96,10 +97,19 @@ func nodeArgs(i int, natsPorts, routePorts []int, replicas int) []string {
 		"--nats-routes", strings.Join(routes, ","))
 }
 
-// stop ends every node.
+// stop ends every node, all at once: a node stopping after the others
+// would find no quorum to let go of its leases with.
 func (ns *nodes) stop() {
-	for _, s := range ns.srvs {
-		s.stop()
+	stopAll(ns.srvs)
+}
+
+// stopAll tells every server to stop, then waits for each.
+func stopAll(srvs []*server) {
+	for _, s := range srvs {
+		s.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, s := range srvs {
+		s.awaitExit()
 	}
 }
 

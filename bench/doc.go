@@ -13,7 +13,16 @@
 // Scenarios: turns (N sessions × one turn: a 429, then K deltas; delivered
 // deltas/s), notice (retry-notice latency at a steady turn rate and in a
 // burst), idle (RSS per idle subscribed connection), resume (replaying a
-// log of 10k events) and append (durable events/s across 100 sessions).
+// log of 10k events), append (durable events/s across 100 sessions, on
+// SQLite and on one and three nodes on JetStream), store (the same
+// appends through store.Store itself, three commits a turn as the session
+// layer makes them, on store/sqlite and on store/jetstream with one and
+// three replicas, beside plain SQLite; what leases and row scans cost on
+// JetStream) and cluster (the turns scenario on sessions led by one node
+// of a JetStream cluster, read on that node and on another that follows
+// it over core NATS, beside one SQLite node). Clustered mspd nodes run as
+// processes with embedded NATS servers (--store jetstream --nats-embedded),
+// as e2e starts them.
 //
 //	rep, err := bench.Run(ctx, bench.Config{Scenarios: []string{"turns"}})
 //	if err != nil {

@@ -123,6 +123,12 @@ func (s *server) readLog(r io.Reader, listening chan<- string) {
 // stop ends the server (SIGTERM, then SIGKILL) and removes its data.
 func (s *server) stop() {
 	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.awaitExit()
+}
+
+// awaitExit waits for a server told to stop, killing it after 10 s, and
+// removes its data.
+func (s *server) awaitExit() {
 	select {
 	case <-s.exited:
 	case <-time.After(10 * time.Second):

@@ -113,6 +113,11 @@ type storeTally struct {
 	records  int
 	elapsed  time.Duration
 	commitLt []time.Duration
+	// serverCPU is the JetStream nodes' CPU over the rounds, clientCPU
+	// this process's (for SQLite: the store and its callers).
+	serverCPU, clientCPU time.Duration
+	nodeCPU              []time.Duration // serverCPU by node
+	alone                []time.Duration // commits of one session with the store to itself
 }
 
 // store: durable appends/s through the store interface, AppendSessions
@@ -157,6 +162,9 @@ func (r *runner) storeScenario(ctx context.Context) error {
 	r.add(Row{Scenario: "store plain SQLite", Figure: "durable appends/s", Value: median(base), Unit: "/s",
 		Note: note + "; the records alone, same batches, one group-committing writer"})
 	for _, t := range targets {
+		if err := t.measureAlone(ctx, turns); err != nil {
+			return fmt.Errorf("%s: %w", t.label, err)
+		}
 		t.addRows(r, median(base), note)
 	}
 	for _, t := range targets {
@@ -257,31 +265,25 @@ const (
 func (t *storeTarget) round(ctx context.Context, n, turns int) error {
 	var mu sync.Mutex
 	var lat []time.Duration
+	var srvs []*server
+	if t.nodes != nil {
+		srvs = t.nodes.srvs
+	}
+	cpu0, me0 := cpuOf(srvs), selfCPU()
 	start := time.Now()
 	err := parallel(ctx, n, n, func(ctx context.Context, i int) error {
-		st := t.writers[i%len(t.writers)]
-		id, created := uuid.NewString(), time.Now()
-		var head int64
-		mine := make([]time.Duration, 0, turns*len(turnCommits))
-		for range turns {
-			for _, b := range turnBatches(id, head, created) {
-				t0 := time.Now()
-				if err := st.Commit(ctx, b); err != nil {
-					return err
-				}
-				mine = append(mine, time.Since(t0))
-				head += int64(len(b.Records))
-			}
-		}
+		mine, err := sessionTurns(ctx, t.writers[i%len(t.writers)], turns)
 		mu.Lock()
 		lat = append(lat, mine...)
 		mu.Unlock()
-		return nil
+		return err
 	})
 	elapsed := time.Since(start)
 	if err != nil {
 		return err
 	}
+	t.tally.serverCPU += addCPU(&t.tally.nodeCPU, cpu0, cpuOf(srvs))
+	t.tally.clientCPU += selfCPU() - me0
 	records := n * turns * recordsPerTurn()
 	t.tally.rates = append(t.tally.rates, float64(records)/elapsed.Seconds())
 	t.tally.records += records
@@ -289,6 +291,39 @@ func (t *storeTarget) round(ctx context.Context, n, turns int) error {
 	t.tally.elapsed += elapsed
 	t.tally.commitLt = append(t.tally.commitLt, lat...)
 	return nil
+}
+
+// sessionTurns runs turns turns of a fresh session on st, one commit after
+// another, and returns each commit's latency.
+func sessionTurns(ctx context.Context, st store.Store, turns int) ([]time.Duration, error) {
+	id, created := uuid.NewString(), time.Now()
+	var head int64
+	lat := make([]time.Duration, 0, turns*len(turnCommits))
+	for range turns {
+		for _, b := range turnBatches(id, head, created) {
+			t0 := time.Now()
+			if err := st.Commit(ctx, b); err != nil {
+				return lat, err
+			}
+			lat = append(lat, time.Since(t0))
+			head += int64(len(b.Records))
+		}
+	}
+	return lat, nil
+}
+
+// measureAlone times the commits of one session's turns with the store to
+// itself: the latency a turn adds on an idle node.
+func (t *storeTarget) measureAlone(ctx context.Context, turns int) error {
+	lat, err := sessionTurns(ctx, t.writers[0], turns)
+	t.tally.alone = lat
+	return err
+}
+
+// selfCPU is this process's CPU time so far.
+func selfCPU() time.Duration {
+	cpu, _ := procCPU(os.Getpid())
+	return cpu
 }
 
 // addRows reports a target's appends against plain SQLite's.
@@ -300,6 +335,22 @@ func (t *storeTarget) addRows(r *runner, base float64, note string) {
 	r.add(Row{Scenario: t.label, Figure: "commits/s", Value: commits, Unit: "/s",
 		Note: fmt.Sprintf("all rounds; %.0f turns/s at %d commits a turn", commits/float64(len(turnCommits)), len(turnCommits))})
 	r.latencyRows(t.label, "commit", tl.commitLt, "one store.Commit, under the load above")
+	if t.nodes != nil {
+		r.add(Row{Scenario: t.label, Figure: "server CPU per commit", Value: perItem(tl.serverCPU, tl.commits), Unit: "µs",
+			Note: fmt.Sprintf("all %d NATS servers (in their mspd processes), over the rounds", len(t.nodes.srvs))})
+		for i, cpu := range tl.nodeCPU {
+			r.add(Row{Scenario: t.label, Figure: fmt.Sprintf("node n%d CPU per commit", i+1), Value: perItem(cpu, tl.commits), Unit: "µs",
+				Note: "with three, the stream's leader does the most"})
+		}
+	}
+	note = "this process: the store's client side and its callers"
+	if t.nodes == nil {
+		note = "this process: the store (SQLite included) and its callers"
+	}
+	r.add(Row{Scenario: t.label, Figure: "client CPU per commit", Value: perItem(tl.clientCPU, tl.commits), Unit: "µs", Note: note})
+	p := percentilesOf(tl.alone)
+	r.add(Row{Scenario: t.label, Figure: "commit p50, one session alone", Value: float64(p.p50.Microseconds()) / 1e3, Unit: "ms",
+		Note: fmt.Sprintf("%d commits one after another, nothing else writing; p99 %.2f ms", p.n, float64(p.p99.Microseconds())/1e3)})
 }
 
 // plainTurns commits the records of n sessions × turns turns to the plain

@@ -195,23 +195,13 @@ func (t *roundTally) last() float64 { return t.rates[len(t.rates)-1] }
 // measure runs one round of turns, charging the CPU of srvs (all of an
 // mspd set-up's processes) and of this process to it.
 func (t *roundTally) measure(ctx context.Context, srvs []*server, round func(context.Context) ([]turnResult, time.Duration, error)) error {
-	cpu0 := make([]time.Duration, len(srvs))
-	for i, s := range srvs {
-		cpu0[i], _ = s.cpu()
-	}
+	cpu0 := cpuOf(srvs)
 	me0, _ := procCPU(os.Getpid())
 	results, elapsed, err := round(ctx)
 	if err != nil {
 		return err
 	}
-	if t.nodeCPU == nil {
-		t.nodeCPU = make([]time.Duration, len(srvs))
-	}
-	for i, s := range srvs {
-		cpu, _ := s.cpu()
-		t.nodeCPU[i] += cpu - cpu0[i]
-		t.serverCPU += cpu - cpu0[i]
-	}
+	t.serverCPU += addCPU(&t.nodeCPU, cpu0, cpuOf(srvs))
 	me1, _ := procCPU(os.Getpid())
 	t.clientCPU += me1 - me0
 	text := 0
@@ -240,12 +230,34 @@ func (t *roundTally) measureRaw(ctx context.Context, rc *rawConns, k int, frame 
 	return nil
 }
 
+// cpuOf is the CPU time of each of srvs so far.
+func cpuOf(srvs []*server) []time.Duration {
+	out := make([]time.Duration, len(srvs))
+	for i, s := range srvs {
+		out[i], _ = s.cpu()
+	}
+	return out
+}
+
+// addCPU adds each process's CPU time from before to after to its entry
+// of *by (made on first use) and returns their sum.
+func addCPU(by *[]time.Duration, before, after []time.Duration) time.Duration {
+	if *by == nil {
+		*by = make([]time.Duration, len(before))
+	}
+	var total time.Duration
+	for i := range before {
+		(*by)[i] += after[i] - before[i]
+		total += after[i] - before[i]
+	}
+	return total
+}
+
 // serversCPU is the CPU time of every process of a set-up so far.
 func serversCPU(srvs []*server) time.Duration {
 	var total time.Duration
-	for _, s := range srvs {
-		cpu, _ := s.cpu()
-		total += cpu
+	for _, c := range cpuOf(srvs) {
+		total += c
 	}
 	return total
 }

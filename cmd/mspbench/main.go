@@ -38,7 +38,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var cfg bench.Config
 	var scenarios, serverArgs string
 	var turnSessions, idleConns, clusterSessions intList
-	var storeBackends string
+	var storeBackends, appendStores string
 	var asJSON bool
 	fs.StringVar(&cfg.Bin, "bin", "", "mspd binary to benchmark (default: build ./cmd/mspd)")
 	fs.StringVar(&cfg.ModuleDir, "module", ".", "mspd module to build when --bin is not given")
@@ -57,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.ResumeEvents, "resume-events", 10000, "resume: durable events in the log resumed")
 	fs.IntVar(&cfg.AppendSessions, "append-sessions", 100, "append: sessions")
 	fs.IntVar(&cfg.AppendTurns, "append-turns", 20, "append: one-delta turns per session; store: turns (three commits each) per session")
+	fs.StringVar(&appendStores, "append-stores", strings.Join(bench.AppendStores, ","),
+		"append: deployments mspd runs on, of "+strings.Join(bench.AppendStores, ", ")+" (jetstream-r3: three nodes, a third of the sessions each)")
 	fs.StringVar(&storeBackends, "store-backends", strings.Join(bench.StoreBackends, ","),
 		"store: backends, of "+strings.Join(bench.StoreBackends, ", ")+" (jetstream-r3x3: three writers, one a node)")
 	fs.IntVar(&cfg.StoreRows, "store-rows", 10000, "store: session rows the row scans read")
@@ -72,6 +74,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg.ServerArgs = strings.Fields(serverArgs)
 	cfg.TurnSessions, cfg.IdleConns, cfg.ClusterSessions = turnSessions, idleConns, clusterSessions
 	cfg.StoreBackends = strings.Split(storeBackends, ",")
+	cfg.AppendStores = strings.Split(appendStores, ",")
 	cfg.Log = stderr
 	rep, err := bench.Run(ctx, cfg)
 	if rep != nil {
