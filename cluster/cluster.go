@@ -105,27 +105,51 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 // the winner's.
 func leaseBucket(ctx context.Context, js jetstream.JetStream, opts Options) (jetstream.KeyValue, error) {
 	for {
-		kv, err := js.KeyValue(ctx, opts.Bucket)
+		// Each request on a short leash: one sent while the cluster still
+		// elects its leaders may never be answered.
+		try, cancel := context.WithTimeout(ctx, 5*time.Second)
+		kv, err := js.KeyValue(try, opts.Bucket)
+		cancel()
 		if err == nil {
 			return kv, nil
 		}
 		if !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, err
+			// JetStream may still be electing its leaders: try again
+			// while ctx lasts.
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
 		}
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		try, cancel = context.WithTimeout(ctx, 5*time.Second)
+		kv, err = js.CreateKeyValue(try, jetstream.KeyValueConfig{
 			Bucket:   opts.Bucket,
 			TTL:      opts.LeaseTTL,
 			History:  1,
 			Replicas: opts.Replicas,
 			Storage:  jetstream.FileStorage,
 		})
+		cancel()
 		if err == nil {
 			return kv, nil
 		}
-		if !errors.Is(err, jetstream.ErrBucketExists) && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		if ctx.Err() != nil {
 			return nil, err
 		}
-		// Another node created it meanwhile: open that one.
+		if !errors.Is(err, jetstream.ErrBucketExists) && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			select { // not yet: the cluster may still be electing
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+		// Another node created it meanwhile, or the cluster was not ready:
+		// open it, or try again.
 	}
 }
 

@@ -134,7 +134,9 @@ func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error
 		return fail(fmt.Errorf("opening the JetStream store: %w", err))
 	}
 	closers = append(closers, st.Close)
-	cl, err := cluster.New(wait, nc, js, cluster.Options{Node: node, LeaseTTL: b.LeaseTTL, Replicas: replicas, Logger: cfg.Logger})
+	join, cancelJoin := context.WithTimeout(ctx, time.Minute)
+	defer cancelJoin()
+	cl, err := cluster.New(join, nc, js, cluster.Options{Node: node, LeaseTTL: b.LeaseTTL, Replicas: replicas, Logger: cfg.Logger})
 	if err != nil {
 		return fail(err)
 	}

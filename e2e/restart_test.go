@@ -77,8 +77,18 @@ func launchProcess(t *testing.T, dataDir string, args ...string) *process {
 	p := &process{cmd: cmd, found: make(chan string, 1)}
 	t.Cleanup(func() { p.kill() })
 	lines := bufio.NewScanner(stderr)
+	var keep *os.File // MSPD_E2E_LOG_DIR keeps each process's log, for debugging
+	if dir := os.Getenv("MSPD_E2E_LOG_DIR"); dir != "" {
+		keep, _ = os.CreateTemp(dir, "mspd-*.log")
+	}
 	go func() {
+		if keep != nil {
+			defer keep.Close()
+		}
 		for lines.Scan() {
+			if keep != nil {
+				fmt.Fprintln(keep, lines.Text())
+			}
 			if m := listening.FindStringSubmatch(lines.Text()); m != nil {
 				select {
 				case p.found <- m[1]:

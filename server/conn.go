@@ -271,6 +271,10 @@ func (c *conn) Replay(ctx context.Context, n session.Notification) error {
 // Subscribed implements session.Subscriber.
 func (c *conn) Subscribed(sessionID, from string) { c.out.subscribed(sessionID, from) }
 
+// Abort implements session.Aborter: a subscription the client was promised
+// failed, so the connection ends and the client resumes by cursor.
+func (c *conn) Abort(reason string) { c.goAway(reason) }
+
 // Broadcasts implements session.Subscriber: connections past their
 // handshake that were granted sessionListStream take session-list news.
 func (c *conn) Broadcasts() bool { return c.ready.Load() && c.listStream.Load() }

@@ -3,7 +3,9 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"mspd/schema/msp"
@@ -114,5 +116,48 @@ func TestLaunchedTurnWaitsForItsAck(t *testing.T) {
 	caller.waitTerminal(t, ack.TurnID)
 	if got := of[msp.TurnStartedParams](t, caller, msp.NotifyTurnStarted); len(got) != 1 {
 		t.Fatalf("the caller got %d turn/started", len(got))
+	}
+}
+
+// failingReads refuses reads of the log while fail is set.
+type failingReads struct {
+	store.Store
+	fail atomic.Bool
+}
+
+func (f *failingReads) Records(ctx context.Context, id string, after int64, limit int) ([]store.Record, error) {
+	if f.fail.Load() {
+		return nil, errors.New("store unavailable")
+	}
+	return f.Store.Records(ctx, id, after, limit)
+}
+
+// abortSub is a recSub that can be cut off.
+type abortSub struct {
+	*recSub
+	aborted atomic.Bool
+}
+
+func (a *abortSub) Abort(string) { a.aborted.Store(true) }
+
+// TestFailedAttachAborts: a resume answered before its subscription
+// failed (the store refused the replay) cuts the connection off, so that
+// its client starts over rather than wait for events that never come.
+func TestFailedAttachAborts(t *testing.T) {
+	fr := &failingReads{Store: openStore(t)}
+	m := newManager(t, fr, newHistModel(), mgrOpts{})
+	sub := newRecSub()
+	sid := startSession(t, m, sub)
+	runTurn(t, m, sub, textTurn(sid, "hello"))
+	late := &abortSub{recSub: newRecSub()}
+	from := durableCursor(sid, 1)
+	_, attach, err := m.ResumeSession(context.Background(), late, mustJSON(msp.SessionResumeParams{CommandID: cmdID(), SessionID: sid, Cursor: &from}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr.fail.Store(true)
+	attach(context.Background())
+	if !late.aborted.Load() {
+		t.Fatal("a failed subscription left its connection waiting")
 	}
 }

@@ -575,8 +575,21 @@ func (m *Manager) attachAfter(sub Subscriber, sessionID, after string) func(cont
 	return func(ctx context.Context) {
 		if err := m.Subscribe(ctx, sub, sessionID, &after); err != nil && ctx.Err() == nil {
 			m.log.Warn("auto-subscribe failed", "session", sessionID, "err", err)
+			// The client was told it is subscribed: it must not wait for
+			// events that will never come. A connection that can be
+			// dropped is, and its client resumes by cursor.
+			if a, ok := sub.(Aborter); ok {
+				a.Abort("subscribing failed: " + err.Error())
+			}
 		}
 	}
+}
+
+// Aborter is a Subscriber that can be cut off (a connection), so that its
+// client starts over rather than wait on a subscription that failed
+// after its response was sent.
+type Aborter interface {
+	Abort(reason string)
 }
 
 // ResumeSession serves session/resume. With a cursor the result carries no
