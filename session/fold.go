@@ -1,0 +1,100 @@
+package session
+
+// Folding a session's log: its items, history and totals.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"mspd/provider"
+	"mspd/schema/msp"
+	"mspd/store"
+)
+
+// folded is what a pass over a session's log recovers.
+type folded struct {
+	history    []provider.Message
+	items      []msp.Item
+	open       map[string]msp.Item
+	cumulative msp.CumulativeTokenUsage
+	// deltasThrough is the last durable seq that deltas may have followed:
+	// an item was open after it.
+	deltasThrough int64
+}
+
+// fold replays a session's log from the start.
+func fold(ctx context.Context, st store.Store, id string) (folded, error) {
+	f := folded{open: make(map[string]msp.Item)}
+	index := make(map[string]int)
+	startedAt := make(map[string]int64)
+	var after int64
+	for {
+		recs, err := st.Records(ctx, id, after, 1000)
+		if err != nil {
+			return f, err
+		}
+		for _, r := range recs {
+			after = r.Seq
+			switch r.Method {
+			case msp.NotifyItemStarted, msp.NotifyItemUpdated, msp.NotifyItemCompleted:
+				var p msp.ItemParams
+				if err := json.Unmarshal(r.Params, &p); err != nil {
+					return f, fmt.Errorf("record %d: %w", r.Seq, err)
+				}
+				if i, ok := index[p.Item.ItemID]; ok {
+					f.items[i] = p.Item
+				} else {
+					index[p.Item.ItemID] = len(f.items)
+					f.items = append(f.items, p.Item)
+				}
+				switch r.Method {
+				case msp.NotifyItemStarted:
+					f.open[p.Item.ItemID] = p.Item
+					startedAt[p.Item.ItemID] = r.Seq
+					continue
+				case msp.NotifyItemUpdated:
+					if _, ok := f.open[p.Item.ItemID]; ok {
+						f.open[p.Item.ItemID] = p.Item
+					}
+					continue
+				}
+				if _, ok := startedAt[p.Item.ItemID]; ok {
+					f.deltasThrough = max(f.deltasThrough, r.Seq-1)
+				}
+				delete(f.open, p.Item.ItemID)
+				if m, ok := historyMessage(p.Item); ok {
+					f.history = append(f.history, m)
+				}
+			case msp.NotifySessionTokenUsage:
+				var p msp.SessionTokenUsageParams
+				if err := json.Unmarshal(r.Params, &p); err != nil {
+					return f, fmt.Errorf("record %d: %w", r.Seq, err)
+				}
+				f.cumulative = p.Cumulative
+			}
+		}
+		if len(recs) < 1000 {
+			if len(f.open) > 0 {
+				f.deltasThrough = after
+			}
+			return f, nil
+		}
+	}
+}
+
+// historyMessage tells which completed items the model sees again: the
+// user's messages and the agent's completed, non-empty answers (as a live
+// session keeps them), never a rejected attempt.
+func historyMessage(it msp.Item) (provider.Message, bool) {
+	if it.Text == nil || *it.Text == "" || it.Status != msp.ItemCompleted {
+		return provider.Message{}, false
+	}
+	switch it.Kind {
+	case msp.ItemUserMessage:
+		return provider.Message{Role: provider.RoleUser, Text: *it.Text}, true
+	case msp.ItemAgentMessage:
+		return provider.Message{Role: provider.RoleAssistant, Text: *it.Text}, true
+	}
+	return provider.Message{}, false
+}

@@ -1,0 +1,182 @@
+package session
+
+// Catching a subscriber up: the records after its cursor, the kept deltas
+// among them, and the holes reported as view/gap.
+
+import (
+	"context"
+	"math"
+
+	"mspd/schema/msp"
+)
+
+// subscribe attaches sub and replays every event after the cursor —
+// durable records from the store, deltas from the delta log — before any
+// live event, as one sequence in cursor order. Deltas no longer kept are
+// reported as a view/gap around them instead of being skipped silently.
+// The bulk of the durable replay runs without the lock, waiting for the
+// subscriber to make room; the lock is taken for the rest (the records
+// that kept deltas interleave with) and the registration, so no live event
+// can slip between replay and live delivery.
+func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) error {
+	// A connection re-attaching starts over from after: live events must
+	// not interleave with its replay, and what it tracked of its earlier
+	// view (a hole, a kept event) is void.
+	s.detach(sub)
+	sub.Subscribed(s.id, after.String())
+	r := replay{s: s, sub: sub, pos: after}
+	var err error
+	if r.open, err = s.itemOpenAfter(ctx, after.seq); err != nil {
+		return err
+	}
+	r.midItem = r.open
+	s.mu.Lock()
+	r.lost = s.deltas.lost
+	// Records up to the first kept delta's have no kept delta among them.
+	bulk := s.head
+	if first := s.deltas.firstSeq(); first >= 0 {
+		bulk = min(bulk, first)
+	}
+	s.mu.Unlock()
+	if err := r.records(ctx, bulk, false, func(n Notification) error { return sub.Replay(ctx, n) }); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.lost = s.deltas.lost // more may have been let go meanwhile
+	deliver := func(n Notification) error { sub.Deliver(n); return nil }
+	if err := r.records(ctx, s.head, true, deliver); err != nil {
+		return err
+	}
+	r.deltasBefore(cursor{seq: math.MaxInt64}, deliver)
+	if r.checkHole(true); r.gapAfter != "" {
+		s.gapsDue[sub] = r.gapAfter // reported with the next live event
+	}
+	s.subs[sub] = struct{}{}
+	return nil
+}
+
+// itemOpenAfter tells whether an item was streaming after durable record
+// seq, so that deltas may follow it. Items stream one at a time, so the
+// last item event up to seq decides.
+func (s *session) itemOpenAfter(ctx context.Context, seq int64) (bool, error) {
+	const batch = 64
+	for before := seq + 1; before > 1; {
+		recs, err := s.m.store.RecordsBefore(ctx, s.id, before, batch)
+		if err != nil {
+			return false, msp.ErrInternal("reading session log: %v", err)
+		}
+		for i := len(recs) - 1; i >= 0; i-- {
+			switch recs[i].Method {
+			case msp.NotifyItemStarted:
+				return true, nil
+			case msp.NotifyItemCompleted:
+				return false, nil
+			}
+		}
+		if len(recs) < batch {
+			break
+		}
+		before = recs[0].Seq
+	}
+	return false, nil
+}
+
+// replay is one subscription's catch-up: where it stands, whether deltas
+// may follow that position, and a hole to report before the next event it
+// delivers.
+type replay struct {
+	s        *session
+	sub      Subscriber
+	pos      cursor // the last position delivered or skipped
+	open     bool   // an item was open after record pos.seq
+	midItem  bool   // that item was open at the subscription's cursor
+	lost     cursor // deltas up to here may be gone (s.deltas.lost)
+	gapAfter string // a hole opened after this cursor, not yet reported
+	next     int    // kept deltas before it are behind pos
+}
+
+// checkHole opens a hole when deltas that followed record pos.seq, after
+// pos, are gone and the reader would notice: it holds part of the item's
+// text (it subscribed in the middle of the item), or more deltas of the
+// item follow (delta is set). An item whose deltas are all gone and that
+// the reader sees start arrives whole in its item/completed, as it does
+// from view/page. The next event delivered closes the hole.
+func (r *replay) checkHole(delta bool) {
+	lost := r.open && r.pos.before(r.lost) && r.pos.seq <= r.lost.seq
+	if lost && (r.midItem || delta) && r.gapAfter == "" {
+		r.gapAfter = r.pos.String()
+	}
+}
+
+// emit sends n, which stands at at, preceded by the view/gap of an open
+// hole: next names n, the first event delivered after it.
+func (r *replay) emit(n Notification, at cursor, send func(Notification) error) error {
+	r.checkHole(n.Method == msp.NotifyItemDelta)
+	if r.gapAfter != "" {
+		r.sub.Deliver(r.s.gapNotification(r.gapAfter, n.Cursor))
+		r.gapAfter = ""
+	}
+	if err := send(n); err != nil {
+		return err
+	}
+	r.pos = at
+	return nil
+}
+
+// records sends the durable records after pos through seq through. With
+// withDeltas (s.mu held) each is preceded by the kept deltas before it.
+func (r *replay) records(ctx context.Context, through int64, withDeltas bool, send func(Notification) error) error {
+	const batch = 256
+	for r.pos.seq < through {
+		recs, err := r.s.m.store.Records(ctx, r.s.id, r.pos.seq, int(min(through-r.pos.seq, batch)))
+		if err != nil {
+			return msp.ErrInternal("reading session log: %v", err)
+		}
+		if len(recs) == 0 {
+			return msp.ErrInternal("session log %s ends before %d", r.s.id, through)
+		}
+		for _, rec := range recs {
+			at := cursor{session: r.s.id, seq: rec.Seq}
+			if withDeltas {
+				if err := r.deltasBefore(at, send); err != nil {
+					return err
+				}
+			}
+			if err := r.emit(r.s.recordNotification(rec), at, send); err != nil {
+				return err
+			}
+			switch rec.Method {
+			case msp.NotifyItemStarted:
+				r.open, r.midItem = true, false
+			case msp.NotifyItemCompleted:
+				r.open, r.midItem = false, false
+			}
+		}
+	}
+	return nil
+}
+
+// deltasBefore sends the kept deltas after pos and before limit. s.mu must
+// be held.
+func (r *replay) deltasBefore(limit cursor, send func(Notification) error) error {
+	kept := r.s.deltas.kept
+	for ; r.next < len(kept) && kept[r.next].at.before(limit); r.next++ {
+		d := kept[r.next]
+		if !r.pos.before(d.at) {
+			continue
+		}
+		n := Notification{SessionID: r.s.id, Method: msp.NotifyItemDelta, Cursor: d.at.String(), Frame: d.frame}
+		if err := r.emit(n, d.at, send); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gapNotification renders a view/gap naming the hole (after, next).
+func (s *session) gapNotification(after, next string) Notification {
+	p, _ := msp.Marshal(msp.ViewGapParams{SessionID: s.id, After: after, Next: next})
+	return Notification{SessionID: s.id, Method: msp.NotifyViewGap,
+		Frame: msp.EncodeNotification(msp.NotifyViewGap, p, s.m.now().UnixMilli())}
+}

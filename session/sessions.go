@@ -1,0 +1,335 @@
+package session
+
+// The session lifecycle: session/start, resume, read and list, and the
+// model a session uses.
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"mspd/schema/msp"
+	"mspd/store"
+)
+
+// StartSession serves session/start. The returned attach subscribes the
+// caller after the result's viewCursor; call it once the result is sent.
+func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.RawMessage) (json.RawMessage, func(context.Context), error) {
+	var p msp.SessionStartParams
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, nil, msp.ErrInvalidParams("", "session/start params: %v", err)
+	}
+	if p.SessionID != "" {
+		if _, err := uuid.Parse(p.SessionID); err != nil {
+			return nil, nil, msp.ErrInvalidParams("sessionId", "sessionId must be a UUID")
+		}
+	}
+	owner := PrincipalFrom(ctx)
+	var started *msp.Session
+	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionStart, raw, func(a *admission) (json.RawMessage, error) {
+		// Resolved only for a new command: a replay gets its recorded
+		// answer even after the configured providers changed.
+		providerID, modelID, err := m.resolveModel(p)
+		if err != nil {
+			return nil, err
+		}
+		id := p.SessionID
+		if id == "" {
+			id = newID()
+		} else {
+			// Two starts naming one new sessionId: one creates it, the
+			// other is refused.
+			release := m.ledger.lock("session:" + id)
+			defer release()
+			if _, err := m.store.Session(ctx, id); err == nil {
+				return nil, a.reject(ctx, m.store, msp.ErrCommandRejected(p.CommandID, msp.ReasonSessionIDConflict, "session %s already exists", id))
+			} else if !errors.Is(err, store.ErrNotFound) {
+				return nil, msp.ErrInternal("checking session: %v", err)
+			}
+		}
+		now := m.now()
+		st := state{CreatedAt: now, UpdatedAt: now, Owner: owner}
+		st.ProviderID, st.ModelID = optional(providerID), optional(modelID)
+		root := p.WorkspaceRoot
+		if root == "" && len(p.WorkspaceRoots) > 0 {
+			root = p.WorkspaceRoots[0]
+		}
+		st.WorkspaceRoot = optional(root)
+		wire := st.wire(id, m.cfg.LogPath)
+		res, err := msp.Marshal(msp.SessionStartResult{Session: wire, ViewCursor: durableCursor(id, 0)})
+		if err != nil {
+			return nil, msp.ErrInternal("encoding result: %v", err)
+		}
+		if err := m.commitNew(ctx, a, id, st, res); err != nil {
+			return nil, msp.ErrInternal("creating session: %v", err)
+		}
+		started = &wire
+		return res, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.opened(owner, sub, started, resp)
+}
+
+// commitNew writes a new session's row with the ledger entry of the
+// command that made it, in one commit.
+func (m *Manager) commitNew(ctx context.Context, a *admission, id string, st state, res json.RawMessage) error {
+	stRaw, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	row := store.Session{ID: id, CreatedAt: st.CreatedAt, UpdatedAt: st.UpdatedAt, State: stRaw}
+	return m.store.Commit(ctx, store.Batch{SessionID: id, Session: &row, Commands: []store.Command{a.entry(res, false)}})
+}
+
+// opened announces a session just made (started is nil for a replay) with
+// session/started — upstream hosts send it before the response — and
+// returns the attach that subscribes its creator after the result's
+// viewCursor.
+func (m *Manager) opened(owner string, sub Subscriber, started *msp.Session, resp json.RawMessage) (json.RawMessage, func(context.Context), error) {
+	if started != nil {
+		m.broadcast(owner, sub, msp.NotifySessionStarted, msp.SessionStartedParams{Session: *started})
+	}
+	var res msp.SessionStartResult
+	if err := json.Unmarshal(resp, &res); err != nil {
+		return nil, nil, msp.ErrInternal("stored result unreadable: %v", err)
+	}
+	return resp, m.attachAfter(sub, res.Session.SessionID, res.ViewCursor), nil
+}
+
+// resolveModel picks the provider and model of a new session.
+func (m *Manager) resolveModel(p msp.SessionStartParams) (string, string, error) {
+	requested := ""
+	if p.ProviderID != nil {
+		requested = *p.ProviderID
+	}
+	if m.cfg.Catalog != nil {
+		return m.cfg.Catalog.Resolve(requested, p.ModelID)
+	}
+	if requested != "" && m.cfg.ProviderID != "" && requested != m.cfg.ProviderID {
+		return "", "", msp.ErrInvalidParams("providerId", "provider %q is not configured (this server runs %q)", requested, m.cfg.ProviderID)
+	}
+	model := m.cfg.ModelID
+	if p.ModelID != "" {
+		model = p.ModelID
+	}
+	return m.cfg.ProviderID, model, nil
+}
+
+// ResumeSession serves session/resume. With a cursor the result carries no
+// history and attach delivers exactly the events after the cursor; without
+// one it carries the folded items (within the history budget). A resume is
+// a read: it changes nothing, so nothing of it is recorded, and a repeated
+// one gets a fresh answer.
+func (m *Manager) ResumeSession(ctx context.Context, sub Subscriber, raw json.RawMessage) (json.RawMessage, func(context.Context), error) {
+	var p msp.SessionResumeParams
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, nil, msp.ErrInvalidParams("", "session/resume params: %v", err)
+	}
+	s, release, err := m.acquire(ctx, p.SessionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
+	if p.Cursor != nil {
+		if _, err := s.checkCursor(*p.Cursor); err != nil {
+			return nil, nil, err
+		}
+	}
+	// Re-attaching: the old subscription ends before the head is read (a
+	// refused resume leaves it alone).
+	s.detach(sub)
+	var snap msp.SessionSnapshot
+	switch {
+	case p.Cursor != nil:
+		snap, err = m.snapshot(ctx, s, false, msp.NoneCursorSuffix)
+	case p.ExcludeItems:
+		snap, err = m.snapshot(ctx, s, false, msp.NoneExcluded)
+	default:
+		snap, err = m.snapshot(ctx, s, true, "")
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := msp.Marshal(snap)
+	if err != nil {
+		return nil, nil, msp.ErrInternal("encoding result: %v", err)
+	}
+	after := snap.ViewCursor
+	if p.Cursor != nil {
+		after = *p.Cursor
+	}
+	return res, m.attachAfter(sub, s.id, after), nil
+}
+
+// ReadSession serves session/read: a point-in-time read that never
+// subscribes. Items are excluded unless asked for.
+func (m *Manager) ReadSession(ctx context.Context, raw json.RawMessage) (any, error) {
+	var p msp.SessionReadParams
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, msp.ErrInvalidParams("", "session/read params: %v", err)
+	}
+	s, release, err := m.acquire(ctx, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if p.ExcludeItems == nil || *p.ExcludeItems {
+		return m.snapshot(ctx, s, false, msp.NoneExcluded)
+	}
+	return m.snapshot(ctx, s, true, "")
+}
+
+// snapshot renders a session with its head and, when inline is set, its
+// folded items; noneReason explains an omitted history.
+func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneReason string) (msp.SessionSnapshot, error) {
+	s.mu.Lock()
+	if err := s.freshLocked(ctx); err != nil {
+		s.mu.Unlock()
+		return msp.SessionSnapshot{}, err
+	}
+	wire := s.st.wire(s.id, m.cfg.LogPath)
+	head := s.head
+	openText := make(map[string]string, len(s.open))
+	for id, oi := range s.open {
+		openText[id] = oi.text.String()
+	}
+	s.mu.Unlock()
+	snap := msp.SessionSnapshot{
+		History:         msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: noneReason, Snapshot: json.RawMessage("null")},
+		PendingRequests: []msp.PendingRequest{},
+		Session:         wire,
+		ViewCursor:      durableCursor(s.id, head),
+	}
+	if !inline {
+		return snap, nil
+	}
+	h, err := m.inlineHistory(ctx, s.id, openText)
+	if err != nil {
+		return snap, err
+	}
+	snap.History = h
+	return snap, nil
+}
+
+// inlineHistory folds a session's items for a resume, a read or a fork,
+// with the text streamed so far into items still open (openText, by item
+// id); past the history budget the history is left for the client to page.
+func (m *Manager) inlineHistory(ctx context.Context, id string, openText map[string]string) (msp.SessionHistory, error) {
+	none := msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: msp.NoneHistoryBudget, Snapshot: json.RawMessage("null")}
+	f, err := fold(ctx, m.store, id)
+	if err != nil {
+		return none, msp.ErrInternal("reading session log: %v", err)
+	}
+	for i := range f.items {
+		it := &f.items[i]
+		if text, ok := openText[it.ItemID]; ok && it.Status == msp.ItemInProgress {
+			it.Text = &text
+		}
+	}
+	if encoded, err := msp.Marshal(f.items); err != nil || len(encoded) > m.cfg.HistoryBudget {
+		return none, nil
+	}
+	if f.items == nil {
+		f.items = []msp.Item{}
+	}
+	return msp.SessionHistory{Items: f.items, Mode: msp.HistoryInline, Snapshot: json.RawMessage("null")}, nil
+}
+
+// ListSessions serves session/list: newest first, paged.
+func (m *Manager) ListSessions(ctx context.Context, raw json.RawMessage) (msp.SessionListResult, error) {
+	var p msp.SessionListParams
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return msp.SessionListResult{}, msp.ErrInvalidParams("", "session/list params: %v", err)
+		}
+	}
+	limit := 50
+	if p.Limit != nil {
+		limit = min(max(*p.Limit, 1), 200)
+	}
+	var after *store.SessionKey
+	if p.Cursor != nil {
+		k, err := decodeListCursor(*p.Cursor)
+		if err != nil {
+			return msp.SessionListResult{}, msp.ErrInvalidParams("cursor", "unknown session/list cursor")
+		}
+		after = &k
+	}
+	// Only the caller's own sessions are listed; the scan goes on past
+	// other principals' rows until the page is full.
+	owner := PrincipalFrom(ctx)
+	res := msp.SessionListResult{Sessions: []msp.Session{}}
+	var last store.SessionKey // the last session returned
+	batch := max(limit+1, 64)
+	for {
+		rows, err := m.store.Sessions(ctx, after, batch)
+		if err != nil {
+			return msp.SessionListResult{}, msp.ErrInternal("listing sessions: %v", err)
+		}
+		for _, row := range rows {
+			after = &store.SessionKey{UpdatedAt: row.UpdatedAt, ID: row.ID}
+			var st state
+			if err := json.Unmarshal(row.State, &st); err != nil {
+				return res, msp.ErrInternal("session %s state unreadable: %v", row.ID, err)
+			}
+			if st.Owner != owner {
+				continue
+			}
+			if len(res.Sessions) == limit {
+				c := encodeListCursor(last)
+				res.NextCursor = &c
+				return res, nil
+			}
+			res.Sessions = append(res.Sessions, st.wire(row.ID, m.cfg.LogPath))
+			last = *after
+		}
+		if len(rows) < batch {
+			return res, nil
+		}
+	}
+}
+
+// SessionModel returns the provider and model a session uses.
+func (m *Manager) SessionModel(ctx context.Context, sessionID string) (providerID, modelID string, err error) {
+	s, release, err := m.acquire(ctx, sessionID)
+	if err != nil {
+		return "", "", err
+	}
+	defer release()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.freshLocked(ctx); err != nil {
+		return "", "", err
+	}
+	return deref(s.st.ProviderID), deref(s.st.ModelID), nil
+}
+
+// Session list cursors are their own opaque family: the position of the
+// last session of a page.
+func encodeListCursor(k store.SessionKey) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.UpdatedAt.UnixNano(), 10) + ":" + k.ID))
+}
+
+func decodeListCursor(s string) (store.SessionKey, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return store.SessionKey{}, err
+	}
+	ns, id, ok := strings.Cut(string(b), ":")
+	if !ok {
+		return store.SessionKey{}, errors.New("malformed")
+	}
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if err != nil {
+		return store.SessionKey{}, err
+	}
+	return store.SessionKey{UpdatedAt: time.Unix(0, n), ID: id}, nil
+}

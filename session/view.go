@@ -1,0 +1,187 @@
+package session
+
+// The view: subscribing, paging and the head.
+
+import (
+	"context"
+
+	"mspd/schema/msp"
+	"mspd/store"
+)
+
+// attachAfter returns a function that subscribes sub to a session after a
+// cursor, logging (not failing) when that cannot be done.
+func (m *Manager) attachAfter(sub Subscriber, sessionID, after string) func(context.Context) {
+	return func(ctx context.Context) {
+		if err := m.Subscribe(ctx, sub, sessionID, &after); err != nil && ctx.Err() == nil {
+			m.log.Warn("auto-subscribe failed", "session", sessionID, "err", err)
+			// The client was told it is subscribed: it must not wait for
+			// events that will never come. A connection that can be
+			// dropped is, and its client resumes by cursor.
+			if a, ok := sub.(Aborter); ok {
+				a.Abort("subscribing failed: " + err.Error())
+			}
+		}
+	}
+}
+
+// Aborter is a Subscriber that can be cut off (a connection), so that its
+// client starts over rather than wait on a subscription that failed
+// after its response was sent.
+type Aborter interface {
+	Abort(reason string)
+}
+
+// Subscribe serves view/subscribe (and the auto-subscribe of start and
+// resume): replay (after, head] when after is given, then live.
+func (m *Manager) Subscribe(ctx context.Context, sub Subscriber, sessionID string, after *string) error {
+	s, release, err := m.acquire(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	defer release()
+	from := cursor{session: s.id}
+	if after != nil {
+		if from, err = s.checkCursor(*after); err != nil {
+			return err
+		}
+	} else {
+		s.mu.Lock()
+		from.seq, from.sub = s.head, s.sub
+		s.mu.Unlock()
+	}
+	return s.subscribe(ctx, sub, from)
+}
+
+// Head returns a session's current head cursor.
+func (m *Manager) Head(ctx context.Context, sessionID string) (string, error) {
+	s, release, err := m.acquire(ctx, sessionID)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return durableCursor(s.id, s.head), nil
+}
+
+// ViewSubscribe serves view/subscribe: it returns the head, and attach,
+// to run once the result is sent, replays (after, head] when after is
+// given and then goes live. The connection's earlier subscription to the
+// session ends before the head is read, so no event reaches it twice or
+// out of order around the result.
+func (m *Manager) ViewSubscribe(ctx context.Context, sub Subscriber, sessionID string, after *string) (string, func(context.Context), error) {
+	s, release, err := m.acquire(ctx, sessionID)
+	if err != nil {
+		return "", nil, err
+	}
+	defer release()
+	if after != nil {
+		if _, err := s.checkCursor(*after); err != nil {
+			return "", nil, err
+		}
+	}
+	s.detach(sub)
+	s.mu.Lock()
+	head, from := durableCursor(s.id, s.head), cursor{session: s.id, seq: s.head, sub: s.sub}.String()
+	s.mu.Unlock()
+	if after != nil {
+		from = *after
+	}
+	return head, m.attachAfter(sub, s.id, from), nil
+}
+
+// Unsubscribe serves view/unsubscribe; it is idempotent.
+func (m *Manager) Unsubscribe(ctx context.Context, sub Subscriber, sessionID string) error {
+	s, release, err := m.acquire(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	defer release()
+	s.unsubscribe(sub)
+	return nil
+}
+
+// Page serves view/page.
+func (m *Manager) Page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageResult, error) {
+	s, release, err := m.acquire(ctx, p.SessionID)
+	if err != nil {
+		return msp.ViewPageResult{}, err
+	}
+	defer release()
+	return s.page(ctx, p)
+}
+
+// page serves view/page: durable events only, ascending in both directions.
+func (s *session) page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageResult, error) {
+	s.mu.Lock()
+	head := s.head
+	s.mu.Unlock()
+	res := msp.ViewPageResult{Events: []msp.ViewEvent{}}
+	backward := p.Direction == msp.Backward
+	var recs []store.Record
+	var err error
+	if backward {
+		before := head + 1
+		if p.Cursor != nil {
+			c, cerr := s.checkCursor(*p.Cursor)
+			if cerr != nil {
+				return res, cerr
+			}
+			before = c.seq
+			if c.sub > 0 { // a delta lies after its durable record
+				before = c.seq + 1
+			}
+		}
+		recs, err = s.m.store.RecordsBefore(ctx, s.id, before, p.Limit)
+	} else {
+		var after int64
+		if p.Cursor != nil {
+			c, cerr := s.checkCursor(*p.Cursor)
+			if cerr != nil {
+				return res, cerr
+			}
+			after = c.seq
+		}
+		recs, err = s.m.store.Records(ctx, s.id, after, p.Limit)
+	}
+	if err != nil {
+		return res, msp.ErrInternal("reading session log: %v", err)
+	}
+	recs = withinBudget(recs, s.m.frameBudget(), backward)
+	if len(recs) == 0 {
+		return res, nil
+	}
+	for _, r := range recs {
+		res.Events = append(res.Events, msp.ViewEvent{Method: r.Method, Params: r.Params})
+	}
+	// nextCursor is null exactly at the end of the view.
+	if first, last := recs[0].Seq, recs[len(recs)-1].Seq; backward && first > 1 {
+		next := durableCursor(s.id, first)
+		res.NextCursor = &next
+	} else if !backward && last < head {
+		next := durableCursor(s.id, last)
+		res.NextCursor = &next
+	}
+	return res, nil
+}
+
+// withinBudget keeps as many records as fit one frame — those nearest the
+// page's cursor — and always at least one, so a page makes progress.
+func withinBudget(recs []store.Record, budget int, backward bool) []store.Record {
+	size := 0
+	for k := range recs {
+		i := k
+		if backward {
+			i = len(recs) - 1 - k
+		}
+		size += len(recs[i].Params) + len(recs[i].Method) + 32
+		if k > 0 && size > budget {
+			if backward {
+				return recs[i+1:]
+			}
+			return recs[:i]
+		}
+	}
+	return recs
+}
