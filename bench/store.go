@@ -339,8 +339,10 @@ func (t *storeTarget) addRows(r *runner, base float64, note string) {
 		r.add(Row{Scenario: t.label, Figure: "server CPU per commit", Value: perItem(tl.serverCPU, tl.commits), Unit: "µs",
 			Note: fmt.Sprintf("all %d NATS servers (in their mspd processes), over the rounds", len(t.nodes.srvs))})
 		for i, cpu := range tl.nodeCPU {
-			r.add(Row{Scenario: t.label, Figure: fmt.Sprintf("node n%d CPU per commit", i+1), Value: perItem(cpu, tl.commits), Unit: "µs",
-				Note: "with three, the stream's leader does the most"})
+			if len(tl.nodeCPU) > 1 {
+				r.add(Row{Scenario: t.label, Figure: fmt.Sprintf("node n%d CPU per commit", i+1), Value: perItem(cpu, tl.commits), Unit: "µs",
+					Note: "the stream's leader does the most"})
+			}
 		}
 	}
 	note = "this process: the store's client side and its callers"
@@ -452,7 +454,7 @@ func (r *runner) leaseRows(ctx context.Context, t *storeTarget) error {
 	r.add(Row{Scenario: label, Figure: "lease renewals/s, all at once", Value: parallelRate, Unit: "/s",
 		Note: fmt.Sprintf("%d leases × %d KV updates, in parallel", n, leaseRenewals)})
 	r.add(Row{Scenario: label, Figure: "lease renewals/s, one at a time", Value: serialRate, Unit: "/s",
-		Note: fmt.Sprintf("as cluster.renew goes through a node's leases; at TTL %v a node renewing so holds at most ~%.0f leases", leaseTTL, serialRate*leaseTTL.Seconds()*2/3)})
+		Note: fmt.Sprintf("as cluster.renew goes through a node's leases; at TTL %v a node renewing so holds at most ~%.0f leases (a pass must end within the TTL)", leaseTTL, serialRate*leaseTTL.Seconds())})
 	r.latencyRows(label, "lease renewal", serial, "one KV update, one at a time")
 	return nil
 }
