@@ -338,8 +338,8 @@ func (t *storeTarget) addRows(r *runner, base float64, note string) {
 	if t.nodes != nil {
 		r.add(Row{Scenario: t.label, Figure: "server CPU per commit", Value: perItem(tl.serverCPU, tl.commits), Unit: "µs",
 			Note: fmt.Sprintf("all %d NATS servers (in their mspd processes), over the rounds", len(t.nodes.srvs))})
-		for i, cpu := range tl.nodeCPU {
-			if len(tl.nodeCPU) > 1 {
+		if len(tl.nodeCPU) > 1 {
+			for i, cpu := range tl.nodeCPU {
 				r.add(Row{Scenario: t.label, Figure: fmt.Sprintf("node n%d CPU per commit", i+1), Value: perItem(cpu, tl.commits), Unit: "µs",
 					Note: "the stream's leader does the most"})
 			}
