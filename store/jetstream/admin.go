@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mspd/store"
 	"slices"
 	"strings"
 	"time"
@@ -34,7 +35,7 @@ func (s *Store) PruneCommands(ctx context.Context, before time.Time, limit int) 
 		created int64
 		seq     uint64
 	}
-	cutoff := clampNanos(before)
+	cutoff := store.ClampUnixNanos(before)
 	var old []entry
 	err = s.scan(ctx, s.subj.commands(), 0, func(m storedMsg) (bool, error) {
 		created, err := headerInt(m, hdrCreated)

@@ -62,8 +62,8 @@ func decodeRecord(m storedMsg) (positioned, error) {
 func rowMsg(subject string, r *store.Session) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Header.Set("Nats-Rollup", "sub")
-	created, _ := nanos(r.CreatedAt) // validated by Commit
-	updated, _ := nanos(r.UpdatedAt)
+	created, _ := store.UnixNanos(r.CreatedAt) // validated by Commit
+	updated, _ := store.UnixNanos(r.UpdatedAt)
 	m.Header.Set(hdrCreated, strconv.FormatInt(created, 10))
 	m.Header.Set(hdrUpdated, strconv.FormatInt(updated, 10))
 	if r.Busy {
@@ -143,26 +143,4 @@ func headerInt(m storedMsg, key string) (int64, error) {
 		return 0, fmt.Errorf("jetstream: message on %s at %d: header %s: %w", m.subject, m.seq, key, err)
 	}
 	return v, nil
-}
-
-// nanos converts t to the stored form, refusing instants that int64 Unix
-// nanoseconds cannot hold rather than storing a wrapped value.
-func nanos(t time.Time) (int64, error) {
-	n := t.UnixNano()
-	if !time.Unix(0, n).Equal(t) {
-		return 0, fmt.Errorf("time %v is outside the storable range", t)
-	}
-	return n, nil
-}
-
-// clampNanos is nanos for keys, where an instant out of range still sorts
-// before or after everything stored.
-func clampNanos(t time.Time) int64 {
-	if n, err := nanos(t); err == nil {
-		return n
-	}
-	if t.Year() < 1970 {
-		return -1 << 63
-	}
-	return 1<<63 - 1
 }

@@ -75,38 +75,15 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 	return s.publish(ctx, s.messages(b, h, time.Now()))
 }
 
-// validate rejects malformed batches. These are caller bugs, so they are
-// not ErrConflict.
+// validate rejects malformed batches, and batches larger than one atomic
+// publish takes. These are caller bugs, so they are not ErrConflict.
 func validate(b store.Batch) error {
-	if len(b.Records) > 0 && b.SessionID == "" {
-		return fmt.Errorf("jetstream: invalid batch: %d records without a session id", len(b.Records))
+	if err := b.Validate(); err != nil {
+		return fmt.Errorf("jetstream: %w", err)
 	}
 	n := len(b.Records) + len(b.Commands)
-	if r := b.Session; r != nil {
+	if b.Session != nil {
 		n++
-		if r.ID == "" {
-			return errors.New("jetstream: invalid batch: session row without an id")
-		}
-		if b.SessionID != "" && r.ID != b.SessionID {
-			return fmt.Errorf("jetstream: invalid batch: session row %q in a batch for %q", r.ID, b.SessionID)
-		}
-		if _, err := nanos(r.CreatedAt); err != nil {
-			return fmt.Errorf("jetstream: invalid batch: session %q CreatedAt: %w", r.ID, err)
-		}
-		if _, err := nanos(r.UpdatedAt); err != nil {
-			return fmt.Errorf("jetstream: invalid batch: session %q UpdatedAt: %w", r.ID, err)
-		}
-	}
-	for _, c := range b.Commands {
-		if c.ID == "" {
-			return errors.New("jetstream: invalid batch: command without an id")
-		}
-		if c.CreatedAt.IsZero() {
-			continue // stamped by Commit
-		}
-		if _, err := nanos(c.CreatedAt); err != nil {
-			return fmt.Errorf("jetstream: invalid batch: command %q CreatedAt: %w", c.ID, err)
-		}
 	}
 	if n > maxBatch {
 		return fmt.Errorf("jetstream: invalid batch: %d messages, one atomic publish takes at most %d", n, maxBatch)
@@ -152,9 +129,9 @@ func (s *Store) messages(b store.Batch, h headPos, now time.Time) []*nats.Msg {
 		msgs = append(msgs, rowMsg(s.subj.row(b.Session.ID), b.Session))
 	}
 	for _, c := range b.Commands {
-		created := clampNanos(now)
+		created := store.ClampUnixNanos(now)
 		if !c.CreatedAt.IsZero() {
-			created, _ = nanos(c.CreatedAt) // validated
+			created, _ = store.UnixNanos(c.CreatedAt) // validated
 		}
 		m := commandMsg(s.subj.command(c.ID, cmp.Or(c.SessionID, b.SessionID)), c, created)
 		expect(m, 0, s.subj.commandAny(c.ID))

@@ -168,7 +168,7 @@ func (s *Store) Sessions(ctx context.Context, after *store.SessionKey, limit int
 	})
 	if after != nil {
 		// Newest first: skip the rows at or above the key.
-		key, i := clampNanos(after.UpdatedAt), 0
+		key, i := store.ClampUnixNanos(after.UpdatedAt), 0
 		for i < len(rows) && compareKeys(rows[i].UpdatedAt.UnixNano(), rows[i].ID, key, after.ID) >= 0 {
 			i++
 		}

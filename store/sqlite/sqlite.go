@@ -262,7 +262,7 @@ func migrate(ctx context.Context, conn *sql.Conn, target int, now time.Time) err
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
-	steps := migrations(clampNanos(now))[v:target]
+	steps := migrations(store.ClampUnixNanos(now))[v:target]
 	qs := append(slices.Concat(steps...), fmt.Sprintf("PRAGMA user_version = %d", target), "COMMIT")
 	for _, q := range qs {
 		if _, err := conn.ExecContext(ctx, q); err != nil {
@@ -447,7 +447,7 @@ func (s *Store) Sessions(ctx context.Context, after *store.SessionKey, limit int
 	} else {
 		// A key outside the representable range sorts before or after
 		// everything stored; clamping keeps that meaning.
-		rows, err = s.r.sessionsAfter.QueryContext(ctx, clampNanos(after.UpdatedAt), after.ID, limit)
+		rows, err = s.r.sessionsAfter.QueryContext(ctx, store.ClampUnixNanos(after.UpdatedAt), after.ID, limit)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: sessions: %w", err)
@@ -541,24 +541,4 @@ func (s *Store) closeDBs() error {
 		return fmt.Errorf("sqlite: close: %w", err)
 	}
 	return nil
-}
-
-// nanos converts t to the stored form, refusing instants that int64 Unix
-// nanoseconds cannot hold rather than storing a wrapped value.
-func nanos(t time.Time) (int64, error) {
-	n := t.UnixNano()
-	if !time.Unix(0, n).Equal(t) {
-		return 0, fmt.Errorf("time %v is outside the storable range", t)
-	}
-	return n, nil
-}
-
-func clampNanos(t time.Time) int64 {
-	if n, err := nanos(t); err == nil {
-		return n
-	}
-	if t.Year() < 1970 {
-		return -1 << 63
-	}
-	return 1<<63 - 1
 }

@@ -23,8 +23,8 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := validate(b); err != nil {
-		return err
+	if err := b.Validate(); err != nil {
+		return fmt.Errorf("sqlite: %w", err)
 	}
 	req := &commitReq{ctx: ctx, b: b, done: make(chan error, 1)}
 	s.mu.RLock()
@@ -47,40 +47,6 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 	// moment, and returning early would report failure for a write that
 	// then lands. The writer drops it instead if ctx ends before its turn.
 	return <-req.done
-}
-
-// validate rejects malformed batches before they reach the writer. These
-// are caller bugs, so they are not ErrConflict.
-func validate(b store.Batch) error {
-	if len(b.Records) > 0 && b.SessionID == "" {
-		return fmt.Errorf("sqlite: invalid batch: %d records without a session id", len(b.Records))
-	}
-	if r := b.Session; r != nil {
-		if r.ID == "" {
-			return fmt.Errorf("sqlite: invalid batch: session row without an id")
-		}
-		if b.SessionID != "" && r.ID != b.SessionID {
-			return fmt.Errorf("sqlite: invalid batch: session row %q in a batch for %q", r.ID, b.SessionID)
-		}
-		if _, err := nanos(r.CreatedAt); err != nil {
-			return fmt.Errorf("sqlite: invalid batch: session %q CreatedAt: %w", r.ID, err)
-		}
-		if _, err := nanos(r.UpdatedAt); err != nil {
-			return fmt.Errorf("sqlite: invalid batch: session %q UpdatedAt: %w", r.ID, err)
-		}
-	}
-	for _, c := range b.Commands {
-		if c.ID == "" {
-			return fmt.Errorf("sqlite: invalid batch: command without an id")
-		}
-		if c.CreatedAt.IsZero() {
-			continue // stamped by the writer
-		}
-		if _, err := nanos(c.CreatedAt); err != nil {
-			return fmt.Errorf("sqlite: invalid batch: command %q CreatedAt: %w", c.ID, err)
-		}
-	}
-	return nil
 }
 
 // writer owns the write connection. Each round takes whatever is queued,
@@ -227,16 +193,16 @@ func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64
 		newHead = h + int64(len(b.Records))
 	}
 	if r := b.Session; r != nil {
-		created, _ := nanos(r.CreatedAt) // validated by Commit
-		updated, _ := nanos(r.UpdatedAt)
+		created, _ := store.UnixNanos(r.CreatedAt) // validated by Commit
+		updated, _ := store.UnixNanos(r.UpdatedAt)
 		if _, err := s.w.upsertSession.ExecContext(ctx, r.ID, created, updated, r.Busy, []byte(r.State)); err != nil {
 			return 0, fmt.Errorf("sqlite: upsert session %q: %w", r.ID, err)
 		}
 	}
 	for _, c := range b.Commands {
-		created := clampNanos(now)
+		created := store.ClampUnixNanos(now)
 		if !c.CreatedAt.IsZero() {
-			created, _ = nanos(c.CreatedAt) // validated by Commit
+			created, _ = store.UnixNanos(c.CreatedAt) // validated by Commit
 		}
 		var sessionID any // NULL: a command of no session
 		if id := cmp.Or(c.SessionID, b.SessionID); id != "" {
@@ -305,7 +271,7 @@ func (s *Store) PruneCommands(ctx context.Context, before time.Time, limit int) 
 		return 0, ctx.Err()
 	}
 	return s.runTask(ctx, func() taskResult {
-		res, err := s.w.pruneCommands.ExecContext(context.Background(), clampNanos(before), limit)
+		res, err := s.w.pruneCommands.ExecContext(context.Background(), store.ClampUnixNanos(before), limit)
 		if err != nil {
 			return taskResult{err: fmt.Errorf("sqlite: prune commands: %w", err)}
 		}

@@ -433,6 +433,21 @@ func (h harness) commitInvalidBatch(t *testing.T) {
 			Session:   sess("other", at(0)),
 			Commands:  []store.Command{{ID: "c", Digest: "d"}},
 		}},
+		{"SessionRowWithoutID", store.Batch{
+			SessionID: "s",
+			Records:   recs(1, 1),
+			Session:   &store.Session{State: raw(`{}`)},
+		}},
+		{"SessionUpdatedAtUnstorable", store.Batch{
+			SessionID: "s",
+			Records:   recs(1, 1),
+			Session:   sess("s", time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC)),
+		}},
+		{"CommandWithoutID", store.Batch{
+			SessionID: "s",
+			Records:   recs(1, 1),
+			Commands:  []store.Command{{Digest: "d"}, {ID: "c", Digest: "d"}},
+		}},
 		{"CommandCreatedAtUnstorable", store.Batch{
 			SessionID: "s",
 			Records:   recs(1, 1),
