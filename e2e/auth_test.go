@@ -106,11 +106,7 @@ func TestPrincipalsSeeOnlyTheirOwn(t *testing.T) {
 
 	// Bob's session/started is the first he hears of: alice's came first
 	// and never reached him.
-	bobStart, err := bob.StartSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bobSID := bobStart.Session.SessionID
+	bobSID := newSession(t, bob)
 	if got := nextSessionStarted(t, ctx, bob); got != bobSID {
 		t.Fatalf("bob heard of session %s first, want his own %s", got, bobSID)
 	}

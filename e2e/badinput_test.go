@@ -37,13 +37,7 @@ func TestBadInputIsAnsweredAndHarmless(t *testing.T) {
 		t.Fatal(err)
 	}
 	sid := start.Session.SessionID
-	ack, err := c.StartTurn(ctx, sid, "hello")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.WaitTurn(ctx, ack.TurnID); err != nil {
-		t.Fatal(err)
-	}
+	answerTurn(t, c, sid, "hello")
 	var before msp.ViewPageResult
 	if err := c.Call(ctx, msp.MethodViewPage, msp.ViewPageParams{SessionID: sid, Limit: 1000}, &before); err != nil {
 		t.Fatal(err)

@@ -259,11 +259,7 @@ func TestClusterRollingRestart(t *testing.T) {
 	var all []string
 	for i := range sessions {
 		c := dial(t, nodes[i%3].proc.url, client.Options{})
-		start, err := c.StartSession(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sid := start.Session.SessionID
+		sid := newSession(t, c)
 		var turns []string
 		for range 2 { // one runs, one waits in the queue
 			p := slowTurn(sid, 16, long, long, long, long, long, long, long, long)

@@ -79,11 +79,7 @@ func TestQueueUnqueueAndInterrupt(t *testing.T) {
 	d := startDaemon(t, daemon.Config{})
 	ctx := testCtx(t)
 	c := dial(t, d.URL(), client.Options{})
-	start, err := c.StartSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := start.Session.SessionID
+	sid := newSession(t, c)
 	c.Next(ctx) // session/started
 
 	slow := scripted.Script(scripted.Step{Text: strings.Repeat("slow ", 200), Chunks: 200, ChunkDelayMs: 20})

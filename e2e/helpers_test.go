@@ -206,3 +206,27 @@ func cursorPos(t *testing.T, c string) [2]int64 {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// newSession starts a session on c and returns its id.
+func newSession(t *testing.T, c *checkedClient) string {
+	t.Helper()
+	start, err := c.StartSession(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start.Session.SessionID
+}
+
+// answerTurn runs one turn and returns its events and terminal.
+func answerTurn(t *testing.T, c *checkedClient, sid, text string) ([]client.Notification, msp.TurnCompletedParams) {
+	t.Helper()
+	ack, err := c.StartTurn(testCtx(t), sid, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := c.WaitTurn(testCtx(t), ack.TurnID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events, decode[msp.TurnCompletedParams](t, events[len(events)-1])
+}

@@ -62,11 +62,7 @@ func TestForkOverTheWire(t *testing.T) {
 	d := startDaemon(t, daemon.Config{})
 	ctx := testCtx(t)
 	c := dial(t, d.URL(), client.Options{})
-	start, err := c.StartSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := start.Session.SessionID
+	sid := newSession(t, c)
 	first, err := c.StartTurn(ctx, sid, scripted.Script(
 		scripted.Step{Status: 429, RetryAfterMs: new(5)},
 		scripted.Step{Text: "cut short", Cut: true},
@@ -157,19 +153,9 @@ func TestDeleteOverTheWire(t *testing.T) {
 	d := startDaemon(t, daemon.Config{DataDir: dir})
 	ctx := testCtx(t)
 	c := dial(t, d.URL(), client.Options{})
-	start, err := c.StartSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := start.Session.SessionID
+	sid := newSession(t, c)
 	const marker = "Axolotl-Marker-4242"
-	ack, err := c.StartTurn(ctx, sid, "please remember "+marker)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.WaitTurn(ctx, ack.TurnID); err != nil {
-		t.Fatal(err)
-	}
+	answerTurn(t, c, sid, "please remember "+marker)
 	watcher := dial(t, d.URL(), client.Options{})
 	if _, err := watcher.Resume(ctx, sid, nil); err != nil {
 		t.Fatal(err)
@@ -231,18 +217,8 @@ func TestRenameAndListStream(t *testing.T) {
 		t.Fatalf("granted %v", got)
 	}
 	quiet := dial(t, d.URL(), client.Options{})
-	start, err := tab.StartSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := start.Session.SessionID
-	ack, err := tab.StartTurn(ctx, sid, "Plan a trip to Lisbon\nwith details")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tab.WaitTurn(ctx, ack.TurnID); err != nil {
-		t.Fatal(err)
-	}
+	sid := newSession(t, tab)
+	answerTurn(t, tab, sid, "Plan a trip to Lisbon\nwith details")
 	var ren msp.SessionRenameResult
 	if err := tab.Call(ctx, msp.MethodSessionRename, msp.SessionRenameParams{CommandID: client.NewCommandID(), SessionID: sid, Name: "Lisbon"}, &ren); err != nil || ren.Name != "Lisbon" {
 		t.Fatalf("rename: %+v, %v", ren, err)
@@ -303,11 +279,7 @@ model = "other"
 	d := startDaemon(t, daemon.Config{ConfigFile: cfg})
 	ctx := testCtx(t)
 	c := dial(t, d.URL(), client.Options{})
-	start, err := c.StartSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := start.Session.SessionID
+	sid := newSession(t, c)
 	if err := c.Call(ctx, msp.MethodSessionSetModel, msp.SessionSetModelParams{CommandID: client.NewCommandID(), SessionID: sid,
 		Model: msp.ModelSelection{ModelID: "large"}}, nil); err != nil {
 		t.Fatal(err)
@@ -349,11 +321,7 @@ func TestLegacyRetryNotices(t *testing.T) {
 	ctx := testCtx(t)
 	legacy := dial(t, d.URL(), client.Options{})
 	native := dial(t, d.URL(), client.Options{Capabilities: []string{"modelRetryScheduled"}})
-	start, err := legacy.StartSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := start.Session.SessionID
+	sid := newSession(t, legacy)
 	if _, err := native.Resume(ctx, sid, nil); err != nil {
 		t.Fatal(err)
 	}

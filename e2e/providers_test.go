@@ -14,20 +14,6 @@ import (
 	"mspd/schema/msp"
 )
 
-// answerTurn runs one turn and returns its events and terminal.
-func answerTurn(t *testing.T, c *checkedClient, sid, text string) ([]client.Notification, msp.TurnCompletedParams) {
-	t.Helper()
-	ack, err := c.StartTurn(testCtx(t), sid, text)
-	if err != nil {
-		t.Fatal(err)
-	}
-	events, err := c.WaitTurn(testCtx(t), ack.TurnID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return events, decode[msp.TurnCompletedParams](t, events[len(events)-1])
-}
-
 func streamedText(t *testing.T, events []client.Notification) string {
 	var b strings.Builder
 	for _, n := range only(events, msp.NotifyItemDelta) {

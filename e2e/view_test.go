@@ -28,13 +28,7 @@ func runTurns(t *testing.T, ctx context.Context, c *checkedClient, n int) string
 		t.Fatal(err)
 	}
 	for i := range n {
-		ack, err := c.StartTurn(ctx, start.Session.SessionID, scripted.Script(scripted.Step{Text: "answer " + strings.Repeat("x", i)}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.WaitTurn(ctx, ack.TurnID); err != nil {
-			t.Fatal(err)
-		}
+		answerTurn(t, c, start.Session.SessionID, scripted.Script(scripted.Step{Text: "answer " + strings.Repeat("x", i)}))
 	}
 	return start.Session.SessionID
 }
@@ -170,11 +164,7 @@ func TestSlowReaderGetsGap(t *testing.T) {
 	// The other reader takes no deltas: with a budget this small, even a
 	// reader that reads could fall behind on a loaded machine.
 	fast := dial(t, d.URL(), client.Options{OptOut: []string{msp.NotifyItemDelta}})
-	start, err := fast.StartSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := start.Session.SessionID
+	sid := newSession(t, fast)
 
 	// The slow reader: a bare WebSocket with a small receive buffer that
 	// handshakes, subscribes, then stops reading while 2 MB of events flow

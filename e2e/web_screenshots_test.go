@@ -69,13 +69,7 @@ func TestScreenshots(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, text := range texts {
-			ack, err := c.StartTurn(ctx, s.Session.SessionID, text)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.WaitTurn(ctx, ack.TurnID); err != nil {
-				t.Fatal(err)
-			}
+			answerTurn(t, c, s.Session.SessionID, text)
 		}
 		return s.Session.SessionID
 	}

@@ -163,11 +163,7 @@ model = "other"
 		lists := len(p.sent("session/list"))
 		c := dial(t, d.URL(), client.Options{})
 		ctx := testCtx(t)
-		s, err := c.StartSession(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sid := s.Session.SessionID
+		sid := newSession(t, c)
 		p.waitFor("a chat started elsewhere", fmt.Sprintf(`document.querySelector('#sessions [data-row=%q]') !== null`, sid))
 		if err := c.Call(ctx, msp.MethodSessionRename, msp.SessionRenameParams{CommandID: client.NewCommandID(), SessionID: sid, Name: "Named elsewhere"}, nil); err != nil {
 			t.Fatal(err)

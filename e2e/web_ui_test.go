@@ -38,13 +38,7 @@ func TestWebPage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ack, err := c.StartTurn(ctx, s.Session.SessionID, fmt.Sprintf("chat%d-%s", i, strings.Repeat("unbroken", 12)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.WaitTurn(ctx, ack.TurnID); err != nil {
-				t.Fatal(err)
-			}
+			answerTurn(t, c, s.Session.SessionID, fmt.Sprintf("chat%d-%s", i, strings.Repeat("unbroken", 12)))
 		}
 		p.viewport(390, 844)
 		p.open(base)
