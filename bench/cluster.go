@@ -23,9 +23,10 @@ type nodes struct {
 // JetStream leaders and listen.
 const clusterStartLimit = 2 * time.Minute
 
-// startTries is how many times startNodes starts a cluster: now and then
-// a node's lease-bucket lookup at startup goes unanswered while another
-// node creates the bucket, and that node gives up after a minute.
+// startTries is how many times startNodes starts a cluster: a node may
+// give up joining while the cluster elects its JetStream leaders (builds
+// before 97625d1, which --bin may name, did so now and then: a
+// lease-bucket lookup sent meanwhile went unanswered for a minute).
 const startTries = 2
 
 // startNodes runs n mspd nodes on JetStream with the stream and the lease
