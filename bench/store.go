@@ -110,7 +110,6 @@ type storeTally struct {
 	rates    []float64 // records/s, a round each
 	ratios   []float64 // ÷ plain SQLite in the same round
 	commits  int
-	records  int
 	elapsed  time.Duration
 	commitLt []time.Duration
 	// serverCPU is the JetStream nodes' CPU over the rounds, clientCPU
@@ -286,7 +285,6 @@ func (t *storeTarget) round(ctx context.Context, n, turns int) error {
 	t.tally.clientCPU += selfCPU() - me0
 	records := n * turns * recordsPerTurn()
 	t.tally.rates = append(t.tally.rates, float64(records)/elapsed.Seconds())
-	t.tally.records += records
 	t.tally.commits += len(lat)
 	t.tally.elapsed += elapsed
 	t.tally.commitLt = append(t.tally.commitLt, lat...)
