@@ -204,8 +204,6 @@ func (s *session) ingest(n Notification, seq, sub int64) {
 	if s.leader || s.deleted {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	if n.Method == msp.NotifySessionDeleteCompleted {
 		s.deleted = true
 		s.fanOutLocked(n)
@@ -228,7 +226,10 @@ func (s *session) ingest(n Notification, seq, sub int64) {
 		// Missed on the way: the store has them.
 		head := s.head
 		s.head = seq - 1
-		if err := s.catchUpLocked(ctx, head); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := s.catchUpLocked(ctx, head)
+		cancel()
+		if err != nil {
 			s.head = head
 			s.m.log.Warn("following a session: catching up", "session", s.id, "err", err)
 			return
