@@ -77,6 +77,17 @@ func (s serverStore) Close() error {
 // and returns their client URLs once the cluster accepts a stream.
 func startCluster(t *testing.T) []string {
 	t.Helper()
+	var urls []string
+	for _, srv := range startClusterServers(t) {
+		urls = append(urls, srv.ClientURL())
+	}
+	return urls
+}
+
+// startClusterServers is startCluster returning the servers, for tests
+// that stop one.
+func startClusterServers(t *testing.T) []*server.Server {
+	t.Helper()
 	ports := make([]int, 3)
 	for i := range ports {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -90,7 +101,10 @@ func startCluster(t *testing.T) []string {
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
 	}
-	var urls []string
+	var (
+		urls    []string
+		servers []*server.Server
+	)
 	for i, p := range ports {
 		srv, err := server.NewServer(&server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1),
@@ -112,6 +126,7 @@ func startCluster(t *testing.T) []string {
 			t.Fatalf("nats-server %d not ready within 10s", i+1)
 		}
 		urls = append(urls, srv.ClientURL())
+		servers = append(servers, srv)
 	}
 	// The meta group elects a leader some time after the routes connect;
 	// until then stream creation fails as unavailable.
@@ -122,7 +137,7 @@ func startCluster(t *testing.T) []string {
 		}
 		return s.Close()
 	})
-	return urls
+	return servers
 }
 
 // eventually retries f until it succeeds, failing the test after limit.
