@@ -127,6 +127,20 @@ type watcher struct {
 	cursor string
 }
 
+// watchNewSession starts a session on the process at url and follows it
+// from its head, as a client would: a kill before any notification then
+// resumes from the head, not from nothing.
+func watchNewSession(ctx context.Context, t *testing.T, url string) *watcher {
+	t.Helper()
+	w := &watcher{t: t, c: dial(t, url, client.Options{})}
+	start, err := w.c.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.sid, w.cursor = start.Session.SessionID, start.ViewCursor
+	return w
+}
+
 // attach connects to a (new) process and resumes after the last cursor.
 func (w *watcher) attach(ctx context.Context, url string) {
 	w.t.Helper()
@@ -232,12 +246,7 @@ func TestKilledMidTurn(t *testing.T) {
 	dataDir := t.TempDir()
 	p1 := startProcess(t, dataDir)
 	ctx := testCtx(t) // after the first start, which may build mspd
-	w := &watcher{t: t, c: dial(t, p1.url, client.Options{})}
-	start, err := w.c.StartSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.sid = start.Session.SessionID
+	w := watchNewSession(ctx, t, p1.url)
 	first := slowTurn(w.sid, 0, streaming, scripted.Step{Text: "second try"})
 	ack1, err := w.c.CallRaw(ctx, msp.MethodTurnStart, first)
 	if err != nil {
@@ -312,12 +321,7 @@ func TestKilledDuringBackoff(t *testing.T) {
 	dataDir := t.TempDir()
 	p1 := startProcess(t, dataDir)
 	ctx := testCtx(t) // after the first start, which may build mspd
-	w := &watcher{t: t, c: dial(t, p1.url, client.Options{})}
-	start, err := w.c.StartSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.sid = start.Session.SessionID
+	w := watchNewSession(ctx, t, p1.url)
 	wait := 4000
 	turn := slowTurn(w.sid, 0, scripted.Step{Status: 429, RetryAfterMs: &wait}, scripted.Step{Text: "finally"})
 	if _, err := w.c.StartTurnWith(ctx, turn); err != nil {
@@ -359,12 +363,7 @@ func TestKilledAtRandomPoints(t *testing.T) {
 	// Room for every kill to cost the same turn an attempt, and then some.
 	p := startProcess(t, dataDir, "--max-attempts", "16")
 	ctx := testCtx(t) // after the first start, which may build mspd
-	w := &watcher{t: t, c: dial(t, p.url, client.Options{})}
-	start, err := w.c.StartSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.sid = start.Session.SessionID
+	w := watchNewSession(ctx, t, p.url)
 	step := scripted.Step{Text: strings.Repeat("word ", 30), Chunks: 30, ChunkDelayMs: 5}
 	fail := scripted.Step{Status: 503}
 	var turns []string

@@ -20,12 +20,7 @@ func TestGracefulShutdown(t *testing.T) {
 	dataDir := t.TempDir()
 	p1 := startProcess(t, dataDir, "--shutdown-timeout", "300ms")
 	ctx := testCtx(t) // after the first start, which may build mspd
-	w := &watcher{t: t, c: dial(t, p1.url, client.Options{})}
-	start, err := w.c.StartSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.sid = start.Session.SessionID
+	w := watchNewSession(ctx, t, p1.url)
 	long := scripted.Step{Text: strings.Repeat("tock ", 400), Chunks: 400, ChunkDelayMs: 10}
 	turn := slowTurn(w.sid, 0, long, scripted.Step{Text: "resumed"})
 	if _, err := w.c.StartTurnWith(ctx, turn); err != nil {
@@ -38,7 +33,7 @@ func TestGracefulShutdown(t *testing.T) {
 	// Draining: the turn still streams to this connection, new turns are
 	// refused as retryable.
 	w.until(ctx, func(n client.Notification) bool { return n.Method == msp.NotifyItemDelta })
-	_, err = w.c.StartTurn(ctx, w.sid, "too late")
+	_, err := w.c.StartTurn(ctx, w.sid, "too late")
 	var me *msp.Error
 	if !errors.As(err, &me) || me.Data.Kind != msp.KindOverloaded || me.Data.Retryable == nil || !*me.Data.Retryable {
 		t.Fatalf("turn/start while draining: %v, want overloaded, retryable", err)
@@ -83,12 +78,7 @@ func TestGracefulShutdown(t *testing.T) {
 func TestShutdownLetsShortTurnsFinish(t *testing.T) {
 	p := startProcess(t, t.TempDir(), "--shutdown-timeout", "60s")
 	ctx := testCtx(t) // after the first start, which may build mspd
-	w := &watcher{t: t, c: dial(t, p.url, client.Options{})}
-	start, err := w.c.StartSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.sid = start.Session.SessionID
+	w := watchNewSession(ctx, t, p.url)
 	turn := slowTurn(w.sid, 0, scripted.Step{Text: strings.Repeat("tick ", 40), Chunks: 40, ChunkDelayMs: 10})
 	if _, err := w.c.StartTurnWith(ctx, turn); err != nil {
 		t.Fatal(err)
