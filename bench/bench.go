@@ -38,9 +38,9 @@ type Config struct {
 	// a 429 and then TurnDeltas deltas.
 	TurnSessions []int
 	TurnDeltas   int // default 1000
-	// Rounds is how many times the turns scenario and its baseline run,
-	// alternately, on the same connections; figures are medians (default
-	// 5).
+	// Rounds is how many times the turns, resume, store and cluster
+	// scenarios and their baselines run, alternately, on the same
+	// connections; figures are medians (default 5).
 	Rounds int
 
 	// NoticeSessions sessions receive NoticeTurns turns at NoticeRate

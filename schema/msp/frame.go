@@ -10,7 +10,8 @@ import (
 // already-encoded params, so that one encoding serves every connection.
 // method must be a plain ASCII method name.
 func EncodeNotification(method string, params json.RawMessage, emittedAtMs int64) []byte {
-	b := make([]byte, 0, len(params)+len(method)+64)
+	// Room for all of it: the frame is allocated once, never grown.
+	b := make([]byte, 0, len(params)+len(method)+notificationOverhead)
 	b = append(b, `{"jsonrpc":"2.0","method":`...)
 	b = strconv.AppendQuote(b, method)
 	b = append(b, `,"params":`...)
@@ -19,6 +20,10 @@ func EncodeNotification(method string, params json.RawMessage, emittedAtMs int64
 	b = strconv.AppendInt(b, emittedAtMs, 10)
 	return append(b, '}')
 }
+
+// notificationOverhead bounds what EncodeNotification adds to the params
+// and the method: the envelope, two quotes and an int64's 20 digits.
+const notificationOverhead = len(`{"jsonrpc":"2.0","method":""`) + len(`,"params":`) + len(`,"emittedAtMs":`) + 20 + len(`}`)
 
 // Marshal encodes v as mspd puts JSON on the wire: compact and without
 // HTML escaping, which would turn every '<', '>' and '&' of a message into

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -374,11 +375,18 @@ func scanRecords(rows *sql.Rows, limit int) ([]store.Record, error) {
 	rs := make([]store.Record, 0, min(limit, 256))
 	for rows.Next() {
 		var r store.Record
-		var params []byte // Scan into *[]byte copies, so callers own it
+		// The driver copies each blob out of SQLite into a slice of its
+		// own (modernc.org/sqlite's columnBlob makes one per row), and
+		// RawBytes takes that slice as is, where *[]byte would copy it
+		// again: a replay reads thousands of rows. The slice is never
+		// reused for another row, so the caller owns it; storetest reads
+		// many rows in one call and compares each, which a driver that
+		// reused its buffer would fail.
+		var params sql.RawBytes
 		if err := rows.Scan(&r.Seq, &r.Method, &params); err != nil {
 			return nil, fmt.Errorf("sqlite: scan record: %w", err)
 		}
-		r.Params = params
+		r.Params = json.RawMessage(params)
 		rs = append(rs, r)
 	}
 	if err := rows.Err(); err != nil {
