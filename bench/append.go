@@ -32,7 +32,8 @@ var AppendStores = []string{"sqlite", "jetstream-r1", "jetstream-r3"}
 // on each), each against plain SQLite inserts of rows of the same mean
 // size into the same table, one row a commit per session,
 // group-committed as store/sqlite does (one writer, up to 256 pending
-// commits a transaction, WAL, synchronous=FULL), right after it.
+// commits a transaction, WAL, synchronous=FULL), right after it; Rounds
+// rounds of both, alternating.
 func (r *runner) append(ctx context.Context) error {
 	for _, st := range AppendStores {
 		if slices.Contains(r.cfg.AppendStores, st) {
@@ -75,12 +76,50 @@ func (r *runner) appendOn(ctx context.Context, store string) error {
 		}
 		ss = append(ss, share...)
 	}
+	// Rounds of mspd and the baseline alternate, so that both see the
+	// same machine; the sessions carry on from round to round.
+	var rates, ratios []float64
+	var total, size int
+	for round := range r.cfg.Rounds {
+		r.logf("  round %d of %d", round+1, r.cfg.Rounds)
+		events, paramBytes, elapsed, err := appendRound(ctx, ss, m)
+		if err != nil {
+			return err
+		}
+		total, size = events, paramBytes/max(events, 1)
+		base, err := plainSQLite(ctx, r.cfg.WorkDir, n, total/n, size)
+		if err != nil {
+			return fmt.Errorf("plain SQLite baseline: %w", err)
+		}
+		rate := float64(total) / elapsed.Seconds()
+		rates, ratios = append(rates, rate), append(ratios, rate/base)
+	}
+	if r.cfg.Profile != "" && len(srvs) == 1 {
+		file := r.cfg.Profile + ".append-" + store
+		err := r.profile(ctx, srvs[0], file, func(ctx context.Context) error {
+			_, _, _, err := appendRound(ctx, ss, m)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	rate, ratio := median(rates), median(ratios)
+	r.add(Row{Scenario: scen, Figure: "durable events/s", Value: rate, Unit: "/s", Baseline: rate / ratio, Ratio: ratio,
+		Note: fmt.Sprintf("%d events of %d-byte params a round; median of %d rounds, the ratio the median of theirs", total, size, r.cfg.Rounds)})
+	return nil
+}
+
+// appendRound runs turns one-delta turns on every session at once, each
+// session's one after another, and returns the durable events delivered,
+// the bytes of their params and how long it took.
+func appendRound(ctx context.Context, ss []session, turns int) (events, paramBytes int, elapsed time.Duration, err error) {
 	script := scripted.Script(scripted.Step{Text: "ok"})
-	var events, paramBytes atomic.Int64
+	var nEvents, nBytes atomic.Int64
 	start := time.Now()
-	err := parallel(ctx, n, n, func(ctx context.Context, i int) error {
+	err = parallel(ctx, len(ss), len(ss), func(ctx context.Context, i int) error {
 		c := ss[i].c
-		for range m {
+		for range turns {
 			if err := c.sendTurn(ctx, ss[i].id, script); err != nil {
 				return err
 			}
@@ -93,29 +132,14 @@ func (r *runner) appendOn(ctx context.Context, store string) error {
 				if method == "" || method == msp.NotifyItemDelta {
 					continue
 				}
-				events.Add(1)
-				paramBytes.Add(int64(len(paramsOf(f))))
+				nEvents.Add(1)
+				nBytes.Add(int64(len(paramsOf(f))))
 				done = method == msp.NotifyTurnCompleted
 			}
 		}
 		return nil
 	})
-	elapsed := time.Since(start)
-	if err != nil {
-		return err
-	}
-	closeSessions(ss)
-	ss = nil
-	stop()
-	total := int(events.Load())
-	size := int(paramBytes.Load()) / max(total, 1)
-	base, err := plainSQLite(ctx, r.cfg.WorkDir, n, total/n, size)
-	if err != nil {
-		return fmt.Errorf("plain SQLite baseline: %w", err)
-	}
-	r.add(Row{Scenario: scen, Figure: "durable events/s", Value: float64(total) / elapsed.Seconds(), Unit: "/s",
-		Baseline: base, Note: fmt.Sprintf("%d events of %d-byte params", total, size)})
-	return nil
+	return int(nEvents.Load()), int(nBytes.Load()), time.Since(start), err
 }
 
 // paramsOf returns a notification's params as mspd encodes it.

@@ -38,8 +38,8 @@ type Config struct {
 	// a 429 and then TurnDeltas deltas.
 	TurnSessions []int
 	TurnDeltas   int // default 1000
-	// Rounds is how many times the turns, resume, store and cluster
-	// scenarios and their baselines run, alternately, on the same
+	// Rounds is how many times the turns, resume, append, store and
+	// cluster scenarios and their baselines run, alternately, on the same
 	// connections; figures are medians (default 5).
 	Rounds int
 
@@ -85,8 +85,9 @@ type Config struct {
 	// Profile, when set, starts the servers with --pprof and writes
 	// profiles named after it: a CPU profile of each turns run
 	// (Profile.turns<N>, taken while the turns run again after the
-	// measured rounds) and of resumes (Profile.resume, likewise), and the
-	// heap and goroutines with each idle count
+	// measured rounds), of resumes (Profile.resume, likewise), of the
+	// append scenario on one node (Profile.append-<store>, likewise), and
+	// the heap and goroutines with each idle count
 	// open (Profile.idle<N>.heap, .goroutine, and .txt: the heap with the
 	// runtime's memory statistics).
 	Profile string

@@ -47,7 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&serverArgs, "server-args", "", "extra flags for every mspd started, space-separated (e.g. \"--queue-frames 256\")")
 	fs.Var(&turnSessions, "turn-sessions", "turns: session counts (default 100,1000)")
 	fs.IntVar(&cfg.TurnDeltas, "turn-deltas", 1000, "turns: deltas of each turn's answer")
-	fs.IntVar(&cfg.Rounds, "rounds", 5, "turns, resume, store, cluster: rounds of mspd and the baseline, alternating (figures are medians)")
+	fs.IntVar(&cfg.Rounds, "rounds", 5, "turns, resume, append, store, cluster: rounds of mspd and the baseline, alternating (figures are medians)")
 	fs.IntVar(&cfg.NoticeSessions, "notice-sessions", 100, "notice: sessions of the steady run")
 	fs.IntVar(&cfg.NoticeTurns, "notice-turns", 500, "notice: turns of the steady run")
 	fs.Float64Var(&cfg.NoticeRate, "notice-rate", 100, "notice: turns a second of the steady run")
@@ -65,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.ClusterNodes, "cluster-nodes", 3, "cluster: mspd nodes on JetStream (2 or more)")
 	fs.IntVar(&cfg.ClusterReplicas, "cluster-replicas", 0, "cluster: JetStream replicas (default 3, or 1 on 2 nodes)")
 	fs.Var(&clusterSessions, "cluster-sessions", "cluster: session counts (default 100)")
-	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N> and PREFIX.resume (CPU), PREFIX.idle<N>.heap, .goroutine, .heap.txt (starts mspd with --pprof)")
+	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N>, PREFIX.resume and PREFIX.append-<store> (CPU), PREFIX.idle<N>.heap, .goroutine, .heap.txt (starts mspd with --pprof)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
 	if err := fs.Parse(args); err != nil {
 		return 2

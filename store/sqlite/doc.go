@@ -16,17 +16,23 @@
 // mspd was sized on) no matter how many sessions are active. So all writes
 // go through one writer goroutine: Commit enqueues its batch and waits; the
 // writer takes every batch that is pending (up to a bound) and writes them
-// in ONE transaction with one fsync. Each batch gets its own SAVEPOINT, so
-// a batch that conflicts (a stale sequence, or a command id already in the
-// ledger) is rolled back alone and gets store.ErrConflict while the rest of
-// the group commits. Under load the fsync is shared by every batch that
+// in ONE transaction with one fsync. A batch that conflicts gets
+// store.ErrConflict and leaves nothing behind while the rest of the group
+// commits: a stale sequence is caught before the batch writes anything,
+// and a command id already in the ledger abandons the transaction, which
+// is written again without that batch. Conflicts are rare (the session
+// layer answers a known command id before it commits), so this is cheaper
+// than a SAVEPOINT around every batch, for which SQLite copies every page
+// the batch touches. Under load the fsync is shared by every batch that
 // queued during the previous one, so throughput grows with concurrency
 // instead of being pinned to the sync rate; a lone caller still pays one
 // fsync per Commit.
 //
-// A single writer also makes sequence checks cheap and race-free: the head
-// of each session is looked up once per transaction and carried from batch
-// to batch. PruneCommands goes through the writer too, as a transaction of
+// A single writer also makes sequence checks cheap and race-free: the
+// store is the file's only writer (see below), so the writer remembers
+// the head of each session it committed and looks a head up only the
+// first time it meets a session (or after forgetting them all, past
+// 65,536). PruneCommands goes through the writer too, as a transaction of
 // its own between two groups, so a prune never holds the write lock for
 // longer than one bounded DELETE.
 //

@@ -130,6 +130,9 @@ type Store struct {
 
 	maxGroup int
 	onCommit func(batches int, took time.Duration) // nil: none
+	// heads are the committed heads of sessions written lately; the
+	// writer's alone, so unguarded.
+	heads map[string]int64
 
 	// mu orders Close against Commit's enqueue: Commit sends under RLock,
 	// Close closes reqs under Lock, so nothing sends on a closed channel.
@@ -150,7 +153,6 @@ type readStmts struct {
 
 type writeStmts struct {
 	begin, commit, rollback,
-	savepoint, release, rollbackTo,
 	head, insertEvent, upsertSession, insertCommand,
 	pruneCommands, deleteEvents, deleteSession, deleteCommands *sql.Stmt
 }
@@ -184,7 +186,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{lock: lock, maxGroup: cfg.maxGroup, onCommit: cfg.onCommit}
+	s := &Store{lock: lock, maxGroup: cfg.maxGroup, onCommit: cfg.onCommit, heads: make(map[string]int64)}
 	if err := s.open(abs, cfg); err != nil {
 		s.closeDBs()
 		_ = lock.unlock()
@@ -301,9 +303,6 @@ func (s *Store) prepareWrites(ctx context.Context) error {
 		{&w.begin, `BEGIN IMMEDIATE`},
 		{&w.commit, `COMMIT`},
 		{&w.rollback, `ROLLBACK`},
-		{&w.savepoint, `SAVEPOINT batch`},
-		{&w.release, `RELEASE batch`},
-		{&w.rollbackTo, `ROLLBACK TO batch`},
 		{&w.head, `SELECT seq FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1`},
 		{&w.insertEvent, `INSERT INTO events (session_id, seq, method, params) VALUES (?, ?, ?, ?)`},
 		{&w.upsertSession, `INSERT INTO sessions (` + sessionCols + `) VALUES (?, ?, ?, ?, ?)
@@ -529,8 +528,8 @@ func (s *Store) closeDBs() error {
 	for _, st := range []*sql.Stmt{
 		s.r.records, s.r.recordsBefore, s.r.head, s.r.session, s.r.sessions,
 		s.r.sessionsAfter, s.r.busy, s.r.command,
-		s.w.begin, s.w.commit, s.w.rollback, s.w.savepoint, s.w.release,
-		s.w.rollbackTo, s.w.head, s.w.insertEvent, s.w.upsertSession, s.w.insertCommand,
+		s.w.begin, s.w.commit, s.w.rollback,
+		s.w.head, s.w.insertEvent, s.w.upsertSession, s.w.insertCommand,
 		s.w.pruneCommands, s.w.deleteEvents, s.w.deleteSession, s.w.deleteCommands,
 	} {
 		if st != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"time"
 
 	"mspd/store"
@@ -85,28 +86,22 @@ func (s *Store) writer() {
 	}
 }
 
-// commitGroup writes a group in one transaction, each batch inside its own
-// savepoint, and answers every request. Statements run under a background
+// commitGroup writes a group in one transaction and answers every
+// request. A batch that fails must leave nothing behind while its
+// neighbours land: a stale sequence is found against the heads before
+// anything is written, and any other failure of a batch (a command id
+// already in the ledger) abandons the transaction, and the group is
+// written again without that batch. Conflicts are rare, so this costs
+// less than a savepoint around every batch, which SQLite pays for with a
+// copy of every page the batch touches. Statements run under a background
 // context: a caller's cancellation must not abort its neighbours' writes.
 func (s *Store) commitGroup(group []*commitReq) {
-	ctx := context.Background()
 	errs := make([]error, len(group))
 	defer func() {
 		for i, r := range group {
 			r.done <- errs[i]
 		}
 	}()
-	// fail gives err to every batch that has not already failed on its own,
-	// after abandoning the transaction.
-	fail := func(err error) {
-		_, _ = s.w.rollback.ExecContext(ctx) // may fail: SQLite can roll back by itself on I/O errors
-		for i := range errs {
-			if errs[i] == nil {
-				errs[i] = fmt.Errorf("sqlite: commit: %w", err)
-			}
-		}
-	}
-
 	live := 0
 	for i, r := range group {
 		if err := r.ctx.Err(); err != nil {
@@ -125,10 +120,29 @@ func (s *Store) commitGroup(group []*commitReq) {
 		began := time.Now()
 		defer func() { s.onCommit(live, time.Since(began)) }()
 	}
+	for s.writeGroup(group, errs) {
+	}
+}
 
+// writeGroup makes one attempt at writing the batches of group that have
+// not failed, recording failures in errs. It reports whether the group
+// must be written again: a batch failed after part of it was written.
+func (s *Store) writeGroup(group []*commitReq, errs []error) (again bool) {
+	ctx := context.Background()
+	// fail gives err to every batch that has not already failed on its own,
+	// after abandoning the transaction.
+	fail := func(err error) bool {
+		_, _ = s.w.rollback.ExecContext(ctx) // may fail: SQLite can roll back by itself on I/O errors
+		clear(s.heads)                       // what was written is unknown now
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("sqlite: commit: %w", err)
+			}
+		}
+		return false
+	}
 	if _, err := s.w.begin.ExecContext(ctx); err != nil {
-		fail(err)
-		return
+		return fail(err)
 	}
 	heads := make(map[string]int64) // session → head within this transaction
 	now := time.Now()               // the CreatedAt of commands that have none
@@ -136,68 +150,57 @@ func (s *Store) commitGroup(group []*commitReq) {
 		if errs[i] != nil || isEmpty(r.b) {
 			continue
 		}
-		if _, err := s.w.savepoint.ExecContext(ctx); err != nil {
-			fail(err)
-			return
-		}
-		newHead, err := s.apply(ctx, r.b, heads, now)
+		newHead, wrote, err := s.apply(ctx, r.b, heads, now)
 		if err != nil {
 			errs[i] = err
-			if _, rerr := s.w.rollbackTo.ExecContext(ctx); rerr != nil {
-				fail(rerr)
-				return
+			if wrote {
+				if _, err := s.w.rollback.ExecContext(ctx); err != nil {
+					return fail(err)
+				}
+				return true
 			}
+			continue
 		}
-		if _, err := s.w.release.ExecContext(ctx); err != nil {
-			fail(err)
-			return
-		}
-		if err == nil && len(r.b.Records) > 0 {
+		if len(r.b.Records) > 0 {
 			heads[r.b.SessionID] = newHead
 		}
 	}
 	if _, err := s.w.commit.ExecContext(ctx); err != nil {
-		fail(err)
+		return fail(err)
 	}
+	if len(s.heads)+len(heads) > maxCachedHeads {
+		clear(s.heads)
+	}
+	maps.Copy(s.heads, heads)
+	return false
 }
+
+// maxCachedHeads bounds the writer's memory of session heads; past it the
+// writer forgets them all and looks each up again once.
+const maxCachedHeads = 1 << 16
 
 func isEmpty(b store.Batch) bool {
 	return len(b.Records) == 0 && b.Session == nil && len(b.Commands) == 0
 }
 
-// apply writes one batch inside the open savepoint and returns the
+// apply writes one batch inside the open transaction and returns the
 // session's new head. Conflicts are found before anything is written where
-// possible; the savepoint undoes the rest.
-func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64, now time.Time) (int64, error) {
-	var newHead int64
+// possible; wrote tells whether a failing batch had written part of itself.
+// The ledger goes first, so that a command id already there is usually
+// found before anything else of the batch is written.
+func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64, now time.Time) (newHead int64, wrote bool, err error) {
 	if len(b.Records) > 0 {
-		h, ok := heads[b.SessionID]
-		if !ok {
-			var err error
-			if h, err = head(ctx, s.w.head, b.SessionID); err != nil {
-				return 0, err
-			}
-			heads[b.SessionID] = h // the committed head; valid even if this batch is rolled back
+		h, err := s.headOf(ctx, b.SessionID, heads)
+		if err != nil {
+			return 0, false, err
 		}
 		for i, r := range b.Records {
 			if want := h + 1 + int64(i); r.Seq != want {
-				return 0, fmt.Errorf("%w: session %q record %d has seq %d, want %d",
+				return 0, false, fmt.Errorf("%w: session %q record %d has seq %d, want %d",
 					store.ErrConflict, b.SessionID, i, r.Seq, want)
 			}
 		}
-		for _, r := range b.Records {
-			if _, err := s.w.insertEvent.ExecContext(ctx, b.SessionID, r.Seq, r.Method, []byte(r.Params)); err != nil {
-				return 0, fmt.Errorf("sqlite: append %q seq %d: %w", b.SessionID, r.Seq, err)
-			}
-		}
 		newHead = h + int64(len(b.Records))
-	}
-	if r := b.Session; r != nil {
-		created, _ := store.UnixNanos(r.CreatedAt) // validated by Commit
-		updated, _ := store.UnixNanos(r.UpdatedAt)
-		if _, err := s.w.upsertSession.ExecContext(ctx, r.ID, created, updated, r.Busy, []byte(r.State)); err != nil {
-			return 0, fmt.Errorf("sqlite: upsert session %q: %w", r.ID, err)
-		}
 	}
 	for _, c := range b.Commands {
 		created := store.ClampUnixNanos(now)
@@ -210,17 +213,49 @@ func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64
 		}
 		res, err := s.w.insertCommand.ExecContext(ctx, c.ID, c.Digest, []byte(c.Response), c.IsError, created, sessionID)
 		if err != nil {
-			return 0, fmt.Errorf("sqlite: add command %q: %w", c.ID, err)
+			return 0, true, fmt.Errorf("sqlite: add command %q: %w", c.ID, err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return 0, fmt.Errorf("sqlite: add command %q: %w", c.ID, err)
+			return 0, true, fmt.Errorf("sqlite: add command %q: %w", c.ID, err)
 		}
 		if n == 0 {
-			return 0, fmt.Errorf("%w: command %q already in the ledger", store.ErrConflict, c.ID)
+			return 0, wrote, fmt.Errorf("%w: command %q already in the ledger", store.ErrConflict, c.ID)
+		}
+		wrote = true
+	}
+	for _, r := range b.Records {
+		if _, err := s.w.insertEvent.ExecContext(ctx, b.SessionID, r.Seq, r.Method, []byte(r.Params)); err != nil {
+			return 0, true, fmt.Errorf("sqlite: append %q seq %d: %w", b.SessionID, r.Seq, err)
+		}
+		wrote = true
+	}
+	if r := b.Session; r != nil {
+		created, _ := store.UnixNanos(r.CreatedAt) // validated by Commit
+		updated, _ := store.UnixNanos(r.UpdatedAt)
+		if _, err := s.w.upsertSession.ExecContext(ctx, r.ID, created, updated, r.Busy, []byte(r.State)); err != nil {
+			return 0, true, fmt.Errorf("sqlite: upsert session %q: %w", r.ID, err)
 		}
 	}
-	return newHead, nil
+	return newHead, wrote, nil
+}
+
+// headOf returns a session's head as this transaction sees it: written
+// earlier in it, remembered from a commit (this store is the file's only
+// writer: Open holds the directory's lock), or else read.
+func (s *Store) headOf(ctx context.Context, sessionID string, heads map[string]int64) (int64, error) {
+	if h, ok := heads[sessionID]; ok {
+		return h, nil
+	}
+	if h, ok := s.heads[sessionID]; ok {
+		return h, nil
+	}
+	h, err := head(ctx, s.w.head, sessionID)
+	if err != nil {
+		return 0, err
+	}
+	heads[sessionID] = h // the committed head: valid even if this batch fails
+	return h, nil
 }
 
 // task is work the writer runs as a round of its own, between two commit
@@ -299,6 +334,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 				return taskResult{err: fmt.Errorf("sqlite: delete session %q: %w", id, err)}
 			}
 		}
+		delete(s.heads, id) // before the outcome is known: a failed commit may have landed
 		if _, err := s.w.commit.ExecContext(bg); err != nil {
 			_, _ = s.w.rollback.ExecContext(bg)
 			return taskResult{err: fmt.Errorf("sqlite: delete session %q: %w", id, err)}
