@@ -8,17 +8,31 @@ import (
 
 // EncodeNotification renders a server-to-client notification frame from
 // already-encoded params, so that one encoding serves every connection.
-// method must be a plain ASCII method name.
 func EncodeNotification(method string, params json.RawMessage, emittedAtMs int64) []byte {
 	// Room for all of it: the frame is allocated once, never grown.
 	b := make([]byte, 0, len(params)+len(method)+notificationOverhead)
 	b = append(b, `{"jsonrpc":"2.0","method":`...)
-	b = strconv.AppendQuote(b, method)
+	b = appendMethod(b, method)
 	b = append(b, `,"params":`...)
 	b = append(b, params...)
 	b = append(b, `,"emittedAtMs":`...)
 	b = strconv.AppendInt(b, emittedAtMs, 10)
 	return append(b, '}')
+}
+
+// appendMethod appends method as a JSON string. Method names are plain
+// ASCII that needs no escaping, which spares a replay quoting each one
+// rune by rune; anything else is encoded by encoding/json.
+func appendMethod(b []byte, method string) []byte {
+	for i := range len(method) {
+		if c := method[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			q, _ := json.Marshal(method) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, method...)
+	return append(b, '"')
 }
 
 // notificationOverhead bounds what EncodeNotification adds to the params

@@ -27,6 +27,13 @@ func TestEncodeNotification(t *testing.T) {
 			t.Errorf("frame of %d bytes has capacity %d", len(frame), cap(frame))
 		}
 	}
+	// A method that is not plain ASCII is still valid JSON.
+	for _, method := range []string{`a"b`, `a\b`, "tab\there", "é/ü", "\x7f"} {
+		var got struct{ Method string }
+		if err := json.Unmarshal(EncodeNotification(method, params, 1), &got); err != nil || got.Method != method {
+			t.Errorf("method %q came back %q (%v)", method, got.Method, err)
+		}
+	}
 	if n := testing.AllocsPerRun(100, func() { EncodeNotification(NotifyItemDelta, params, math.MinInt64) }); n != 1 {
 		t.Errorf("%v allocations a frame, want 1", n)
 	}

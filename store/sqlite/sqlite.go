@@ -372,8 +372,13 @@ func (s *Store) RecordsBefore(ctx context.Context, sessionID string, before int6
 func scanRecords(rows *sql.Rows, limit int) ([]store.Record, error) {
 	defer rows.Close()
 	rs := make([]store.Record, 0, min(limit, 256))
+	// Scan's targets escape: declared once, not once a row.
+	var (
+		seq    int64
+		method string
+		params sql.RawBytes
+	)
 	for rows.Next() {
-		var r store.Record
 		// The driver copies each blob out of SQLite into a slice of its
 		// own (modernc.org/sqlite's columnBlob makes one per row), and
 		// RawBytes takes that slice as is, where *[]byte would copy it
@@ -381,12 +386,10 @@ func scanRecords(rows *sql.Rows, limit int) ([]store.Record, error) {
 		// reused for another row, so the caller owns it; storetest reads
 		// many rows in one call and compares each, which a driver that
 		// reused its buffer would fail.
-		var params sql.RawBytes
-		if err := rows.Scan(&r.Seq, &r.Method, &params); err != nil {
+		if err := rows.Scan(&seq, &method, &params); err != nil {
 			return nil, fmt.Errorf("sqlite: scan record: %w", err)
 		}
-		r.Params = json.RawMessage(params)
-		rs = append(rs, r)
+		rs = append(rs, store.Record{Seq: seq, Method: method, Params: json.RawMessage(params)})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: records: %w", err)
