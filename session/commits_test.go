@@ -16,8 +16,11 @@ import (
 type countingStore struct {
 	store.Store
 	mu      sync.Mutex
-	batches [][]string // the methods of each commit's records
+	batches [][]string // the methods of each commit's records, then urgent if it was
 }
+
+// urgent marks a batch marked Urgent in countingStore's batches.
+const urgent = "(urgent)"
 
 func (c *countingStore) Commit(ctx context.Context, b store.Batch) error {
 	err := c.Store.Commit(ctx, b)
@@ -25,6 +28,9 @@ func (c *countingStore) Commit(ctx context.Context, b store.Batch) error {
 		var ms []string
 		for _, r := range b.Records {
 			ms = append(ms, r.Method)
+		}
+		if b.Urgent {
+			ms = append(ms, urgent)
 		}
 		c.mu.Lock()
 		c.batches = append(c.batches, ms)
@@ -44,7 +50,8 @@ func (c *countingStore) take() [][]string {
 // TestThreeCommitsPerTurn: a turn on an idle session costs three commits
 // (fsyncs): its admission with turn/started and the userMessage item; the
 // answer's item/started; the item's close, usage and terminal together.
-// A retried attempt's close and usage ride with its notice.
+// A retried attempt's close and usage ride with its notice, which goes
+// ahead of other writes.
 func TestThreeCommitsPerTurn(t *testing.T) {
 	cs := &countingStore{Store: openStore(t)}
 	m := newManager(t, cs, newHistModel(), mgrOpts{})
@@ -74,12 +81,23 @@ func TestThreeCommitsPerTurn(t *testing.T) {
 	want = [][]string{
 		{msp.NotifyTurnStarted, msp.NotifyItemCompleted},
 		{msp.NotifyItemStarted},
-		{msp.NotifyItemCompleted, msp.NotifyTurnRetryScheduled},
+		{msp.NotifyItemCompleted, msp.NotifyTurnRetryScheduled, urgent},
 		{msp.NotifyItemStarted},
 		{msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted},
 	}
 	if got := cs.take(); !equalBatches(got, want) {
 		t.Fatalf("commits of a retried turn:\n got %v\nwant %v", got, want)
+	}
+	idle()
+	runTurn(t, m, sub, textTurn(sid, "busy")) // attempt 1 gets a 503
+	want = [][]string{
+		{msp.NotifyTurnStarted, msp.NotifyItemCompleted},
+		{msp.NotifyTurnModelRetryScheduled, urgent},
+		{msp.NotifyItemStarted},
+		{msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted},
+	}
+	if got := cs.take(); !equalBatches(got, want) {
+		t.Fatalf("commits of a turn with a provider backoff:\n got %v\nwant %v", got, want)
 	}
 }
 

@@ -60,6 +60,8 @@ func (m *histModel) Stream(ctx context.Context, req provider.Request, onText fun
 		return done, nil
 	case strings.HasPrefix(text, "fail"):
 		return provider.Response{}, &provider.Error{HTTPStatus: 401, Message: "bad key"}
+	case strings.HasPrefix(text, "busy") && req.Attempt == 1:
+		return provider.Response{}, &provider.Error{HTTPStatus: 503, Message: "overloaded"}
 	case strings.HasPrefix(text, "cut") && req.Attempt == 1:
 		onText("partial")
 		return provider.Response{}, &provider.Error{Kind: modelretry.KindStreamInterrupted, Message: "eof"}

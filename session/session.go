@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,7 +85,10 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 		return errNotLeader
 	}
 	now := s.m.now()
-	batch := store.Batch{SessionID: s.id, Commands: cmds}
+	// A retry notice is what a user watches a countdown for, and its
+	// backoff starts only once it is written: it goes ahead of a burst of
+	// other writes (this session has no other commit in flight).
+	batch := store.Batch{SessionID: s.id, Commands: cmds, Urgent: slices.ContainsFunc(evs, isRetryNotice)}
 	batch.Records = make([]store.Record, len(evs))
 	for i, ev := range evs {
 		seq := s.head + int64(i) + 1
@@ -135,6 +139,11 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 		s.publishLocked(n, rec.Seq, 0)
 	}
 	return nil
+}
+
+// isRetryNotice tells whether ev announces a backoff or a re-run.
+func isRetryNotice(ev event) bool {
+	return ev.method == msp.NotifyTurnModelRetryScheduled || ev.method == msp.NotifyTurnRetryScheduled
 }
 
 // errNotLeader refuses a write on a node that only follows the session.

@@ -86,6 +86,12 @@ type Batch struct {
 	Session *Session
 	// Commands are added to the ledger.
 	Commands []Command
+	// Urgent asks a store that queues writes to write this batch ahead of
+	// those already waiting: a retry notice a user is watching a spinner
+	// for, behind a burst of new turns. Stores without such a queue ignore
+	// it. Callers keep one commit in flight per session, so batches of one
+	// session are never reordered.
+	Urgent bool
 }
 
 // SessionKey is a position in the newest-first session listing.

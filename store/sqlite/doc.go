@@ -26,7 +26,9 @@
 // the batch touches. Under load the fsync is shared by every batch that
 // queued during the previous one, so throughput grows with concurrency
 // instead of being pinned to the sync rate; a lone caller still pays one
-// fsync per Commit.
+// fsync per Commit. Batches marked Urgent (retry notices) wait in a queue
+// of their own that the writer empties first, so a burst of new turns
+// delays a notice by at most the group being written when it arrives.
 //
 // A single writer also makes sequence checks cheap and race-free: the
 // store is the file's only writer (see below), so the writer remembers

@@ -135,10 +135,12 @@ type Store struct {
 	heads map[string]int64
 
 	// mu orders Close against Commit's enqueue: Commit sends under RLock,
-	// Close closes reqs under Lock, so nothing sends on a closed channel.
+	// Close closes reqs and urgent under Lock, so nothing sends on a
+	// closed channel.
 	mu         sync.RWMutex
 	closed     bool
 	reqs       chan *commitReq
+	urgent     chan *commitReq // batches marked Urgent, taken first
 	writerDone chan struct{}
 	tasks      chan *task // unbuffered: a sent task is already the writer's
 }
@@ -193,6 +195,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.reqs = make(chan *commitReq, cfg.maxGroup)
+	s.urgent = make(chan *commitReq, cfg.maxGroup)
 	s.tasks = make(chan *task)
 	s.writerDone = make(chan struct{})
 	go s.writer()
@@ -520,6 +523,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	close(s.reqs)
+	close(s.urgent)
 	s.mu.Unlock()
 	<-s.writerDone
 	return errors.Join(s.closeDBs(), s.lock.unlock())

@@ -37,8 +37,12 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 		s.mu.RUnlock()
 		return nil
 	}
+	queue := s.reqs
+	if b.Urgent {
+		queue = s.urgent
+	}
 	select {
-	case s.reqs <- req:
+	case queue <- req:
 	case <-ctx.Done():
 		s.mu.RUnlock()
 		return ctx.Err()
@@ -51,39 +55,64 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 }
 
 // writer owns the write connection. Each round takes whatever is queued,
-// up to maxGroup batches, and commits it as one transaction; a prune is a
-// round of its own.
+// urgent batches first, up to maxGroup batches, and commits it as one
+// transaction; a prune is a round of its own. It returns once Close has
+// closed both queues and they are drained.
 func (s *Store) writer() {
 	defer close(s.writerDone)
+	urgent, normal := s.urgent, s.reqs // nil once closed and drained
 	group := make([]*commitReq, 0, s.maxGroup)
-	for {
+	for urgent != nil || normal != nil {
 		var first *commitReq
 		select {
-		case t := <-s.tasks:
-			t.done <- t.run()
-			continue
-		case r, ok := <-s.reqs:
+		case r, ok := <-urgent: // waiting already: it goes before anything else
 			if !ok {
-				return
+				urgent = nil
+				continue
 			}
 			first = r
-		}
-		group = append(group[:0], first)
-	drain:
-		for len(group) < s.maxGroup {
+		default:
 			select {
-			case r, ok := <-s.reqs:
+			case t := <-s.tasks:
+				t.done <- t.run()
+				continue
+			case r, ok := <-urgent:
 				if !ok {
-					break drain
+					urgent = nil
+					continue
 				}
-				group = append(group, r)
-			default:
-				break drain
+				first = r
+			case r, ok := <-normal:
+				if !ok {
+					normal = nil
+					continue
+				}
+				first = r
 			}
 		}
+		group = s.take(append(group[:0], first), &urgent)
+		group = s.take(group, &normal)
 		s.commitGroup(group)
 		clear(group) // let finished batches be collected
 	}
+}
+
+// take adds to group the batches waiting in *queue, up to maxGroup in
+// all; it sets *queue to nil when it finds it closed and drained.
+func (s *Store) take(group []*commitReq, queue *chan *commitReq) []*commitReq {
+	for len(group) < s.maxGroup && *queue != nil {
+		select {
+		case r, ok := <-*queue:
+			if !ok {
+				*queue = nil
+				return group
+			}
+			group = append(group, r)
+		default:
+			return group
+		}
+	}
+	return group
 }
 
 // commitGroup writes a group in one transaction and answers every

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,6 +109,73 @@ func TestFailingBatchesInOneGroup(t *testing.T) {
 		}
 		if err := s.Commit(ctx, store.Batch{SessionID: id, Records: []store.Record{{Seq: next, Method: "m", Params: []byte(`{}`)}}}); err != nil {
 			t.Errorf("%s: seq %d: %v", id, next, err)
+		}
+	}
+}
+
+// Urgent batches queued behind more than a group's worth of others are
+// written in the next group, and the others still land in order.
+func TestUrgentBatchesGoFirst(t *testing.T) {
+	ctx := context.Background()
+	const group, normal, urgent = 4, 12, 2
+	gate := make(chan struct{})
+	var groups atomic.Int32
+	s, err := Open(filepath.Join(t.TempDir(), "mspd.db"), WithMaxGroup(group), WithCommitObserver(func(int, time.Duration) {
+		if groups.Add(1) == 1 {
+			<-gate // hold the writer until everything is queued
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	primed := make(chan error, 1)
+	go func() { primed <- s.Commit(ctx, store.Batch{Commands: []store.Command{{ID: "prime", Digest: "d"}}}) }()
+	for groups.Load() == 0 {
+		runtime.Gosched()
+	}
+	// inGroup[i] is the number of groups committed when batch i returned:
+	// the group it was written in, counting the priming one.
+	inGroup := make([]int32, normal+urgent)
+	done := make(chan error, normal+urgent)
+	commit := func(i int, urgent bool) {
+		id := fmt.Sprintf("s%d", i)
+		err := s.Commit(ctx, store.Batch{SessionID: id, Urgent: urgent, Records: []store.Record{{Seq: 1, Method: "m", Params: []byte(`{}`)}}})
+		inGroup[i] = groups.Load()
+		done <- err
+	}
+	for i := range normal {
+		go commit(i, false)
+	}
+	for len(s.reqs) < cap(s.reqs) { // full: the rest wait to send
+		runtime.Gosched()
+	}
+	for i := normal; i < normal+urgent; i++ {
+		go commit(i, true)
+	}
+	for len(s.urgent) < urgent {
+		runtime.Gosched()
+	}
+	close(gate)
+	if err := <-primed; err != nil {
+		t.Fatal(err)
+	}
+	for range normal + urgent {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := normal; i < normal+urgent; i++ {
+		if inGroup[i] != 2 {
+			t.Errorf("urgent batch %d written in group %d, want the first after the priming one (2)", i, inGroup[i])
+		}
+	}
+	if got, want := groups.Load(), int32(1+(normal+urgent+group-1)/group); got != want {
+		t.Errorf("%d groups, want %d", got, want)
+	}
+	for i := range normal + urgent {
+		if h, err := s.Head(ctx, fmt.Sprintf("s%d", i)); err != nil || h != 1 {
+			t.Errorf("s%d: head %d, %v", i, h, err)
 		}
 	}
 }
