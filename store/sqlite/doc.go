@@ -7,7 +7,11 @@
 // on disk when its COMMIT returns — it survives SIGKILL, and power loss as
 // far as the disk honours fsync — and Commit returns only after that. WAL
 // also lets a pool of read-only connections read a consistent snapshot
-// while the writer appends.
+// while the writer appends. The log is copied back into the database file
+// (checkpointed) by a connection of its own, asked every 1,000 pages the
+// writer commits, never inside a commit: SQLite's automatic checkpoint
+// would run in the COMMIT that crosses the mark and hold up everyone
+// queued behind it.
 //
 // # Group commit
 //

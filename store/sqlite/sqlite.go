@@ -84,10 +84,11 @@ func schemaV1() []string {
 type Option func(*config)
 
 type config struct {
-	busyTimeout time.Duration
-	maxGroup    int
-	readConns   int
-	onCommit    func(batches int, took time.Duration)
+	busyTimeout  time.Duration
+	maxGroup     int
+	readConns    int
+	onCommit     func(batches int, took time.Duration)
+	onCheckpoint func(frames, copied int, err error)
 }
 
 // WithBusyTimeout sets how long a connection waits for a lock held by
@@ -112,6 +113,13 @@ func WithCommitObserver(fn func(batches int, took time.Duration)) Option {
 	return func(c *config) { c.onCommit = fn }
 }
 
+// WithCheckpointObserver makes the store report each checkpoint: the
+// frames in the write-ahead log and how many of them are now copied into
+// the database file, or the error. fn runs on the checkpoint goroutine.
+func WithCheckpointObserver(fn func(frames, copied int, err error)) Option {
+	return func(c *config) { c.onCheckpoint = fn }
+}
+
 // WithReadConns sets the size of the read-only connection pool. The
 // default is 4.
 func WithReadConns(n int) Option {
@@ -125,6 +133,8 @@ type Store struct {
 	wdb *sql.DB   // holds the single writer connection
 	wc  *sql.Conn // pinned, so the writer's prepared statements stay valid
 	rdb *sql.DB   // read-only pool
+	cdb *sql.DB   // holds the checkpoint connection
+	cc  *sql.Conn // checkpoints run here (checkpoint.go)
 	w   writeStmts
 	r   readStmts
 
@@ -133,6 +143,12 @@ type Store struct {
 	// heads are the committed heads of sessions written lately; the
 	// writer's alone, so unguarded.
 	heads map[string]int64
+
+	onCheckpoint func(frames, copied int, err error) // nil: none
+	ckptMu       sync.Mutex                          // one checkpoint at a time
+	ckptDue      chan struct{}                       // cap 1: a checkpoint is asked for
+	ckptDone     chan struct{}                       // closed when the checkpoint goroutine ends
+	walPages     int                                 // written to the log since the last ask; the writer's
 
 	// mu orders Close against Commit's enqueue: Commit sends under RLock,
 	// Close closes reqs and urgent under Lock, so nothing sends on a
@@ -188,8 +204,9 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{lock: lock, maxGroup: cfg.maxGroup, onCommit: cfg.onCommit, heads: make(map[string]int64)}
+	s := &Store{lock: lock, maxGroup: cfg.maxGroup, onCommit: cfg.onCommit, heads: make(map[string]int64), onCheckpoint: cfg.onCheckpoint}
 	if err := s.open(abs, cfg); err != nil {
+		s.closeCheckpoints()
 		s.closeDBs()
 		_ = lock.unlock()
 		return nil, err
@@ -208,8 +225,8 @@ func (s *Store) open(path string, cfg config) error {
 
 	var err error
 	// secure_delete overwrites what a delete frees, so an erased session
-	// leaves no trace in the file.
-	s.wdb, err = sql.Open("sqlite", path+"?"+busy+"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=secure_delete(1)")
+	// leaves no trace in the file. Checkpoints run elsewhere (checkpoint.go).
+	s.wdb, err = sql.Open("sqlite", path+"?"+busy+"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=secure_delete(1)&_pragma=wal_autocheckpoint(0)")
 	if err != nil {
 		return fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -240,6 +257,9 @@ func (s *Store) open(path string, cfg config) error {
 		return err
 	}
 	if err := s.prepareWrites(ctx); err != nil {
+		return err
+	}
+	if err := s.openCheckpoints(ctx, path, busy); err != nil {
 		return err
 	}
 
@@ -526,6 +546,7 @@ func (s *Store) Close() error {
 	close(s.urgent)
 	s.mu.Unlock()
 	<-s.writerDone
+	s.closeCheckpoints()
 	return errors.Join(s.closeDBs(), s.lock.unlock())
 }
 
@@ -543,10 +564,12 @@ func (s *Store) closeDBs() error {
 			errs = append(errs, st.Close())
 		}
 	}
-	if s.wc != nil {
-		errs = append(errs, s.wc.Close())
+	for _, c := range []*sql.Conn{s.wc, s.cc} {
+		if c != nil {
+			errs = append(errs, c.Close())
+		}
 	}
-	for _, db := range []*sql.DB{s.rdb, s.wdb} {
+	for _, db := range []*sql.DB{s.rdb, s.cdb, s.wdb} {
 		if db != nil {
 			errs = append(errs, db.Close())
 		}

@@ -197,6 +197,7 @@ func (s *Store) writeGroup(group []*commitReq, errs []error) (again bool) {
 	if _, err := s.w.commit.ExecContext(ctx); err != nil {
 		return fail(err)
 	}
+	s.notePagesWritten()
 	if len(s.heads)+len(heads) > maxCachedHeads {
 		clear(s.heads)
 	}
@@ -370,7 +371,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 		}
 		// Readers holding an older snapshot can keep the checkpoint from
 		// finishing; the erasure itself is committed either way.
-		_, _ = s.wc.ExecContext(bg, "PRAGMA wal_checkpoint(TRUNCATE)")
+		_ = s.checkpoint("TRUNCATE")
 		return taskResult{}
 	})
 	return err

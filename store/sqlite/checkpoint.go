@@ -1,0 +1,99 @@
+package sqlite
+
+// Checkpoints: copying the write-ahead log back into the database file, on
+// a connection of its own rather than in the writer's commits.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	msqlite "modernc.org/sqlite"
+)
+
+// checkpointPages is how many pages the writer lets the write-ahead log
+// gain before it asks for a checkpoint: SQLite's own wal_autocheckpoint
+// default.
+const checkpointPages = 1000
+
+// openCheckpoints opens the checkpoint connection and starts the goroutine
+// that runs checkpoints on it. SQLite would otherwise run one inside the
+// COMMIT that crosses checkpointPages, on the writer, holding up that
+// group's callers and every batch queued behind it (a sixth of the
+// writer's time when appending from 100 sessions). On a connection of its
+// own a PASSIVE checkpoint runs beside the writer and blocks no one.
+func (s *Store) openCheckpoints(ctx context.Context, path, busy string) error {
+	// The counter the writer steers by must exist, or the log would grow
+	// without end.
+	if err := s.wc.Raw(func(dc any) error {
+		if _, ok := dc.(msqlite.DBStatus); !ok {
+			return errors.New("the driver does not report pages written (sqlite3_db_status)")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	var err error
+	// synchronous=FULL: the checkpoint syncs the database file before the
+	// log may be reused, or a power loss could take committed pages.
+	if s.cdb, err = sql.Open("sqlite", path+"?"+busy+"&_pragma=synchronous(FULL)"); err != nil {
+		return fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s.cdb.SetMaxOpenConns(1)
+	if s.cc, err = s.cdb.Conn(ctx); err != nil {
+		return fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s.ckptDue = make(chan struct{}, 1)
+	s.ckptDone = make(chan struct{})
+	go func() {
+		defer close(s.ckptDone)
+		for range s.ckptDue {
+			_ = s.checkpoint("PASSIVE") // a failed one is retried with the next
+		}
+	}()
+	return nil
+}
+
+// notePagesWritten adds the pages the last commit wrote to the log, and
+// asks for a checkpoint every checkpointPages. Writer goroutine only.
+func (s *Store) notePagesWritten() {
+	_ = s.wc.Raw(func(dc any) error {
+		n, _, err := dc.(msqlite.DBStatus).Status(msqlite.DBStatusCacheWrite, true)
+		s.walPages += n
+		return err
+	})
+	if s.walPages < checkpointPages {
+		return
+	}
+	s.walPages = 0
+	select {
+	case s.ckptDue <- struct{}{}:
+	default: // one is due already
+	}
+}
+
+// checkpoint runs one checkpoint of mode (PASSIVE, TRUNCATE) on the
+// checkpoint connection, one at a time.
+func (s *Store) checkpoint(mode string) error {
+	s.ckptMu.Lock()
+	defer s.ckptMu.Unlock()
+	var busy, frames, copied int
+	err := s.cc.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &frames, &copied)
+	if err != nil {
+		err = fmt.Errorf("sqlite: checkpoint: %w", err)
+	}
+	if s.onCheckpoint != nil {
+		s.onCheckpoint(frames, copied, err)
+	}
+	return err
+}
+
+// closeCheckpoints stops the checkpoint goroutine once the writer has
+// stopped asking.
+func (s *Store) closeCheckpoints() {
+	if s.ckptDue != nil {
+		close(s.ckptDue)
+		<-s.ckptDone
+	}
+}
