@@ -69,7 +69,8 @@ func openBackend(ctx context.Context, cfg Config, dir string, metrics *observe.M
 	switch cfg.Backend.Store {
 	case "", "sqlite":
 		path := filepath.Join(dir, "mspd.db")
-		st, err := sqlite.Open(path, sqlite.WithCommitObserver(metrics.StoreCommit))
+		st, err := sqlite.Open(path, sqlite.WithCommitObserver(metrics.StoreCommit),
+			sqlite.WithCheckpointObserver(metrics.StoreCheckpoint))
 		if err != nil {
 			return nil, fmt.Errorf("opening %s: %w", path, err)
 		}

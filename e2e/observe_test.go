@@ -266,3 +266,38 @@ func TestNoSecretsInTelemetry(t *testing.T) {
 		t.Errorf("logs lack the retry lines with their trace id:\n%s", logs)
 	}
 }
+
+// TestCheckpointObserved: deleting a session truncates the write-ahead log
+// (so no copy of what it erased stays there), a checkpoint the store runs
+// on its checkpoint connection; /metrics counts it and its log size.
+func TestCheckpointObserved(t *testing.T) {
+	d := startDaemon(t, daemon.Config{})
+	c := dial(t, d.URL(), client.Options{})
+	sid := newSession(t, c)
+	answerTurn(t, c, sid, "hello")
+	if err := c.Call(testCtx(t), msp.MethodSessionDelete, msp.SessionDeleteParams{CommandID: client.NewCommandID(), SessionID: sid}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for { // the erasure, checkpoint included, is done when this arrives
+		n, err := c.Next(testCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Method == msp.NotifySessionDeleteCompleted {
+			break
+		}
+	}
+	f, text, err := observetest.Scrape("http://" + d.Addr() + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape: %v\n%s", err, text)
+	}
+	if v := f.Value("mspd_store_checkpoints_total", nil); v < 1 {
+		t.Errorf("mspd_store_checkpoints_total = %v, want the deletion's checkpoint", v)
+	}
+	if v := f.Value("mspd_store_checkpoints_total", observetest.Labels{"result": "failed"}); v != 0 {
+		t.Errorf("%v failed checkpoints", v)
+	}
+	if v := f.Value("mspd_store_wal_frames", nil); v != 0 {
+		t.Errorf("mspd_store_wal_frames = %v after a truncating checkpoint, want 0", v)
+	}
+}

@@ -94,6 +94,8 @@ type Metrics struct {
 	// The store and the connections.
 	commitSeconds prometheus.Histogram
 	commitBatches prometheus.Histogram
+	checkpoints   *prometheus.CounterVec
+	walFrames     prometheus.Gauge
 	queueWait     prometheus.Histogram
 
 	budgets *budgetCollector
@@ -158,6 +160,14 @@ func New(reg *prometheus.Registry) *Metrics {
 			Help:    "Batches (callers' commits) written together in one group commit.",
 			Buckets: batchBuckets,
 		}),
+		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mspd_store_checkpoints_total",
+			Help: "Checkpoints of the SQLite write-ahead log by result: complete (every frame copied into the database file), partial (a reader still needed older frames) or failed.",
+		}, []string{"result"}),
+		walFrames: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mspd_store_wal_frames",
+			Help: "Frames in the SQLite write-ahead log at the last checkpoint; a steady climb means checkpoints cannot finish (a long read holds them back) and the log, on disk, grows.",
+		}),
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "mspd_outbound_queue_wait_seconds",
 			Help:    "Time a frame waited in a connection's outbound queue before its write began.",
@@ -169,7 +179,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	}
 	reg.MustRegister(m.providerRequests, m.outputTokens, m.retryDelay, m.turnDuration, m.firstToken,
 		m.turns, m.modelRetries, m.turnRetries, m.attempts, m.attemptsPerTurn,
-		m.commitSeconds, m.commitBatches, m.queueWait, m.budgets)
+		m.commitSeconds, m.commitBatches, m.checkpoints, m.walFrames, m.queueWait, m.budgets)
 	return m
 }
 
@@ -262,6 +272,25 @@ func (m *Metrics) StoreCommit(batches int, took time.Duration) {
 	}
 	m.commitBatches.Observe(float64(batches))
 	m.commitSeconds.Observe(took.Seconds())
+}
+
+// StoreCheckpoint records one checkpoint of the store's write-ahead log:
+// the frames the log held and how many of them are now in the database
+// file, or the error.
+func (m *Metrics) StoreCheckpoint(frames, copied int, err error) {
+	if m == nil {
+		return
+	}
+	result := "complete"
+	switch {
+	case err != nil:
+		m.checkpoints.WithLabelValues("failed").Inc()
+		return
+	case copied < frames:
+		result = "partial"
+	}
+	m.checkpoints.WithLabelValues(result).Inc()
+	m.walFrames.Set(float64(frames))
 }
 
 // QueueWait records how long one frame waited in an outbound queue

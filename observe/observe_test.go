@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -64,6 +65,9 @@ func populated(t *testing.T) *observe.Metrics {
 	m.ModelRetryNotice("rateLimited")
 	m.TurnRetryNotice()
 	m.StoreCommit(3, 2*time.Millisecond)
+	m.StoreCheckpoint(1200, 1200, nil)
+	m.StoreCheckpoint(1500, 900, nil) // a reader held the rest
+	m.StoreCheckpoint(0, 0, errors.New("disk I/O error"))
 	for range 4 {
 		m.QueueWait(time.Millisecond)
 	}
@@ -98,6 +102,10 @@ func TestMetricsExposition(t *testing.T) {
 		{"mspd_output_tokens_total", observetest.Labels{"outcome": "discarded"}, 3},
 		{"mspd_turns_total", observetest.Labels{"terminal": "completed"}, 1},
 		{"mspd_model_retries_total", observetest.Labels{"error_kind": "rateLimited"}, 1},
+		{"mspd_store_checkpoints_total", observetest.Labels{"result": "complete"}, 1},
+		{"mspd_store_checkpoints_total", observetest.Labels{"result": "partial"}, 1},
+		{"mspd_store_checkpoints_total", observetest.Labels{"result": "failed"}, 1},
+		{"mspd_store_wal_frames", nil, 1500},
 		{"mspd_turn_retries_total", nil, 1},
 		{"mspd_provider_attempts_total", nil, 2},
 		{"mspd_retry_budget_tokens", observetest.Labels{"provider": "main", "system": "openai"}, 9},
