@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -115,7 +116,8 @@ func WithCommitObserver(fn func(batches int, took time.Duration)) Option {
 
 // WithCheckpointObserver makes the store report each checkpoint: the
 // frames in the write-ahead log and how many of them are now copied into
-// the database file, or the error. fn runs on the checkpoint goroutine.
+// the database file, or the error. fn runs on the goroutine that ran the
+// checkpoint, the writer's among them: it must be quick.
 func WithCheckpointObserver(fn func(frames, copied int, err error)) Option {
 	return func(c *config) { c.onCheckpoint = fn }
 }
@@ -149,6 +151,7 @@ type Store struct {
 	ckptDue      chan struct{}                       // cap 1: a checkpoint is asked for
 	ckptDone     chan struct{}                       // closed when the checkpoint goroutine ends
 	walPages     int                                 // written to the log since the last ask; the writer's
+	ckptRan      atomic.Bool                         // a checkpoint beside the writer has run: the writer copies the tail
 
 	// mu orders Close against Commit's enqueue: Commit sends under RLock,
 	// Close closes reqs and urgent under Lock, so nothing sends on a
@@ -347,9 +350,9 @@ func (s *Store) prepareWrites(ctx context.Context) error {
 func (s *Store) prepareReads(ctx context.Context) error {
 	r := &s.r
 	return prepareAll(ctx, s.rdb, []prep{
-		{&r.records, `SELECT seq, method, params FROM events
+		{&r.records, `SELECT seq, method, CAST(params AS BLOB) FROM events
 			WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`},
-		{&r.recordsBefore, `SELECT seq, method, params FROM events
+		{&r.recordsBefore, `SELECT seq, method, CAST(params AS BLOB) FROM events
 			WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?`},
 		{&r.head, `SELECT seq FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1`},
 		{&r.session, `SELECT ` + sessionCols + ` FROM sessions WHERE id = ?`},
@@ -408,7 +411,9 @@ func scanRecords(rows *sql.Rows, limit int) ([]store.Record, error) {
 		// again: a replay reads thousands of rows. The slice is never
 		// reused for another row, so the caller owns it; storetest reads
 		// many rows in one call and compares each, which a driver that
-		// reused its buffer would fail.
+		// reused its buffer would fail. A TEXT value would instead land
+		// in a buffer database/sql reuses, hence the CAST in the query
+		// (rows written by other tools may hold TEXT).
 		if err := rows.Scan(&seq, &method, &params); err != nil {
 			return nil, fmt.Errorf("sqlite: scan record: %w", err)
 		}

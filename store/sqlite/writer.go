@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -155,7 +156,7 @@ func (s *Store) commitGroup(group []*commitReq) {
 
 // writeGroup makes one attempt at writing the batches of group that have
 // not failed, recording failures in errs. It reports whether the group
-// must be written again: a batch failed after part of it was written.
+// must be written again: a batch failed other than by a stale sequence.
 func (s *Store) writeGroup(group []*commitReq, errs []error) (again bool) {
 	ctx := context.Background()
 	// fail gives err to every batch that has not already failed on its own,
@@ -182,13 +183,19 @@ func (s *Store) writeGroup(group []*commitReq, errs []error) (again bool) {
 		newHead, wrote, err := s.apply(ctx, r.b, heads, now)
 		if err != nil {
 			errs[i] = err
-			if wrote {
+			delete(s.heads, r.b.SessionID) // read it again next time
+			if wrote || !errors.Is(err, store.ErrConflict) {
+				// Part of the batch is written, or a statement failed,
+				// after which SQLite may have rolled the transaction back
+				// itself (an I/O error, a full disk): the rest must not
+				// run outside it. If the rollback fails there is no
+				// transaction left to trust, and the group fails.
 				if _, err := s.w.rollback.ExecContext(ctx); err != nil {
 					return fail(err)
 				}
 				return true
 			}
-			continue
+			continue // a stale sequence: nothing of it was written
 		}
 		if len(r.b.Records) > 0 {
 			heads[r.b.SessionID] = newHead
