@@ -70,7 +70,9 @@ func openBackend(ctx context.Context, cfg Config, dir string, metrics *observe.M
 	case "", "sqlite":
 		path := filepath.Join(dir, "mspd.db")
 		st, err := sqlite.Open(path, sqlite.WithCommitObserver(metrics.StoreCommit),
-			sqlite.WithCheckpointObserver(metrics.StoreCheckpoint))
+			sqlite.WithCheckpointObserver(func(c sqlite.Checkpoint) {
+				metrics.StoreCheckpoint(c.Kind, c.Frames, c.Copied, c.Blocked, c.Err)
+			}))
 		if err != nil {
 			return nil, fmt.Errorf("opening %s: %w", path, err)
 		}

@@ -162,8 +162,8 @@ func New(reg *prometheus.Registry) *Metrics {
 		}),
 		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mspd_store_checkpoints_total",
-			Help: "Checkpoints of the SQLite write-ahead log by result: complete (every frame copied into the database file), partial (a reader still needed older frames) or failed.",
-		}, []string{"result"}),
+			Help: "Checkpoints of the SQLite write-ahead log by kind (background: every 1,000 pages, beside the writer; tail: the writer copying what was written meanwhile; truncate: emptying the log after a session's erasure) and result (complete; partial: a reader still needed older frames; blocked: a reader kept it from finishing, so a truncate left the log as it was; failed).",
+		}, []string{"kind", "result"}),
 		walFrames: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mspd_store_wal_frames",
 			Help: "Frames in the SQLite write-ahead log at the last checkpoint; a steady climb means checkpoints cannot finish (a long read holds them back) and the log, on disk, grows.",
@@ -275,21 +275,23 @@ func (m *Metrics) StoreCommit(batches int, took time.Duration) {
 }
 
 // StoreCheckpoint records one checkpoint of the store's write-ahead log:
-// the frames the log held and how many of them are now in the database
-// file, or the error.
-func (m *Metrics) StoreCheckpoint(frames, copied int, err error) {
+// its kind (why it ran), the frames the log held and how many of them are
+// now in the database file, whether a reader blocked it, or the error.
+func (m *Metrics) StoreCheckpoint(kind string, frames, copied int, blocked bool, err error) {
 	if m == nil {
 		return
 	}
 	result := "complete"
 	switch {
 	case err != nil:
-		m.checkpoints.WithLabelValues("failed").Inc()
+		m.checkpoints.WithLabelValues(kind, "failed").Inc()
 		return
+	case blocked:
+		result = "blocked"
 	case copied < frames:
 		result = "partial"
 	}
-	m.checkpoints.WithLabelValues(result).Inc()
+	m.checkpoints.WithLabelValues(kind, result).Inc()
 	m.walFrames.Set(float64(frames))
 }
 

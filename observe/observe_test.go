@@ -65,9 +65,10 @@ func populated(t *testing.T) *observe.Metrics {
 	m.ModelRetryNotice("rateLimited")
 	m.TurnRetryNotice()
 	m.StoreCommit(3, 2*time.Millisecond)
-	m.StoreCheckpoint(1200, 1200, nil)
-	m.StoreCheckpoint(1500, 900, nil) // a reader held the rest
-	m.StoreCheckpoint(0, 0, errors.New("disk I/O error"))
+	m.StoreCheckpoint("background", 1200, 1200, false, nil)
+	m.StoreCheckpoint("background", 1500, 900, false, nil) // a reader held the rest
+	m.StoreCheckpoint("tail", 0, 0, false, errors.New("disk I/O error"))
+	m.StoreCheckpoint("truncate", 151, 151, true, nil) // copied, but a reader kept the log
 	for range 4 {
 		m.QueueWait(time.Millisecond)
 	}
@@ -102,10 +103,11 @@ func TestMetricsExposition(t *testing.T) {
 		{"mspd_output_tokens_total", observetest.Labels{"outcome": "discarded"}, 3},
 		{"mspd_turns_total", observetest.Labels{"terminal": "completed"}, 1},
 		{"mspd_model_retries_total", observetest.Labels{"error_kind": "rateLimited"}, 1},
-		{"mspd_store_checkpoints_total", observetest.Labels{"result": "complete"}, 1},
-		{"mspd_store_checkpoints_total", observetest.Labels{"result": "partial"}, 1},
-		{"mspd_store_checkpoints_total", observetest.Labels{"result": "failed"}, 1},
-		{"mspd_store_wal_frames", nil, 1500},
+		{"mspd_store_checkpoints_total", observetest.Labels{"kind": "background", "result": "complete"}, 1},
+		{"mspd_store_checkpoints_total", observetest.Labels{"kind": "background", "result": "partial"}, 1},
+		{"mspd_store_checkpoints_total", observetest.Labels{"kind": "tail", "result": "failed"}, 1},
+		{"mspd_store_checkpoints_total", observetest.Labels{"kind": "truncate", "result": "blocked"}, 1},
+		{"mspd_store_wal_frames", nil, 151},
 		{"mspd_turn_retries_total", nil, 1},
 		{"mspd_provider_attempts_total", nil, 2},
 		{"mspd_retry_budget_tokens", observetest.Labels{"provider": "main", "system": "openai"}, 9},

@@ -49,7 +49,7 @@ func (s *Store) openCheckpoints(ctx context.Context, path, busy string) error {
 	go func() {
 		defer close(s.ckptDone)
 		for range s.ckptDue {
-			_ = s.checkpoint("PASSIVE") // a failed one is retried with the next
+			_ = s.checkpoint(CheckpointBackground) // a failed one is retried with the next
 			s.ckptRan.Store(true)
 		}
 	}()
@@ -68,7 +68,7 @@ func (s *Store) openCheckpoints(ctx context.Context, path, busy string) error {
 // rather than grown (TestLogStaysBounded).
 func (s *Store) notePagesWritten() {
 	if s.ckptRan.Swap(false) {
-		_ = s.checkpoint("PASSIVE")
+		_ = s.checkpoint(CheckpointTail)
 	}
 	_ = s.wc.Raw(func(dc any) error {
 		n, _, err := dc.(msqlite.DBStatus).Status(msqlite.DBStatusCacheWrite, true)
@@ -85,20 +85,53 @@ func (s *Store) notePagesWritten() {
 	}
 }
 
-// checkpoint runs one checkpoint of mode (PASSIVE, TRUNCATE) on the
-// checkpoint connection, one at a time.
-func (s *Store) checkpoint(mode string) error {
+// Kinds of Checkpoint: why one ran.
+const (
+	// CheckpointBackground is asked for every checkpointPages pages and
+	// runs beside the writer.
+	CheckpointBackground = "background"
+	// CheckpointTail is the writer copying what was written while a
+	// background checkpoint ran, so that the log can start over.
+	CheckpointTail = "tail"
+	// CheckpointTruncate empties the log after a session's erasure, so
+	// that no copy of what was erased stays in it.
+	CheckpointTruncate = "truncate"
+)
+
+// Checkpoint is one checkpoint of the write-ahead log, as
+// WithCheckpointObserver reports it.
+type Checkpoint struct {
+	// Kind is CheckpointBackground, CheckpointTail or CheckpointTruncate.
+	Kind string
+	// Frames is how many frames the log held; Copied how many of them
+	// are in the database file now.
+	Frames, Copied int
+	// Blocked is true when a reader kept the checkpoint from finishing:
+	// a truncating one then leaves the log as it was.
+	Blocked bool
+	// Err is why it failed, if it did.
+	Err error
+}
+
+// checkpoint runs one checkpoint of kind on the checkpoint connection, one
+// at a time.
+func (s *Store) checkpoint(kind string) error {
+	mode := "PASSIVE"
+	if kind == CheckpointTruncate {
+		mode = "TRUNCATE"
+	}
 	s.ckptMu.Lock()
 	defer s.ckptMu.Unlock()
-	var busy, frames, copied int
-	err := s.cc.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &frames, &copied)
-	if err != nil {
-		err = fmt.Errorf("sqlite: checkpoint: %w", err)
+	c := Checkpoint{Kind: kind}
+	var busy int
+	if err := s.cc.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &c.Frames, &c.Copied); err != nil {
+		c.Err = fmt.Errorf("sqlite: checkpoint: %w", err)
 	}
+	c.Blocked = busy != 0
 	if s.onCheckpoint != nil {
-		s.onCheckpoint(frames, copied, err)
+		s.onCheckpoint(c)
 	}
-	return err
+	return c.Err
 }
 
 // closeCheckpoints stops the checkpoint goroutine once the writer has

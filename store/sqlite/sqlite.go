@@ -89,7 +89,7 @@ type config struct {
 	maxGroup     int
 	readConns    int
 	onCommit     func(batches int, took time.Duration)
-	onCheckpoint func(frames, copied int, err error)
+	onCheckpoint func(Checkpoint)
 }
 
 // WithBusyTimeout sets how long a connection waits for a lock held by
@@ -114,11 +114,10 @@ func WithCommitObserver(fn func(batches int, took time.Duration)) Option {
 	return func(c *config) { c.onCommit = fn }
 }
 
-// WithCheckpointObserver makes the store report each checkpoint: the
-// frames in the write-ahead log and how many of them are now copied into
-// the database file, or the error. fn runs on the goroutine that ran the
-// checkpoint, the writer's among them: it must be quick.
-func WithCheckpointObserver(fn func(frames, copied int, err error)) Option {
+// WithCheckpointObserver makes the store report each checkpoint of its
+// write-ahead log. fn runs on the goroutine that ran the checkpoint, the
+// writer's among them: it must be quick.
+func WithCheckpointObserver(fn func(Checkpoint)) Option {
 	return func(c *config) { c.onCheckpoint = fn }
 }
 
@@ -146,12 +145,12 @@ type Store struct {
 	// writer's alone, so unguarded.
 	heads map[string]int64
 
-	onCheckpoint func(frames, copied int, err error) // nil: none
-	ckptMu       sync.Mutex                          // one checkpoint at a time
-	ckptDue      chan struct{}                       // cap 1: a checkpoint is asked for
-	ckptDone     chan struct{}                       // closed when the checkpoint goroutine ends
-	walPages     int                                 // written to the log since the last ask; the writer's
-	ckptRan      atomic.Bool                         // a checkpoint beside the writer has run: the writer copies the tail
+	onCheckpoint func(Checkpoint) // nil: none
+	ckptMu       sync.Mutex       // one checkpoint at a time
+	ckptDue      chan struct{}    // cap 1: a checkpoint is asked for
+	ckptDone     chan struct{}    // closed when the checkpoint goroutine ends
+	walPages     int              // written to the log since the last ask; the writer's
+	ckptRan      atomic.Bool      // a checkpoint beside the writer has run: the writer copies the tail
 
 	// mu orders Close against Commit's enqueue: Commit sends under RLock,
 	// Close closes reqs and urgent under Lock, so nothing sends on a

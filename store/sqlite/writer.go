@@ -378,7 +378,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 		}
 		// Readers holding an older snapshot can keep the checkpoint from
 		// finishing; the erasure itself is committed either way.
-		_ = s.checkpoint("TRUNCATE")
+		_ = s.checkpoint(CheckpointTruncate)
 		return taskResult{}
 	})
 	return err

@@ -200,16 +200,17 @@ func TestUrgentBatchesGoFirst(t *testing.T) {
 // database file, and reads see every record after it.
 func TestCheckpointsRunBesideTheWriter(t *testing.T) {
 	ctx := context.Background()
-	type result struct{ frames, copied int }
-	ran := make(chan result, 16)
+	ran := make(chan Checkpoint, 16)
 	path := filepath.Join(t.TempDir(), "mspd.db")
-	s, err := Open(path, WithCheckpointObserver(func(frames, copied int, err error) {
-		if err != nil {
-			t.Error(err)
+	s, err := Open(path, WithCheckpointObserver(func(c Checkpoint) {
+		if c.Err != nil {
+			t.Error(c.Err)
 		}
-		select {
-		case ran <- result{frames, copied}:
-		default:
+		if c.Kind == CheckpointBackground {
+			select {
+			case ran <- c:
+			default:
+			}
 		}
 	}))
 	if err != nil {
@@ -229,8 +230,8 @@ func TestCheckpointsRunBesideTheWriter(t *testing.T) {
 		}
 	}
 	r := <-ran
-	if r.frames < checkpointPages || r.copied == 0 {
-		t.Errorf("checkpoint of %d frames copied %d, want at least %d frames, some copied", r.frames, r.copied, checkpointPages)
+	if r.Frames < checkpointPages || r.Copied == 0 {
+		t.Errorf("checkpoint of %d frames copied %d, want at least %d frames, some copied", r.Frames, r.Copied, checkpointPages)
 	}
 	after, err := os.Stat(path)
 	if err != nil {
