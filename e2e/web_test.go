@@ -528,14 +528,16 @@ func (p *chatPage) eval(expr string) string {
 	return v
 }
 
-// waitFor polls a page expression until it is true.
+// waitFor polls a page expression until it is true. The bound is only
+// for a page that never gets there: a passing wait takes milliseconds,
+// but a browser on a loaded two-core machine once took over 15 s.
 func (p *chatPage) waitFor(what, expr string) {
 	p.t.Helper()
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(p.ctx, 20*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, 50*time.Second)
 	defer cancel()
 	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](predicate(expr),
-		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second)))
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(45*time.Second)))
 	if err != nil {
 		p.fatalf("waiting for %s: %v", what, err)
 	}
