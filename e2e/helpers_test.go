@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -229,4 +231,26 @@ func answerTurn(t *testing.T, c *checkedClient, sid, text string) ([]client.Noti
 		t.Fatal(err)
 	}
 	return events, decode[msp.TurnCompletedParams](t, events[len(events)-1])
+}
+
+// twoProviders writes a configuration of two scripted providers: a (the
+// default, model "small", also offering "large") and b (model "other"),
+// and returns its path.
+func twoProviders(t *testing.T) string {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "mspd.toml")
+	if err := os.WriteFile(cfg, []byte(`default = "a"
+[[providers]]
+id = "a"
+type = "scripted"
+model = "small"
+models = ["large"]
+[[providers]]
+id = "b"
+type = "scripted"
+model = "other"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

@@ -264,19 +264,7 @@ func TestRenameAndListStream(t *testing.T) {
 // (session/modelChanged, model/list marks it active) and refuses unknown
 // models naming the field.
 func TestSetModelOverTheWire(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "mspd.toml")
-	os.WriteFile(cfg, []byte(`default = "a"
-[[providers]]
-id = "a"
-type = "scripted"
-model = "small"
-models = ["large"]
-[[providers]]
-id = "b"
-type = "scripted"
-model = "other"
-`), 0o600)
-	d := startDaemon(t, daemon.Config{ConfigFile: cfg})
+	d := startDaemon(t, daemon.Config{ConfigFile: twoProviders(t)})
 	ctx := testCtx(t)
 	c := dial(t, d.URL(), client.Options{})
 	sid := newSession(t, c)

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,21 +20,7 @@ import (
 // and session/listChanged from another connection. Every WebSocket frame
 // is checked against the MSP schema.
 func TestWebSessions(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "mspd.toml")
-	if err := os.WriteFile(cfg, []byte(`default = "a"
-[[providers]]
-id = "a"
-type = "scripted"
-model = "small"
-models = ["large"]
-[[providers]]
-id = "b"
-type = "scripted"
-model = "other"
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d := startDaemon(t, daemon.Config{ConfigFile: cfg})
+	d := startDaemon(t, daemon.Config{ConfigFile: twoProviders(t)})
 	base := "http://" + d.Addr() + "/"
 	p := openBrowser(t)
 	p.open(base)

@@ -322,20 +322,12 @@ func (m *Manager) adoptOrphans(ctx context.Context) {
 	}
 }
 
-// adoptEvery runs adoptOrphans until the manager closes.
-func (m *Manager) adoptEvery(interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.ctx.Done():
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(m.ctx, max(interval, 30*time.Second))
-			m.adoptOrphans(ctx)
-			cancel()
-		}
-	}
+// adoptOnce runs one pass of adoptOrphans, bounded by the longer of
+// interval and 30 s.
+func (m *Manager) adoptOnce(interval time.Duration) {
+	ctx, cancel := context.WithTimeout(m.ctx, max(interval, 30*time.Second))
+	defer cancel()
+	m.adoptOrphans(ctx)
 }
 
 // nodeReason words why a turn resumes: the node that ran it stopped.

@@ -171,34 +171,32 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 			cfg.AdoptInterval = 2 * time.Second
 			m.cfg.AdoptInterval = cfg.AdoptInterval
 		}
-		m.turns.Add(1)
-		go func() {
-			defer m.turns.Done()
-			m.adoptEvery(cfg.AdoptInterval)
-		}()
+		interval := cfg.AdoptInterval
+		m.every(interval, func() { m.adoptOnce(interval) })
 	} else if err := m.recover(ctx); err != nil {
 		return nil, err
 	}
-	m.turns.Add(1)
-	go func() {
-		defer m.turns.Done()
-		m.sweepEvery(max(min(cfg.IdleUnload/4, time.Minute), time.Millisecond))
-	}()
+	m.every(max(min(cfg.IdleUnload/4, time.Minute), time.Millisecond), func() { m.sweep() })
 	return m, nil
 }
 
-// sweepEvery unloads idle sessions until the manager closes.
-func (m *Manager) sweepEvery(interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.ctx.Done():
-			return
-		case <-t.C:
-			m.sweep()
+// every runs fn each interval on a goroutine of its own until the
+// manager closes (Close waits for it).
+func (m *Manager) every(interval time.Duration, fn func()) {
+	m.turns.Add(1)
+	go func() {
+		defer m.turns.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.ctx.Done():
+				return
+			case <-t.C:
+				fn()
+			}
 		}
-	}
+	}()
 }
 
 // sweep unloads sessions nobody uses: unpinned, without subscribers,

@@ -131,18 +131,26 @@ func (s *Store) scan(ctx context.Context, filter string, from uint64, fn func(st
 	// Short reads, the common case (a subscriber catching up), go as
 	// single gets: a batch makes the server count what remains first,
 	// which costs more than several gets.
-	for range singleGets {
-		m, err := s.get(ctx, getRequest{Seq: from, NextFor: filter})
+	// one hands fn the next message get finds; done is set when there
+	// is none, fn stopped or either failed.
+	one := func(get func(context.Context, getRequest) (storedMsg, error)) (done bool, err error) {
+		m, err := get(ctx, getRequest{Seq: from, NextFor: filter})
 		if errors.Is(err, errNoMsg) {
-			return nil
+			return true, nil
 		}
 		if err != nil {
-			return err
+			return true, err
 		}
 		if cont, err := fn(m); err != nil || !cont {
-			return err
+			return true, err
 		}
 		from = m.seq + 1
+		return false, nil
+	}
+	for range singleGets {
+		if done, err := one(s.get); done {
+			return err
+		}
 	}
 	for {
 		more, next, stopped, err := s.directBatch(ctx, filter, from, fn)
@@ -156,17 +164,9 @@ func (s *Store) scan(ctx context.Context, filter string, from uint64, fn func(st
 		if !s.verify {
 			return nil
 		}
-		m, err := s.leaderGet(ctx, getRequest{Seq: from, NextFor: filter})
-		if errors.Is(err, errNoMsg) {
-			return nil
-		}
-		if err != nil {
+		if done, err := one(s.leaderGet); done {
 			return err
 		}
-		if cont, err := fn(m); err != nil || !cont {
-			return err
-		}
-		from = m.seq + 1
 	}
 }
 
