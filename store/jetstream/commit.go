@@ -62,7 +62,7 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 	}
 	var h headPos
 	if len(b.Records) > 0 {
-		if h, err = s.head(ctx, b.SessionID); err != nil {
+		if h, err = s.commitHead(ctx, b.SessionID); err != nil {
 			return err
 		}
 		if first := b.Records[0].Seq; first != h.seq+1 {
@@ -73,6 +73,26 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 		return err // the write has not begun
 	}
 	return s.publish(ctx, s.messages(b, h, time.Now()))
+}
+
+// commitHead reads a session's head for Commit. The read is idempotent,
+// so while the stream elects a leader (a timeout, no responders, a 503) it
+// is asked again, as publish asks again, within CommitTimeout and ctx: a
+// rolling restart is a pause for a turn, not its failure.
+func (s *Store) commitHead(ctx context.Context, sessionID string) (headPos, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CommitTimeout)
+	defer cancel()
+	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		h, err := s.head(ctx, sessionID)
+		if v, _ := judge(err); v != retry {
+			return h, err
+		}
+		select {
+		case <-ctx.Done():
+			return h, err
+		case <-time.After(pause):
+		}
+	}
 }
 
 // validate rejects malformed batches, and batches larger than one atomic
