@@ -72,7 +72,10 @@
 // store fsyncs every commit). With three replicas an acknowledged batch is
 // on a quorum of two servers.
 //
-// Once a batch is sent, Commit no longer heeds ctx: it waits up to
+// Before it sends, Commit reads the session's head; while the stream elects
+// a leader that read is asked again (it is idempotent), within ctx and
+// Options.CommitTimeout, so a node's restart pauses a turn rather than
+// failing it. Once a batch is sent, Commit no longer heeds ctx: it waits up to
 // Options.CommitTimeout for the answer. A lost answer (timeout, reconnect)
 // is resent; the first message carries a Nats-Msg-Id, and in a batch the
 // server checks message ids before guards, so a batch that had landed is
