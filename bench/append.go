@@ -129,8 +129,8 @@ func appendRound(ctx context.Context, ss []session, turns int) (events, paramByt
 					return err
 				}
 				method := string(methodOf(f))
-				if method == "" || method == msp.NotifyItemDelta {
-					continue
+				if method == "" || !durableCursor(stringMember(f, "viewCursor")) {
+					continue // a response, a delta, an answer's ephemeral item/started
 				}
 				nEvents.Add(1)
 				nBytes.Add(int64(len(paramsOf(f))))
@@ -303,4 +303,11 @@ func (w *groupWriter) close() {
 	if w.cleanup != nil {
 		w.cleanup()
 	}
+}
+
+// durableCursor tells whether a view cursor names a durable record rather
+// than a sub-position after one (v:<session>:<seq>.<n>).
+func durableCursor(c []byte) bool {
+	i := bytes.LastIndexByte(c, ':')
+	return i >= 0 && bytes.IndexByte(c[i:], '.') < 0
 }

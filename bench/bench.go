@@ -67,7 +67,7 @@ type Config struct {
 	AppendStores []string
 
 	// StoreBackends are the backends of the store scenario (default all of
-	// StoreBackends): AppendSessions sessions × AppendTurns turns of three
+	// StoreBackends): AppendSessions sessions × AppendTurns turns of two
 	// commits each through store.Store, for Rounds rounds alternating with
 	// plain SQLite. StoreRows is how many session rows its row scans read
 	// (default 10000).

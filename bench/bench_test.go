@@ -117,3 +117,13 @@ func TestProcReadings(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Durable events are counted by their cursors: a sub-position is a delta
+// or an answer's ephemeral item/started.
+func TestDurableCursor(t *testing.T) {
+	for c, want := range map[string]bool{"v:s:3": true, "v:s:3.2": false, "v:a.b:7": true, "v:a.b:7.1": false, "": false} {
+		if got := durableCursor([]byte(c)); got != want {
+			t.Errorf("durableCursor(%q) = %v, want %v", c, got, want)
+		}
+	}
+}

@@ -15,7 +15,7 @@
 // burst), idle (RSS per idle subscribed connection), resume (replaying a
 // log of 10k events), append (durable events/s across 100 sessions, on
 // SQLite and on one and three nodes on JetStream), store (the same
-// appends through store.Store itself, three commits a turn as the session
+// appends through store.Store itself, two commits a turn as the session
 // layer makes them, on store/sqlite and on store/jetstream with one and
 // three replicas, beside plain SQLite; what leases and row scans cost on
 // JetStream) and cluster (the turns scenario on sessions led by one node

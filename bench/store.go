@@ -41,14 +41,13 @@ type commitShape struct {
 
 // turnCommits are the commits session.Manager makes for a one-attempt
 // turn on an idle session (session/commits_test.go,
-// TestThreeCommitsPerTurn): the admission with turn/started, the user's
-// item, the row and the ledger entry; the answer's item/started; its
-// item/completed, the usage and turn/completed with the row. Params sizes
+// TestTwoCommitsPerTurn): the admission with turn/started, the user's
+// item, the row and the ledger entry; the answer's item/completed, the
+// usage and turn/completed with the row (its item/started is ephemeral). Params sizes
 // are those of a second turn with a short answer in mspd's own log (the
 // demo model answering a one-line question).
 var turnCommits = []commitShape{
 	{records: []recordShape{{msp.NotifyTurnStarted, 428}, {msp.NotifyItemCompleted, 627}}, row: true, busy: true, command: true},
-	{records: []recordShape{{msp.NotifyItemStarted, 504}}},
 	{records: []recordShape{{msp.NotifyItemCompleted, 846}, {msp.NotifySessionTokenUsage, 625}, {msp.NotifyTurnCompleted, 586}}, row: true},
 }
 
@@ -121,7 +120,7 @@ type storeTally struct {
 
 // store: durable appends/s through the store interface, AppendSessions
 // sessions at once, each running AppendTurns turns one after another, each
-// turn the three commits the session layer makes (turnCommits), on every
+// turn the two commits the session layer makes (turnCommits), on every
 // backend in StoreBackends, the rounds alternating between them and plain
 // SQLite (the append scenario's baseline, committing the same records in
 // the same batches). JetStream runs in mspd nodes started for it (their

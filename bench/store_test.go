@@ -12,13 +12,13 @@ import (
 	"mspd/schema/msp"
 )
 
-// A turn's batches are the session layer's three commits: dense seqs from
+// A turn's batches are the session layer's two commits: dense seqs from
 // the head on, the row busy after the admission and idle after the
 // terminal, one ledger entry, params of the sizes measured.
 func TestTurnBatches(t *testing.T) {
 	bs := turnBatches("s1", 12, time.Now())
-	if len(bs) != 3 {
-		t.Fatalf("%d batches, want 3", len(bs))
+	if len(bs) != 2 {
+		t.Fatalf("%d batches, want 2", len(bs))
 	}
 	var methods []string
 	seq := int64(12)
@@ -37,7 +37,7 @@ func TestTurnBatches(t *testing.T) {
 			methods = append(methods, r.Method)
 		}
 	}
-	want := []string{msp.NotifyTurnStarted, msp.NotifyItemCompleted, msp.NotifyItemStarted,
+	want := []string{msp.NotifyTurnStarted, msp.NotifyItemCompleted,
 		msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted}
 	if !slices.Equal(methods, want) || recordsPerTurn() != len(want) {
 		t.Errorf("methods %v (%d a turn), want %v", methods, recordsPerTurn(), want)
@@ -45,10 +45,7 @@ func TestTurnBatches(t *testing.T) {
 	if r := bs[0].Session; r == nil || !r.Busy || len(bs[0].Commands) != 1 {
 		t.Errorf("the admission: row %+v, %d commands; want a busy row and one command", r, len(bs[0].Commands))
 	}
-	if bs[1].Session != nil || len(bs[1].Commands) != 0 {
-		t.Error("item/started carries a row or a command")
-	}
-	if r := bs[2].Session; r == nil || r.Busy {
+	if r := bs[1].Session; r == nil || r.Busy || len(bs[1].Commands) != 0 {
 		t.Errorf("the terminal's row %+v, want an idle one", r)
 	}
 	if a, b := turnBatches("s1", 0, time.Now()), turnBatches("s1", 0, time.Now()); a[0].Commands[0].ID == b[0].Commands[0].ID {

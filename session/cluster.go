@@ -215,7 +215,7 @@ func (s *session) ingest(n Notification, seq, sub int64) {
 			return // before the head, or already seen
 		}
 		s.sub = sub
-		s.deltas.add(cursor{session: s.id, seq: seq, sub: sub}, n.Frame)
+		s.deltas.add(cursor{session: s.id, seq: seq, sub: sub}, n.Method, n.Frame)
 		s.fanOutLocked(n)
 		return
 	}

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"mspd/schema/msp"
 	"mspd/store"
+
+	"github.com/google/uuid"
 )
 
 // countingStore counts commits and what they carry.
@@ -47,12 +50,12 @@ func (c *countingStore) take() [][]string {
 	return b
 }
 
-// TestThreeCommitsPerTurn: a turn on an idle session costs three commits
+// TestTwoCommitsPerTurn: a turn on an idle session costs two commits
 // (fsyncs): its admission with turn/started and the userMessage item; the
-// answer's item/started; the item's close, usage and terminal together.
-// A retried attempt's close and usage ride with its notice, which goes
-// ahead of other writes.
-func TestThreeCommitsPerTurn(t *testing.T) {
+// answer's close, usage and terminal together. The answer opens on an
+// ephemeral item/started. A retried attempt's close and usage ride with
+// its notice, which goes ahead of other writes.
+func TestTwoCommitsPerTurn(t *testing.T) {
 	cs := &countingStore{Store: openStore(t)}
 	m := newManager(t, cs, newHistModel(), mgrOpts{})
 	sub := newRecSub()
@@ -70,19 +73,37 @@ func TestThreeCommitsPerTurn(t *testing.T) {
 	runTurn(t, m, sub, textTurn(sid, "second"))
 	want := [][]string{
 		{msp.NotifyTurnStarted, msp.NotifyItemCompleted},
-		{msp.NotifyItemStarted},
 		{msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted},
 	}
 	if got := cs.take(); !equalBatches(got, want) {
 		t.Fatalf("commits of a turn:\n got %v\nwant %v", got, want)
 	}
+	// The answer's item/started still reaches the reader first, at an
+	// ephemeral position and without a sourceRange.
+	var started *Notification
+	for _, n := range sub.all() {
+		n := n
+		switch n.Method {
+		case msp.NotifyItemStarted:
+			started = &n
+		case msp.NotifyItemDelta:
+			if started == nil {
+				t.Fatal("a delta before its item/started")
+			}
+		}
+	}
+	if started == nil {
+		t.Fatal("no item/started")
+	}
+	p := params[msp.ItemParams](t, started.Frame)
+	if started.Durable || !strings.Contains(started.Cursor, ".") || p.SourceRange != nil || p.ViewCursor != started.Cursor {
+		t.Fatalf("the answer's item/started: durable %v, cursor %s, params %+v", started.Durable, started.Cursor, p)
+	}
 	idle()
 	runTurn(t, m, sub, textTurn(sid, "cut")) // attempt 1 is cut after "partial"
 	want = [][]string{
 		{msp.NotifyTurnStarted, msp.NotifyItemCompleted},
-		{msp.NotifyItemStarted},
 		{msp.NotifyItemCompleted, msp.NotifyTurnRetryScheduled, urgent},
-		{msp.NotifyItemStarted},
 		{msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted},
 	}
 	if got := cs.take(); !equalBatches(got, want) {
@@ -93,7 +114,6 @@ func TestThreeCommitsPerTurn(t *testing.T) {
 	want = [][]string{
 		{msp.NotifyTurnStarted, msp.NotifyItemCompleted},
 		{msp.NotifyTurnModelRetryScheduled, urgent},
-		{msp.NotifyItemStarted},
 		{msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted},
 	}
 	if got := cs.take(); !equalBatches(got, want) {
@@ -177,5 +197,48 @@ func TestFailedAttachAborts(t *testing.T) {
 	attach(context.Background())
 	if !late.aborted.Load() {
 		t.Fatal("a failed subscription left its connection waiting")
+	}
+}
+
+// TestNoEphemeralPositionAtALoadedHead: the process before a load may
+// have handed out sub-positions of the head it left (a streamed answer's
+// item/started and deltas), and a load starts counting them again from
+// zero. So until a commit moves the head, an answer opens durably: no
+// cursor it would be given can repeat one handed out before.
+func TestNoEphemeralPositionAtALoadedHead(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	m1 := newManager(t, st, newHistModel(), mgrOpts{})
+	sub := newRecSub()
+	sid := startSession(t, m1, sub)
+	runTurn(t, m1, sub, textTurn(sid, "first"))
+	m1.Close()
+	head := int64(len(records(t, st, sid)))
+
+	m2 := newManager(t, st, newHistModel(), mgrOpts{})
+	s, release, err := m2.acquire(ctx, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	turnID := "t"
+	open := func() *msp.ItemParams {
+		return &msp.ItemParams{Item: msp.Item{ItemID: uuid.NewString(), Kind: msp.ItemAgentMessage, Revision: 1,
+			Status: msp.ItemInProgress, TurnID: &turnID}}
+	}
+	p := open()
+	if err := s.emit(ctx, msp.NotifyItemStarted, p); err != nil {
+		t.Fatal(err)
+	}
+	if want := durableCursor(sid, head+1); p.ViewCursor != want || p.SourceRange == nil {
+		t.Fatalf("an answer opened at the loaded head: cursor %s, sourceRange %v; want durable %s", p.ViewCursor, p.SourceRange, want)
+	}
+	// The head has moved: the next answer opens at a sub-position of it.
+	p = open()
+	if err := s.emit(ctx, msp.NotifyItemStarted, p); err != nil {
+		t.Fatal(err)
+	}
+	if want := (cursor{session: sid, seq: head + 1, sub: 1}).String(); p.ViewCursor != want || p.SourceRange != nil {
+		t.Fatalf("the next answer: cursor %s, sourceRange %v; want ephemeral %s", p.ViewCursor, p.SourceRange, want)
 	}
 }

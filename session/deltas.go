@@ -7,9 +7,10 @@ import "math"
 // gets a view/gap).
 const maxKeptDeltaBytes = 1 << 20
 
-// deltaLog keeps the ephemeral deltas of the running turn, so that a
-// reader subscribing from any cursor — durable or a delta's — gets every
-// delta after it in order. What it no longer holds is summed up by lost:
+// deltaLog keeps the ephemeral events of the running turn (its deltas
+// and the item/started of the answer they stream into), so that a reader
+// subscribing from any cursor — durable or ephemeral — gets every event
+// after it in order. What it no longer holds is summed up by lost:
 // every delta at or before lost may be gone, so a reader from before lost
 // is told so with a view/gap rather than silently missing them.
 type deltaLog struct {
@@ -18,16 +19,17 @@ type deltaLog struct {
 	lost  cursor // zero: nothing lost
 }
 
-// keptDelta is one delta as fanned out.
+// keptDelta is one ephemeral event as fanned out.
 type keptDelta struct {
-	at    cursor
-	frame []byte
+	at     cursor
+	method string
+	frame  []byte
 }
 
 // add keeps a delta, letting the oldest go past the byte bound (never the
 // newest, so a reader from before the loss has an event to resume at).
-func (l *deltaLog) add(at cursor, frame []byte) {
-	l.kept = append(l.kept, keptDelta{at, frame})
+func (l *deltaLog) add(at cursor, method string, frame []byte) {
+	l.kept = append(l.kept, keptDelta{at, method, frame})
 	l.bytes += len(frame)
 	for l.bytes > maxKeptDeltaBytes && len(l.kept) > 1 {
 		l.drop(1)

@@ -18,16 +18,12 @@ type folded struct {
 	items      []msp.Item
 	open       map[string]msp.Item
 	cumulative msp.CumulativeTokenUsage
-	// deltasThrough is the last durable seq that deltas may have followed:
-	// an item was open after it.
-	deltasThrough int64
 }
 
 // fold replays a session's log from the start.
 func fold(ctx context.Context, st store.Store, id string) (folded, error) {
 	f := folded{open: make(map[string]msp.Item)}
 	index := make(map[string]int)
-	startedAt := make(map[string]int64)
 	var after int64
 	for {
 		recs, err := st.Records(ctx, id, after, 1000)
@@ -42,7 +38,8 @@ func fold(ctx context.Context, st store.Store, id string) (folded, error) {
 				if err := json.Unmarshal(r.Params, &p); err != nil {
 					return f, fmt.Errorf("record %d: %w", r.Seq, err)
 				}
-				if i, ok := index[p.Item.ItemID]; ok {
+				i, seen := index[p.Item.ItemID]
+				if seen {
 					f.items[i] = p.Item
 				} else {
 					index[p.Item.ItemID] = len(f.items)
@@ -51,16 +48,14 @@ func fold(ctx context.Context, st store.Store, id string) (folded, error) {
 				switch r.Method {
 				case msp.NotifyItemStarted:
 					f.open[p.Item.ItemID] = p.Item
-					startedAt[p.Item.ItemID] = r.Seq
 					continue
 				case msp.NotifyItemUpdated:
-					if _, ok := f.open[p.Item.ItemID]; ok {
+					// An answer that opened on an ephemeral event is
+					// first seen here, when its text is saved.
+					if _, ok := f.open[p.Item.ItemID]; ok || !seen {
 						f.open[p.Item.ItemID] = p.Item
 					}
 					continue
-				}
-				if _, ok := startedAt[p.Item.ItemID]; ok {
-					f.deltasThrough = max(f.deltasThrough, r.Seq-1)
 				}
 				delete(f.open, p.Item.ItemID)
 				if m, ok := historyMessage(p.Item); ok {
@@ -75,9 +70,6 @@ func fold(ctx context.Context, st store.Store, id string) (folded, error) {
 			}
 		}
 		if len(recs) < 1000 {
-			if len(f.open) > 0 {
-				f.deltasThrough = after
-			}
 			return f, nil
 		}
 	}

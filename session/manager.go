@@ -368,7 +368,7 @@ func (m *Manager) load(ctx context.Context, id string) (s *session, release func
 // read builds a session from its row and log. On a cluster, a session
 // this node does not lead follows its leader's events from the start.
 func (m *Manager) read(ctx context.Context, id string) (*session, error) {
-	s := &session{id: id, m: m, subs: make(map[Subscriber]struct{}), gapsDue: make(map[Subscriber]string),
+	s := &session{id: id, m: m, subs: make(map[Subscriber]struct{}), gapsDue: make(map[Subscriber]dueGap),
 		open: make(map[string]*openItem), leader: m.cfg.Cluster == nil}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -412,10 +412,11 @@ func (s *session) refreshLocked(ctx context.Context) error {
 		return msp.ErrInternal("loading session log: %v", err)
 	}
 	s.history, s.cumulative = f.history, f.cumulative
-	// The deltas streamed before this load are gone with the process or
-	// the memory that held them.
-	if f.deltasThrough > 0 {
-		s.deltas.loseAllThrough(f.deltasThrough)
+	// The ephemeral events streamed before this load are gone with the
+	// process or the memory that held them.
+	s.loadedHead = s.head
+	if s.head > 0 {
+		s.deltas.loseAllThrough(s.head)
 	}
 	clear(s.open)
 	for itemID, it := range f.open {

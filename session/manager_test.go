@@ -187,14 +187,28 @@ func of[T any](t *testing.T, r *recSub, method string) []T {
 }
 
 type mgrOpts struct {
-	maxQueued int
-	now       func() time.Time
+	maxQueued      int
+	now            func() time.Time
+	textCheckpoint time.Duration
+}
+
+// ticking is a clock that moves a millisecond every time it is read, so
+// that a text checkpoint of less than that saves every delta.
+func ticking() func() time.Time {
+	var mu sync.Mutex
+	t := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		t = t.Add(time.Millisecond)
+		return t
+	}
 }
 
 func newManager(t *testing.T, st store.Store, model provider.Model, o mgrOpts) *Manager {
 	t.Helper()
 	m, err := New(context.Background(), Config{Store: st, Runner: newTestRunner(model), LogPath: "test.db",
-		MaxQueuedTurns: o.maxQueued, Now: o.now, Logger: slog.New(slog.DiscardHandler)})
+		MaxQueuedTurns: o.maxQueued, Now: o.now, TextCheckpoint: o.textCheckpoint, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,16 +436,18 @@ func recordParams[T any](t *testing.T, r store.Record) T {
 }
 
 // TestRecoveryResumesAbandonedTurns: a process dies in the middle of a
-// streaming attempt with a turn queued behind. The next one closes the cut
-// item as failed, resumes the running turn as a new attempt after a
-// turn/retryScheduled saying why (attempts.count includes the lost attempt,
-// whose usage is unknown), then launches the queued turn, exactly once.
+// streaming attempt, whose text it saved, with a turn queued behind. The
+// next one closes the cut item as failed, resumes the running turn as a
+// new attempt after a turn/retryScheduled saying why (attempts.count
+// includes the lost attempt, whose usage is unknown), then launches the
+// queued turn, exactly once.
 func TestRecoveryResumesAbandonedTurns(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
 	cs := &crashStore{Store: st}
 	model := newHistModel()
-	m1 := newManager(t, cs, model, mgrOpts{})
+	clock := ticking()
+	m1 := newManager(t, cs, model, mgrOpts{now: clock, textCheckpoint: time.Microsecond})
 	sub := newRecSub()
 	sid := startSession(t, m1, sub)
 
@@ -448,7 +464,10 @@ func TestRecoveryResumesAbandonedTurns(t *testing.T) {
 	m1.Close()
 	before := records(t, st, sid)
 
-	m2 := newManager(t, st, model, mgrOpts{})
+	if last := before[len(before)-1]; last.Method != msp.NotifyItemUpdated {
+		t.Fatalf("the streamed text was not saved: the log ends with %s", last.Method)
+	}
+	m2 := newManager(t, st, model, mgrOpts{now: clock})
 	sub2 := newRecSub()
 	from := durableCursor(sid, int64(len(before)))
 	if err := m2.Subscribe(ctx, sub2, sid, &from); err != nil {
@@ -471,16 +490,16 @@ func TestRecoveryResumesAbandonedTurns(t *testing.T) {
 	want := []string{
 		msp.NotifyItemCompleted,      // the cut attempt, failed
 		msp.NotifyTurnRetryScheduled, // why it runs again
-		msp.NotifyItemStarted, msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted,
+		msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted,
 		msp.NotifyTurnStarted, msp.NotifyItemCompleted, // the queued turn launches
-		msp.NotifyItemStarted, msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted,
+		msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted,
 	}
 	if !slices.Equal(methods, want) {
 		t.Fatalf("after the restart the log gained\n %v\nwant\n %v", methods, want)
 	}
 	cut := recordParams[msp.ItemParams](t, recs[len(before)]).Item
-	if cut.ItemID != agentItem || cut.Status != msp.ItemFailed || !cut.Truncated {
-		t.Errorf("cut item %+v, want %s failed and truncated", cut, agentItem)
+	if cut.ItemID != agentItem || cut.Status != msp.ItemFailed || !cut.Truncated || deref(cut.Text) != "working" {
+		t.Errorf("cut item %+v, want %s failed and truncated with the text saved", cut, agentItem)
 	}
 	notice := recordParams[msp.TurnRetryScheduledParams](t, recs[len(before)+1])
 	if notice.TurnID != running.TurnID || notice.Attempt != 1 || notice.NextAttempt != 2 ||
@@ -508,7 +527,7 @@ func TestRecoveryResumesAbandonedTurns(t *testing.T) {
 	// Recovery is done once: another restart appends nothing.
 	m2.Close()
 	head := len(records(t, st, sid))
-	newManager(t, st, model, mgrOpts{}).Close()
+	newManager(t, st, model, mgrOpts{now: clock}).Close()
 	if n := len(records(t, st, sid)); n != head {
 		t.Fatalf("a second recovery appended %d records", n-head)
 	}

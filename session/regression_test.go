@@ -6,9 +6,11 @@ package session
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -114,41 +116,80 @@ func TestOutboundFramesStayUnderTheFrameCap(t *testing.T) {
 
 // TestRecoveredItemMatchesItsDeltas: §5 item 15 — an item/completed
 // carries the full text, equal to the concatenated deltas unless
-// truncated is set. After a crash mid-stream, recovery closes the open
-// agentMessage as failed with the text of its item/started ("") — the
-// deltas were never durable — and without truncated, so a client that saw
-// "working" streamed is told authoritatively that the item's text is "".
+// truncated is set. The answer opens on an ephemeral item/started, so a
+// crash mid-stream before its text was first saved leaves no record of
+// it; recovery closes it by its derived id as failed, with no text and
+// truncated set, so a client that saw "working" streamed is told
+// authoritatively how the item ended. A reader resuming from its last
+// delta's cursor is told of the hole (view/gap after that cursor), then
+// gets that close, the retry notice and the next attempt's answer, at
+// cursors after its own: none handed out before the crash comes again.
 func TestRecoveredItemMatchesItsDeltas(t *testing.T) {
+	ctx := context.Background()
 	st := openStore(t)
 	cs := &crashStore{Store: st}
 	model := newHistModel()
-	m1 := newManager(t, cs, model, mgrOpts{})
+	frozen := func() time.Time { return time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC) } // no text checkpoint falls due
+	m1 := newManager(t, cs, model, mgrOpts{now: frozen})
 	sub := newRecSub()
 	sid := startSession(t, m1, sub)
-	startTurn(t, m1, textTurn(sid, "block")) // streams "working", then waits
-	model.waitStarted(t, "block")
-	streamed := ""
+	ack := startTurn(t, m1, textTurn(sid, "crash")) // streams "working", then hangs
+	model.waitStarted(t, "crash")
+	var last, streamed string
 	for _, n := range sub.all() {
 		if n.Method == msp.NotifyItemDelta {
+			last = n.Cursor
 			streamed += params[msp.ItemDeltaParams](t, n.Frame).Delta
 		}
 	}
+	opened := of[msp.ItemParams](t, sub, msp.NotifyItemStarted)
+	if last == "" || len(opened) != 1 {
+		t.Fatalf("%d answers opened, last delta at %q", len(opened), last)
+	}
 	cs.dead.Store(true) // the process dies
 	m1.Close()
-
-	newManager(t, st, model, mgrOpts{})
 	for _, r := range records(t, st, sid) {
-		if r.Method != msp.NotifyItemCompleted {
-			continue
+		if r.Method == msp.NotifyItemStarted || r.Method == msp.NotifyItemUpdated {
+			t.Fatalf("the log holds a %s of the cut answer", r.Method)
 		}
-		it := recordParams[msp.ItemParams](t, r).Item
-		if it.Kind != msp.ItemAgentMessage {
-			continue
-		}
-		if it.Text == nil || (*it.Text != streamed && !it.Truncated) {
-			t.Fatalf("recovered item text %q, truncated %v; the client saw %q streamed", deref(it.Text), it.Truncated, streamed)
-		}
-		return
 	}
-	t.Fatal("recovery closed no agentMessage")
+
+	m2 := newManager(t, st, model, mgrOpts{now: frozen})
+	sub2 := newRecSub()
+	if err := m2.Subscribe(ctx, sub2, sid, &last); err != nil {
+		t.Fatalf("resuming from the last delta's cursor %s: %v", last, err)
+	}
+	done := sub2.waitTerminal(t, ack.TurnID)
+	if done.Terminal != msp.TerminalCompleted || done.Attempts.Count != 2 {
+		t.Fatalf("resumed turn: %+v", done)
+	}
+	got := sub2.all()
+	want := []string{msp.NotifyViewGap, msp.NotifyItemCompleted, msp.NotifyTurnRetryScheduled}
+	if len(got) < 3 || !slices.Equal(methodsOf(got[:3]), want) {
+		t.Fatalf("after the crash the reader got %v, want %v first", methodsOf(got), want)
+	}
+	if g := params[msp.ViewGapParams](t, got[0].Frame); g.After != last || g.Next != got[1].Cursor {
+		t.Fatalf("gap %+v, want after %s, next %s", g, last, got[1].Cursor)
+	}
+	cut := params[msp.ItemParams](t, got[1].Frame).Item
+	if cut.ItemID != opened[0].Item.ItemID || cut.Status != msp.ItemFailed || cut.Text == nil ||
+		(*cut.Text != streamed && !cut.Truncated) || cut.Revision <= opened[0].Item.Revision {
+		t.Fatalf("recovered item %+v (text %q); the client saw %s open and %q streamed", cut, deref(cut.Text), opened[0].Item.ItemID, streamed)
+	}
+	prev, _ := parseCursor(last)
+	for _, n := range got[1:] {
+		c, err := parseCursor(n.Cursor)
+		if err != nil || !prev.before(c) {
+			t.Fatalf("%s at %s after %s", n.Method, n.Cursor, prev)
+		}
+		prev = c
+	}
+}
+
+func methodsOf(ns []Notification) []string {
+	ms := make([]string, len(ns))
+	for i, n := range ns {
+		ms[i] = n.Method
+	}
+	return ms
 }

@@ -25,11 +25,15 @@ func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) e
 	s.detach(sub)
 	sub.Subscribed(s.id, after.String())
 	r := replay{s: s, sub: sub, pos: after}
-	var err error
-	if r.open, err = s.itemOpenAfter(ctx, after.seq); err != nil {
-		return err
+	// An ephemeral position is inside a turn's stream: its reader holds
+	// part of an item's text.
+	r.midItem = after.sub > 0
+	if !r.midItem {
+		var err error
+		if r.midItem, err = s.itemOpenAfter(ctx, after.seq); err != nil {
+			return err
+		}
 	}
-	r.midItem = r.open
 	s.mu.Lock()
 	r.lost = s.deltas.lost
 	// Records up to the first kept delta's have no kept delta among them.
@@ -49,8 +53,8 @@ func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) e
 		return err
 	}
 	r.deltasBefore(cursor{seq: math.MaxInt64}, deliver)
-	if r.checkHole(true); r.gapAfter != "" {
-		s.gapsDue[sub] = r.gapAfter // reported with the next live event
+	if r.lostAfter() {
+		s.gapsDue[sub] = dueGap{after: r.pos.String(), midItem: r.midItem}
 	}
 	s.subs[sub] = struct{}{}
 	return nil
@@ -58,7 +62,9 @@ func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) e
 
 // itemOpenAfter tells whether an item was streaming after durable record
 // seq, so that deltas may follow it. Items stream one at a time, so the
-// last item event up to seq decides.
+// last item event up to seq decides: a start or a save of its text (an
+// answer that opened on an ephemeral event is first written by that), or
+// a completion.
 func (s *session) itemOpenAfter(ctx context.Context, seq int64) (bool, error) {
 	const batch = 64
 	for before := seq + 1; before > 1; {
@@ -68,7 +74,7 @@ func (s *session) itemOpenAfter(ctx context.Context, seq int64) (bool, error) {
 		}
 		for i := len(recs) - 1; i >= 0; i-- {
 			switch recs[i].Method {
-			case msp.NotifyItemStarted:
+			case msp.NotifyItemStarted, msp.NotifyItemUpdated:
 				return true, nil
 			case msp.NotifyItemCompleted:
 				return false, nil
@@ -82,37 +88,41 @@ func (s *session) itemOpenAfter(ctx context.Context, seq int64) (bool, error) {
 	return false, nil
 }
 
-// replay is one subscription's catch-up: where it stands, whether deltas
-// may follow that position, and a hole to report before the next event it
+// replay is one subscription's catch-up: where it stands, whether it is
+// inside an item's stream, and a hole to report before the next event it
 // delivers.
 type replay struct {
 	s        *session
 	sub      Subscriber
 	pos      cursor // the last position delivered or skipped
-	open     bool   // an item was open after record pos.seq
-	midItem  bool   // that item was open at the subscription's cursor
+	midItem  bool   // an item was open at the subscription's cursor and has not been seen to start or end since
 	lost     cursor // deltas up to here may be gone (s.deltas.lost)
 	gapAfter string // a hole opened after this cursor, not yet reported
 	next     int    // kept deltas before it are behind pos
 }
 
-// checkHole opens a hole when deltas that followed record pos.seq, after
-// pos, are gone and the reader would notice: it holds part of the item's
-// text (it subscribed in the middle of the item), or more deltas of the
-// item follow (delta is set). An item whose deltas are all gone and that
-// the reader sees start arrives whole in its item/completed, as it does
-// from view/page. The next event delivered closes the hole.
+// checkHole opens a hole when ephemeral events that followed record
+// pos.seq, after pos, are gone and the reader would notice: it holds part
+// of an item's text (it subscribed in the middle of the item), or more of
+// the stream follows (delta is set). An item whose stream is all gone
+// arrives whole in its item/completed, as it does from view/page. The next
+// event delivered closes the hole.
 func (r *replay) checkHole(delta bool) {
-	lost := r.open && r.pos.before(r.lost) && r.pos.seq <= r.lost.seq
-	if lost && (r.midItem || delta) && r.gapAfter == "" {
+	if r.lostAfter() && (r.midItem || delta) && r.gapAfter == "" {
 		r.gapAfter = r.pos.String()
 	}
+}
+
+// lostAfter tells whether ephemeral events that followed record pos.seq,
+// after pos, may be gone.
+func (r *replay) lostAfter() bool {
+	return r.pos.before(r.lost) && r.pos.seq <= r.lost.seq
 }
 
 // emit sends n, which stands at at, preceded by the view/gap of an open
 // hole: next names n, the first event delivered after it.
 func (r *replay) emit(n Notification, at cursor, send func(Notification) error) error {
-	r.checkHole(n.Method == msp.NotifyItemDelta)
+	r.checkHole(at.sub > 0)
 	if r.gapAfter != "" {
 		r.sub.Deliver(r.s.gapNotification(r.gapAfter, n.Cursor))
 		r.gapAfter = ""
@@ -147,10 +157,8 @@ func (r *replay) records(ctx context.Context, through int64, withDeltas bool, se
 				return err
 			}
 			switch rec.Method {
-			case msp.NotifyItemStarted:
-				r.open, r.midItem = true, false
-			case msp.NotifyItemCompleted:
-				r.open, r.midItem = false, false
+			case msp.NotifyItemStarted, msp.NotifyItemCompleted:
+				r.midItem = false
 			}
 		}
 	}
@@ -166,7 +174,7 @@ func (r *replay) deltasBefore(limit cursor, send func(Notification) error) error
 		if !r.pos.before(d.at) {
 			continue
 		}
-		n := Notification{SessionID: r.s.id, Method: msp.NotifyItemDelta, Cursor: d.at.String(), Frame: d.frame}
+		n := Notification{SessionID: r.s.id, Method: d.method, Cursor: d.at.String(), Frame: d.frame}
 		if err := r.emit(n, d.at, send); err != nil {
 			return err
 		}

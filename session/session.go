@@ -31,9 +31,10 @@ type session struct {
 	mu         sync.Mutex
 	st         state
 	head       int64 // seq of the last durable record
+	loadedHead int64 // head when the session was (re)read from the store
 	sub        int64 // ephemeral events emitted since head
 	subs       map[Subscriber]struct{}
-	gapsDue    map[Subscriber]string // holes to report with a subscriber's next event
+	gapsDue    map[Subscriber]dueGap // holes its catch-up left a subscriber at, for its next event to close
 	history    []provider.Message
 	cumulative msp.CumulativeTokenUsage
 	open       map[string]*openItem // items started and not yet completed
@@ -50,6 +51,16 @@ type session struct {
 	leader     bool                 // this node writes the session (always, without a cluster)
 	unfollow   func()               // stops following the leader's events (a follower's)
 	stale      bool                 // a follower's st lags its log: re-read before use
+}
+
+// dueGap is where a subscriber's catch-up ended with ephemeral events
+// after it gone. The next event tells whether the reader would notice: an
+// ephemeral one continues the stream they belonged to, and a reader in
+// the middle of an item holds part of its text; a durable one otherwise
+// passes the hole, as view/page does.
+type dueGap struct {
+	after   string
+	midItem bool
 }
 
 // heldFanout holds what is fanned out to one subscriber until it has been
@@ -156,9 +167,11 @@ func (s *session) fanOutLocked(n Notification) {
 			continue
 		}
 		if len(s.gapsDue) > 0 {
-			if after, ok := s.gapsDue[sub]; ok {
-				sub.Deliver(s.gapNotification(after, n.Cursor))
+			if g, ok := s.gapsDue[sub]; ok {
 				delete(s.gapsDue, sub)
+				if g.midItem || !n.Durable {
+					sub.Deliver(s.gapNotification(g.after, n.Cursor))
+				}
 			}
 		}
 		sub.Deliver(n)
@@ -169,7 +182,72 @@ func (s *session) fanOutLocked(n Notification) {
 func (s *session) emit(ctx context.Context, method string, params msp.ViewParams) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if p, ok := params.(*msp.ItemParams); ok && method == msp.NotifyItemStarted && s.opensEphemeral(p.Item) {
+		return s.startItemLocked(p)
+	}
 	return s.emitLocked(ctx, []event{{method, params}}, nil)
+}
+
+// opensEphemeral tells whether an item may open on an ephemeral event: an
+// answer streamed into, whose durable record is its item/completed (MSP
+// lets agentMessage items open so), which saves a turn a commit. Until a
+// commit moves the head past where the session was loaded, the process
+// before may have handed out sub-positions of the head, and they must
+// not be handed out again: the item opens durably then. s.mu must be held.
+func (s *session) opensEphemeral(it msp.Item) bool {
+	return it.Kind == msp.ItemAgentMessage && s.head > s.loadedHead
+}
+
+// startItemLocked opens an item at an ephemeral position after the head,
+// as a delta is: kept for resuming readers, never written. A crash before
+// its text is first saved (item/updated) leaves no trace of it, and its
+// attempt is retried as a lost one. s.mu must be held.
+func (s *session) startItemLocked(p *msp.ItemParams) error {
+	if s.deleted {
+		return errDeleted
+	}
+	if !s.leader {
+		return errNotLeader
+	}
+	at := s.nextEphemeralLocked()
+	c := at.String()
+	p.SessionID, p.ViewCursor, p.SourceRange = s.id, c, nil
+	raw, err := msp.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", msp.NotifyItemStarted, err)
+	}
+	now := s.m.now()
+	s.sendEphemeralLocked(at, c, msp.NotifyItemStarted, raw, now)
+	oi := &openItem{item: p.Item, savedAt: now}
+	if p.Item.Text != nil {
+		oi.text.WriteString(*p.Item.Text)
+	}
+	s.open[p.Item.ItemID] = oi
+	return nil
+}
+
+// nextEphemeralLocked takes the position of the next ephemeral event: a
+// sub-position after the last durable record, so it can never collide
+// with a cursor handed out before or after it. s.mu must be held.
+func (s *session) nextEphemeralLocked() cursor {
+	s.sub++
+	return cursor{session: s.id, seq: s.head, sub: s.sub}
+}
+
+// sendEphemeralLocked fans out an ephemeral event at at, keeps it for
+// resuming readers and publishes it to the session's followers. s.mu must
+// be held.
+func (s *session) sendEphemeralLocked(at cursor, c, method string, params []byte, now time.Time) Notification {
+	n := Notification{
+		SessionID: s.id,
+		Method:    method,
+		Cursor:    c,
+		Frame:     msp.EncodeNotification(method, params, now.UnixMilli()),
+	}
+	s.deltas.add(at, method, n.Frame)
+	s.fanOutLocked(n)
+	s.publishLocked(n, at.seq, at.sub)
+	return n
 }
 
 // emitLocked appends a running turn's events in one commit (with st, when
@@ -221,29 +299,18 @@ func turnEvents(evs []turn.Event) []event {
 	return out
 }
 
-// delta fans out one ephemeral text delta. Its cursor is a sub-position
-// after the last durable record, so it can never collide with a cursor
-// handed out before or after a restart.
+// delta fans out one ephemeral text delta.
 func (s *session) delta(itemID, text string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sub++
-	at := cursor{session: s.id, seq: s.head, sub: s.sub}
+	at := s.nextEphemeralLocked()
 	c := at.String()
 	raw, err := msp.Marshal(msp.ItemDeltaParams{SessionID: s.id, ViewCursor: c, ItemID: itemID, Delta: text})
 	if err != nil {
 		return // a string and ids always encode
 	}
 	now := s.m.now()
-	n := Notification{
-		SessionID: s.id,
-		Method:    msp.NotifyItemDelta,
-		Cursor:    c,
-		Frame:     msp.EncodeNotification(msp.NotifyItemDelta, raw, now.UnixMilli()),
-	}
-	s.deltas.add(at, n.Frame)
-	s.fanOutLocked(n)
-	s.publishLocked(n, at.seq, at.sub)
+	s.sendEphemeralLocked(at, c, msp.NotifyItemDelta, raw, now)
 	if oi := s.open[itemID]; oi != nil {
 		oi.text.WriteString(text)
 		if every := s.m.cfg.TextCheckpoint; every > 0 && now.Sub(oi.savedAt) >= every {
@@ -277,9 +344,11 @@ func (s *session) checkCursor(c string) (cursor, error) {
 		return cursor{}, msp.ErrMissingAnchor(s.id, c)
 	}
 	s.mu.Lock()
-	head, sub := s.head, s.sub
+	head, sub, lost := s.head, s.sub, s.deltas.lost
 	s.mu.Unlock()
-	if cur.seq > head || (cur.seq == head && cur.sub > sub) {
+	// Sub-positions of the head handed out by the process before this
+	// load are known to be lost, not unknown.
+	if cur.seq > head || (cur.seq == head && cur.sub > sub && lost.before(cur)) {
 		return cursor{}, msp.ErrMissingAnchor(s.id, c)
 	}
 	return cur, nil

@@ -56,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&idleConns, "idle-conns", "idle: connection counts (default 1000,10000)")
 	fs.IntVar(&cfg.ResumeEvents, "resume-events", 10000, "resume: durable events in the log resumed")
 	fs.IntVar(&cfg.AppendSessions, "append-sessions", 100, "append: sessions")
-	fs.IntVar(&cfg.AppendTurns, "append-turns", 20, "append: one-delta turns per session; store: turns (three commits each) per session")
+	fs.IntVar(&cfg.AppendTurns, "append-turns", 20, "append: one-delta turns per session; store: turns (two commits each) per session")
 	fs.StringVar(&appendStores, "append-stores", strings.Join(bench.AppendStores, ","),
 		"append: deployments mspd runs on, of "+strings.Join(bench.AppendStores, ", ")+" (jetstream-r3: three nodes, a third of the sessions each)")
 	fs.StringVar(&storeBackends, "store-backends", strings.Join(bench.StoreBackends, ","),
