@@ -34,7 +34,10 @@
 // instead of being pinned to the sync rate; a lone caller still pays one
 // fsync per Commit. Batches marked Urgent (retry notices) wait in a queue
 // of their own that the writer empties first, so a burst of new turns
-// delays a notice by at most the group being written when it arrives.
+// delays a notice by at most the group being written when it arrives; and
+// for 100 ms after an urgent batch, a group takes at most 32 other
+// batches besides the urgent ones, so that while notices keep coming
+// (many turns backing off at once) that group is a small one.
 //
 // A single writer also makes sequence checks cheap and race-free: the
 // store is the file's only writer (see below), so the writer remembers

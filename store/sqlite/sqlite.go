@@ -139,8 +139,9 @@ type Store struct {
 	w   writeStmts
 	r   readStmts
 
-	maxGroup int
-	onCommit func(batches int, took time.Duration) // nil: none
+	maxGroup    int
+	urgentUntil time.Time                             // groups stay small until then: urgent batches came lately; the writer's
+	onCommit    func(batches int, took time.Duration) // nil: none
 	// heads are the committed heads of sessions written lately; the
 	// writer's alone, so unguarded.
 	heads map[string]int64

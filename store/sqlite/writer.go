@@ -91,17 +91,27 @@ func (s *Store) writer() {
 				first = r
 			}
 		}
-		group = s.take(append(group[:0], first), &urgent)
-		group = s.take(group, &normal)
+		group = s.take(append(group[:0], first), &urgent, s.maxGroup)
+		// While retry notices arrive, a group holds few other batches: the
+		// next notice waits for at most this group's commit, and a user
+		// watches its countdown.
+		limit, now := s.maxGroup, time.Now()
+		if group[0].b.Urgent {
+			s.urgentUntil = now.Add(urgentSpell)
+		}
+		if now.Before(s.urgentUntil) {
+			limit = min(limit, len(group)+urgentGroupNormal)
+		}
+		group = s.take(group, &normal, limit)
 		s.commitGroup(group)
 		clear(group) // let finished batches be collected
 	}
 }
 
-// take adds to group the batches waiting in *queue, up to maxGroup in
-// all; it sets *queue to nil when it finds it closed and drained.
-func (s *Store) take(group []*commitReq, queue *chan *commitReq) []*commitReq {
-	for len(group) < s.maxGroup && *queue != nil {
+// take adds to group the batches waiting in *queue, up to limit in all;
+// it sets *queue to nil when it finds it closed and drained.
+func (s *Store) take(group []*commitReq, queue *chan *commitReq, limit int) []*commitReq {
+	for len(group) < limit && *queue != nil {
 		select {
 		case r, ok := <-*queue:
 			if !ok {
@@ -383,3 +393,10 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	})
 	return err
 }
+
+// After an urgent batch, for urgentSpell, a group takes at most
+// urgentGroupNormal batches besides the urgent ones.
+const (
+	urgentSpell       = 100 * time.Millisecond
+	urgentGroupNormal = 32
+)

@@ -195,6 +195,54 @@ func TestUrgentBatchesGoFirst(t *testing.T) {
 	}
 }
 
+// While retry notices arrive, a group holds the urgent batches and at
+// most urgentGroupNormal others, so that the next notice waits for a small
+// commit, not for a full group of admissions.
+func TestGroupsStaySmallWhileNoticesArrive(t *testing.T) {
+	ctx := context.Background()
+	const normal = 100
+	gate := make(chan struct{})
+	sizes := make(chan int, normal+2)
+	s, err := Open(filepath.Join(t.TempDir(), "mspd.db"), WithCommitObserver(func(n int, _ time.Duration) {
+		if len(sizes) == 0 {
+			<-gate // the priming group waits until everything is queued
+		}
+		sizes <- n
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	primed := make(chan error, 1)
+	go func() { primed <- s.Commit(ctx, store.Batch{Commands: []store.Command{{ID: "prime", Digest: "d"}}}) }()
+	done := make(chan error, normal+1)
+	commit := func(id string, urgent bool) {
+		done <- s.Commit(ctx, store.Batch{SessionID: id, Urgent: urgent, Records: []store.Record{{Seq: 1, Method: "m", Params: []byte(`{}`)}}})
+	}
+	for i := range normal {
+		go commit(fmt.Sprintf("s%d", i), false)
+	}
+	for len(s.reqs) < normal {
+		runtime.Gosched()
+	}
+	go commit("notice", true)
+	for len(s.urgent) < 1 {
+		runtime.Gosched()
+	}
+	close(gate)
+	if err := <-primed; err != nil {
+		t.Fatal(err)
+	}
+	for range normal + 1 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if prime, first := <-sizes, <-sizes; prime != 1 || first != 1+urgentGroupNormal {
+		t.Fatalf("groups of %d, then %d batches; want the notice and %d others", prime, first, urgentGroupNormal)
+	}
+}
+
 // The writer leaves checkpoints to a connection of its own: once the log
 // has gained checkpointPages, one runs there and copies the log into the
 // database file, and reads see every record after it.
