@@ -242,3 +242,77 @@ func TestNoEphemeralPositionAtALoadedHead(t *testing.T) {
 		t.Fatalf("the next answer: cursor %s, sourceRange %v; want ephemeral %s", p.ViewCursor, p.SourceRange, want)
 	}
 }
+
+// readCountingStore counts ledger reads.
+type readCountingStore struct {
+	store.Store
+	reads atomic.Int32
+}
+
+func (c *readCountingStore) Command(ctx context.Context, id string) (store.Command, error) {
+	c.reads.Add(1)
+	return c.Store.Command(ctx, id)
+}
+
+// TestTurnStartReadsTheLedgerOnlyForAReplay: a new turn/start is admitted
+// without a ledger read (its commit would refuse a command id the ledger
+// holds); a replay is answered from the ledger, whether its admission
+// conflicts in its commit (the session idle again) or fails a check
+// first (the session busy with a full queue), and one with another
+// payload is refused as a command_id_conflict. Nothing of a replay is
+// written: the turn ran once.
+func TestTurnStartReadsTheLedgerOnlyForAReplay(t *testing.T) {
+	cs := &readCountingStore{Store: openStore(t)}
+	model := newHistModel()
+	m := newManager(t, cs, model, mgrOpts{maxQueued: 1})
+	sub := newRecSub()
+	sid := startSession(t, m, sub)
+	p := textTurn(sid, "once")
+	p.CommandID = cmdID()
+	before := cs.reads.Load()
+	ack := runTurn(t, m, sub, p)
+	if n := cs.reads.Load() - before; n != 0 {
+		t.Fatalf("a new turn/start read the ledger %d times", n)
+	}
+	if err := m.WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	replay := func() (json.RawMessage, error) {
+		raw, launch, err := m.StartTurn(context.Background(), nil, mustJSON(p))
+		if err == nil {
+			launch()
+		}
+		return raw, err
+	}
+	first, err := replay()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got msp.TurnStartResult
+	if err := json.Unmarshal(first, &got); err != nil || got.TurnID != ack.TurnID || got.Disposition != msp.DispositionStarted {
+		t.Fatalf("replay on an idle session: %s, %v; want the recorded ack of %s", first, err, ack.TurnID)
+	}
+	// Busy, with a full queue: the replay's admission fails its checks.
+	startTurn(t, m, textTurn(sid, "block"))
+	model.waitStarted(t, "block")
+	startTurn(t, m, textTurn(sid, "queued"))
+	if again, err := replay(); err != nil || string(again) != string(first) {
+		t.Fatalf("replay on a busy session: %s, %v; want %s", again, err, first)
+	}
+	other := p
+	other.Input = []msp.TurnInputPart{{Type: "text", Text: "something else"}}
+	_, _, err = m.StartTurn(context.Background(), nil, mustJSON(other))
+	var me *msp.Error
+	if !errors.As(err, &me) || me.Data.Reason != msp.ReasonCommandIDConflict {
+		t.Fatalf("another payload under the same commandId: %v", err)
+	}
+	started := 0
+	for _, r := range records(t, cs, sid) {
+		if r.Method == msp.NotifyTurnStarted && recordParams[msp.TurnStartedParams](t, r).TurnID == ack.TurnID {
+			started++
+		}
+	}
+	if started != 1 {
+		t.Fatalf("the turn started %d times", started)
+	}
+}

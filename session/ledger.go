@@ -65,26 +65,62 @@ func (l *ledger) run(ctx context.Context, id, method string, params json.RawMess
 	release := l.lock(key)
 	defer release()
 
-	prev, err := l.store.Command(ctx, key)
-	switch {
-	case err == nil:
-		if prev.Digest != digest {
-			return nil, true, msp.ErrCommandRejected(id, msp.ReasonCommandIDConflict,
-				"commandId %s was already used with a different payload", id)
-		}
-		if prev.IsError {
-			var e msp.Error
-			if err := json.Unmarshal(prev.Response, &e); err != nil {
-				return nil, true, msp.ErrInternal("stored rejection unreadable: %v", err)
-			}
-			return nil, true, &e
-		}
-		return prev.Response, true, nil
-	case !errors.Is(err, store.ErrNotFound):
-		return nil, false, msp.ErrInternal("ledger: %v", err)
+	if resp, found, err := l.recorded(ctx, key, id, digest); found {
+		return resp, true, err
 	}
 	resp, err = admit(&admission{id: key, digest: digest})
 	return resp, false, err
+}
+
+// runAdmitFirst is run for a command whose admission, when it succeeds,
+// commits its ledger entry with its effect, which the store refuses for
+// a command id it already holds. So the ledger is read only once the
+// admission has failed: a new command, nearly every one, costs no read.
+// A replay fails its admission (its commit conflicts, or a check the
+// first admission passed fails now) and is then answered from the ledger
+// as run answers it; nothing of a failed admission is written.
+func (l *ledger) runAdmitFirst(ctx context.Context, id, method string, params json.RawMessage,
+	admit func(a *admission) (json.RawMessage, error)) (resp json.RawMessage, replayed bool, err error) {
+	digest, err := payloadDigest(method, params)
+	if err != nil {
+		return nil, false, msp.ErrInvalidParams("", "params: %v", err)
+	}
+	key := ledgerKey(PrincipalFrom(ctx), id)
+	release := l.lock(key)
+	defer release()
+
+	resp, err = admit(&admission{id: key, digest: digest})
+	if err == nil {
+		return resp, false, nil
+	}
+	if prev, found, prevErr := l.recorded(ctx, key, id, digest); found {
+		return prev, true, prevErr
+	}
+	return nil, false, err
+}
+
+// recorded answers a command from the ledger: its stored response, or a
+// command_id_conflict when the payload differs. found is false when the
+// ledger does not hold it; a ledger that cannot be read is found with an
+// internal error.
+func (l *ledger) recorded(ctx context.Context, key, id, digest string) (resp json.RawMessage, found bool, err error) {
+	prev, err := l.store.Command(ctx, key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, true, msp.ErrInternal("ledger: %v", err)
+	case prev.Digest != digest:
+		return nil, true, msp.ErrCommandRejected(id, msp.ReasonCommandIDConflict,
+			"commandId %s was already used with a different payload", id)
+	case prev.IsError:
+		var e msp.Error
+		if err := json.Unmarshal(prev.Response, &e); err != nil {
+			return nil, true, msp.ErrInternal("stored rejection unreadable: %v", err)
+		}
+		return nil, true, &e
+	}
+	return prev.Response, true, nil
 }
 
 // ledgerKey scopes a commandId to its principal: one user's commandIds

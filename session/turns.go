@@ -30,9 +30,11 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 		return nil, nil, err
 	}
 	defer release()
-	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodTurnStart, raw, func(a *admission) (json.RawMessage, error) {
-		// Checked only for a new command: a replay gets its recorded ack
-		// even after the configuration (frame size, providers) changed.
+	// Every way this admission succeeds commits its ledger entry.
+	resp, _, err := m.ledger.runAdmitFirst(ctx, p.CommandID, msp.MethodTurnStart, raw, func(a *admission) (json.RawMessage, error) {
+		// A replay that fails these checks, or that passes them and then
+		// conflicts in its commit, gets its recorded ack: even after the
+		// configuration (frame size, providers) changed.
 		text, err := m.checkTurn(p)
 		if err != nil {
 			return nil, err
