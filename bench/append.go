@@ -78,21 +78,26 @@ func (r *runner) appendOn(ctx context.Context, store string) error {
 	}
 	// Rounds of mspd and the baseline alternate, so that both see the
 	// same machine; the sessions carry on from round to round.
-	var rates, bases, ratios []float64
+	var rates, bases, ratios, cpus, baseCPUs []float64
 	var total, size int
 	for round := range r.cfg.Rounds {
 		r.logf("  round %d of %d", round+1, r.cfg.Rounds)
+		cpu0 := serversCPU(srvs)
 		events, paramBytes, elapsed, err := appendRound(ctx, ss, m)
 		if err != nil {
 			return err
 		}
+		cpu := serversCPU(srvs) - cpu0
 		total, size = events, paramBytes/max(events, 1)
+		self0 := selfCPU()
 		base, err := plainSQLite(ctx, r.cfg.WorkDir, n, total/n, size)
 		if err != nil {
 			return fmt.Errorf("plain SQLite baseline: %w", err)
 		}
+		baseCPU := selfCPU() - self0
 		rate := float64(total) / elapsed.Seconds()
 		rates, bases, ratios = append(rates, rate), append(bases, base), append(ratios, rate/base)
+		cpus, baseCPUs = append(cpus, perItem(cpu, total)), append(baseCPUs, perItem(baseCPU, total))
 	}
 	if r.cfg.Profile != "" && len(srvs) == 1 {
 		file := r.cfg.Profile + ".append-" + store
@@ -107,6 +112,8 @@ func (r *runner) appendOn(ctx context.Context, store string) error {
 	r.add(Row{Scenario: scen, Figure: "durable events/s", Value: median(rates), Unit: "/s", Baseline: median(bases), Ratio: median(ratios),
 		Note: fmt.Sprintf("%d events of %d-byte params a round (the log grows from round to round; mspd stays up through the baseline, idle but for a checkpoint it may still be copying); medians of %d rounds, the ratio the median of theirs",
 			total, size, r.cfg.Rounds)})
+	r.add(Row{Scenario: scen, Figure: "server CPU per durable event", Value: median(cpus), Unit: "µs", Baseline: median(baseCPUs),
+		Note: "all of mspd's CPU (connections, turns, scripted provider, store) ÷ durable events; baseline: the benchmark process's CPU while plain SQLite commits as many rows; medians"})
 	return nil
 }
 
