@@ -201,10 +201,11 @@ func TestUrgentBatchesGoFirst(t *testing.T) {
 func TestGroupsStaySmallWhileNoticesArrive(t *testing.T) {
 	ctx := context.Background()
 	const normal = 100
-	gate := make(chan struct{})
+	gate, entered := make(chan struct{}), make(chan struct{})
 	sizes := make(chan int, normal+2)
 	s, err := Open(filepath.Join(t.TempDir(), "mspd.db"), WithCommitObserver(func(n int, _ time.Duration) {
 		if len(sizes) == 0 {
+			close(entered)
 			<-gate // the priming group waits until everything is queued
 		}
 		sizes <- n
@@ -215,6 +216,7 @@ func TestGroupsStaySmallWhileNoticesArrive(t *testing.T) {
 	defer s.Close()
 	primed := make(chan error, 1)
 	go func() { primed <- s.Commit(ctx, store.Batch{Commands: []store.Command{{ID: "prime", Digest: "d"}}}) }()
+	<-entered // the writer holds the priming group: nothing else joins it
 	done := make(chan error, normal+1)
 	commit := func(id string, urgent bool) {
 		done <- s.Commit(ctx, store.Batch{SessionID: id, Urgent: urgent, Records: []store.Record{{Seq: 1, Method: "m", Params: []byte(`{}`)}}})
