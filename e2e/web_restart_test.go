@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -59,4 +60,59 @@ func TestWebRestartMidAnswer(t *testing.T) {
 	p.waitFor("the chat list", fmt.Sprintf(`document.querySelector('#sessions [data-session-id=%q]') !== null`, sid))
 	p.openChat(sid)
 	check("rebuilt from the log")
+}
+
+// TestWebKilledMidAnswer kills the server (SIGKILL) under the chat page
+// while an answer streams. An answer opens on an ephemeral item/started,
+// so if the kill comes before its text was first saved (a second in),
+// nothing of it is in the log and no item/completed will ever close it:
+// the page ends it itself when the turn moves on (the restart's retry
+// notice). Either way the page never leaves an answer streaming: the cut
+// attempt shows as discarded, then the notice, then the next attempt's
+// answer; rebuilt from the log after a reload, the chat shows the notice
+// and the answer, and still nothing streaming.
+func TestWebKilledMidAnswer(t *testing.T) {
+	dataDir := t.TempDir()
+	p1 := startProcess(t, dataDir)
+	proxy := startProxy(t, hostOf(t, p1.url))
+	p := openBrowser(t)
+	base := "http://" + proxy.addr() + "/"
+	p.open(base)
+	p.use(t)
+	sid := p.newChat()
+	p.send(scripted.Script(
+		scripted.Step{Text: strings.Repeat("interrupted ", 200), Chunks: 200, ChunkDelayMs: 20},
+		scripted.Step{Text: "the answer after the restart", Chunks: 2}))
+	p.waitFor("streaming text", `agentTexts('inProgress').some((t) => t.length > 0)`)
+
+	p1.kill()
+	p2 := startProcess(t, dataDir)
+	proxy.retarget(hostOf(t, p2.url))
+	proxy.cut()
+
+	p.waitFor("the answer after the reconnect", `agentTexts('completed').includes('the answer after the restart')`)
+	p.expect("the cut attempt, discarded", `(() => {
+		const m = document.querySelector('.msg.agent[data-status="failed"]');
+		return m !== null && m.querySelector('.text').textContent.startsWith('interrupted') &&
+			m.querySelector('.tag').textContent === 'discarded attempt';
+	})()`)
+	p.expect("no answer left streaming", `agentTexts('inProgress').length === 0`)
+	p.expect("the restart's retry notice", `[...document.querySelectorAll('#transcript .retry')].some((n) => n.textContent.includes('the server restarted during attempt 1'))`)
+
+	p.open(base)
+	p.waitFor("the chat list", fmt.Sprintf(`document.querySelector('#sessions [data-session-id=%q]') !== null`, sid))
+	p.openChat(sid)
+	p.waitFor("the answer rebuilt from the log", `agentTexts('completed').includes('the answer after the restart')`)
+	p.expect("nothing streaming after the reload", `agentTexts('inProgress').length === 0`)
+	p.expect("the retry notice after the reload", `[...document.querySelectorAll('#transcript .retry')].some((n) => n.textContent.includes('the server restarted during attempt 1'))`)
+}
+
+// hostOf is the host:port of a WebSocket URL.
+func hostOf(t *testing.T, wsURL string) string {
+	t.Helper()
+	u, err := url.Parse(wsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
 }

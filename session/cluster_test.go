@@ -310,3 +310,86 @@ func TestClusterHandsOverOnShutdown(t *testing.T) {
 		t.Fatalf("the cut attempt %+v: want failed with its text", cut)
 	}
 }
+
+// lagNode is a memNode whose deliveries to followers can be held back, as
+// a follower's subscription lags behind the leader.
+type lagNode struct {
+	memNode
+	mu   sync.Mutex
+	hold bool
+	q    []func()
+}
+
+func (c *lagNode) Follow(id string, fn func(Notification, int64, int64)) func() {
+	return c.memNode.Follow(id, func(n Notification, seq, sub int64) {
+		c.mu.Lock()
+		if c.hold {
+			c.q = append(c.q, func() { fn(n, seq, sub) })
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		fn(n, seq, sub)
+	})
+}
+
+// flush delivers what was held back and stops holding.
+func (c *lagNode) flush() {
+	c.mu.Lock()
+	q := c.q
+	c.q, c.hold = nil, false
+	c.mu.Unlock()
+	for _, f := range q {
+		f()
+	}
+}
+
+// TestFollowerRefusesACursorItHasNotReached: a reader moving from the
+// leader to a follower that lags behind it, with the cursor of an answer's
+// delta the follower has not ingested yet, is refused (missingAnchor), as
+// for any cursor a node does not know: the follower must not take it for
+// one lost before its load and then deliver the events it ingests late,
+// at or before the reader's own cursor.
+func TestFollowerRefusesACursorItHasNotReached(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	h := newMemHub()
+	feed := make(chan string)
+	defer close(feed)
+	a := h.startNode(t, "a", st, pacedModel{feed: feed})
+	lb := &lagNode{memNode: memNode{h, "b"}}
+	b, err := New(ctx, Config{Store: st, Runner: newTestRunner(pacedModel{feed: feed}), LogPath: "test.db",
+		Logger: slog.New(slog.DiscardHandler), Cluster: lb, AdoptInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	startTurn(t, a, textTurn(sid, "go"))
+	onA.waitCount(t, msp.NotifyTurnStarted, 1)
+	if err := b.Subscribe(ctx, newRecSub(), sid, nil); err != nil { // b loads the session at the head
+		t.Fatal(err)
+	}
+	lb.mu.Lock()
+	lb.hold = true
+	lb.mu.Unlock()
+	feed <- "one"
+	feed <- "two"
+	last := onA.waitCount(t, msp.NotifyItemDelta, 2)[1].Cursor
+
+	r := newRecSub()
+	err = b.Subscribe(ctx, r, sid, &last)
+	var me *msp.Error
+	if !errors.As(err, &me) || me.Data.Reason != msp.ReasonMissingAnchor {
+		t.Errorf("resuming on the lagging follower from %s: %v, want missingAnchor", last, err)
+	}
+	lb.flush()
+	mine, _ := parseCursor(last)
+	for _, n := range r.all() {
+		if c, err := parseCursor(n.Cursor); err == nil && !mine.before(c) {
+			t.Fatalf("resumed from %s, then got %s at %s", last, n.Method, n.Cursor)
+		}
+	}
+}

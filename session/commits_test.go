@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"mspd/schema/msp"
 	"mspd/store"
@@ -314,5 +315,29 @@ func TestTurnStartReadsTheLedgerOnlyForAReplay(t *testing.T) {
 	}
 	if started != 1 {
 		t.Fatalf("the turn started %d times", started)
+	}
+}
+
+// TestReadWhileAnswerStreams: session/read while an answer streams shows
+// it as the reader sees it, open with the text streamed so far, though
+// it opened on an ephemeral event and nothing of it is in the log yet.
+func TestReadWhileAnswerStreams(t *testing.T) {
+	model := newHistModel()
+	frozen := func() time.Time { return time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC) } // no text checkpoint falls due
+	m := newManager(t, openStore(t), model, mgrOpts{now: frozen})
+	sub := newRecSub()
+	sid := startSession(t, m, sub)
+	ack := startTurn(t, m, textTurn(sid, "block")) // streams "working", then waits
+	model.waitStarted(t, "block")
+	no := false
+	got, err := m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid, ExcludeItems: &no}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := got.(msp.SessionSnapshot).History.Items
+	interrupt(t, m, sid)
+	sub.waitTerminal(t, ack.TurnID)
+	if n := len(items); n == 0 || items[n-1].Kind != msp.ItemAgentMessage || items[n-1].Status != msp.ItemInProgress || deref(items[n-1].Text) != "working" {
+		t.Fatalf("session/read during the stream: %+v; want the answer last, open, with %q", items, "working")
 	}
 }

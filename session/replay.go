@@ -95,7 +95,7 @@ type replay struct {
 	s        *session
 	sub      Subscriber
 	pos      cursor // the last position delivered or skipped
-	midItem  bool   // an item was open at the subscription's cursor and has not been seen to start or end since
+	midItem  bool   // an item was open at the subscription's cursor, and its attempt has not been seen to end since
 	lost     cursor // deltas up to here may be gone (s.deltas.lost)
 	gapAfter string // a hole opened after this cursor, not yet reported
 	next     int    // kept deltas before it are behind pos
@@ -157,7 +157,11 @@ func (r *replay) records(ctx context.Context, through int64, withDeltas bool, se
 				return err
 			}
 			switch rec.Method {
-			case msp.NotifyItemStarted, msp.NotifyItemCompleted:
+			case msp.NotifyItemStarted, msp.NotifyItemCompleted,
+				// The turn moved on: the attempt whose stream the reader
+				// was in is over, even if nothing of its answer was
+				// written (the process died before saving its text).
+				msp.NotifyTurnRetryScheduled, msp.NotifyTurnModelRetryScheduled, msp.NotifyTurnCompleted:
 				r.midItem = false
 			}
 		}

@@ -120,24 +120,23 @@ func TestResumption(t *testing.T) {
 		made     int
 		delay    time.Duration
 		reason   string
-		cut      bool // the process died in the attempt counted
 	}{
-		{"died in attempt 1", nil, false, 1, 0, "the server restarted during attempt 1", true},
+		{"died in attempt 1", nil, false, 1, 0, "the server restarted during attempt 1"},
 		{"died streaming attempt 3", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(time.Hour)}), true, 3, 0,
-			"the server restarted during attempt 3", true},
+			"the server restarted during attempt 3"},
 		{"died once attempt 3 was due", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(-time.Second)}), false, 3, 0,
-			"the server restarted during attempt 3", true},
+			"the server restarted during attempt 3"},
 		{"died in the backoff before attempt 3", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(2 * time.Second)}), false, 2,
-			2 * time.Second, "the server restarted during the backoff before attempt 3", false},
+			2 * time.Second, "the server restarted during the backoff before attempt 3"},
 		{"stopped in attempt 2", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(-time.Hour), Stopped: true, Lost: true}), false, 2, 0,
-			"the server restarted during attempt 2", false},
+			"the server restarted during attempt 2"},
 		{"stopped in the backoff", cp(turn.Checkpoint{Attempts: 1, NextAt: now.Add(-time.Hour), Stopped: true}), false, 1, -time.Hour,
-			"the server restarted during the backoff before attempt 2", false},
+			"the server restarted during the backoff before attempt 2"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			r, cut := resumption(pendingTurn{Checkpoint: tt.cp, StartedAt: started}, tt.inFlight, now, "the server restarted")
-			if r.Attempts != tt.made || r.Delay != tt.delay || r.Reason != tt.reason || !r.StartedAt.Equal(started) || cut != tt.cut {
-				t.Fatalf("got %+v, cut %v\nwant made %d, delay %v, reason %q, cut %v", r, cut, tt.made, tt.delay, tt.reason, tt.cut)
+			r := resumption(pendingTurn{Checkpoint: tt.cp, StartedAt: started}, tt.inFlight, now, "the server restarted")
+			if r.Attempts != tt.made || r.Delay != tt.delay || r.Reason != tt.reason || !r.StartedAt.Equal(started) {
+				t.Fatalf("got %+v\nwant made %d, delay %v, reason %q", r, tt.made, tt.delay, tt.reason)
 			}
 		})
 	}

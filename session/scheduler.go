@@ -260,37 +260,18 @@ func (m *Manager) abandonLocked(s *session, done msp.TurnCompletedParams, cause 
 // recoverLocked prepares what a previous process left running: its open
 // items close as failed (their deltas died with it; the text known is
 // kept), and its active turn is set to resume, the attempt that was in
-// flight counted. An answer that opened on an ephemeral event and was cut
-// before its text was first saved left no record; its id is derived from
-// the turn and the attempt, so it is closed all the same (with no text),
-// and a reader that saw it open is told it failed. Queued turns stay
-// queued. s.mu must be held.
+// flight counted. Queued turns stay queued. s.mu must be held.
 func (s *session) recoverLocked(ctx context.Context) error {
 	var evs []event
 	inFlight := len(s.open) > 0
-	closeItem := func(it msp.Item, text string) {
+	for _, oi := range s.open {
+		it := oi.item
 		it.Revision++
 		it.Status = msp.ItemFailed
+		text := oi.text.String()
 		it.Text = &text
 		it.Truncated = true
 		evs = append(evs, event{msp.NotifyItemCompleted, &msp.ItemParams{Item: it}})
-	}
-	for _, oi := range s.open {
-		closeItem(oi.item, oi.text.String())
-	}
-	var res *turn.Resumption
-	if a := s.st.Active; a != nil {
-		usage, err := s.turnUsage(ctx, *a)
-		if err != nil {
-			return err
-		}
-		r, cut := resumption(*a, inFlight, s.m.now(), s.m.stoppedNode(*a))
-		r.Usage = usage
-		res = &r
-		if id := turn.AnswerItemID(a.TurnID, r.Attempts); cut && s.open[id] == nil {
-			turnID := a.TurnID
-			closeItem(msp.Item{ItemID: id, Kind: msp.ItemAgentMessage, Revision: 1, TurnID: &turnID}, "")
-		}
 	}
 	if len(evs) > 0 {
 		if err := s.appendLocked(ctx, evs, nil); err != nil {
@@ -298,7 +279,15 @@ func (s *session) recoverLocked(ctx context.Context) error {
 		}
 		clear(s.open)
 	}
-	s.resume = res
+	if a := s.st.Active; a != nil {
+		usage, err := s.turnUsage(ctx, *a)
+		if err != nil {
+			return err
+		}
+		res := resumption(*a, inFlight, s.m.now(), s.m.stoppedNode(*a))
+		res.Usage = usage
+		s.resume = &res
+	}
 	return nil
 }
 
@@ -308,9 +297,8 @@ func (s *session) recoverLocked(ctx context.Context) error {
 // its last retry notice's checkpoint: if the next attempt was due, or an
 // item was streaming, that attempt counts as lost (so a turn that keeps
 // crashing the server runs out of attempts); a process that died during a
-// backoff lost nothing, and the backoff's rest is waited out. cut tells
-// that the process died during the last attempt counted.
-func resumption(a pendingTurn, inFlight bool, now time.Time, who string) (res turn.Resumption, cut bool) {
+// backoff lost nothing, and the backoff's rest is waited out.
+func resumption(a pendingTurn, inFlight bool, now time.Time, who string) turn.Resumption {
 	cp := turn.Checkpoint{}
 	if a.Checkpoint != nil {
 		cp = *a.Checkpoint
@@ -322,7 +310,7 @@ func resumption(a pendingTurn, inFlight bool, now time.Time, who string) (res tu
 			made++
 		}
 	}
-	res = turn.Resumption{Attempts: made, MaxTokens: cp.MaxTokens, StartedAt: a.StartedAt}
+	res := turn.Resumption{Attempts: made, MaxTokens: cp.MaxTokens, StartedAt: a.StartedAt}
 	if res.StartedAt.IsZero() {
 		res.StartedAt = now // admitted by an older build
 	}
@@ -332,7 +320,7 @@ func resumption(a pendingTurn, inFlight bool, now time.Time, who string) (res tu
 		res.Reason = fmt.Sprintf("%s during the backoff before attempt %d", who, made+1)
 		res.Delay = cp.NextAt.Sub(now)
 	}
-	return res, lost && !cp.Stopped
+	return res
 }
 
 // turnUsage sums the usage the active turn's responses reported, from its

@@ -344,11 +344,12 @@ func (s *session) checkCursor(c string) (cursor, error) {
 		return cursor{}, msp.ErrMissingAnchor(s.id, c)
 	}
 	s.mu.Lock()
-	head, sub, lost := s.head, s.sub, s.deltas.lost
+	head, sub, lost, leader := s.head, s.sub, s.deltas.lost, s.leader
 	s.mu.Unlock()
-	// Sub-positions of the head handed out by the process before this
-	// load are known to be lost, not unknown.
-	if cur.seq > head || (cur.seq == head && cur.sub > sub && lost.before(cur)) {
+	// On the node that writes the session, sub-positions of the head past
+	// its own were handed out by the process before its load: lost, not
+	// unknown. A follower may simply not have them yet.
+	if cur.seq > head || (cur.seq == head && cur.sub > sub && (!leader || lost.before(cur))) {
 		return cursor{}, msp.ErrMissingAnchor(s.id, c)
 	}
 	return cur, nil

@@ -197,9 +197,11 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	}
 	wire := s.st.wire(s.id, m.cfg.LogPath)
 	head := s.head
-	openText := make(map[string]string, len(s.open))
+	open := make(map[string]msp.Item, len(s.open))
 	for id, oi := range s.open {
-		openText[id] = oi.text.String()
+		it, text := oi.item, oi.text.String()
+		it.Text = &text
+		open[id] = it
 	}
 	s.mu.Unlock()
 	snap := msp.SessionSnapshot{
@@ -211,7 +213,7 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	if !inline {
 		return snap, nil
 	}
-	h, err := m.inlineHistory(ctx, s.id, openText)
+	h, err := m.inlineHistory(ctx, s.id, open)
 	if err != nil {
 		return snap, err
 	}
@@ -220,9 +222,10 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 }
 
 // inlineHistory folds a session's items for a resume, a read or a fork,
-// with the text streamed so far into items still open (openText, by item
-// id); past the history budget the history is left for the client to page.
-func (m *Manager) inlineHistory(ctx context.Context, id string, openText map[string]string) (msp.SessionHistory, error) {
+// with the items still open as streamed so far (open, by item id: an
+// answer that opened on an ephemeral event is not in the log at all);
+// past the history budget the history is left for the client to page.
+func (m *Manager) inlineHistory(ctx context.Context, id string, open map[string]msp.Item) (msp.SessionHistory, error) {
 	none := msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: msp.NoneHistoryBudget, Snapshot: json.RawMessage("null")}
 	f, err := fold(ctx, m.store, id)
 	if err != nil {
@@ -230,9 +233,15 @@ func (m *Manager) inlineHistory(ctx context.Context, id string, openText map[str
 	}
 	for i := range f.items {
 		it := &f.items[i]
-		if text, ok := openText[it.ItemID]; ok && it.Status == msp.ItemInProgress {
-			it.Text = &text
+		if o, ok := open[it.ItemID]; ok {
+			if it.Status == msp.ItemInProgress {
+				it.Text = o.Text
+			}
+			delete(open, it.ItemID)
 		}
+	}
+	for _, it := range open {
+		f.items = append(f.items, it) // items stream one at a time: it is the last
 	}
 	if encoded, err := msp.Marshal(f.items); err != nil || len(encoded) > m.cfg.HistoryBudget {
 		return none, nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
@@ -329,7 +328,7 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) att
 			return
 		}
 		if item == nil {
-			if item, res.sinkErr = t.openItem(n); res.sinkErr != nil {
+			if item, res.sinkErr = t.openItem(); res.sinkErr != nil {
 				stop()
 				return
 			}
@@ -348,7 +347,7 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) att
 	}
 	if res.err == nil && ctx.Err() == nil && item == nil {
 		// A successful empty answer still gets its item.
-		if item, res.sinkErr = t.openItem(n); res.sinkErr != nil {
+		if item, res.sinkErr = t.openItem(); res.sinkErr != nil {
 			t.addUsage(resp.Usage, false)
 			return res
 		}
@@ -382,10 +381,9 @@ func refusedBeforeOutput(res attemptResult) bool {
 	return res.err != nil && res.text == "" && errors.As(res.err, &pe) && pe.HTTPStatus != 0 && !pe.Accepted
 }
 
-// openItem opens attempt n's answer.
-func (t *run) openItem(n int) (*msp.Item, error) {
+func (t *run) openItem() (*msp.Item, error) {
 	turnID, empty := t.spec.TurnID, ""
-	it := msp.Item{ItemID: AnswerItemID(turnID, n), Kind: msp.ItemAgentMessage, Revision: 1,
+	it := msp.Item{ItemID: uuid.Must(uuid.NewV7()).String(), Kind: msp.ItemAgentMessage, Revision: 1,
 		Status: msp.ItemInProgress, TurnID: &turnID, Text: &empty}
 	return &it, t.sink.Emit(t.emitCtx, msp.NotifyItemStarted, &msp.ItemParams{Item: it})
 }
@@ -531,15 +529,4 @@ func clip(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
-}
-
-// answerItems is the namespace of answers' item ids.
-var answerItems = uuid.MustParse("6d737064-616e-5377-8572-4974656d4964")
-
-// AnswerItemID is the id of the item attempt n of a turn streams its
-// answer into. It is derived rather than drawn, so that a process that
-// takes over a turn whose attempt was cut before anything of it was
-// written can still close the item its readers saw open.
-func AnswerItemID(turnID string, attempt int) string {
-	return uuid.NewSHA1(answerItems, []byte(turnID+"/"+strconv.Itoa(attempt))).String()
 }

@@ -526,6 +526,22 @@
     }
   }
 
+  /**
+   * discardOpenAnswers ends a turn's answers still streaming once the turn
+   * has moved on (a retry notice, its terminal): their attempt is over.
+   * The server closes such an answer itself, unless it died before saving
+   * any of its text: then the log holds nothing of it. Its revision stays,
+   * so that an item/completed the server does send still replaces it.
+   */
+  function discardOpenAnswers(turnId) {
+    for (const view of app.items.values()) {
+      if (!view.isUser && view.item.turnId === turnId && view.item.status === 'inProgress') {
+        view.item = { ...view.item, status: 'failed' };
+        view.render();
+      }
+    }
+  }
+
   /** upsertItem shows an item, replacing an older revision of it. */
   function upsertItem(item) {
     if (item.kind !== 'userMessage' && item.kind !== 'agentMessage') return;
@@ -696,6 +712,7 @@
   function addRetry(p, model, emittedAtMs) {
     if (p.viewCursor && app.notices.has(p.viewCursor)) return; // a replay
     if (p.viewCursor) app.notices.add(p.viewCursor);
+    discardOpenAnswers(p.turnId);
     const tv = turnView(p.turnId);
     tv.retryStatus().schedule(p, model, emittedAtMs);
     const why = model ? kindWords(p.errorKind) : p.reason;
@@ -834,6 +851,7 @@
   }
 
   function completeTurn(p) {
+    discardOpenAnswers(p.turnId);
     const tv = turnView(p.turnId);
     tv.end(p);
     if (app.running === p.turnId) setRunning(null);
