@@ -21,15 +21,7 @@ func TestWebRestartMidAnswer(t *testing.T) {
 	dataDir := t.TempDir()
 	d1 := startDaemon(t, daemon.Config{DataDir: dataDir})
 	proxy := startProxy(t, d1.Addr())
-	p := openBrowser(t)
-	base := "http://" + proxy.addr() + "/"
-	p.open(base)
-	p.use(t)
-	sid := p.newChat()
-	p.send(scripted.Script(
-		scripted.Step{Text: strings.Repeat("interrupted ", 200), Chunks: 200, ChunkDelayMs: 20},
-		scripted.Step{Text: "the answer after the restart", Chunks: 2}))
-	p.waitFor("streaming text", `agentTexts('inProgress').some((t) => t.length > 0)`)
+	p, base, sid := streamingChat(t, proxy)
 
 	// A deploy with no grace period: the turn stops mid-answer.
 	stopped, cancel := context.WithCancel(context.Background())
@@ -75,15 +67,7 @@ func TestWebKilledMidAnswer(t *testing.T) {
 	dataDir := t.TempDir()
 	p1 := startProcess(t, dataDir)
 	proxy := startProxy(t, hostOf(t, p1.url))
-	p := openBrowser(t)
-	base := "http://" + proxy.addr() + "/"
-	p.open(base)
-	p.use(t)
-	sid := p.newChat()
-	p.send(scripted.Script(
-		scripted.Step{Text: strings.Repeat("interrupted ", 200), Chunks: 200, ChunkDelayMs: 20},
-		scripted.Step{Text: "the answer after the restart", Chunks: 2}))
-	p.waitFor("streaming text", `agentTexts('inProgress').some((t) => t.length > 0)`)
+	p, base, sid := streamingChat(t, proxy)
 
 	p1.kill()
 	p2 := startProcess(t, dataDir)
@@ -115,4 +99,22 @@ func hostOf(t *testing.T, wsURL string) string {
 		t.Fatal(err)
 	}
 	return u.Host
+}
+
+// streamingChat opens the chat page through proxy in a new chat and sends
+// a turn whose first attempt streams "interrupted …" for about 4 s and
+// whose next attempt answers "the answer after the restart"; it returns
+// once the first attempt's text shows.
+func streamingChat(t *testing.T, proxy *msProxy) (p *chatPage, base, sid string) {
+	t.Helper()
+	p = openBrowser(t)
+	base = "http://" + proxy.addr() + "/"
+	p.open(base)
+	p.use(t)
+	sid = p.newChat()
+	p.send(scripted.Script(
+		scripted.Step{Text: strings.Repeat("interrupted ", 200), Chunks: 200, ChunkDelayMs: 20},
+		scripted.Step{Text: "the answer after the restart", Chunks: 2}))
+	p.waitFor("streaming text", `agentTexts('inProgress').some((t) => t.length > 0)`)
+	return p, base, sid
 }

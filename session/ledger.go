@@ -57,18 +57,15 @@ func (a *admission) reject(ctx context.Context, st store.Store, e *msp.Error) er
 // and admit is not called; replayed reports which happened.
 func (l *ledger) run(ctx context.Context, id, method string, params json.RawMessage,
 	admit func(a *admission) (json.RawMessage, error)) (resp json.RawMessage, replayed bool, err error) {
-	digest, err := payloadDigest(method, params)
+	a, release, err := l.open(ctx, id, method, params)
 	if err != nil {
-		return nil, false, msp.ErrInvalidParams("", "params: %v", err)
+		return nil, false, err
 	}
-	key := ledgerKey(PrincipalFrom(ctx), id)
-	release := l.lock(key)
 	defer release()
-
-	if resp, found, err := l.recorded(ctx, key, id, digest); found {
+	if resp, found, err := l.recorded(ctx, a.id, id, a.digest); found {
 		return resp, true, err
 	}
-	resp, err = admit(&admission{id: key, digest: digest})
+	resp, err = admit(a)
 	return resp, false, err
 }
 
@@ -81,22 +78,31 @@ func (l *ledger) run(ctx context.Context, id, method string, params json.RawMess
 // as run answers it; nothing of a failed admission is written.
 func (l *ledger) runAdmitFirst(ctx context.Context, id, method string, params json.RawMessage,
 	admit func(a *admission) (json.RawMessage, error)) (resp json.RawMessage, replayed bool, err error) {
-	digest, err := payloadDigest(method, params)
+	a, release, err := l.open(ctx, id, method, params)
 	if err != nil {
-		return nil, false, msp.ErrInvalidParams("", "params: %v", err)
+		return nil, false, err
 	}
-	key := ledgerKey(PrincipalFrom(ctx), id)
-	release := l.lock(key)
 	defer release()
-
-	resp, err = admit(&admission{id: key, digest: digest})
+	resp, err = admit(a)
 	if err == nil {
 		return resp, false, nil
 	}
-	if prev, found, prevErr := l.recorded(ctx, key, id, digest); found {
+	if prev, found, prevErr := l.recorded(ctx, a.id, id, a.digest); found {
 		return prev, true, prevErr
 	}
 	return nil, false, err
+}
+
+// open starts an admission of command id: its ledger key (scoped to the
+// caller's principal) and payload digest, with the key locked until
+// release.
+func (l *ledger) open(ctx context.Context, id, method string, params json.RawMessage) (a *admission, release func(), err error) {
+	digest, err := payloadDigest(method, params)
+	if err != nil {
+		return nil, nil, msp.ErrInvalidParams("", "params: %v", err)
+	}
+	key := ledgerKey(PrincipalFrom(ctx), id)
+	return &admission{id: key, digest: digest}, l.lock(key), nil
 }
 
 // recorded answers a command from the ledger: its stored response, or a
