@@ -139,9 +139,12 @@ func (s *session) launchLocked(ctx context.Context, pt pendingTurn, st *state, c
 // specLocked is what the runner needs of an active turn.
 func (m *Manager) specLocked(s *session, a pendingTurn) turn.Spec {
 	return turn.Spec{
-		SessionID:      s.id,
-		TurnID:         a.TurnID,
-		History:        append([]provider.Message(nil), s.history...),
+		SessionID: s.id,
+		TurnID:    a.TurnID,
+		// History is only ever appended to, or replaced whole, so the
+		// turn shares its prefix rather than copying a long chat every
+		// turn; the cap makes an append on either side reallocate.
+		History:        s.history[:len(s.history):len(s.history)],
 		ProviderID:     deref(s.st.ProviderID),
 		Model:          deref(s.st.ModelID),
 		MaxTokens:      a.MaxTokens,
