@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"sync"
 )
 
 // EncodeNotification renders a server-to-client notification frame from
@@ -43,11 +44,29 @@ const notificationOverhead = len(`{"jsonrpc":"2.0","method":""`) + len(`,"params
 // HTML escaping, which would turn every '<', '>' and '&' of a message into
 // six bytes (and push frames past the size budgets measured on them).
 func Marshal(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
+	b := encodeBuffers.Get().(*bytes.Buffer)
+	defer putEncodeBuffer(b)
+	enc := json.NewEncoder(b)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	return bytes.Clone(bytes.TrimSuffix(b.Bytes(), []byte("\n"))), nil
+}
+
+// encodeBuffers hold Marshal's scratch space: encoding into a buffer that
+// has already grown, then copying out exactly, allocates once a value
+// rather than at every doubling.
+var encodeBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBuffer is the largest buffer kept for reuse: one huge value
+// (a long answer) must not stay in memory.
+const maxPooledBuffer = 64 << 10
+
+func putEncodeBuffer(b *bytes.Buffer) {
+	if b.Cap() > maxPooledBuffer {
+		return
+	}
+	b.Reset()
+	encodeBuffers.Put(b)
 }
