@@ -196,8 +196,11 @@ func (s *session) catchUpLocked(ctx context.Context, from int64) error {
 }
 
 // ingest applies a notification the session's leader published: a
-// durable event advances the head (records missed in between are read
-// from the store first), a delta its sub-position.
+// durable event advances the head, an ephemeral one (a delta, an answer's
+// item/started) its sub-position. Records missed on the way are read from
+// the store first; ephemeral events missed on the way (a slow follower's
+// messages are dropped) are gone, and its readers are told with a
+// view/gap.
 func (s *session) ingest(n Notification, seq, sub int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -210,22 +213,17 @@ func (s *session) ingest(n Notification, seq, sub int64) {
 		go s.m.forget(s) // m.mu is not taken under s.mu
 		return
 	}
+	at := cursor{session: s.id, seq: seq, sub: sub}
+	if !(cursor{session: s.id, seq: s.head, sub: s.sub}).before(at) {
+		return // already seen
+	}
+	through := seq - 1 // the records before a durable event
 	if sub > 0 {
-		if seq != s.head || sub <= s.sub {
-			return // before the head, or already seen
-		}
-		s.sub = sub
-		s.deltas.add(cursor{session: s.id, seq: seq, sub: sub}, n.Method, n.Frame)
-		s.fanOutLocked(n)
-		return
+		through = seq // and the one an ephemeral event follows
 	}
-	if seq <= s.head {
-		return
-	}
-	if seq > s.head+1 {
-		// Missed on the way: the store has them.
+	if through > s.head {
 		head := s.head
-		s.head = seq - 1
+		s.head = through
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := s.catchUpLocked(ctx, head)
 		cancel()
@@ -234,6 +232,16 @@ func (s *session) ingest(n Notification, seq, sub int64) {
 			s.m.log.Warn("following a session: catching up", "session", s.id, "err", err)
 			return
 		}
+		s.sub, s.stale = 0, true
+	}
+	if sub > 0 {
+		if sub > s.sub+1 {
+			s.missedLocked(cursor{session: s.id, seq: seq, sub: s.sub}, at)
+		}
+		s.sub = sub
+		s.deltas.add(at, n.Method, n.Frame)
+		s.fanOutLocked(n)
+		return
 	}
 	s.head, s.sub = seq, 0
 	switch n.Method {
@@ -242,6 +250,20 @@ func (s *session) ingest(n Notification, seq, sub int64) {
 	}
 	s.stale = true
 	s.fanOutLocked(n)
+}
+
+// missedLocked notes that the ephemeral events after last and before next
+// never reached this follower: they are lost for its resuming readers,
+// and its subscribers, which got everything up to last, get a view/gap
+// before next. s.mu must be held.
+func (s *session) missedLocked(last, next cursor) {
+	s.deltas.lose(cursor{session: s.id, seq: next.seq, sub: next.sub - 1})
+	for sub := range s.subs {
+		if _, due := s.gapsDue[sub]; due {
+			continue // reported with the next event already
+		}
+		s.gapsDue[sub] = dueGap{after: last.String(), midItem: true}
+	}
 }
 
 // freshLocked brings a follower's state (its row) up to its log before

@@ -344,13 +344,15 @@ func (c *lagNode) flush() {
 	}
 }
 
-// TestFollowerRefusesACursorItHasNotReached: a reader moving from the
-// leader to a follower that lags behind it, with the cursor of an answer's
-// delta the follower has not ingested yet, is refused (missingAnchor), as
-// for any cursor a node does not know: the follower must not take it for
-// one lost before its load and then deliver the events it ingests late,
-// at or before the reader's own cursor.
-func TestFollowerRefusesACursorItHasNotReached(t *testing.T) {
+// TestFollowerResumedAheadOfItself: a reader moving from the leader to a
+// follower that lags behind it, with the cursor of a delta the follower
+// has not ingested yet, is taken at its word (the follower cannot tell
+// that cursor from one handed out before its load, which it never will
+// get): it gets no event at or before its cursor when the follower
+// catches up, and the stream after it. A follower that loaded after the
+// leader handed out a cursor takes it too, rather than calling it
+// missing.
+func TestFollowerResumedAheadOfItself(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
 	h := newMemHub()
@@ -368,28 +370,92 @@ func TestFollowerRefusesACursorItHasNotReached(t *testing.T) {
 	onA := newRecSub()
 	sid := startSession(t, a, onA)
 	startTurn(t, a, textTurn(sid, "go"))
-	onA.waitCount(t, msp.NotifyTurnStarted, 1)
-	if err := b.Subscribe(ctx, newRecSub(), sid, nil); err != nil { // b loads the session at the head
+	feed <- "zero"
+	early := onA.waitCount(t, msp.NotifyItemDelta, 1)[0].Cursor // handed out before b loads
+	onB := newRecSub()
+	if err := b.Subscribe(ctx, onB, sid, nil); err != nil { // b loads the session at the head
 		t.Fatal(err)
+	}
+	if err := b.Subscribe(ctx, newRecSub(), sid, &early); err != nil {
+		t.Fatalf("resuming on b from %s, handed out before b loaded: %v", early, err)
 	}
 	lb.mu.Lock()
 	lb.hold = true
 	lb.mu.Unlock()
 	feed <- "one"
 	feed <- "two"
-	last := onA.waitCount(t, msp.NotifyItemDelta, 2)[1].Cursor
+	last := onA.waitCount(t, msp.NotifyItemDelta, 3)[2].Cursor
 
 	r := newRecSub()
-	err = b.Subscribe(ctx, r, sid, &last)
-	var me *msp.Error
-	if !errors.As(err, &me) || me.Data.Reason != msp.ReasonMissingAnchor {
-		t.Errorf("resuming on the lagging follower from %s: %v, want missingAnchor", last, err)
+	if err := b.Subscribe(ctx, r, sid, &last); err != nil {
+		t.Fatalf("resuming on the lagging follower from %s: %v", last, err)
 	}
 	lb.flush()
+	feed <- "three"
+	r.waitCount(t, msp.NotifyItemDelta, 1)
 	mine, _ := parseCursor(last)
 	for _, n := range r.all() {
 		if c, err := parseCursor(n.Cursor); err == nil && !mine.before(c) {
 			t.Fatalf("resumed from %s, then got %s at %s", last, n.Method, n.Cursor)
 		}
+	}
+	if got := params[msp.ItemDeltaParams](t, r.waitCount(t, msp.NotifyItemDelta, 1)[0].Frame).Delta; got != "three" {
+		t.Fatalf("the first delta after the cursor: %q, want %q", got, "three")
+	}
+}
+
+// dropNode loses the item/started it publishes, as NATS drops a slow
+// follower's messages.
+type dropNode struct{ memNode }
+
+func (c dropNode) Publish(id string, n Notification, seq, sub int64) {
+	if n.Method == msp.NotifyItemStarted {
+		return
+	}
+	c.memNode.Publish(id, n, seq, sub)
+}
+
+// TestFollowerToldOfEphemeralEventsItMissed: a follower that never got an
+// answer's item/started (its messages were dropped) sees the next delta
+// skip a sub-position: its reader is told with a view/gap before that
+// delta, and a reader resuming from before it gets one too.
+func TestFollowerToldOfEphemeralEventsItMissed(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	h := newMemHub()
+	feed := make(chan string)
+	defer close(feed)
+	a, err := New(ctx, Config{Store: st, Runner: newTestRunner(pacedModel{feed: feed}), LogPath: "test.db",
+		Logger: slog.New(slog.DiscardHandler), Cluster: dropNode{memNode{h, "a"}}, AdoptInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	b := h.startNode(t, "b", st, pacedModel{feed: feed})
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	onB := newRecSub()
+	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
+		t.Fatal(err)
+	}
+	startTurn(t, a, textTurn(sid, "go"))
+	feed <- "one"
+	onB.waitCount(t, msp.NotifyItemDelta, 1)
+	got := onB.all()
+	i := slices.IndexFunc(got, func(n Notification) bool { return n.Method == msp.NotifyItemDelta })
+	if i < 1 || got[i-1].Method != msp.NotifyViewGap {
+		t.Fatalf("reader on b: %v; want a view/gap right before the delta", methodsOf(got))
+	}
+	if g := params[msp.ViewGapParams](t, got[i-1].Frame); g.Next != got[i].Cursor {
+		t.Fatalf("gap %+v before the delta at %s", g, got[i].Cursor)
+	}
+	// A reader resuming on b from the admission's last record is told too.
+	admitted := onA.waitCount(t, msp.NotifyItemCompleted, 1)[0].Cursor
+	r := newRecSub()
+	if err := b.Subscribe(ctx, r, sid, &admitted); err != nil {
+		t.Fatal(err)
+	}
+	if ms := methodsOf(r.all()); !slices.Contains(ms, msp.NotifyViewGap) {
+		t.Fatalf("resumed on b after %s: %v, want a view/gap before the delta", admitted, ms)
 	}
 }

@@ -341,3 +341,57 @@ func TestReadWhileAnswerStreams(t *testing.T) {
 		t.Fatalf("session/read during the stream: %+v; want the answer last, open, with %q", items, "working")
 	}
 }
+
+// TestResumeSnapshotThenReplay: a client takes session/resume's inline
+// history while an answer streams, then applies what its subscription
+// replays after the returned viewCursor (upsert by revision, append
+// deltas): the answer's text comes out once, not the snapshot's part and
+// the replayed deltas both.
+func TestResumeSnapshotThenReplay(t *testing.T) {
+	model := newHistModel()
+	frozen := func() time.Time { return time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC) } // no text checkpoint falls due
+	m := newManager(t, openStore(t), model, mgrOpts{now: frozen})
+	sid := startSession(t, m, newRecSub())
+	ack := startTurn(t, m, textTurn(sid, "block")) // streams "working", then waits
+	model.waitStarted(t, "block")
+	r := newRecSub()
+	raw, attach, err := m.ResumeSession(context.Background(), r, mustJSON(msp.SessionResumeParams{CommandID: cmdID(), SessionID: sid}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap msp.SessionSnapshot
+	if err := json.Unmarshal(raw, &snap); err != nil {
+		t.Fatal(err)
+	}
+	attach(context.Background())
+	interrupt(t, m, sid)
+	r.waitTerminal(t, ack.TurnID)
+	items, text := map[string]msp.Item{}, map[string]string{}
+	for _, it := range snap.History.Items {
+		items[it.ItemID], text[it.ItemID] = it, deref(it.Text)
+	}
+	for _, n := range r.all() {
+		switch n.Method {
+		case msp.NotifyItemStarted, msp.NotifyItemUpdated:
+			it := params[msp.ItemParams](t, n.Frame).Item
+			if old, ok := items[it.ItemID]; !ok || it.Revision > old.Revision {
+				items[it.ItemID], text[it.ItemID] = it, deref(it.Text)
+			}
+		case msp.NotifyItemDelta:
+			d := params[msp.ItemDeltaParams](t, n.Frame)
+			text[d.ItemID] += d.Delta
+		}
+	}
+	answers := 0
+	for id, it := range items {
+		if it.Kind == msp.ItemAgentMessage {
+			answers++
+			if text[id] != "working" {
+				t.Fatalf("snapshot at %s, then %v: the answer reads %q", snap.ViewCursor, cursorsOf(r.all()), text[id])
+			}
+		}
+	}
+	if answers != 1 {
+		t.Fatalf("%d answers in the snapshot and the replay", answers)
+	}
+}

@@ -20,8 +20,9 @@ type folded struct {
 	cumulative msp.CumulativeTokenUsage
 }
 
-// fold replays a session's log from the start.
-func fold(ctx context.Context, st store.Store, id string) (folded, error) {
+// fold replays a session's log from the start, through record through
+// (0: to its end).
+func fold(ctx context.Context, st store.Store, id string, through int64) (folded, error) {
 	f := folded{open: make(map[string]msp.Item)}
 	index := make(map[string]int)
 	var after int64
@@ -31,6 +32,9 @@ func fold(ctx context.Context, st store.Store, id string) (folded, error) {
 			return f, err
 		}
 		for _, r := range recs {
+			if through > 0 && r.Seq > through {
+				return f, nil
+			}
 			after = r.Seq
 			switch r.Method {
 			case msp.NotifyItemStarted, msp.NotifyItemUpdated, msp.NotifyItemCompleted:

@@ -368,7 +368,7 @@ func (m *Manager) load(ctx context.Context, id string) (s *session, release func
 // read builds a session from its row and log. On a cluster, a session
 // this node does not lead follows its leader's events from the start.
 func (m *Manager) read(ctx context.Context, id string) (*session, error) {
-	s := &session{id: id, m: m, subs: make(map[Subscriber]struct{}), gapsDue: make(map[Subscriber]dueGap),
+	s := &session{id: id, m: m, subs: make(map[Subscriber]struct{}), gapsDue: make(map[Subscriber]dueGap), floors: make(map[Subscriber]cursor),
 		open: make(map[string]*openItem), leader: m.cfg.Cluster == nil}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -407,7 +407,7 @@ func (s *session) refreshLocked(ctx context.Context) error {
 		return msp.ErrInternal("loading session: %v", err)
 	}
 	s.sub = 0
-	f, err := fold(ctx, m.store, s.id)
+	f, err := fold(ctx, m.store, s.id, 0)
 	if err != nil {
 		return msp.ErrInternal("loading session log: %v", err)
 	}

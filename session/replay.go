@@ -56,6 +56,9 @@ func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) e
 	if r.lostAfter() {
 		s.gapsDue[sub] = dueGap{after: r.pos.String(), midItem: r.midItem}
 	}
+	if r.pos.seq == s.head && r.pos.sub > s.sub {
+		s.floors[sub] = r.pos // ahead of this node: nothing up to it again
+	}
 	s.subs[sub] = struct{}{}
 	return nil
 }

@@ -35,6 +35,7 @@ type session struct {
 	sub        int64 // ephemeral events emitted since head
 	subs       map[Subscriber]struct{}
 	gapsDue    map[Subscriber]dueGap // holes its catch-up left a subscriber at, for its next event to close
+	floors     map[Subscriber]cursor // subscribers that subscribed from ahead of this node: where they stand
 	history    []provider.Message
 	cumulative msp.CumulativeTokenUsage
 	open       map[string]*openItem // items started and not yet completed
@@ -166,6 +167,9 @@ func (s *session) fanOutLocked(n Notification) {
 			h.queue = append(h.queue, n)
 			continue
 		}
+		if len(s.floors) > 0 && s.belowFloorLocked(sub, n) {
+			continue
+		}
 		if len(s.gapsDue) > 0 {
 			if g, ok := s.gapsDue[sub]; ok {
 				delete(s.gapsDue, sub)
@@ -176,6 +180,22 @@ func (s *session) fanOutLocked(n Notification) {
 		}
 		sub.Deliver(n)
 	}
+}
+
+// belowFloorLocked tells whether n is at or before the position sub
+// subscribed from, which was ahead of this node (a follower that had not
+// yet received what the leader handed out): sub has it already. The floor
+// goes once an event passes it. s.mu must be held.
+func (s *session) belowFloorLocked(sub Subscriber, n Notification) bool {
+	floor, ok := s.floors[sub]
+	if !ok {
+		return false
+	}
+	if at, err := parseCursor(n.Cursor); err == nil && !floor.before(at) {
+		return true
+	}
+	delete(s.floors, sub)
+	return false
 }
 
 // emit appends one event on behalf of a running turn.
@@ -344,12 +364,13 @@ func (s *session) checkCursor(c string) (cursor, error) {
 		return cursor{}, msp.ErrMissingAnchor(s.id, c)
 	}
 	s.mu.Lock()
-	head, sub, lost, leader := s.head, s.sub, s.deltas.lost, s.leader
+	head, sub, lost := s.head, s.sub, s.deltas.lost
 	s.mu.Unlock()
-	// On the node that writes the session, sub-positions of the head past
-	// its own were handed out by the process before its load: lost, not
-	// unknown. A follower may simply not have them yet.
-	if cur.seq > head || (cur.seq == head && cur.sub > sub && (!leader || lost.before(cur))) {
+	// Sub-positions of the head past this node's own were handed out
+	// before its load (by the process before it, or by the leader it
+	// follows): lost to it, not unknown. A follower may yet receive some
+	// of them; the reader's floor keeps those from it (subscribe).
+	if cur.seq > head || (cur.seq == head && cur.sub > sub && lost.before(cur)) {
 		return cursor{}, msp.ErrMissingAnchor(s.id, c)
 	}
 	return cur, nil
@@ -372,6 +393,7 @@ func (s *session) unsubscribe(sub Subscriber) {
 	s.mu.Lock()
 	delete(s.subs, sub)
 	delete(s.gapsDue, sub)
+	delete(s.floors, sub)
 	s.mu.Unlock()
 }
 

@@ -188,7 +188,11 @@ func (m *Manager) ReadSession(ctx context.Context, raw json.RawMessage) (any, er
 }
 
 // snapshot renders a session with its head and, when inline is set, its
-// folded items; noneReason explains an omitted history.
+// folded items; noneReason explains an omitted history. On the node that
+// writes the session, inline items include the answer streaming now, as
+// far as it has streamed, and the cursor returned is that far: a client
+// that subscribes after it gets the rest of the stream, not the part its
+// items hold already. A follower's items are the log's, through its head.
 func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneReason string) (msp.SessionSnapshot, error) {
 	s.mu.Lock()
 	if err := s.freshLocked(ctx); err != nil {
@@ -196,45 +200,53 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 		return msp.SessionSnapshot{}, err
 	}
 	wire := s.st.wire(s.id, m.cfg.LogPath)
-	head := s.head
-	open := make(map[string]msp.Item, len(s.open))
-	for id, oi := range s.open {
-		it, text := oi.item, oi.text.String()
-		it.Text = &text
-		open[id] = it
+	at := cursor{session: s.id, seq: s.head}
+	var open map[string]msp.Item
+	if inline && s.leader {
+		open = make(map[string]msp.Item, len(s.open))
+		for id, oi := range s.open {
+			it, text := oi.item, oi.text.String()
+			it.Text = &text
+			open[id] = it
+		}
+		at.sub = s.sub
 	}
 	s.mu.Unlock()
 	snap := msp.SessionSnapshot{
 		History:         msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: noneReason, Snapshot: json.RawMessage("null")},
 		PendingRequests: []msp.PendingRequest{},
 		Session:         wire,
-		ViewCursor:      durableCursor(s.id, head),
+		ViewCursor:      durableCursor(s.id, at.seq),
 	}
 	if !inline {
 		return snap, nil
 	}
-	h, err := m.inlineHistory(ctx, s.id, open)
+	h, err := m.inlineHistory(ctx, s.id, at.seq, open)
 	if err != nil {
 		return snap, err
 	}
 	snap.History = h
+	if h.Mode == msp.HistoryInline {
+		snap.ViewCursor = at.String()
+	}
 	return snap, nil
 }
 
-// inlineHistory folds a session's items for a resume, a read or a fork,
-// with the items still open as streamed so far (open, by item id: an
-// answer that opened on an ephemeral event is not in the log at all);
-// past the history budget the history is left for the client to page.
-func (m *Manager) inlineHistory(ctx context.Context, id string, open map[string]msp.Item) (msp.SessionHistory, error) {
+// inlineHistory folds a session's items through record through for a
+// resume, a read or a fork, with the items still open as streamed so far
+// (open, by item id: an answer that opened on an ephemeral event is not in
+// the log at all); past the history budget the history is left for the
+// client to page.
+func (m *Manager) inlineHistory(ctx context.Context, id string, through int64, open map[string]msp.Item) (msp.SessionHistory, error) {
 	none := msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: msp.NoneHistoryBudget, Snapshot: json.RawMessage("null")}
-	f, err := fold(ctx, m.store, id)
+	f, err := fold(ctx, m.store, id, through)
 	if err != nil {
 		return none, msp.ErrInternal("reading session log: %v", err)
 	}
 	for i := range f.items {
 		it := &f.items[i]
 		if o, ok := open[it.ItemID]; ok {
-			if it.Status == msp.ItemInProgress {
+			if it.Status == msp.ItemInProgress && o.Revision >= it.Revision {
 				it.Text = o.Text
 			}
 			delete(open, it.ItemID)
