@@ -50,6 +50,13 @@ func (l *listeners) removeLocked(sub Subscriber) {
 	}
 }
 
+// has tells whether owner has a connection that takes list news.
+func (l *listeners) has(owner string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.by[owner]) > 0
+}
+
 // deliver sends n to owner's connections that take list news, but those
 // told already.
 func (l *listeners) deliver(owner string, told func(Subscriber) bool, n Notification) {
@@ -82,7 +89,11 @@ func (m *Manager) broadcast(owner string, creator Subscriber, method string, par
 }
 
 // listChangedLocked tells the owner's list-taking connections that the
-// session's list row changed. s.mu must be held.
+// session's list row changed; with none (and no other node to tell),
+// nothing is encoded. s.mu must be held.
 func (s *session) listChangedLocked() {
+	if s.m.cfg.Cluster == nil && !s.m.listeners.has(s.owner) {
+		return
+	}
 	s.m.broadcast(s.owner, nil, msp.NotifySessionListChanged, msp.SessionListChangedParams{Session: s.st.wire(s.id, s.m.cfg.LogPath)})
 }
