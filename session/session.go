@@ -257,7 +257,7 @@ func (s *session) nextEphemeralLocked() cursor {
 // sendEphemeralLocked fans out an ephemeral event at at, keeps it for
 // resuming readers and publishes it to the session's followers. s.mu must
 // be held.
-func (s *session) sendEphemeralLocked(at cursor, c, method string, params []byte, now time.Time) Notification {
+func (s *session) sendEphemeralLocked(at cursor, c, method string, params []byte, now time.Time) {
 	n := Notification{
 		SessionID: s.id,
 		Method:    method,
@@ -267,7 +267,6 @@ func (s *session) sendEphemeralLocked(at cursor, c, method string, params []byte
 	s.deltas.add(at, method, n.Frame)
 	s.fanOutLocked(n)
 	s.publishLocked(n, at.seq, at.sub)
-	return n
 }
 
 // emitLocked appends a running turn's events in one commit (with st, when
