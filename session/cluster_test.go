@@ -178,6 +178,19 @@ func (h *memHub) startNode(t *testing.T, node string, st store.Store, model prov
 	return m
 }
 
+// startQuietNode starts a manager on cluster that adopts no orphans (the
+// test leaves each session where it put it), closed with the test.
+func startQuietNode(t *testing.T, cluster Cluster, st store.Store, model provider.Model) *Manager {
+	t.Helper()
+	m, err := New(context.Background(), Config{Store: st, Runner: newTestRunner(model), LogPath: "test.db",
+		Logger: slog.New(slog.DiscardHandler), Cluster: cluster, AdoptInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
 // TestClusterFollowsAndForwards: on two nodes sharing a store, a reader
 // on the node that does not lead a session gets exactly the events the
 // leader's reader gets, deltas included, in the same order; a turn/start
@@ -360,12 +373,7 @@ func TestFollowerResumedAheadOfItself(t *testing.T) {
 	defer close(feed)
 	a := h.startNode(t, "a", st, pacedModel{feed: feed})
 	lb := &lagNode{memNode: memNode{h, "b"}}
-	b, err := New(ctx, Config{Store: st, Runner: newTestRunner(pacedModel{feed: feed}), LogPath: "test.db",
-		Logger: slog.New(slog.DiscardHandler), Cluster: lb, AdoptInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := startQuietNode(t, lb, st, pacedModel{feed: feed})
 
 	onA := newRecSub()
 	sid := startSession(t, a, onA)
@@ -425,12 +433,7 @@ func TestFollowerToldOfEphemeralEventsItMissed(t *testing.T) {
 	h := newMemHub()
 	feed := make(chan string)
 	defer close(feed)
-	a, err := New(ctx, Config{Store: st, Runner: newTestRunner(pacedModel{feed: feed}), LogPath: "test.db",
-		Logger: slog.New(slog.DiscardHandler), Cluster: dropNode{memNode{h, "a"}}, AdoptInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Close)
+	a := startQuietNode(t, dropNode{memNode{h, "a"}}, st, pacedModel{feed: feed})
 	b := h.startNode(t, "b", st, pacedModel{feed: feed})
 	onA := newRecSub()
 	sid := startSession(t, a, onA)

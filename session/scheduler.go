@@ -249,8 +249,7 @@ func (m *Manager) abandonLocked(s *session, done msp.TurnCompletedParams, cause 
 	done.Terminal = msp.TerminalFailed
 	done.Error = &msp.TurnError{Kind: msp.TurnErrorLog, Retryable: true,
 		Message: fmt.Sprintf("the session log refuses writes (%v); the turn resumes when the server restarts", cause)}
-	s.sub++
-	at := cursor{session: s.id, seq: s.head, sub: s.sub}
+	at := s.nextEphemeralLocked()
 	done.SessionID, done.ViewCursor, done.SourceRange = s.id, at.String(), nil
 	raw, err := msp.Marshal(&done)
 	if err != nil {
