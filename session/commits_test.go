@@ -244,6 +244,54 @@ func TestNoEphemeralPositionAtALoadedHead(t *testing.T) {
 	}
 }
 
+// TestAbandonAtALoadedHeadRepeatsNoCursor: a session whose log refuses a
+// turn's terminal tells its readers at an ephemeral position. Right after a
+// load (no commit since), that position must lie past every sub-position
+// the process before may have handed out at the same head.
+func TestAbandonAtALoadedHeadRepeatsNoCursor(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	m1 := newManager(t, st, newHistModel(), mgrOpts{})
+	sub1 := newRecSub()
+	sid := startSession(t, m1, sub1)
+	runTurn(t, m1, sub1, textTurn(sid, "first"))
+	s1, release1, err := m1.acquire(ctx, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	turnID := "t"
+	p := &msp.ItemParams{Item: msp.Item{ItemID: uuid.NewString(), Kind: msp.ItemAgentMessage, Revision: 1,
+		Status: msp.ItemInProgress, TurnID: &turnID}}
+	if err := s1.emit(ctx, msp.NotifyItemStarted, p); err != nil {
+		t.Fatal(err)
+	}
+	release1()
+	seen, err := parseCursor(p.ViewCursor)
+	if err != nil || seen.sub == 0 {
+		t.Fatalf("the answer opened at %q: want an ephemeral position", p.ViewCursor)
+	}
+	m1.Close()
+
+	m2 := newManager(t, st, newHistModel(), mgrOpts{})
+	sub := newRecSub()
+	if err := m2.Subscribe(ctx, sub, sid, &p.ViewCursor); err != nil {
+		t.Fatal(err)
+	}
+	s2, release2, err := m2.acquire(ctx, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release2()
+	s2.mu.Lock()
+	m2.abandonLocked(s2, msp.TurnCompletedParams{TurnID: turnID}, errors.New("disk on fire"))
+	s2.mu.Unlock()
+	c := sub.waitTerminal(t, turnID)
+	got, err := parseCursor(c.ViewCursor)
+	if err != nil || !seen.before(got) {
+		t.Fatalf("the abandoned terminal's cursor %s does not follow %s, handed out before the load", c.ViewCursor, p.ViewCursor)
+	}
+}
+
 // readCountingStore counts ledger reads.
 type readCountingStore struct {
 	store.Store

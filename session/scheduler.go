@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -250,6 +251,13 @@ func (m *Manager) abandonLocked(s *session, done msp.TurnCompletedParams, cause 
 	done.Error = &msp.TurnError{Kind: msp.TurnErrorLog, Retryable: true,
 		Message: fmt.Sprintf("the session log refuses writes (%v); the turn resumes when the server restarts", cause)}
 	at := s.nextEphemeralLocked()
+	if s.head == s.loadedHead {
+		// No commit since the load: the process before may have handed
+		// out sub-positions of this head, so the terminal takes the last
+		// one, which the load counts as lost. Nothing follows it here:
+		// the session is broken until the next start.
+		at.sub = math.MaxInt64
+	}
 	done.SessionID, done.ViewCursor, done.SourceRange = s.id, at.String(), nil
 	raw, err := msp.Marshal(&done)
 	if err != nil {
