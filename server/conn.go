@@ -79,7 +79,6 @@ func (c *conn) serve(ctx context.Context) {
 	// transport closes.
 	defer context.AfterFunc(ctx, func() { c.shut("connection ended", false) })()
 	c.out.serve(func() { go c.writeLoop() })
-	c.srv.mgr.Listen(c, session.PrincipalFrom(ctx))
 	defer c.srv.mgr.Detach(c)
 
 	c.readLoop(ctx)

@@ -9,6 +9,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"mspd/schema/msp"
+	"mspd/session"
 )
 
 // gate checks one inbound frame before the handler sees it: validation
@@ -113,8 +114,10 @@ func (c *conn) admit(method string) *msp.Error {
 // notification handles a client notification; initialized is the only one
 // MSP defines, and unknown ones are ignored.
 func (c *conn) notification(method string) {
-	if method == msp.NotifyInitialized && c.initialized.Load() {
-		c.ready.Store(true)
+	if method == msp.NotifyInitialized && c.initialized.Load() && !c.ready.Swap(true) && c.listStream.Load() {
+		// Only connections that take list news are indexed: a session's
+		// list change then costs nothing when its owner has none.
+		c.srv.mgr.Listen(c, session.PrincipalFrom(c.ctx))
 	}
 }
 

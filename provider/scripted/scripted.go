@@ -396,13 +396,15 @@ func split(text string, n int) []string {
 	return chunks
 }
 
-// inputTokens estimates the prompt at about four characters a token.
+// inputTokens estimates the prompt at about four bytes a token (four
+// characters of English): counting bytes keeps the estimate O(messages)
+// on a long history, where counting runes cost a pass over every byte.
 func inputTokens(msgs []provider.Message) int64 {
-	chars := 0
+	n := 0
 	for _, m := range msgs {
-		chars += utf8.RuneCountInString(m.Text)
+		n += len(m.Text)
 	}
-	return int64(max(1, (chars+3)/4))
+	return int64(max(1, (n+3)/4))
 }
 
 func wordCount(text string) int64 { return int64(len(strings.Fields(text))) }
