@@ -20,11 +20,15 @@ import (
 type countingStore struct {
 	store.Store
 	mu      sync.Mutex
-	batches [][]string // the methods of each commit's records, then urgent if it was
+	batches [][]string // the methods of each commit's records, then urgent and begun if it was
 }
 
-// urgent marks a batch marked Urgent in countingStore's batches.
-const urgent = "(urgent)"
+// urgent marks a batch marked Urgent in countingStore's batches; begun one
+// whose row marks the active turn's next request begun.
+const (
+	urgent = "(urgent)"
+	begun  = "(begun)"
+)
 
 func (c *countingStore) Commit(ctx context.Context, b store.Batch) error {
 	err := c.Store.Commit(ctx, b)
@@ -35,6 +39,13 @@ func (c *countingStore) Commit(ctx context.Context, b store.Batch) error {
 		}
 		if b.Urgent {
 			ms = append(ms, urgent)
+		}
+		if b.Session != nil {
+			var st state
+			if json.Unmarshal(b.Session.State, &st) == nil && st.Active != nil && st.Active.Checkpoint != nil &&
+				st.Active.Checkpoint.Begun != nil && *st.Active.Checkpoint.Begun {
+				ms = append(ms, begun)
+			}
 		}
 		c.mu.Lock()
 		c.batches = append(c.batches, ms)
@@ -55,7 +66,8 @@ func (c *countingStore) take() [][]string {
 // (fsyncs): its admission with turn/started and the userMessage item; the
 // answer's close, usage and terminal together. The answer opens on an
 // ephemeral item/started. A retried attempt's close and usage ride with
-// its notice, which goes ahead of other writes.
+// its notice, which goes ahead of other writes; the retried request is
+// marked begun in the session row, alone, before it is sent.
 func TestTwoCommitsPerTurn(t *testing.T) {
 	cs := &countingStore{Store: openStore(t)}
 	m := newManager(t, cs, newHistModel(), mgrOpts{})
@@ -105,6 +117,7 @@ func TestTwoCommitsPerTurn(t *testing.T) {
 	want = [][]string{
 		{msp.NotifyTurnStarted, msp.NotifyItemCompleted},
 		{msp.NotifyItemCompleted, msp.NotifyTurnRetryScheduled, urgent},
+		{begun},
 		{msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted},
 	}
 	if got := cs.take(); !equalBatches(got, want) {
@@ -115,6 +128,7 @@ func TestTwoCommitsPerTurn(t *testing.T) {
 	want = [][]string{
 		{msp.NotifyTurnStarted, msp.NotifyItemCompleted},
 		{msp.NotifyTurnModelRetryScheduled, urgent},
+		{begun},
 		{msp.NotifyItemCompleted, msp.NotifySessionTokenUsage, msp.NotifyTurnCompleted},
 	}
 	if got := cs.take(); !equalBatches(got, want) {

@@ -128,6 +128,12 @@ func TestResumption(t *testing.T) {
 			"the server restarted during attempt 3"},
 		{"died in the backoff before attempt 3", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(2 * time.Second)}), false, 2,
 			2 * time.Second, "the server restarted during the backoff before attempt 3"},
+		// The begun mark, not this node's clock, decides: the clocks of
+		// the node that died and of the one taking over can disagree.
+		{"begun attempt 3, this clock behind", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(time.Hour), Begun: new(true)}), false, 3, 0,
+			"the server restarted during attempt 3"},
+		{"attempt 3 not begun, this clock ahead", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(-time.Hour), Begun: new(false)}), false, 2,
+			-time.Hour, "the server restarted during the backoff before attempt 3"},
 		{"stopped in attempt 2", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(-time.Hour), Stopped: true, Lost: true}), false, 2, 0,
 			"the server restarted during attempt 2"},
 		{"stopped in the backoff", cp(turn.Checkpoint{Attempts: 1, NextAt: now.Add(-time.Hour), Stopped: true}), false, 1, -time.Hour,

@@ -304,10 +304,13 @@ func (s *session) recoverLocked(ctx context.Context) error {
 // resumption decides how a turn lost with its process goes on; who says
 // what stopped ("the server restarted", "node b stopped"). A stopping
 // host recorded exactly where the turn stood. A process that died left
-// its last retry notice's checkpoint: if the next attempt was due, or an
-// item was streaming, that attempt counts as lost (so a turn that keeps
-// crashing the server runs out of attempts); a process that died during a
-// backoff lost nothing, and the backoff's rest is waited out.
+// its last retry notice's checkpoint, marked once the next request began:
+// if it had begun, or an item was streaming, that attempt counts as lost
+// (so a turn that keeps crashing the server runs out of attempts); a
+// process that died during a backoff lost nothing, and the backoff's rest
+// is waited out. The mark, not this node's clock, says which: clocks of
+// two nodes can disagree. A checkpoint without it (an older build's) goes
+// by the clock: the attempt counts once it was due.
 func resumption(a pendingTurn, inFlight bool, now time.Time, who string) turn.Resumption {
 	cp := turn.Checkpoint{}
 	if a.Checkpoint != nil {
@@ -315,7 +318,12 @@ func resumption(a pendingTurn, inFlight bool, now time.Time, who string) turn.Re
 	}
 	made, lost := cp.Attempts, cp.Lost
 	if !cp.Stopped {
-		lost = inFlight || a.Checkpoint == nil || !now.Before(cp.NextAt)
+		lost = inFlight || a.Checkpoint == nil
+		if cp.Begun != nil {
+			lost = lost || *cp.Begun
+		} else {
+			lost = lost || !now.Before(cp.NextAt) // an older build's checkpoint
+		}
 		if lost {
 			made++
 		}
@@ -418,12 +426,17 @@ func (k sink) EmitRetry(ctx context.Context, next turn.Checkpoint, events []turn
 	return k.s.emitRetry(ctx, next, turnEvents(events))
 }
 
+func (k sink) BeginAttempt(ctx context.Context, cp turn.Checkpoint) error {
+	return k.s.emitRetry(ctx, cp, nil)
+}
+
 func (k sink) Delta(itemID, text string) { k.s.delta(itemID, text) }
 
 var _ turn.Sink = sink{}
 
-// emitRetry appends a retried attempt's closing events and its notice and,
-// in the same commit, the checkpoint the active turn resumes from.
+// emitRetry appends a retried attempt's closing events and its notice
+// (none when a retried request begins) and, in the same commit, the
+// checkpoint the active turn resumes from.
 func (s *session) emitRetry(ctx context.Context, next turn.Checkpoint, evs []event) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

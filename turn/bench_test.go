@@ -32,6 +32,7 @@ type nullSink struct{}
 
 func (nullSink) Emit(context.Context, string, msp.ViewParams) error             { return nil }
 func (nullSink) EmitRetry(context.Context, turn.Checkpoint, []turn.Event) error { return nil }
+func (nullSink) BeginAttempt(context.Context, turn.Checkpoint) error            { return nil }
 func (nullSink) Delta(string, string)                                           {}
 
 // benchDeltas runs b.N turns of 1000 deltas each on cfg and reports the

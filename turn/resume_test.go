@@ -3,6 +3,7 @@ package turn_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"mspd/provider"
 	"mspd/schema/msp"
 	"mspd/turn"
+	"mspd/turn/turntest"
 )
 
 // TestResumedTurnContinuesItsCount: a turn resumed after its process
@@ -74,24 +76,44 @@ func TestResumedTurnWithNoAttemptLeftFails(t *testing.T) {
 
 // TestRetryNoticesCarryTheirCheckpoint: every retry notice is written
 // with where a later process resumes: requests made, when the next is due
-// and its (grown) output bound.
+// and its (grown) output bound, the next request not begun. Before that
+// request is sent, the same checkpoint is written again, marked begun.
 func TestRetryNoticesCarryTheirCheckpoint(t *testing.T) {
 	h := newHarness(t, nil,
 		fail(status(503), nil),
 		answer("cut short", provider.FinishLength, usage(10, 1000)),
 		ok("done"))
+	var sentAtBegin []int
+	h.sink.Fail = func(method string) error {
+		if method == turntest.BeginAttempt {
+			sentAtBegin = append(sentAtBegin, len(h.model.requests()))
+		}
+		return nil
+	}
 	o := h.run(t, context.Background(), spec(), nil)
 	wantTerminal(t, o, msp.TerminalCompleted, "", 3)
-	var cps []turn.Checkpoint
+	var cps, begins []turn.Checkpoint
 	for _, e := range h.sink.Events() {
-		if e.Checkpoint != nil {
+		switch {
+		case e.Method == turntest.BeginAttempt:
+			begins = append(begins, *e.Checkpoint)
+		case e.Checkpoint != nil:
 			cps = append(cps, *e.Checkpoint)
-		} else if strings.Contains(e.Method, "etryScheduled") {
+		case strings.Contains(e.Method, "etryScheduled"):
 			t.Fatalf("%s written without a checkpoint", e.Method)
 		}
 	}
-	if len(cps) != 2 {
-		t.Fatalf("%d checkpoints, want 2", len(cps))
+	if len(cps) != 2 || len(begins) != 2 {
+		t.Fatalf("%d checkpoints and %d begun, want 2 of each", len(cps), len(begins))
+	}
+	for i, c := range cps {
+		b := begins[i]
+		if c.Begun == nil || *c.Begun || b.Begun == nil || !*b.Begun || b.Attempts != c.Attempts || !b.NextAt.Equal(c.NextAt) || b.MaxTokens != c.MaxTokens {
+			t.Fatalf("notice %d's checkpoint %s, then %s; want begun false, then the same marked begun", i+1, js(c), js(b))
+		}
+	}
+	if !slices.Equal(sentAtBegin, []int{1, 2}) {
+		t.Fatalf("requests sent when each retried one was marked begun: %v, want [1 2]", sentAtBegin)
 	}
 	// Rand 0.5: the first retry waits 250ms, the second 500ms.
 	if c := cps[0]; c.Attempts != 1 || !c.NextAt.Equal(t0.Add(250*time.Millisecond)) || c.MaxTokens != 1000 {

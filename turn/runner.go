@@ -148,6 +148,9 @@ func (t *run) run(ctx context.Context) Outcome {
 		return t.interrupted(ctx, false, maxTokens)
 	}
 	for {
+		if err := t.beginRetry(); err != nil {
+			return t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the session log: %v", err), true)
+		}
 		a, err := call.Begin(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -225,7 +228,7 @@ func (t *run) run(ctx context.Context) Outcome {
 // the checkpoint a later process resumes from, before the sleep.
 func (t *run) notice(reason string, nextMaxTokens int) func(modelretry.Decision) error {
 	return func(d modelretry.Decision) error {
-		next := Checkpoint{Attempts: d.Attempt, NextAt: t.r.clock.Now().Add(d.Delay), MaxTokens: nextMaxTokens}
+		next := Checkpoint{Attempts: d.Attempt, NextAt: t.r.clock.Now().Add(d.Delay), MaxTokens: nextMaxTokens, Begun: new(bool)}
 		t.checkpoint = next
 		notice := Event{Method: msp.NotifyTurnModelRetryScheduled, Params: &msp.TurnModelRetryScheduledParams{
 			TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
@@ -243,6 +246,22 @@ func (t *run) notice(reason string, nextMaxTokens int) func(modelretry.Decision)
 		t.obs.noticeWritten(notice)
 		return nil
 	}
+}
+
+// beginRetry records, before a retried request is sent, that it is
+// about to be: the last notice's checkpoint with Begun set. A first
+// request needs no record (a turn without a checkpoint counts it).
+func (t *run) beginRetry() error {
+	if t.checkpoint.Begun == nil || *t.checkpoint.Begun {
+		return nil
+	}
+	cp := t.checkpoint
+	cp.Begun = new(true)
+	if err := t.sink.BeginAttempt(t.emitCtx, cp); err != nil {
+		return err
+	}
+	t.checkpoint = cp
+	return nil
 }
 
 // resume picks up a turn another process lost: its accounting so far, then

@@ -850,15 +850,18 @@ func TestSinkRefusal(t *testing.T) {
 		refuse   string
 		replies  []reply
 		requests int
+		sleeps   int // backoffs slept before the refusal
 	}{
-		{"item/started", msp.NotifyItemStarted, []reply{ok("hi")}, 1},
+		{"item/started", msp.NotifyItemStarted, []reply{ok("hi")}, 1, 0},
 		// A retried attempt's closing events go with its notice, in one
 		// write; the last attempt's are the session's to write with the
 		// terminal (Outcome.Held).
-		{"a cut attempt's item/completed", msp.NotifyItemCompleted, []reply{cut("partial", &provider.Error{Kind: modelretry.KindStreamInterrupted}, nil), ok("never")}, 1},
-		{"a cut attempt's session/tokenUsage", msp.NotifySessionTokenUsage, []reply{cut("partial", &provider.Error{Kind: modelretry.KindStreamInterrupted}, usage(1, 1)), ok("never")}, 1},
-		{"retry notice", msp.NotifyTurnModelRetryScheduled, []reply{fail(status(503), nil), ok("never")}, 1},
-		{"turn retry notice", msp.NotifyTurnRetryScheduled, []reply{answer("cut", provider.FinishLength, nil), ok("never")}, 1},
+		{"a cut attempt's item/completed", msp.NotifyItemCompleted, []reply{cut("partial", &provider.Error{Kind: modelretry.KindStreamInterrupted}, nil), ok("never")}, 1, 0},
+		{"a cut attempt's session/tokenUsage", msp.NotifySessionTokenUsage, []reply{cut("partial", &provider.Error{Kind: modelretry.KindStreamInterrupted}, usage(1, 1)), ok("never")}, 1, 0},
+		{"retry notice", msp.NotifyTurnModelRetryScheduled, []reply{fail(status(503), nil), ok("never")}, 1, 0},
+		{"turn retry notice", msp.NotifyTurnRetryScheduled, []reply{answer("cut", provider.FinishLength, nil), ok("never")}, 1, 0},
+		// The retried request is not sent unless its beginning is durable.
+		{"a retried request's begin mark", turntest.BeginAttempt, []reply{fail(status(503), nil), ok("never")}, 1, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -877,8 +880,8 @@ func TestSinkRefusal(t *testing.T) {
 			if !strings.Contains(o.Completed.Error.Message, "disk full") || !o.Completed.Error.Retryable {
 				t.Errorf("error %s", js(o.Completed.Error))
 			}
-			if len(h.clock.Sleeps()) != 0 {
-				t.Errorf("slept %v after the log refused", h.clock.Sleeps())
+			if len(h.clock.Sleeps()) != tt.sleeps {
+				t.Errorf("slept %v, want %d backoffs before the log refused", h.clock.Sleeps(), tt.sleeps)
 			}
 		})
 	}

@@ -27,6 +27,10 @@ type Sink interface {
 	// turn resumes from should this process stop before the next attempt
 	// ends: one durable write.
 	EmitRetry(ctx context.Context, next Checkpoint, events []Event) error
+	// BeginAttempt makes cp (its Begun set) durable before a retried
+	// request is sent, with no events: a process that takes the turn over
+	// then counts that request whatever its clock says.
+	BeginAttempt(ctx context.Context, cp Checkpoint) error
 	// Delta streams ephemeral text appended to an open item. It never blocks
 	// on slow readers.
 	Delta(itemID, text string)
@@ -76,6 +80,11 @@ type Checkpoint struct {
 	Stopped bool `json:"stopped,omitempty"`
 	// Lost says the last counted attempt was cut off in flight.
 	Lost bool `json:"lost,omitempty"`
+	// Begun says whether the request after Attempts was begun: false in
+	// a retry notice's checkpoint, true once the request is about to be
+	// sent (Sink.BeginAttempt). Nil in checkpoints of builds that did not
+	// record it, whose resumption goes by the clock instead.
+	Begun *bool `json:"begun,omitempty"`
 }
 
 // ErrHostStopping is the cancellation cause with which a host stops a

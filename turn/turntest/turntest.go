@@ -16,7 +16,8 @@ import (
 type Event struct {
 	Method string
 	Params msp.ViewParams
-	// Checkpoint is set for retry notices (EmitRetry).
+	// Checkpoint is set for retry notices (EmitRetry) and for begun
+	// retried requests (BeginAttempt).
 	Checkpoint *turn.Checkpoint
 	// ItemID and Delta are set for item/delta.
 	ItemID string
@@ -72,6 +73,24 @@ func (s *Sink) Settle(o turn.Outcome) {
 	}
 }
 
+// BeginAttempt is the Method of the Event that BeginAttempt records (and
+// passes to Fail); Methods leaves it out.
+const BeginAttempt = "(begin attempt)"
+
+// BeginAttempt implements turn.Sink: cp is recorded as an Event of
+// method BeginAttempt, in order with the rest.
+func (s *Sink) BeginAttempt(_ context.Context, cp turn.Checkpoint) error {
+	if s.Fail != nil {
+		if err := s.Fail(BeginAttempt); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, Event{Method: BeginAttempt, Checkpoint: &cp})
+	return nil
+}
+
 // Delta implements turn.Sink.
 func (s *Sink) Delta(itemID, text string) {
 	s.mu.Lock()
@@ -87,12 +106,13 @@ func (s *Sink) Events() []Event {
 }
 
 // Methods returns the methods emitted so far, with runs of item/delta
-// collapsed to one entry, e.g. "turn/modelRetryScheduled, item/started,
-// item/delta, item/completed, session/tokenUsage".
+// collapsed to one entry and begun requests left out, e.g.
+// "turn/modelRetryScheduled, item/started, item/delta, item/completed,
+// session/tokenUsage".
 func (s *Sink) Methods() string {
 	var out []string
 	for _, e := range s.Events() {
-		if e.Method == msp.NotifyItemDelta && len(out) > 0 && out[len(out)-1] == msp.NotifyItemDelta {
+		if e.Method == BeginAttempt || e.Method == msp.NotifyItemDelta && len(out) > 0 && out[len(out)-1] == msp.NotifyItemDelta {
 			continue
 		}
 		out = append(out, e.Method)
