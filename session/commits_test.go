@@ -215,6 +215,24 @@ func TestFailedAttachAborts(t *testing.T) {
 	}
 }
 
+// oneTurnSession starts a session on a new manager over a new store and
+// runs one turn in it.
+func oneTurnSession(t *testing.T) (store.Store, *Manager, string) {
+	t.Helper()
+	st := openStore(t)
+	m := newManager(t, st, newHistModel(), mgrOpts{})
+	sub := newRecSub()
+	sid := startSession(t, m, sub)
+	runTurn(t, m, sub, textTurn(sid, "first"))
+	return st, m, sid
+}
+
+// answerOpening is the params of a new answer of turn turnID, opening.
+func answerOpening(turnID string) *msp.ItemParams {
+	return &msp.ItemParams{Item: msp.Item{ItemID: uuid.NewString(), Kind: msp.ItemAgentMessage, Revision: 1,
+		Status: msp.ItemInProgress, TurnID: &turnID}}
+}
+
 // TestNoEphemeralPositionAtALoadedHead: the process before a load may
 // have handed out sub-positions of the head it left (a streamed answer's
 // item/started and deltas), and a load starts counting them again from
@@ -222,11 +240,7 @@ func TestFailedAttachAborts(t *testing.T) {
 // cursor it would be given can repeat one handed out before.
 func TestNoEphemeralPositionAtALoadedHead(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
-	m1 := newManager(t, st, newHistModel(), mgrOpts{})
-	sub := newRecSub()
-	sid := startSession(t, m1, sub)
-	runTurn(t, m1, sub, textTurn(sid, "first"))
+	st, m1, sid := oneTurnSession(t)
 	m1.Close()
 	head := int64(len(records(t, st, sid)))
 
@@ -236,12 +250,7 @@ func TestNoEphemeralPositionAtALoadedHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer release()
-	turnID := "t"
-	open := func() *msp.ItemParams {
-		return &msp.ItemParams{Item: msp.Item{ItemID: uuid.NewString(), Kind: msp.ItemAgentMessage, Revision: 1,
-			Status: msp.ItemInProgress, TurnID: &turnID}}
-	}
-	p := open()
+	p := answerOpening("t")
 	if err := s.emit(ctx, msp.NotifyItemStarted, p); err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +258,7 @@ func TestNoEphemeralPositionAtALoadedHead(t *testing.T) {
 		t.Fatalf("an answer opened at the loaded head: cursor %s, sourceRange %v; want durable %s", p.ViewCursor, p.SourceRange, want)
 	}
 	// The head has moved: the next answer opens at a sub-position of it.
-	p = open()
+	p = answerOpening("t")
 	if err := s.emit(ctx, msp.NotifyItemStarted, p); err != nil {
 		t.Fatal(err)
 	}
@@ -264,18 +273,13 @@ func TestNoEphemeralPositionAtALoadedHead(t *testing.T) {
 // the process before may have handed out at the same head.
 func TestAbandonAtALoadedHeadRepeatsNoCursor(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
-	m1 := newManager(t, st, newHistModel(), mgrOpts{})
-	sub1 := newRecSub()
-	sid := startSession(t, m1, sub1)
-	runTurn(t, m1, sub1, textTurn(sid, "first"))
+	st, m1, sid := oneTurnSession(t)
 	s1, release1, err := m1.acquire(ctx, sid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	turnID := "t"
-	p := &msp.ItemParams{Item: msp.Item{ItemID: uuid.NewString(), Kind: msp.ItemAgentMessage, Revision: 1,
-		Status: msp.ItemInProgress, TurnID: &turnID}}
+	p := answerOpening(turnID)
 	if err := s1.emit(ctx, msp.NotifyItemStarted, p); err != nil {
 		t.Fatal(err)
 	}
