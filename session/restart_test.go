@@ -132,6 +132,8 @@ func TestResumption(t *testing.T) {
 		// the node that died and of the one taking over can disagree.
 		{"begun attempt 3, this clock behind", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(time.Hour), Begun: new(true)}), false, 3, 0,
 			"the server restarted during attempt 3"},
+		{"request 1 begun after a stop before it", cp(turn.Checkpoint{NextAt: now.Add(time.Hour), Begun: new(true)}), false, 1, 0,
+			"the server restarted during attempt 1"},
 		{"attempt 3 not begun, this clock ahead", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(-time.Hour), Begun: new(false)}), false, 2,
 			-time.Hour, "the server restarted during the backoff before attempt 3"},
 		{"stopped in attempt 2", cp(turn.Checkpoint{Attempts: 2, NextAt: now.Add(-time.Hour), Stopped: true, Lost: true}), false, 2, 0,

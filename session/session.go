@@ -122,6 +122,11 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 			return fmt.Errorf("encoding session state: %w", err)
 		}
 		batch.Session = &store.Session{ID: s.id, CreatedAt: st.CreatedAt, UpdatedAt: now, Busy: st.busy(), State: raw}
+		if len(evs) == 0 {
+			// Fenced like records: a leader that lost the session to
+			// another node cannot overwrite the row that node writes.
+			batch.AtHead = s.head
+		}
 	}
 	if err := s.m.store.Commit(ctx, batch); err != nil {
 		return fmt.Errorf("appending to session %s: %w", s.id, err)

@@ -6,13 +6,17 @@ import (
 	"time"
 )
 
-// Validate reports a malformed batch: records without a session id, a
-// session row without an id or for another session, a command without an
+// Validate reports a malformed batch: records without a session id, an
+// AtHead beside records or without a session id and row, a session row without an
+// id or for another session, a command without an
 // id, or an instant UnixNanos cannot store. These are caller bugs, so the
 // error is not ErrConflict. Every store checks it before writing.
 func (b Batch) Validate() error {
 	if len(b.Records) > 0 && b.SessionID == "" {
 		return fmt.Errorf("invalid batch: %d records without a session id", len(b.Records))
+	}
+	if b.AtHead != 0 && (len(b.Records) > 0 || b.SessionID == "" || b.Session == nil || b.AtHead < 0) {
+		return fmt.Errorf("invalid batch: AtHead %d needs a session id and row, no records, and a head above 0", b.AtHead)
 	}
 	if r := b.Session; r != nil {
 		if r.ID == "" {

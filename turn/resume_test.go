@@ -124,6 +124,37 @@ func TestRetryNoticesCarryTheirCheckpoint(t *testing.T) {
 	}
 }
 
+// TestResumedFirstRequestIsMarkedBegun: a turn a host stopped before its
+// first request resumes by sending it, marked begun first: a process that
+// dies sending it leaves a checkpoint that counts it, so a request that
+// keeps crashing the server runs the turn out of attempts.
+func TestResumedFirstRequestIsMarkedBegun(t *testing.T) {
+	h := newHarness(t, nil, ok("at last"))
+	var sentAtBegin []int
+	h.sink.Fail = func(method string) error {
+		if method == turntest.BeginAttempt {
+			sentAtBegin = append(sentAtBegin, len(h.model.requests()))
+		}
+		return nil
+	}
+	sp := spec()
+	sp.Resume = &turn.Resumption{StartedAt: t0}
+	o := h.run(t, context.Background(), sp, nil)
+	wantTerminal(t, o, msp.TerminalCompleted, "", 1)
+	var begins []turn.Checkpoint
+	for _, e := range h.sink.Events() {
+		if e.Method == turntest.BeginAttempt {
+			begins = append(begins, *e.Checkpoint)
+		}
+	}
+	if len(begins) != 1 || begins[0].Attempts != 0 || begins[0].Begun == nil || !*begins[0].Begun || begins[0].Stopped {
+		t.Fatalf("begun marks %s; want one, of request 1 (0 made before it)", js(begins))
+	}
+	if !slices.Equal(sentAtBegin, []int{0}) {
+		t.Fatalf("requests sent when request 1 was marked begun: %v, want [0]", sentAtBegin)
+	}
+}
+
 // TestUsageIncompleteWhenTheLogRefusesMidAttempt: issue 7 defect 7 — when
 // the session log refuses an event in the middle of an attempt, the
 // attempt's usage is still accounted when the provider reported it, and

@@ -274,7 +274,11 @@ func (t *run) resume(ctx context.Context, policy modelretry.Policy, maxTokens in
 		t.usage, t.hasUsage, t.outputTokens = *res.Usage, true, res.Usage.OutputTokens
 	}
 	if res.Attempts == 0 {
-		// Stopped before its first request: it simply starts.
+		// Stopped before its first request: it simply starts, that
+		// request marked begun first like a retried one, or a process
+		// that dies sending it would leave the stop's checkpoint, which
+		// counts no request, and the turn could loop.
+		t.checkpoint = Checkpoint{NextAt: t.r.clock.Now(), MaxTokens: maxTokens, Begun: new(false)}
 		return t.r.cfg.Engine.Start(policy)
 	}
 	delay := res.Delay

@@ -61,12 +61,15 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 		return err
 	}
 	var h headPos
-	if len(b.Records) > 0 {
+	if len(b.Records) > 0 || b.AtHead > 0 {
 		if h, err = s.commitHead(ctx, b.SessionID); err != nil {
 			return err
 		}
-		if first := b.Records[0].Seq; first != h.seq+1 {
-			return fmt.Errorf("%w: session %q record 0 has seq %d, want %d", store.ErrConflict, b.SessionID, first, h.seq+1)
+		if len(b.Records) > 0 && b.Records[0].Seq != h.seq+1 {
+			return fmt.Errorf("%w: session %q record 0 has seq %d, want %d", store.ErrConflict, b.SessionID, b.Records[0].Seq, h.seq+1)
+		}
+		if b.AtHead > 0 && h.seq != b.AtHead {
+			return fmt.Errorf("%w: session %q is at %d, its writer at %d", store.ErrConflict, b.SessionID, h.seq, b.AtHead)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -131,9 +134,10 @@ func conflictsWithin(b store.Batch) error {
 	return nil
 }
 
-// messages encodes a batch, guards included: the first record expects the
-// session's last record to be h (so no other writer appended since the
-// head was read), every ledger entry expects its command id to be absent.
+// messages encodes a batch, guards included: the first record (or, in a
+// batch without records fenced by AtHead, the row) expects the session's
+// last record to be h (so no other writer appended since the head was
+// read), every ledger entry expects its command id to be absent.
 // The first message carries a message id, so that sending the batch again
 // after a lost answer is recognised as a duplicate if it had landed.
 func (s *Store) messages(b store.Batch, h headPos, now time.Time) []*nats.Msg {
@@ -146,7 +150,11 @@ func (s *Store) messages(b store.Batch, h headPos, now time.Time) []*nats.Msg {
 		msgs = append(msgs, m)
 	}
 	if b.Session != nil {
-		msgs = append(msgs, rowMsg(s.subj.row(b.Session.ID), b.Session))
+		m := rowMsg(s.subj.row(b.Session.ID), b.Session)
+		if len(b.Records) == 0 && b.AtHead > 0 {
+			expect(m, h.stream, s.subj.log(b.SessionID)) // as a first record would
+		}
+		msgs = append(msgs, m)
 	}
 	for _, c := range b.Commands {
 		created := store.ClampUnixNanos(now)

@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 			{"GapInsideBatch", h.conflictGapInsideBatch},
 			{"DuplicateCommand", h.conflictDuplicateCommand},
 			{"DuplicateCommandInBatch", h.conflictDuplicateCommandInBatch},
+			{"RowAtAnOldHead", h.conflictRowAtOldHead},
 		}},
 		{"Read", []subtest{
 			{"RecordsAfter", h.readRecordsAfter},
@@ -448,6 +449,17 @@ func (h harness) commitInvalidBatch(t *testing.T) {
 			Records:   recs(1, 1),
 			Commands:  []store.Command{{Digest: "d"}, {ID: "c", Digest: "d"}},
 		}},
+		{"AtHeadBesideRecords", store.Batch{
+			SessionID: "s",
+			Records:   recs(1, 1),
+			Session:   sess("s", at(0)),
+			AtHead:    1,
+		}},
+		{"AtHeadWithoutRow", store.Batch{
+			SessionID: "s",
+			Commands:  []store.Command{{ID: "c", Digest: "d"}},
+			AtHead:    1,
+		}},
 		{"CommandCreatedAtUnstorable", store.Batch{
 			SessionID: "s",
 			Records:   recs(1, 1),
@@ -551,6 +563,27 @@ func (h harness) conflictFirstSeq(t *testing.T) {
 	conflictWritesNothing(t, s, extra(6, recs(5, 6)), log) // leaves a gap
 	mustCommit(t, s, extra(7, recs(4, 4)))
 	wantHead(t, s, "s", 4)
+}
+
+// conflictRowAtOldHead: a row fenced by AtHead lands only while the log
+// is where its writer saw it; behind, it writes nothing, its commands
+// included.
+func (h harness) conflictRowAtOldHead(t *testing.T) {
+	s := h.fresh(t)
+	mustCommit(t, s, store.Batch{SessionID: "s", Records: recs(1, 3)})
+	log := recs(1, 3)
+	stale := store.Batch{SessionID: "s", Session: sess("s", at(0)), Commands: []store.Command{{ID: "c1", Digest: "d"}}, AtHead: 2}
+	conflictWritesNothing(t, s, stale, log)
+	ahead := store.Batch{SessionID: "s", Session: sess("s", at(0)), AtHead: 4}
+	conflictWritesNothing(t, s, ahead, log)
+	current := store.Batch{SessionID: "s", Session: sess("s", at(time.Second)), Commands: []store.Command{{ID: "c2", Digest: "d"}}, AtHead: 3}
+	mustCommit(t, s, current)
+	got, err := s.Session(t.Context(), "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSession(t, got, *current.Session)
+	wantHead(t, s, "s", 3)
 }
 
 func (h harness) conflictGapInsideBatch(t *testing.T) {
