@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"mspd/modelretry"
 	"mspd/provider"
 	"mspd/schema/msp"
 	"mspd/turn"
@@ -50,6 +51,22 @@ func TestResumedTurnContinuesItsCount(t *testing.T) {
 	}
 	if d := *o.Completed.DurationMs; d != 5750 {
 		t.Fatalf("durationMs %d, want 5750 (from the first start)", d)
+	}
+}
+
+// TestResumedBackoffIsBoundedByThePolicy: a backoff's rest longer than
+// any the policy grants (the node resuming it has a clock behind the one
+// that wrote the checkpoint) is cut to the policy's longest.
+func TestResumedBackoffIsBoundedByThePolicy(t *testing.T) {
+	h := newHarness(t, nil, ok("back again"))
+	sp := spec()
+	sp.Resume = &turn.Resumption{Attempts: 1, Delay: time.Hour, Reason: "node a stopped during the backoff before attempt 2", StartedAt: t0}
+	o := h.run(t, context.Background(), sp, nil)
+	wantTerminal(t, o, msp.TerminalCompleted, "", 2)
+	p := modelretry.DefaultPolicy()
+	longest := max(p.MaxBackoff, p.MaxServerDelay)
+	if s := h.clock.Sleeps(); len(s) != 1 || s[0] != longest {
+		t.Fatalf("slept %v, want once for %v", s, longest)
 	}
 }
 

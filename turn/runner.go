@@ -285,6 +285,9 @@ func (t *run) resume(ctx context.Context, policy modelretry.Policy, maxTokens in
 	if delay <= 0 {
 		delay = -1 // the policy's backoff
 	}
+	// No backoff the policy grants is longer; a longer rest says this
+	// node's clock is behind the one that wrote the checkpoint.
+	delay = min(delay, max(policy.MaxBackoff, policy.MaxServerDelay))
 	call, d, err := t.r.cfg.Engine.Resume(policy, res.Attempts, delay)
 	if err != nil {
 		return nil, err
