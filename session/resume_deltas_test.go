@@ -3,11 +3,14 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"mspd/provider"
 	"mspd/schema/msp"
@@ -285,5 +288,39 @@ func TestReplayKeepsEmittedAt(t *testing.T) {
 		if got := emitted(n); got < want-2 || got > want+2 {
 			t.Fatalf("%s %s replayed with emittedAtMs %d, first sent with %d", n.Method, n.Cursor, got, want)
 		}
+	}
+}
+
+// TestRecordedAtReadsTheIDInPlace: the instant comes from the position's
+// UUIDv7, in either case of hex; any other id, or none, gives nothing.
+func TestRecordedAtReadsTheIDInPlace(t *testing.T) {
+	at := time.UnixMilli(1796101959433)
+	id := fmt.Sprintf("%08x-%04x-7abc-8def-0123456789ab", at.UnixMilli()>>16, at.UnixMilli()&0xffff)
+	params := func(id string) []byte {
+		return []byte(`{"sessionId":"s","sourceRange":{"first":{"id":"` + id + `","sequence":3}}}`)
+	}
+	for _, tt := range []struct {
+		name string
+		raw  []byte
+		want time.Time
+		ok   bool
+	}{
+		{"v7", params(id), at, true},
+		{"v7 in capitals", params(strings.ToUpper(id)), at, true},
+		{"v4", params(uuid.NewString()), time.Time{}, false},
+		{"not hex", params("0190a8e2-7f3c-7b6e-9d2a-1c2b3c4d5e6f"[:9] + "zz3c-7b6e-9d2a-1c2b3c4d5e6f"), time.Time{}, false},
+		{"cut short", params(id[:20]), time.Time{}, false},
+		{"no position", []byte(`{"sessionId":"s"}`), time.Time{}, false},
+	} {
+		got, ok := recordedAt(tt.raw)
+		if ok != tt.ok || !got.Equal(tt.want) {
+			t.Errorf("%s: recordedAt = %v, %v; want %v, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+	// A minted id reads back as the millisecond it was minted in.
+	before := time.Now().Truncate(time.Millisecond)
+	got, ok := recordedAt(params(newID()))
+	if after := time.Now(); !ok || got.Before(before) || got.After(after) {
+		t.Fatalf("a new id read as %v, %v; want within [%v, %v]", got, ok, before, after)
 	}
 }

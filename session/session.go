@@ -437,12 +437,36 @@ func recordedAt(params []byte) (time.Time, bool) {
 	if i < 0 || len(head) < i+len(firstID)+36 {
 		return time.Time{}, false
 	}
-	id, err := uuid.Parse(string(head[i+len(firstID) : i+len(firstID)+36]))
-	if err != nil || id.Version() != 7 {
+	id := head[i+len(firstID) : i+len(firstID)+36]
+	// xxxxxxxx-xxxx-7xxx-xxxx-xxxxxxxxxxxx: read in place, as a replay
+	// does for every record (parsing the whole id cost 5% of a resume).
+	if id[8] != '-' || id[13] != '-' || id[14] != '7' || id[18] != '-' || id[23] != '-' {
 		return time.Time{}, false
 	}
-	sec, nsec := id.Time().UnixTime()
-	return time.Unix(sec, nsec), true
+	var ms int64
+	for j, c := range id[:13] {
+		if j == 8 {
+			continue
+		}
+		d, ok := hexDigit(c)
+		if !ok {
+			return time.Time{}, false
+		}
+		ms = ms<<4 | int64(d)
+	}
+	return time.UnixMilli(ms), true
+}
+
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }
 
 // newID mints a UUIDv7.
