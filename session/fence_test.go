@@ -55,7 +55,7 @@ func TestStaleLeaderCannotOverwriteTheRow(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a never marked its retried request begun")
 	}
-	h.expire("a")
+	h.kill("a") // paused: its leases lapse, and it claims nothing more
 
 	b := h.startNode(t, "b", st, model)
 	onB := newRecSub()

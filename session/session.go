@@ -125,7 +125,7 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 		if len(evs) == 0 {
 			// Fenced like records: a leader that lost the session to
 			// another node cannot overwrite the row that node writes.
-			batch.AtHead = s.head
+			batch.AtHead = new(s.head)
 		}
 	}
 	if err := s.m.store.Commit(ctx, batch); err != nil {

@@ -15,8 +15,8 @@ func (b Batch) Validate() error {
 	if len(b.Records) > 0 && b.SessionID == "" {
 		return fmt.Errorf("invalid batch: %d records without a session id", len(b.Records))
 	}
-	if b.AtHead != 0 && (len(b.Records) > 0 || b.SessionID == "" || b.Session == nil || b.AtHead < 0) {
-		return fmt.Errorf("invalid batch: AtHead %d needs a session id and row, no records, and a head above 0", b.AtHead)
+	if h := b.AtHead; h != nil && (len(b.Records) > 0 || b.SessionID == "" || b.Session == nil || *h < 0) {
+		return fmt.Errorf("invalid batch: AtHead %d needs a session id and row, no records, and a head of 0 or more", *h)
 	}
 	if r := b.Session; r != nil {
 		if r.ID == "" {

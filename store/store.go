@@ -86,13 +86,14 @@ type Batch struct {
 	Session *Session
 	// Commands are added to the ledger.
 	Commands []Command
-	// AtHead, for a batch of a session's row without records, is the
-	// session's head as its writer knows it: the commit fails with ErrConflict, writing
-	// nothing, if the log has moved on, as a batch of records does when
-	// another writer appended first. So a writer that lost the session to
-	// another cannot overwrite the row after it. 0 leaves it unchecked;
-	// a batch with records is checked by their first Seq instead.
-	AtHead int64
+	// AtHead, when set on a batch of a session's row without records, is
+	// the session's head as its writer knows it (0 for an empty log): the
+	// commit fails with ErrConflict, writing nothing, if the log is not
+	// there, as a batch of records does when another writer appended
+	// first. So a writer that lost the session to another cannot
+	// overwrite the row after it. A batch with records is checked by
+	// their first Seq instead.
+	AtHead *int64
 	// Urgent asks a store that queues writes to write this batch ahead of
 	// those already waiting: a retry notice a user is watching a spinner
 	// for, behind a burst of new turns. Stores without such a queue ignore

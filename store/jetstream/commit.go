@@ -61,15 +61,15 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 		return err
 	}
 	var h headPos
-	if len(b.Records) > 0 || b.AtHead > 0 {
+	if len(b.Records) > 0 || b.AtHead != nil {
 		if h, err = s.commitHead(ctx, b.SessionID); err != nil {
 			return err
 		}
 		if len(b.Records) > 0 && b.Records[0].Seq != h.seq+1 {
 			return fmt.Errorf("%w: session %q record 0 has seq %d, want %d", store.ErrConflict, b.SessionID, b.Records[0].Seq, h.seq+1)
 		}
-		if b.AtHead > 0 && h.seq != b.AtHead {
-			return fmt.Errorf("%w: session %q is at %d, its writer at %d", store.ErrConflict, b.SessionID, h.seq, b.AtHead)
+		if b.AtHead != nil && h.seq != *b.AtHead {
+			return fmt.Errorf("%w: session %q is at %d, its writer at %d", store.ErrConflict, b.SessionID, h.seq, *b.AtHead)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -151,7 +151,7 @@ func (s *Store) messages(b store.Batch, h headPos, now time.Time) []*nats.Msg {
 	}
 	if b.Session != nil {
 		m := rowMsg(s.subj.row(b.Session.ID), b.Session)
-		if len(b.Records) == 0 && b.AtHead > 0 {
+		if len(b.Records) == 0 && b.AtHead != nil {
 			expect(m, h.stream, s.subj.log(b.SessionID)) // as a first record would
 		}
 		msgs = append(msgs, m)

@@ -248,13 +248,13 @@ func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64
 			}
 		}
 		newHead = h + int64(len(b.Records))
-	} else if b.AtHead > 0 {
+	} else if b.AtHead != nil {
 		h, err := s.headOf(ctx, b.SessionID, heads)
 		if err != nil {
 			return 0, false, err
 		}
-		if h != b.AtHead {
-			return 0, false, fmt.Errorf("%w: session %q is at %d, its writer at %d", store.ErrConflict, b.SessionID, h, b.AtHead)
+		if h != *b.AtHead {
+			return 0, false, fmt.Errorf("%w: session %q is at %d, its writer at %d", store.ErrConflict, b.SessionID, h, *b.AtHead)
 		}
 	}
 	for _, c := range b.Commands {

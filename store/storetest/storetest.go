@@ -453,12 +453,12 @@ func (h harness) commitInvalidBatch(t *testing.T) {
 			SessionID: "s",
 			Records:   recs(1, 1),
 			Session:   sess("s", at(0)),
-			AtHead:    1,
+			AtHead:    new(int64(1)),
 		}},
 		{"AtHeadWithoutRow", store.Batch{
 			SessionID: "s",
 			Commands:  []store.Command{{ID: "c", Digest: "d"}},
-			AtHead:    1,
+			AtHead:    new(int64(1)),
 		}},
 		{"CommandCreatedAtUnstorable", store.Batch{
 			SessionID: "s",
@@ -566,17 +566,26 @@ func (h harness) conflictFirstSeq(t *testing.T) {
 }
 
 // conflictRowAtOldHead: a row fenced by AtHead lands only while the log
-// is where its writer saw it; behind, it writes nothing, its commands
-// included.
+// is where its writer saw it, an empty log included; otherwise it writes
+// nothing, its commands included.
 func (h harness) conflictRowAtOldHead(t *testing.T) {
 	s := h.fresh(t)
+	// An empty log is a head too: 0.
+	mustCommit(t, s, store.Batch{SessionID: "s", Session: sess("s", at(0)), AtHead: new(int64(0))})
 	mustCommit(t, s, store.Batch{SessionID: "s", Records: recs(1, 3)})
 	log := recs(1, 3)
-	stale := store.Batch{SessionID: "s", Session: sess("s", at(0)), Commands: []store.Command{{ID: "c1", Digest: "d"}}, AtHead: 2}
-	conflictWritesNothing(t, s, stale, log)
-	ahead := store.Batch{SessionID: "s", Session: sess("s", at(0)), AtHead: 4}
-	conflictWritesNothing(t, s, ahead, log)
-	current := store.Batch{SessionID: "s", Session: sess("s", at(time.Second)), Commands: []store.Command{{ID: "c2", Digest: "d"}}, AtHead: 3}
+	atZero := store.Batch{SessionID: "s", Session: sess("s", at(time.Hour)), AtHead: new(int64(0))}
+	mustConflict(t, s, atZero)
+	stale := store.Batch{SessionID: "s", Session: sess("s", at(2*time.Hour)), Commands: []store.Command{{ID: "c1", Digest: "d"}}, AtHead: new(int64(2))}
+	mustConflict(t, s, stale)
+	wantNoCommand(t, s, "c1")
+	ahead := store.Batch{SessionID: "s", Session: sess("s", at(3*time.Hour)), AtHead: new(int64(4))}
+	mustConflict(t, s, ahead)
+	if got, err := s.Session(t.Context(), "s"); err != nil || !got.UpdatedAt.Equal(at(0)) {
+		t.Fatalf("after refused rows the row is %+v, %v; want the first one (updated %v)", got, err, at(0))
+	}
+	wantRecords(t, "log after the refused rows", records(t, s, "s", 0, 1000), log)
+	current := store.Batch{SessionID: "s", Session: sess("s", at(time.Second)), Commands: []store.Command{{ID: "c2", Digest: "d"}}, AtHead: new(int64(3))}
 	mustCommit(t, s, current)
 	got, err := s.Session(t.Context(), "s")
 	if err != nil {
