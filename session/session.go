@@ -457,6 +457,7 @@ func recordedAt(params []byte) (time.Time, bool) {
 	return time.UnixMilli(ms), true
 }
 
+// hexDigit is the value of one hex digit of either case.
 func hexDigit(c byte) (byte, bool) {
 	switch {
 	case '0' <= c && c <= '9':

@@ -7,10 +7,10 @@ import (
 )
 
 // Validate reports a malformed batch: records without a session id, an
-// AtHead beside records or without a session id and row, a session row without an
-// id or for another session, a command without an
-// id, or an instant UnixNanos cannot store. These are caller bugs, so the
-// error is not ErrConflict. Every store checks it before writing.
+// AtHead beside records or without a session id and row, a session row
+// without an id or for another session, a command without an id, or an
+// instant UnixNanos cannot store. These are caller bugs, so the error is
+// not ErrConflict. Every store checks it before writing.
 func (b Batch) Validate() error {
 	if len(b.Records) > 0 && b.SessionID == "" {
 		return fmt.Errorf("invalid batch: %d records without a session id", len(b.Records))
