@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	_ "modernc.org/sqlite" // the driver mspd's store uses
+	msqlite "modernc.org/sqlite" // the driver mspd's store uses
 
 	"mspd/provider/scripted"
 	"mspd/schema/msp"
@@ -79,22 +79,41 @@ func (r *runner) appendOn(ctx context.Context, store string) error {
 	// Rounds of mspd and the baseline alternate, so that both see the
 	// same machine; the sessions carry on from round to round.
 	var rates, bases, ratios, cpus, baseCPUs []float64
+	var busy, baseBusy, perGroup, basePerGroup, pages, basePages []float64
 	var total, size int
 	for round := range r.cfg.Rounds {
 		r.logf("  round %d of %d", round+1, r.cfg.Rounds)
 		cpu0 := serversCPU(srvs)
+		var w0 writerStats
+		if store == "sqlite" {
+			var err error
+			if w0, err = mspdWriter(ctx, srvs[0]); err != nil {
+				return err
+			}
+		}
 		events, paramBytes, elapsed, err := appendRound(ctx, ss, m)
 		if err != nil {
 			return err
 		}
 		cpu := serversCPU(srvs) - cpu0
 		total, size = events, paramBytes/max(events, 1)
+		if store == "sqlite" {
+			w1, err := mspdWriter(ctx, srvs[0])
+			if err != nil {
+				return err
+			}
+			w := w1.minus(w0)
+			busy, perGroup = append(busy, 100*w.busy.Seconds()/elapsed.Seconds()), append(perGroup, float64(w.batches)/float64(max(w.groups, 1)))
+			pages = append(pages, float64(w.pages)/float64(max(total, 1)))
+		}
 		self0 := selfCPU()
-		base, err := plainSQLite(ctx, r.cfg.WorkDir, n, total/n, size)
+		base, bw, baseTook, err := plainSQLite(ctx, r.cfg.WorkDir, n, total/n, size)
 		if err != nil {
 			return fmt.Errorf("plain SQLite baseline: %w", err)
 		}
 		baseCPU := selfCPU() - self0
+		baseBusy, basePerGroup = append(baseBusy, 100*bw.busy.Seconds()/baseTook.Seconds()), append(basePerGroup, float64(bw.batches)/float64(max(bw.groups, 1)))
+		basePages = append(basePages, float64(bw.pages)/float64(max(bw.batches, 1)))
 		rate := float64(total) / elapsed.Seconds()
 		rates, bases, ratios = append(rates, rate), append(bases, base), append(ratios, rate/base)
 		cpus, baseCPUs = append(cpus, perItem(cpu, total)), append(baseCPUs, perItem(baseCPU, total))
@@ -114,7 +133,39 @@ func (r *runner) appendOn(ctx context.Context, store string) error {
 			total, size, r.cfg.Rounds)})
 	r.add(Row{Scenario: scen, Figure: "server CPU per durable event", Value: median(cpus), Unit: "µs", Baseline: median(baseCPUs),
 		Note: "all of mspd's CPU (connections, turns, scripted provider, store) ÷ durable events; baseline: the benchmark process's CPU while plain SQLite commits as many rows; medians"})
+	if store == "sqlite" {
+		r.add(Row{Scenario: scen, Figure: "SQLite writer busy", Value: median(busy), Unit: "%", Baseline: median(baseBusy),
+			Note: "share of the round the one writer spent in group commits, fsync included (mspd's from /metrics); near 100% it is what the round waits for; medians"})
+		r.add(Row{Scenario: scen, Figure: "batches a group commit", Value: median(perGroup), Baseline: median(basePerGroup),
+			Note: "commits carried by one transaction and one fsync; the baseline's 100 writers do nothing else, so theirs are all queued each time; medians"})
+		r.add(Row{Scenario: scen, Figure: "WAL pages a durable event", Value: median(pages), Baseline: median(basePages),
+			Note: "pages written to the write-ahead log ÷ durable events (baseline: ÷ rows); each is written, synced and later checkpointed; medians"})
+	}
 	return nil
+}
+
+// writerStats sums a SQLite writer's group commits over a stretch of time:
+// what says whether the writer, one goroutine by SQLite's rule, is what a
+// round waits for.
+type writerStats struct {
+	groups, batches, pages int
+	busy                   time.Duration // in group commits, fsync included
+}
+
+func (a writerStats) minus(b writerStats) writerStats {
+	return writerStats{groups: a.groups - b.groups, batches: a.batches - b.batches, pages: a.pages - b.pages, busy: a.busy - b.busy}
+}
+
+// mspdWriter reads an mspd's writer totals from its /metrics.
+func mspdWriter(ctx context.Context, s *server) (writerStats, error) {
+	var v [4]float64
+	for i, name := range []string{"mspd_store_commit_seconds_count", "mspd_store_commit_batches_sum", "mspd_store_wal_pages_total", "mspd_store_commit_seconds_sum"} {
+		var err error
+		if v[i], err = s.metric(ctx, name); err != nil {
+			return writerStats{}, err
+		}
+	}
+	return writerStats{groups: int(v[0]), batches: int(v[1]), pages: int(v[2]), busy: time.Duration(v[3] * float64(time.Second))}, nil
 }
 
 // appendRound runs turns one-delta turns on every session at once, each
@@ -161,11 +212,11 @@ func paramsOf(frame []byte) []byte {
 
 // plainSQLite commits perSession rows of size bytes for each of sessions
 // sessions, each session's one after another, through one group-committing
-// writer; it returns rows/s.
-func plainSQLite(ctx context.Context, workDir string, sessions, perSession, size int) (float64, error) {
+// writer; it returns rows/s and the writer's totals.
+func plainSQLite(ctx context.Context, workDir string, sessions, perSession, size int) (float64, writerStats, time.Duration, error) {
 	w, err := openPlainSQLite(ctx, workDir)
 	if err != nil {
-		return 0, err
+		return 0, writerStats{}, 0, err
 	}
 	defer w.close()
 	params := bytes.Repeat([]byte("x"), size)
@@ -179,7 +230,8 @@ func plainSQLite(ctx context.Context, workDir string, sessions, perSession, size
 		}
 		return nil
 	})
-	return float64(sessions*perSession) / time.Since(start).Seconds(), err
+	took := time.Since(start)
+	return float64(sessions*perSession) / took.Seconds(), w.stats, took, err
 }
 
 // openPlainSQLite creates the baseline's database in a directory of its
@@ -240,6 +292,7 @@ type groupWriter struct {
 	done   chan struct{}
 	// cleanup, when set, runs after close (the database and its files).
 	cleanup func()
+	stats   writerStats // the writer goroutine's; read after the commits return
 }
 
 func newGroupWriter(ctx context.Context, db *sql.DB) (*groupWriter, error) {
@@ -253,6 +306,7 @@ func newGroupWriter(ctx context.Context, db *sql.DB) (*groupWriter, error) {
 		return nil, err
 	}
 	w := &groupWriter{conn: conn, insert: insert, reqs: make(chan pending), done: make(chan struct{})}
+	w.pagesWritten() // the table's creation is no group commit's
 	go w.run()
 	return w, nil
 }
@@ -279,7 +333,12 @@ func (w *groupWriter) run() {
 				break drain
 			}
 		}
+		began := time.Now()
 		err := w.write(ctx, group)
+		w.stats.groups++
+		w.stats.batches += len(group)
+		w.stats.busy += time.Since(began)
+		w.stats.pages += w.pagesWritten()
 		for _, p := range group {
 			p.done <- err
 		}
@@ -300,6 +359,18 @@ func (w *groupWriter) write(ctx context.Context, group []pending) error {
 	}
 	_, err := w.conn.ExecContext(ctx, "COMMIT")
 	return err
+}
+
+// pagesWritten returns the pages the connection has written to the log
+// since the last call, as store/sqlite counts them.
+func (w *groupWriter) pagesWritten() int {
+	var n int
+	_ = w.conn.Raw(func(dc any) error {
+		var err error
+		n, _, err = dc.(msqlite.DBStatus).Status(msqlite.DBStatusCacheWrite, true)
+		return err
+	})
+	return n
 }
 
 func (w *groupWriter) close() {

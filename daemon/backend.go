@@ -69,7 +69,8 @@ func openBackend(ctx context.Context, cfg Config, dir string, metrics *observe.M
 	switch cfg.Backend.Store {
 	case "", "sqlite":
 		path := filepath.Join(dir, "mspd.db")
-		st, err := sqlite.Open(path, sqlite.WithCommitObserver(metrics.StoreCommit),
+		st, err := sqlite.Open(path,
+			sqlite.WithCommitObserver(func(g sqlite.GroupCommit) { metrics.StoreCommit(g.Batches, g.Took, g.Pages) }),
 			sqlite.WithCheckpointObserver(func(c sqlite.Checkpoint) {
 				metrics.StoreCheckpoint(c.Kind, c.Frames, c.Copied, c.Blocked, c.Err)
 			}))

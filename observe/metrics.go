@@ -95,6 +95,7 @@ type Metrics struct {
 	commitSeconds prometheus.Histogram
 	commitBatches prometheus.Histogram
 	checkpoints   *prometheus.CounterVec
+	walPages      prometheus.Counter
 	walFrames     prometheus.Gauge
 	queueWait     prometheus.Histogram
 
@@ -164,6 +165,10 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "mspd_store_checkpoints_total",
 			Help: "Checkpoints of the SQLite write-ahead log by kind (background: every 1,000 pages, beside the writer; tail: the writer copying what was written meanwhile; truncate: emptying the log after a session's erasure) and result (complete; partial: a reader still needed older frames; blocked: a reader kept it from finishing, so a truncate left the log as it was; failed).",
 		}, []string{"kind", "result"}),
+		walPages: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mspd_store_wal_pages_total",
+			Help: "Pages the store's writer wrote to the SQLite write-ahead log; over mspd_store_commit_batches, what a commit costs in writes, syncs and checkpoints.",
+		}),
 		walFrames: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mspd_store_wal_frames",
 			Help: "Frames in the SQLite write-ahead log at the last checkpoint; a steady climb means checkpoints cannot finish (a long read holds them back) and the log, on disk, grows.",
@@ -179,7 +184,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	}
 	reg.MustRegister(m.providerRequests, m.outputTokens, m.retryDelay, m.turnDuration, m.firstToken,
 		m.turns, m.modelRetries, m.turnRetries, m.attempts, m.attemptsPerTurn,
-		m.commitSeconds, m.commitBatches, m.checkpoints, m.walFrames, m.queueWait, m.budgets)
+		m.commitSeconds, m.commitBatches, m.checkpoints, m.walPages, m.walFrames, m.queueWait, m.budgets)
 	return m
 }
 
@@ -265,13 +270,15 @@ func (m *Metrics) TurnRetryNotice() {
 }
 
 // StoreCommit records one group commit of the store's writer: how many
-// callers' batches it carried and how long it took.
-func (m *Metrics) StoreCommit(batches int, took time.Duration) {
+// callers' batches it carried, how long it took and how many pages it
+// wrote to the write-ahead log.
+func (m *Metrics) StoreCommit(batches int, took time.Duration, pages int) {
 	if m == nil {
 		return
 	}
 	m.commitBatches.Observe(float64(batches))
 	m.commitSeconds.Observe(took.Seconds())
+	m.walPages.Add(float64(pages))
 }
 
 // StoreCheckpoint records one checkpoint of the store's write-ahead log:

@@ -64,7 +64,7 @@ func populated(t *testing.T) *observe.Metrics {
 	m.TurnSettled("completed", 2)
 	m.ModelRetryNotice("rateLimited")
 	m.TurnRetryNotice()
-	m.StoreCommit(3, 2*time.Millisecond)
+	m.StoreCommit(3, 2*time.Millisecond, 40)
 	m.StoreCheckpoint("background", 1200, 1200, false, nil)
 	m.StoreCheckpoint("background", 1500, 900, false, nil) // a reader held the rest
 	m.StoreCheckpoint("tail", 0, 0, false, errors.New("disk I/O error"))
@@ -108,6 +108,7 @@ func TestMetricsExposition(t *testing.T) {
 		{"mspd_store_checkpoints_total", observetest.Labels{"kind": "tail", "result": "failed"}, 1},
 		{"mspd_store_checkpoints_total", observetest.Labels{"kind": "truncate", "result": "blocked"}, 1},
 		{"mspd_store_wal_frames", nil, 151},
+		{"mspd_store_wal_pages_total", nil, 40},
 		{"mspd_turn_retries_total", nil, 1},
 		{"mspd_provider_attempts_total", nil, 2},
 		{"mspd_retry_budget_tokens", observetest.Labels{"provider": "main", "system": "openai"}, 9},
@@ -165,7 +166,7 @@ func TestNilMetrics(t *testing.T) {
 	m.TurnSettled("completed", 1)
 	m.ModelRetryNotice("k")
 	m.TurnRetryNotice()
-	m.StoreCommit(1, time.Second)
+	m.StoreCommit(1, time.Second, 1)
 	m.QueueWait(time.Second)
 	m.WatchBudget("p", "s", modelretry.DefaultBudget())
 	if err := m.WatchSessions(func() observe.SessionStats { return observe.SessionStats{} }); err != nil {

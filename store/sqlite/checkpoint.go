@@ -70,11 +70,9 @@ func (s *Store) notePagesWritten() {
 	if s.ckptRan.Swap(false) {
 		_ = s.checkpoint(CheckpointTail)
 	}
-	_ = s.wc.Raw(func(dc any) error {
-		n, _, err := dc.(msqlite.DBStatus).Status(msqlite.DBStatusCacheWrite, true)
-		s.walPages += n
-		return err
-	})
+	n := s.takePagesWritten()
+	s.walPages += n
+	s.groupPages += n
 	if s.walPages < checkpointPages {
 		return
 	}
@@ -83,6 +81,18 @@ func (s *Store) notePagesWritten() {
 	case s.ckptDue <- struct{}{}:
 	default: // one is due already
 	}
+}
+
+// takePagesWritten returns the pages the writer's connection has written
+// to the log since the last call. Writer goroutine only (or Open's).
+func (s *Store) takePagesWritten() int {
+	var n int
+	_ = s.wc.Raw(func(dc any) error {
+		var err error
+		n, _, err = dc.(msqlite.DBStatus).Status(msqlite.DBStatusCacheWrite, true)
+		return err
+	})
+	return n
 }
 
 // Kinds of Checkpoint: why one ran.

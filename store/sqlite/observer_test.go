@@ -18,11 +18,13 @@ func TestCommitObserver(t *testing.T) {
 	var mu sync.Mutex
 	var groups []int
 	var took []time.Duration
-	s := openAt(t, t.TempDir(), sqlite.WithCommitObserver(func(batches int, d time.Duration) {
+	var pages []int
+	s := openAt(t, t.TempDir(), sqlite.WithCommitObserver(func(g sqlite.GroupCommit) {
 		mu.Lock()
 		defer mu.Unlock()
-		groups = append(groups, batches)
-		took = append(took, d)
+		groups = append(groups, g.Batches)
+		took = append(took, g.Took)
+		pages = append(pages, g.Pages)
 	}))
 	defer s.Close()
 	ctx := context.Background()
@@ -33,8 +35,9 @@ func TestCommitObserver(t *testing.T) {
 		t.Fatal(err)
 	}
 	mu.Lock()
-	if len(groups) != 1 || groups[0] != 1 || took[0] <= 0 {
-		t.Errorf("after one commit: groups %v took %v, want [1] and a duration", groups, took)
+	// One record in a new table's first leaf, and the page 1 header.
+	if len(groups) != 1 || groups[0] != 1 || took[0] <= 0 || pages[0] < 1 || pages[0] > 4 {
+		t.Errorf("after one commit: groups %v took %v pages %v, want [1], a duration and 1-4 pages", groups, took, pages)
 	}
 	mu.Unlock()
 

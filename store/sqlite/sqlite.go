@@ -88,7 +88,7 @@ type config struct {
 	busyTimeout  time.Duration
 	maxGroup     int
 	readConns    int
-	onCommit     func(batches int, took time.Duration)
+	onCommit     func(GroupCommit)
 	onCheckpoint func(Checkpoint)
 }
 
@@ -106,11 +106,22 @@ func WithMaxGroup(n int) Option {
 	return func(c *config) { c.maxGroup = n }
 }
 
-// WithCommitObserver makes the writer report each group commit: how many
-// callers' batches it carried and how long its transaction took, fsync
-// included (metrics). fn runs on the writer goroutine, between commits:
-// it must be quick.
-func WithCommitObserver(fn func(batches int, took time.Duration)) Option {
+// GroupCommit is one group commit of the writer, as WithCommitObserver
+// reports it.
+type GroupCommit struct {
+	// Batches counts the callers' commits written together.
+	Batches int
+	// Took is how long its transaction took, fsync included.
+	Took time.Duration
+	// Pages counts the pages it wrote to the write-ahead log: what its
+	// fsync and the next checkpoint cost grow with.
+	Pages int
+}
+
+// WithCommitObserver makes the writer report each group commit
+// (metrics). fn runs on the writer goroutine, between commits: it must be
+// quick.
+func WithCommitObserver(fn func(GroupCommit)) Option {
 	return func(c *config) { c.onCommit = fn }
 }
 
@@ -140,8 +151,8 @@ type Store struct {
 	r   readStmts
 
 	maxGroup    int
-	urgentUntil time.Time                             // groups stay small until then: urgent batches came lately; the writer's
-	onCommit    func(batches int, took time.Duration) // nil: none
+	urgentUntil time.Time         // groups stay small until then: urgent batches came lately; the writer's
+	onCommit    func(GroupCommit) // nil: none
 	// heads are the committed heads of sessions written lately; the
 	// writer's alone, so unguarded.
 	heads map[string]int64
@@ -151,6 +162,7 @@ type Store struct {
 	ckptDue      chan struct{}    // cap 1: a checkpoint is asked for
 	ckptDone     chan struct{}    // closed when the checkpoint goroutine ends
 	walPages     int              // written to the log since the last ask; the writer's
+	groupPages   int              // written to the log by the group commit under way; the writer's
 	ckptRan      atomic.Bool      // a checkpoint beside the writer has run: the writer copies the tail
 
 	// mu orders Close against Commit's enqueue: Commit sends under RLock,
@@ -259,6 +271,7 @@ func (s *Store) open(path string, cfg config) error {
 	if err := migrate(ctx, s.wc, schemaVersion, time.Now()); err != nil {
 		return err
 	}
+	s.walPages = s.takePagesWritten() // in the log, but no group commit's
 	if err := s.prepareWrites(ctx); err != nil {
 		return err
 	}

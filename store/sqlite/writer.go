@@ -158,7 +158,8 @@ func (s *Store) commitGroup(group []*commitReq) {
 	}
 	if s.onCommit != nil {
 		began := time.Now()
-		defer func() { s.onCommit(live, time.Since(began)) }()
+		s.groupPages = 0
+		defer func() { s.onCommit(GroupCommit{Batches: live, Took: time.Since(began), Pages: s.groupPages}) }()
 	}
 	for s.writeGroup(group, errs) {
 	}

@@ -27,7 +27,8 @@ func TestFailingBatchesInOneGroup(t *testing.T) {
 	const n = 48
 	gate := make(chan struct{})
 	groups := make(chan int, 2) // the priming group's size, then the tested one's
-	s, err := Open(filepath.Join(t.TempDir(), "mspd.db"), WithCommitObserver(func(batches int, _ time.Duration) {
+	s, err := Open(filepath.Join(t.TempDir(), "mspd.db"), WithCommitObserver(func(g GroupCommit) {
+		batches := g.Batches
 		select {
 		case groups <- batches:
 		default:
@@ -123,7 +124,7 @@ func TestUrgentBatchesGoFirst(t *testing.T) {
 	const group, normal, urgent = 4, 12, 2
 	gate, later := make(chan struct{}), make(chan struct{})
 	var groups atomic.Int32
-	s, err := Open(filepath.Join(t.TempDir(), "mspd.db"), WithMaxGroup(group), WithCommitObserver(func(int, time.Duration) {
+	s, err := Open(filepath.Join(t.TempDir(), "mspd.db"), WithMaxGroup(group), WithCommitObserver(func(GroupCommit) {
 		// The observer runs before a group's callers are answered: the
 		// priming group waits until everything is queued, the group after
 		// the tested one until the tested one's answers are counted.
@@ -203,7 +204,8 @@ func TestGroupsStaySmallWhileNoticesArrive(t *testing.T) {
 	const normal = 100
 	gate, entered := make(chan struct{}), make(chan struct{})
 	sizes := make(chan int, normal+2)
-	s, err := Open(filepath.Join(t.TempDir(), "mspd.db"), WithCommitObserver(func(n int, _ time.Duration) {
+	s, err := Open(filepath.Join(t.TempDir(), "mspd.db"), WithCommitObserver(func(g GroupCommit) {
+		n := g.Batches
 		if len(sizes) == 0 {
 			close(entered)
 			<-gate // the priming group waits until everything is queued
