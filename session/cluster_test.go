@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -460,5 +461,102 @@ func TestFollowerToldOfEphemeralEventsItMissed(t *testing.T) {
 	}
 	if ms := methodsOf(r.all()); !slices.Contains(ms, msp.NotifyViewGap) {
 		t.Fatalf("resumed on b after %s: %v, want a view/gap before the delta", admitted, ms)
+	}
+}
+
+// TestFollowerReadWhileAnswerStreams: session/read on a node that follows
+// the session shows the answer streaming on the leader, as far as it has
+// reached the follower, and its cursor stands there: a subscription from
+// it gets the rest of the answer, and the text comes out once.
+func TestFollowerReadWhileAnswerStreams(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	h := newMemHub()
+	feed := make(chan string)
+	a := h.startNode(t, "a", st, pacedModel{feed: feed})
+	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
+	sid := startSession(t, a, newRecSub())
+	onB := newRecSub()
+	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
+		t.Fatal(err)
+	}
+	ack := startTurn(t, a, textTurn(sid, "go"))
+	feed <- "one "
+	feed <- "two "
+	onB.waitCount(t, msp.NotifyItemDelta, 2)
+
+	no := false
+	raw, err := b.ReadSession(ctx, mustJSON(msp.SessionReadParams{SessionID: sid, ExcludeItems: &no}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := raw.(msp.SessionSnapshot)
+	items := snap.History.Items
+	if n := len(items); n == 0 || items[n-1].Kind != msp.ItemAgentMessage || items[n-1].Status != msp.ItemInProgress || deref(items[n-1].Text) != "one two " {
+		t.Fatalf("session/read on the follower during the stream: %+v; want the answer last, open, with %q", items, "one two ")
+	}
+	last := items[len(items)-1]
+	r := newRecSub()
+	if err := b.Subscribe(ctx, r, sid, &snap.ViewCursor); err != nil {
+		t.Fatalf("subscribing on the follower from its snapshot's cursor %s: %v", snap.ViewCursor, err)
+	}
+	feed <- "three"
+	close(feed)
+	r.waitTerminal(t, ack.TurnID)
+	text := deref(last.Text)
+	for _, n := range r.all() {
+		if n.Method == msp.NotifyItemDelta {
+			if d := params[msp.ItemDeltaParams](t, n.Frame); d.ItemID == last.ItemID {
+				text += d.Delta
+			}
+		}
+	}
+	if text != "one two three" {
+		t.Fatalf("the snapshot's text and the deltas after its cursor make %q, want %q", text, "one two three")
+	}
+}
+
+// TestFollowerReadAfterASavedText: an answer whose text was saved to the
+// log (item/updated) and has streamed on since shows on a follower with
+// the saved text and what followed it.
+func TestFollowerReadAfterASavedText(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	h := newMemHub()
+	feed := make(chan string)
+	var clock atomic.Int64 // seconds past t0
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	a, err := New(ctx, Config{Store: st, Runner: newTestRunner(pacedModel{feed: feed}), LogPath: "test.db",
+		Logger: slog.New(slog.DiscardHandler), Cluster: memNode{h, "a"}, AdoptInterval: time.Hour,
+		TextCheckpoint: time.Second, Now: func() time.Time { return t0.Add(time.Duration(clock.Load()) * time.Second) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
+	sid := startSession(t, a, newRecSub())
+	onB := newRecSub()
+	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
+		t.Fatal(err)
+	}
+	ack := startTurn(t, a, textTurn(sid, "go"))
+	feed <- "one "
+	onB.waitCount(t, msp.NotifyItemDelta, 1)
+	clock.Add(2)
+	feed <- "two " // the text checkpoint falls due: "one two " is saved
+	onB.waitCount(t, msp.NotifyItemUpdated, 1)
+	feed <- "three "
+	onB.waitCount(t, msp.NotifyItemDelta, 3)
+
+	no := false
+	raw, err := b.ReadSession(ctx, mustJSON(msp.SessionReadParams{SessionID: sid, ExcludeItems: &no}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := raw.(msp.SessionSnapshot).History.Items
+	close(feed)
+	onB.waitTerminal(t, ack.TurnID)
+	if n := len(items); n == 0 || items[n-1].Status != msp.ItemInProgress || deref(items[n-1].Text) != "one two three " {
+		t.Fatalf("session/read on the follower: %+v; want the answer last, open, with %q", items, "one two three ")
 	}
 }

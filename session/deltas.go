@@ -1,6 +1,11 @@
 package session
 
-import "math"
+import (
+	"encoding/json"
+	"math"
+
+	"mspd/schema/msp"
+)
 
 // maxKeptDeltaBytes bounds the delta frames a session keeps for resuming
 // readers; past it the oldest are let go (and a resume from before them
@@ -79,4 +84,58 @@ func (l *deltaLog) firstSeq() int64 {
 // before orders positions of one session's view.
 func (c cursor) before(d cursor) bool {
 	return c.seq < d.seq || (c.seq == d.seq && c.sub < d.sub)
+}
+
+// streamed is what of a session's open items streamed after its head:
+// items opened on an ephemeral event (open, whole, by item id), and text
+// appended to items the log holds (tails, by item id).
+type streamed struct {
+	open  map[string]msp.Item
+	tails map[string]string
+}
+
+// streamedAfter rebuilds, from the ephemeral events kept after durable
+// record head, what of the open items streamed since; ok is false when
+// some of those events were let go or never arrived (a follower's), as
+// the text would then have a hole.
+func (l *deltaLog) streamedAfter(head int64) (s streamed, ok bool) {
+	if (cursor{seq: head}).before(l.lost) {
+		return streamed{}, false
+	}
+	for _, k := range l.kept {
+		if k.at.seq != head || k.at.sub == 0 {
+			continue
+		}
+		var f struct{ Params json.RawMessage }
+		if json.Unmarshal(k.frame, &f) != nil {
+			return streamed{}, false
+		}
+		switch k.method {
+		case msp.NotifyItemStarted:
+			var p msp.ItemParams
+			if json.Unmarshal(f.Params, &p) != nil {
+				return streamed{}, false
+			}
+			if s.open == nil {
+				s.open = map[string]msp.Item{}
+			}
+			s.open[p.Item.ItemID] = p.Item
+		case msp.NotifyItemDelta:
+			var p msp.ItemDeltaParams
+			if json.Unmarshal(f.Params, &p) != nil {
+				return streamed{}, false
+			}
+			if it, ok := s.open[p.ItemID]; ok {
+				text := deref(it.Text) + p.Delta
+				it.Text = &text
+				s.open[p.ItemID] = it
+				continue
+			}
+			if s.tails == nil {
+				s.tails = map[string]string{}
+			}
+			s.tails[p.ItemID] += p.Delta
+		}
+	}
+	return s, true
 }

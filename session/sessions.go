@@ -188,11 +188,12 @@ func (m *Manager) ReadSession(ctx context.Context, raw json.RawMessage) (any, er
 }
 
 // snapshot renders a session with its head and, when inline is set, its
-// folded items; noneReason explains an omitted history. On the node that
-// writes the session, inline items include the answer streaming now, as
-// far as it has streamed, and the cursor returned is that far: a client
-// that subscribes after it gets the rest of the stream, not the part its
-// items hold already. A follower's items are the log's, through its head.
+// folded items; noneReason explains an omitted history. Inline items
+// include the answer streaming now, as far as it has streamed (on a
+// follower, as far as it has reached it), and the cursor returned is that
+// far: a client that subscribes after it gets the rest of the stream, not
+// the part its items hold already. A follower that missed part of the
+// stream gives the log's items through its head, and its head.
 func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneReason string) (msp.SessionSnapshot, error) {
 	s.mu.Lock()
 	if err := s.freshLocked(ctx); err != nil {
@@ -201,15 +202,20 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	}
 	wire := s.st.wire(s.id, m.cfg.LogPath)
 	at := cursor{session: s.id, seq: s.head}
-	var open map[string]msp.Item
+	var live streamed
 	if inline && s.leader {
-		open = make(map[string]msp.Item, len(s.open))
+		live.open = make(map[string]msp.Item, len(s.open))
 		for id, oi := range s.open {
 			it, text := oi.item, oi.text.String()
 			it.Text = &text
-			open[id] = it
+			live.open[id] = it
 		}
 		at.sub = s.sub
+	} else if inline {
+		var ok bool
+		if live, ok = s.deltas.streamedAfter(s.head); ok {
+			at.sub = s.sub
+		}
 	}
 	s.mu.Unlock()
 	snap := msp.SessionSnapshot{
@@ -221,7 +227,7 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	if !inline {
 		return snap, nil
 	}
-	h, err := m.inlineHistory(ctx, s.id, at.seq, open)
+	h, err := m.inlineHistory(ctx, s.id, at.seq, live)
 	if err != nil {
 		return snap, err
 	}
@@ -234,17 +240,23 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 
 // inlineHistory folds a session's items through record through for a
 // resume, a read or a fork, with the items still open as streamed so far
-// (open, by item id: an answer that opened on an ephemeral event is not in
-// the log at all); past the history budget the history is left for the
-// client to page.
-func (m *Manager) inlineHistory(ctx context.Context, id string, through int64, open map[string]msp.Item) (msp.SessionHistory, error) {
+// (live); past the history budget the history is left for the client to
+// page.
+func (m *Manager) inlineHistory(ctx context.Context, id string, through int64, live streamed) (msp.SessionHistory, error) {
 	none := msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: msp.NoneHistoryBudget, Snapshot: json.RawMessage("null")}
 	f, err := fold(ctx, m.store, id, through)
 	if err != nil {
 		return none, msp.ErrInternal("reading session log: %v", err)
 	}
+	open := live.open
 	for i := range f.items {
 		it := &f.items[i]
+		if it.Status == msp.ItemInProgress {
+			if tail, ok := live.tails[it.ItemID]; ok {
+				text := deref(it.Text) + tail
+				it.Text = &text
+			}
+		}
 		if o, ok := open[it.ItemID]; ok {
 			if it.Status == msp.ItemInProgress && o.Revision >= it.Revision {
 				it.Text = o.Text
