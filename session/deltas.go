@@ -3,6 +3,8 @@ package session
 import (
 	"encoding/json"
 	"math"
+	"slices"
+	"strings"
 
 	"mspd/schema/msp"
 )
@@ -94,18 +96,36 @@ type streamed struct {
 	tails map[string]string
 }
 
-// streamedAfter rebuilds, from the ephemeral events kept after durable
-// record head, what of the open items streamed since; ok is false when
-// some of those events were let go or never arrived (a follower's), as
-// the text would then have a hole.
-func (l *deltaLog) streamedAfter(head int64) (s streamed, ok bool) {
+// after returns the ephemeral events kept after durable record head; ok
+// is false when some of them were let go or never arrived (a
+// follower's). The events' frames are never changed: they may be read
+// without the session's lock.
+func (l *deltaLog) after(head int64) (kept []keptDelta, ok bool) {
 	if (cursor{seq: head}).before(l.lost) {
-		return streamed{}, false
+		return nil, false
 	}
-	for _, k := range l.kept {
-		if k.at.seq != head || k.at.sub == 0 {
-			continue
+	for i, k := range l.kept {
+		if k.at.seq == head && k.at.sub > 0 {
+			return slices.Clone(l.kept[i:]), true
 		}
+	}
+	return nil, true
+}
+
+// streamedIn rebuilds what of the open items streamed in kept, the
+// ephemeral events after one head; ok is false for an event it cannot
+// read.
+func streamedIn(kept []keptDelta) (s streamed, ok bool) {
+	texts := map[string]*strings.Builder{} // by item id: an open item's, or a tail
+	text := func(id string) *strings.Builder {
+		b := texts[id]
+		if b == nil {
+			b = &strings.Builder{}
+			texts[id] = b
+		}
+		return b
+	}
+	for _, k := range kept {
 		var f struct{ Params json.RawMessage }
 		if json.Unmarshal(k.frame, &f) != nil {
 			return streamed{}, false
@@ -120,22 +140,26 @@ func (l *deltaLog) streamedAfter(head int64) (s streamed, ok bool) {
 				s.open = map[string]msp.Item{}
 			}
 			s.open[p.Item.ItemID] = p.Item
+			text(p.Item.ItemID).WriteString(deref(p.Item.Text))
 		case msp.NotifyItemDelta:
 			var p msp.ItemDeltaParams
 			if json.Unmarshal(f.Params, &p) != nil {
 				return streamed{}, false
 			}
-			if it, ok := s.open[p.ItemID]; ok {
-				text := deref(it.Text) + p.Delta
-				it.Text = &text
-				s.open[p.ItemID] = it
-				continue
-			}
-			if s.tails == nil {
-				s.tails = map[string]string{}
-			}
-			s.tails[p.ItemID] += p.Delta
+			text(p.ItemID).WriteString(p.Delta)
 		}
+	}
+	for id, b := range texts {
+		if it, ok := s.open[id]; ok {
+			t := b.String()
+			it.Text = &t
+			s.open[id] = it
+			continue
+		}
+		if s.tails == nil {
+			s.tails = map[string]string{}
+		}
+		s.tails[id] = b.String()
 	}
 	return s, true
 }

@@ -49,7 +49,20 @@ func TestStaleLeaderCannotOverwriteTheRow(t *testing.T) {
 	hold := &holdBegunStore{Store: st, held: make(chan struct{}), release: make(chan struct{}), landed: make(chan error, 1)}
 	a := h.startNode(t, "a", hold, model)
 	sid := startSession(t, a, newRecSub())
-	ack := startTurn(t, a, textTurn(sid, "busy now")) // attempt 1: a 503, retried
+	// Attempt 1 gets a 503 and is retried. The mark is held with the
+	// session's lock, so the ack's release (which takes it) must not be
+	// waited for here.
+	p := textTurn(sid, "busy now")
+	p.CommandID = cmdID()
+	raw, launch, err := a.StartTurn(context.Background(), nil, mustJSON(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go launch()
+	var ack msp.TurnStartResult
+	if err := json.Unmarshal(raw, &ack); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case <-hold.held:
 	case <-time.After(10 * time.Second):

@@ -203,6 +203,8 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	wire := s.st.wire(s.id, m.cfg.LogPath)
 	at := cursor{session: s.id, seq: s.head}
 	var live streamed
+	var kept []keptDelta // a follower's, after its head
+	follower := false    // and complete
 	if inline && s.leader {
 		live.open = make(map[string]msp.Item, len(s.open))
 		for id, oi := range s.open {
@@ -212,12 +214,17 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 		}
 		at.sub = s.sub
 	} else if inline {
-		var ok bool
-		if live, ok = s.deltas.streamedAfter(s.head); ok {
+		if kept, follower = s.deltas.after(s.head); follower {
 			at.sub = s.sub
 		}
 	}
 	s.mu.Unlock()
+	if follower {
+		var ok bool
+		if live, ok = streamedIn(kept); !ok {
+			live, at.sub = streamed{}, 0
+		}
+	}
 	snap := msp.SessionSnapshot{
 		History:         msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: noneReason, Snapshot: json.RawMessage("null")},
 		PendingRequests: []msp.PendingRequest{},
