@@ -464,45 +464,96 @@ func TestFollowerToldOfEphemeralEventsItMissed(t *testing.T) {
 	}
 }
 
+// followedAnswer is an answer streaming on node a, fed by the test, while
+// node b follows the session. a's clock moves only by advance, and it
+// saves a streaming text once a second of that clock has passed.
+type followedAnswer struct {
+	a, b  *Manager
+	sid   string
+	turn  string
+	onB   *recSub // b's reader, subscribed before the turn
+	feed  chan string
+	clock atomic.Int64 // seconds past t0
+}
+
+func newFollowedAnswer(t *testing.T) *followedAnswer {
+	t.Helper()
+	ctx := context.Background()
+	st := openStore(t)
+	h := newMemHub()
+	fa := &followedAnswer{feed: make(chan string), onB: newRecSub()}
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	var err error
+	fa.a, err = New(ctx, Config{Store: st, Runner: newTestRunner(pacedModel{feed: fa.feed}), LogPath: "test.db",
+		Logger: slog.New(slog.DiscardHandler), Cluster: memNode{h, "a"}, AdoptInterval: time.Hour,
+		TextCheckpoint: time.Second, Now: func() time.Time { return t0.Add(time.Duration(fa.clock.Load()) * time.Second) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fa.a.Close)
+	fa.b = startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: fa.feed})
+	fa.sid = startSession(t, fa.a, newRecSub())
+	if err := fa.b.Subscribe(ctx, fa.onB, fa.sid, nil); err != nil {
+		t.Fatal(err)
+	}
+	fa.turn = startTurn(t, fa.a, textTurn(fa.sid, "go")).TurnID
+	return fa
+}
+
+// stream feeds text and waits until b has had deltas in all.
+func (fa *followedAnswer) stream(t *testing.T, text string, deltas int) {
+	t.Helper()
+	fa.feed <- text
+	fa.onB.waitCount(t, msp.NotifyItemDelta, deltas)
+}
+
+// read is session/read with items, on m.
+func (fa *followedAnswer) read(t *testing.T, m *Manager) msp.SessionSnapshot {
+	t.Helper()
+	no := false
+	raw, err := m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: fa.sid, ExcludeItems: &no}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw.(msp.SessionSnapshot)
+}
+
+// end finishes the answer and waits for the turn's end on b.
+func (fa *followedAnswer) end(t *testing.T) {
+	t.Helper()
+	close(fa.feed)
+	fa.onB.waitTerminal(t, fa.turn)
+}
+
+// lastItem describes a snapshot's last item: kind/status:text.
+func lastItem(s msp.SessionSnapshot) string {
+	if len(s.History.Items) == 0 {
+		return "(none)"
+	}
+	it := s.History.Items[len(s.History.Items)-1]
+	return string(it.Kind) + "/" + string(it.Status) + ":" + deref(it.Text)
+}
+
 // TestFollowerReadWhileAnswerStreams: session/read on a node that follows
 // the session shows the answer streaming on the leader, as far as it has
 // reached the follower, and its cursor stands there: a subscription from
 // it gets the rest of the answer, and the text comes out once.
 func TestFollowerReadWhileAnswerStreams(t *testing.T) {
-	ctx := context.Background()
-	st := openStore(t)
-	h := newMemHub()
-	feed := make(chan string)
-	a := h.startNode(t, "a", st, pacedModel{feed: feed})
-	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
-	sid := startSession(t, a, newRecSub())
-	onB := newRecSub()
-	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
-		t.Fatal(err)
+	fa := newFollowedAnswer(t)
+	fa.stream(t, "one ", 1)
+	fa.stream(t, "two ", 2)
+	snap := fa.read(t, fa.b)
+	if got := lastItem(snap); got != "agentMessage/inProgress:one two " {
+		t.Fatalf("session/read on the follower during the stream: last item %q, want the answer, open, with %q", got, "one two ")
 	}
-	ack := startTurn(t, a, textTurn(sid, "go"))
-	feed <- "one "
-	feed <- "two "
-	onB.waitCount(t, msp.NotifyItemDelta, 2)
-
-	no := false
-	raw, err := b.ReadSession(ctx, mustJSON(msp.SessionReadParams{SessionID: sid, ExcludeItems: &no}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := raw.(msp.SessionSnapshot)
-	items := snap.History.Items
-	if n := len(items); n == 0 || items[n-1].Kind != msp.ItemAgentMessage || items[n-1].Status != msp.ItemInProgress || deref(items[n-1].Text) != "one two " {
-		t.Fatalf("session/read on the follower during the stream: %+v; want the answer last, open, with %q", items, "one two ")
-	}
-	last := items[len(items)-1]
+	last := snap.History.Items[len(snap.History.Items)-1]
 	r := newRecSub()
-	if err := b.Subscribe(ctx, r, sid, &snap.ViewCursor); err != nil {
+	if err := fa.b.Subscribe(context.Background(), r, fa.sid, &snap.ViewCursor); err != nil {
 		t.Fatalf("subscribing on the follower from its snapshot's cursor %s: %v", snap.ViewCursor, err)
 	}
-	feed <- "three"
-	close(feed)
-	r.waitTerminal(t, ack.TurnID)
+	fa.feed <- "three"
+	fa.end(t)
+	r.waitTerminal(t, fa.turn)
 	text := deref(last.Text)
 	for _, n := range r.all() {
 		if n.Method == msp.NotifyItemDelta {
@@ -520,43 +571,50 @@ func TestFollowerReadWhileAnswerStreams(t *testing.T) {
 // log (item/updated) and has streamed on since shows on a follower with
 // the saved text and what followed it.
 func TestFollowerReadAfterASavedText(t *testing.T) {
-	ctx := context.Background()
-	st := openStore(t)
-	h := newMemHub()
-	feed := make(chan string)
-	var clock atomic.Int64 // seconds past t0
-	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	a, err := New(ctx, Config{Store: st, Runner: newTestRunner(pacedModel{feed: feed}), LogPath: "test.db",
-		Logger: slog.New(slog.DiscardHandler), Cluster: memNode{h, "a"}, AdoptInterval: time.Hour,
-		TextCheckpoint: time.Second, Now: func() time.Time { return t0.Add(time.Duration(clock.Load()) * time.Second) }})
-	if err != nil {
-		t.Fatal(err)
+	fa := newFollowedAnswer(t)
+	fa.stream(t, "one ", 1)
+	fa.clock.Add(2)
+	fa.stream(t, "two ", 2) // the text checkpoint falls due: "one two " is saved
+	fa.onB.waitCount(t, msp.NotifyItemUpdated, 1)
+	fa.stream(t, "three ", 3)
+	snap := fa.read(t, fa.b)
+	fa.end(t)
+	if got := lastItem(snap); got != "agentMessage/inProgress:one two three " {
+		t.Fatalf("session/read on the follower: last item %q, want the answer, open, with %q", got, "one two three ")
 	}
-	t.Cleanup(a.Close)
-	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
-	sid := startSession(t, a, newRecSub())
-	onB := newRecSub()
-	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
-		t.Fatal(err)
-	}
-	ack := startTurn(t, a, textTurn(sid, "go"))
-	feed <- "one "
-	onB.waitCount(t, msp.NotifyItemDelta, 1)
-	clock.Add(2)
-	feed <- "two " // the text checkpoint falls due: "one two " is saved
-	onB.waitCount(t, msp.NotifyItemUpdated, 1)
-	feed <- "three "
-	onB.waitCount(t, msp.NotifyItemDelta, 3)
+}
 
-	no := false
-	raw, err := b.ReadSession(ctx, mustJSON(msp.SessionReadParams{SessionID: sid, ExcludeItems: &no}))
-	if err != nil {
-		t.Fatal(err)
+// TestFollowerReadAcrossAnotherCommandsRecord: while an answer streams,
+// another command's record (a rename) moves the follower's head; the
+// follower's snapshot still shows the answer with all of its text, at
+// the leader's cursor, before its text is saved and after.
+func TestFollowerReadAcrossAnotherCommandsRecord(t *testing.T) {
+	fa := newFollowedAnswer(t)
+	renames := 1 // the first name came with the turn
+	rename := func(name string) {
+		t.Helper()
+		if _, err := fa.a.RenameSession(context.Background(), mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: fa.sid, Name: name})); err != nil {
+			t.Fatal(err)
+		}
+		renames++
+		fa.onB.waitCount(t, msp.NotifySessionNameChanged, renames)
 	}
-	items := raw.(msp.SessionSnapshot).History.Items
-	close(feed)
-	onB.waitTerminal(t, ack.TurnID)
-	if n := len(items); n == 0 || items[n-1].Status != msp.ItemInProgress || deref(items[n-1].Text) != "one two three " {
-		t.Fatalf("session/read on the follower: %+v; want the answer last, open, with %q", items, "one two three ")
+	fa.stream(t, "one ", 1)
+	fa.stream(t, "two ", 2)
+	rename("x")
+	fa.stream(t, "three ", 3)
+	if sa, sb := fa.read(t, fa.a), fa.read(t, fa.b); lastItem(sb) != "agentMessage/inProgress:one two three " || sb.ViewCursor != sa.ViewCursor {
+		t.Fatalf("an answer opened before the rename: leader %q at %s, follower %q at %s", lastItem(sa), sa.ViewCursor, lastItem(sb), sb.ViewCursor)
+	}
+	fa.clock.Add(2)
+	fa.stream(t, "four ", 4) // saved: "one two three four "
+	fa.onB.waitCount(t, msp.NotifyItemUpdated, 1)
+	fa.stream(t, "five ", 5)
+	rename("y")
+	fa.stream(t, "six", 6)
+	sa, sb := fa.read(t, fa.a), fa.read(t, fa.b)
+	fa.end(t)
+	if want := "agentMessage/inProgress:one two three four five six"; lastItem(sb) != want || sb.ViewCursor != sa.ViewCursor {
+		t.Fatalf("a saved answer streamed on across a rename: leader %q at %s, follower %q at %s; want %q", lastItem(sa), sa.ViewCursor, lastItem(sb), sb.ViewCursor, want)
 	}
 }

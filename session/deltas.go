@@ -88,78 +88,93 @@ func (c cursor) before(d cursor) bool {
 	return c.seq < d.seq || (c.seq == d.seq && c.sub < d.sub)
 }
 
-// streamed is what of a session's open items streamed after its head:
-// items opened on an ephemeral event (open, whole, by item id), and text
-// appended to items the log holds (tails, by item id).
+// streamed is what of a session's open items streamed past its log: the
+// leader's open items as streamed so far (open, by item id), or a
+// follower's kept ephemeral events and what of them may be gone (kept,
+// lost), rebuilt against the log's items once folded (rebuild).
 type streamed struct {
-	open  map[string]msp.Item
-	tails map[string]string
+	open     map[string]msp.Item
+	follower bool
+	kept     []keptDelta
+	lost     cursor
 }
 
-// after returns the ephemeral events kept after durable record head; ok
-// is false when some of them were let go or never arrived (a
-// follower's). The events' frames are never changed: they may be read
-// without the session's lock.
-func (l *deltaLog) after(head int64) (kept []keptDelta, ok bool) {
-	if (cursor{seq: head}).before(l.lost) {
-		return nil, false
-	}
-	for i, k := range l.kept {
-		if k.at.seq == head && k.at.sub > 0 {
-			return slices.Clone(l.kept[i:]), true
-		}
-	}
-	return nil, true
+// snapshot returns a copy of what the log keeps, for a rebuild outside
+// the session's lock (frames are never changed once kept).
+func (l *deltaLog) snapshot() streamed {
+	return streamed{follower: true, kept: slices.Clone(l.kept), lost: l.lost}
 }
 
-// streamedIn rebuilds what of the open items streamed in kept, the
-// ephemeral events after one head; ok is false for an event it cannot
-// read.
-func streamedIn(kept []keptDelta) (s streamed, ok bool) {
-	texts := map[string]*strings.Builder{} // by item id: an open item's, or a tail
-	text := func(id string) *strings.Builder {
-		b := texts[id]
-		if b == nil {
-			b = &strings.Builder{}
-			texts[id] = b
+// rebuild gives a follower's open items as far as they streamed: each
+// item the log holds open (f) with the text kept after its last record
+// appended (tails, by item id), and each answer that opened on a kept
+// ephemeral event, whole (open). ok is false when any of that text may be
+// missing: an event after such a start was let go or never arrived.
+func (s streamed) rebuild(f folded) (open map[string]msp.Item, tails map[string]string, ok bool) {
+	from := make(map[string]cursor, len(f.openAt)) // where each open item's text goes on
+	for id, seq := range f.openAt {
+		if at := (cursor{seq: seq}); at.before(s.lost) {
+			return nil, nil, false
 		}
-		return b
+		from[id] = cursor{seq: seq}
 	}
-	for _, k := range kept {
-		var f struct{ Params json.RawMessage }
-		if json.Unmarshal(k.frame, &f) != nil {
-			return streamed{}, false
+	texts := map[string]*strings.Builder{}
+	known := make(map[string]bool, len(f.items)) // items the log holds, open or closed
+	for _, it := range f.items {
+		known[it.ItemID] = true
+	}
+	for _, k := range s.kept {
+		var fr struct{ Params json.RawMessage }
+		if json.Unmarshal(k.frame, &fr) != nil {
+			return nil, nil, false
 		}
 		switch k.method {
 		case msp.NotifyItemStarted:
 			var p msp.ItemParams
-			if json.Unmarshal(f.Params, &p) != nil {
-				return streamed{}, false
+			if json.Unmarshal(fr.Params, &p) != nil {
+				return nil, nil, false
 			}
-			if s.open == nil {
-				s.open = map[string]msp.Item{}
+			id := p.Item.ItemID
+			if known[id] {
+				continue // saved or closed since: the log's state supersedes it
 			}
-			s.open[p.Item.ItemID] = p.Item
-			text(p.Item.ItemID).WriteString(deref(p.Item.Text))
+			if !s.lost.before(k.at) {
+				return nil, nil, false
+			}
+			if open == nil {
+				open = map[string]msp.Item{}
+			}
+			open[id], from[id] = p.Item, k.at
+			texts[id] = &strings.Builder{}
+			texts[id].WriteString(deref(p.Item.Text))
 		case msp.NotifyItemDelta:
 			var p msp.ItemDeltaParams
-			if json.Unmarshal(f.Params, &p) != nil {
-				return streamed{}, false
+			if json.Unmarshal(fr.Params, &p) != nil {
+				return nil, nil, false
 			}
-			text(p.ItemID).WriteString(p.Delta)
+			start, ok := from[p.ItemID]
+			if !ok || !start.before(k.at) {
+				continue // a closed item's, or in its saved text already
+			}
+			b := texts[p.ItemID]
+			if b == nil {
+				b = &strings.Builder{}
+				texts[p.ItemID] = b
+			}
+			b.WriteString(p.Delta)
 		}
 	}
 	for id, b := range texts {
-		if it, ok := s.open[id]; ok {
+		if it, ok := open[id]; ok {
 			t := b.String()
 			it.Text = &t
-			s.open[id] = it
+			open[id] = it
 			continue
 		}
-		if s.tails == nil {
-			s.tails = map[string]string{}
+		if tails == nil {
+			tails = map[string]string{}
 		}
-		s.tails[id] = b.String()
+		tails[id] = b.String()
 	}
-	return s, true
+	return open, tails, true
 }

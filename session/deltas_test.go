@@ -6,11 +6,12 @@ import (
 	"mspd/schema/msp"
 )
 
-// TestStreamedAfterNeedsEveryEvent: the open items' text after a head is
-// rebuilt from the ephemeral events kept at it (an answer opened on one,
-// text appended to items the log holds), and not at all once any of them
-// was let go or missed: the text would have a hole.
-func TestStreamedAfterNeedsEveryEvent(t *testing.T) {
+// TestRebuildNeedsEveryEvent: a follower's open items are rebuilt from the
+// ephemeral events it kept: an answer opened on one (whole), text
+// appended to an item the log holds open after its last record (a tail,
+// across later heads), nothing for items the log has closed or saved
+// since; and not at all once an event after such a start may be missing.
+func TestRebuildNeedsEveryEvent(t *testing.T) {
 	frame := func(method string, p any) []byte {
 		raw, err := msp.Marshal(p)
 		if err != nil {
@@ -18,29 +19,45 @@ func TestStreamedAfterNeedsEveryEvent(t *testing.T) {
 		}
 		return msp.EncodeNotification(method, raw, 0)
 	}
+	delta := func(id, text string) []byte {
+		return frame(msp.NotifyItemDelta, msp.ItemDeltaParams{ItemID: id, Delta: text})
+	}
+	started := func(id string) []byte {
+		return frame(msp.NotifyItemStarted, &msp.ItemParams{Item: msp.Item{ItemID: id, Kind: msp.ItemAgentMessage, Revision: 1, Status: msp.ItemInProgress}})
+	}
+	saved := "saved "
+	f := folded{
+		items: []msp.Item{
+			{ItemID: "b", Kind: msp.ItemAgentMessage, Revision: 2, Status: msp.ItemInProgress, Text: &saved},
+			{ItemID: "done", Kind: msp.ItemAgentMessage, Revision: 3, Status: msp.ItemCompleted},
+		},
+		openAt: map[string]int64{"b": 4},
+	}
 	var l deltaLog
-	l.add(cursor{seq: 4, sub: 1}, msp.NotifyItemDelta, frame(msp.NotifyItemDelta, msp.ItemDeltaParams{ItemID: "old", Delta: "before the head"}))
-	l.add(cursor{seq: 5, sub: 1}, msp.NotifyItemStarted, frame(msp.NotifyItemStarted, &msp.ItemParams{Item: msp.Item{ItemID: "a", Kind: msp.ItemAgentMessage, Revision: 1, Status: msp.ItemInProgress}}))
-	l.add(cursor{seq: 5, sub: 2}, msp.NotifyItemDelta, frame(msp.NotifyItemDelta, msp.ItemDeltaParams{ItemID: "a", Delta: "x"}))
-	l.add(cursor{seq: 5, sub: 3}, msp.NotifyItemDelta, frame(msp.NotifyItemDelta, msp.ItemDeltaParams{ItemID: "b", Delta: "y"}))
-	l.add(cursor{seq: 5, sub: 4}, msp.NotifyItemDelta, frame(msp.NotifyItemDelta, msp.ItemDeltaParams{ItemID: "a", Delta: "z"}))
-	streamedAfter := func(head int64) (streamed, bool) {
-		kept, ok := l.after(head)
-		if !ok {
-			return streamed{}, false
-		}
-		return streamedIn(kept)
+	l.add(cursor{seq: 3, sub: 1}, msp.NotifyItemDelta, delta("b", "in the saved text "))
+	l.add(cursor{seq: 3, sub: 2}, msp.NotifyItemDelta, delta("done", "closed since"))
+	l.add(cursor{seq: 4, sub: 1}, msp.NotifyItemDelta, delta("b", "after "))
+	l.add(cursor{seq: 5, sub: 1}, msp.NotifyItemStarted, started("a")) // record 5: another command's
+	l.add(cursor{seq: 5, sub: 2}, msp.NotifyItemDelta, delta("a", "x"))
+	l.add(cursor{seq: 6, sub: 1}, msp.NotifyItemDelta, delta("b", "and more"))
+	l.add(cursor{seq: 6, sub: 2}, msp.NotifyItemDelta, delta("a", "z"))
+	open, tails, ok := l.snapshot().rebuild(f)
+	if !ok || len(open) != 1 || deref(open["a"].Text) != "xz" || len(tails) != 1 || tails["b"] != "after and more" {
+		t.Fatalf("rebuild = open %+v (a's text %q), tails %q, %v; want a opened with %q and %q after b's saved text",
+			open, deref(open["a"].Text), tails, ok, "xz", "after and more")
 	}
-	s, ok := streamedAfter(5)
-	if !ok || len(s.open) != 1 || deref(s.open["a"].Text) != "xz" || s.open["a"].Status != msp.ItemInProgress ||
-		len(s.tails) != 1 || s.tails["b"] != "y" {
-		t.Fatalf("streamedAfter(5) = %+v (a's text %q), %v; want a opened with %q and %q appended to b", s, deref(s.open["a"].Text), ok, "xz", "y")
+	l.lose(cursor{seq: 5, sub: 1}) // after b's last record: b's text may have a hole
+	if _, _, ok := l.snapshot().rebuild(f); ok {
+		t.Fatal("rebuilt although an event after b's last record was lost")
 	}
-	l.lose(cursor{seq: 5, sub: 2}) // a follower missed a delta
-	if _, ok := streamedAfter(5); ok {
-		t.Fatal("streamedAfter(5) rebuilt the text although a delta after the head was lost")
+	f.openAt = map[string]int64{}
+	f.items = f.items[1:] // b closed: only a's start matters, and it is kept
+	l.lost = cursor{seq: 4, sub: 9}
+	if open, _, ok := l.snapshot().rebuild(f); !ok || deref(open["a"].Text) != "xz" {
+		t.Fatalf("with nothing lost after a's start: open %+v, %v", open, ok)
 	}
-	if s, ok := streamedAfter(6); !ok || s.open != nil || s.tails != nil {
-		t.Fatalf("streamedAfter(6) = %+v, %v; want nothing streamed after a later head", s, ok)
+	l.lost = cursor{seq: 5, sub: 1}
+	if _, _, ok := l.snapshot().rebuild(f); ok {
+		t.Fatal("rebuilt although events up to a's start were lost")
 	}
 }

@@ -17,13 +17,14 @@ type folded struct {
 	history    []provider.Message
 	items      []msp.Item
 	open       map[string]msp.Item
+	openAt     map[string]int64 // an open item's last record (its text is saved through it)
 	cumulative msp.CumulativeTokenUsage
 }
 
 // fold replays a session's log from the start, through record through
 // (0: to its end).
 func fold(ctx context.Context, st store.Store, id string, through int64) (folded, error) {
-	f := folded{open: make(map[string]msp.Item)}
+	f := folded{open: make(map[string]msp.Item), openAt: make(map[string]int64)}
 	index := make(map[string]int)
 	var after int64
 	for {
@@ -51,17 +52,18 @@ func fold(ctx context.Context, st store.Store, id string, through int64) (folded
 				}
 				switch r.Method {
 				case msp.NotifyItemStarted:
-					f.open[p.Item.ItemID] = p.Item
+					f.open[p.Item.ItemID], f.openAt[p.Item.ItemID] = p.Item, r.Seq
 					continue
 				case msp.NotifyItemUpdated:
 					// An answer that opened on an ephemeral event is
 					// first seen here, when its text is saved.
 					if _, ok := f.open[p.Item.ItemID]; ok || !seen {
-						f.open[p.Item.ItemID] = p.Item
+						f.open[p.Item.ItemID], f.openAt[p.Item.ItemID] = p.Item, r.Seq
 					}
 					continue
 				}
 				delete(f.open, p.Item.ItemID)
+				delete(f.openAt, p.Item.ItemID)
 				if m, ok := historyMessage(p.Item); ok {
 					f.history = append(f.history, m)
 				}

@@ -178,7 +178,7 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 			ViewCursor:      durableCursor(id, cut),
 		}
 		if !p.ExcludeItems {
-			if snap.History, err = m.inlineHistory(ctx, id, cut, streamed{}); err != nil {
+			if snap.History, _, err = m.inlineHistory(ctx, id, cut, streamed{}); err != nil {
 				return nil, err
 			}
 		}

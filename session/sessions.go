@@ -203,8 +203,6 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	wire := s.st.wire(s.id, m.cfg.LogPath)
 	at := cursor{session: s.id, seq: s.head}
 	var live streamed
-	var kept []keptDelta // a follower's, after its head
-	follower := false    // and complete
 	if inline && s.leader {
 		live.open = make(map[string]msp.Item, len(s.open))
 		for id, oi := range s.open {
@@ -212,19 +210,11 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 			it.Text = &text
 			live.open[id] = it
 		}
-		at.sub = s.sub
 	} else if inline {
-		if kept, follower = s.deltas.after(s.head); follower {
-			at.sub = s.sub
-		}
+		live = s.deltas.snapshot()
 	}
+	at.sub = s.sub
 	s.mu.Unlock()
-	if follower {
-		var ok bool
-		if live, ok = streamedIn(kept); !ok {
-			live, at.sub = streamed{}, 0
-		}
-	}
 	snap := msp.SessionSnapshot{
 		History:         msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: noneReason, Snapshot: json.RawMessage("null")},
 		PendingRequests: []msp.PendingRequest{},
@@ -234,12 +224,12 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	if !inline {
 		return snap, nil
 	}
-	h, err := m.inlineHistory(ctx, s.id, at.seq, live)
+	h, whole, err := m.inlineHistory(ctx, s.id, at.seq, live)
 	if err != nil {
 		return snap, err
 	}
 	snap.History = h
-	if h.Mode == msp.HistoryInline {
+	if h.Mode == msp.HistoryInline && whole {
 		snap.ViewCursor = at.String()
 	}
 	return snap, nil
@@ -248,18 +238,25 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 // inlineHistory folds a session's items through record through for a
 // resume, a read or a fork, with the items still open as streamed so far
 // (live); past the history budget the history is left for the client to
-// page.
-func (m *Manager) inlineHistory(ctx context.Context, id string, through int64, live streamed) (msp.SessionHistory, error) {
+// page. whole is false when a follower's items are the log's alone,
+// because some of what streamed after it may be missing.
+func (m *Manager) inlineHistory(ctx context.Context, id string, through int64, live streamed) (h msp.SessionHistory, whole bool, err error) {
 	none := msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: msp.NoneHistoryBudget, Snapshot: json.RawMessage("null")}
 	f, err := fold(ctx, m.store, id, through)
 	if err != nil {
-		return none, msp.ErrInternal("reading session log: %v", err)
+		return none, false, msp.ErrInternal("reading session log: %v", err)
 	}
-	open := live.open
+	open, whole := live.open, true
+	var tails map[string]string
+	if live.follower {
+		if open, tails, whole = live.rebuild(f); !whole {
+			open, tails = nil, nil
+		}
+	}
 	for i := range f.items {
 		it := &f.items[i]
 		if it.Status == msp.ItemInProgress {
-			if tail, ok := live.tails[it.ItemID]; ok {
+			if tail, ok := tails[it.ItemID]; ok {
 				text := deref(it.Text) + tail
 				it.Text = &text
 			}
@@ -275,12 +272,12 @@ func (m *Manager) inlineHistory(ctx context.Context, id string, through int64, l
 		f.items = append(f.items, it) // items stream one at a time: it is the last
 	}
 	if encoded, err := msp.Marshal(f.items); err != nil || len(encoded) > m.cfg.HistoryBudget {
-		return none, nil
+		return none, whole, nil
 	}
 	if f.items == nil {
 		f.items = []msp.Item{}
 	}
-	return msp.SessionHistory{Items: f.items, Mode: msp.HistoryInline, Snapshot: json.RawMessage("null")}, nil
+	return msp.SessionHistory{Items: f.items, Mode: msp.HistoryInline, Snapshot: json.RawMessage("null")}, whole, nil
 }
 
 // ListSessions serves session/list: newest first, paged.
