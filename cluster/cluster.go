@@ -351,6 +351,7 @@ const (
 	hCursor    = "Mspd-Cursor"
 	hSeq       = "Mspd-Seq"
 	hSub       = "Mspd-Sub"
+	hPrev      = "Mspd-Prev"
 	hDurable   = "Mspd-Durable"
 	hPrincipal = "Mspd-Principal"
 	hNode      = "Mspd-Node"
@@ -363,12 +364,15 @@ func (c *Cluster) eventSubject(sessionID string) string {
 func (c *Cluster) listSubject() string { return c.opts.Subject + ".lists" }
 
 // Publish implements session.Cluster.
-func (c *Cluster) Publish(sessionID string, n session.Notification, seq, sub int64) {
+func (c *Cluster) Publish(sessionID string, n session.Notification, at session.Position) {
 	msg := &nats.Msg{Subject: c.eventSubject(sessionID), Data: n.Frame, Header: nats.Header{}}
 	msg.Header.Set(hMethod, n.Method)
 	msg.Header.Set(hCursor, n.Cursor)
-	msg.Header.Set(hSeq, strconv.FormatInt(seq, 10))
-	msg.Header.Set(hSub, strconv.FormatInt(sub, 10))
+	msg.Header.Set(hSeq, strconv.FormatInt(at.Seq, 10))
+	msg.Header.Set(hSub, strconv.FormatInt(at.Sub, 10))
+	if at.Prev > 0 {
+		msg.Header.Set(hPrev, strconv.FormatInt(at.Prev, 10))
+	}
 	if n.Durable {
 		msg.Header.Set(hDurable, "1")
 	}
@@ -379,12 +383,14 @@ func (c *Cluster) Publish(sessionID string, n session.Notification, seq, sub int
 
 // Follow implements session.Cluster. NATS hands one subscription's
 // messages over in order, one at a time.
-func (c *Cluster) Follow(sessionID string, fn func(session.Notification, int64, int64)) func() {
+func (c *Cluster) Follow(sessionID string, fn func(session.Notification, session.Position)) func() {
 	sub, err := c.nc.Subscribe(c.eventSubject(sessionID), func(msg *nats.Msg) {
-		seq, _ := strconv.ParseInt(msg.Header.Get(hSeq), 10, 64)
-		pos, _ := strconv.ParseInt(msg.Header.Get(hSub), 10, 64)
+		var at session.Position
+		at.Seq, _ = strconv.ParseInt(msg.Header.Get(hSeq), 10, 64)
+		at.Sub, _ = strconv.ParseInt(msg.Header.Get(hSub), 10, 64)
+		at.Prev, _ = strconv.ParseInt(msg.Header.Get(hPrev), 10, 64) // absent from older nodes: 0
 		fn(session.Notification{SessionID: sessionID, Method: msg.Header.Get(hMethod), Cursor: msg.Header.Get(hCursor),
-			Frame: msg.Data, Durable: msg.Header.Get(hDurable) == "1"}, seq, pos)
+			Frame: msg.Data, Durable: msg.Header.Get(hDurable) == "1"}, at)
 	})
 	if err != nil {
 		c.log.Warn("following a session", "session", sessionID, "err", err)

@@ -39,16 +39,29 @@ type Cluster interface {
 	// the result, or an *msp.Error.
 	Forward(ctx context.Context, leader string, cmd Command) (json.RawMessage, error)
 	// Publish sends a notification of a session this node leads to the
-	// nodes following it; seq and sub are its position (sub 0: durable).
-	Publish(sessionID string, n Notification, seq, sub int64)
+	// nodes following it, at its position.
+	Publish(sessionID string, n Notification, at Position)
 	// Follow calls fn with every notification published for a session
 	// until the returned stop is called.
-	Follow(sessionID string, fn func(n Notification, seq, sub int64)) (stop func())
+	Follow(sessionID string, fn func(n Notification, at Position)) (stop func())
 	// PublishList and FollowLists carry session-list news (session/started,
 	// session/listChanged, session/deleteCompleted) of a principal to the
 	// other nodes' list-taking connections.
 	PublishList(principal string, n Notification)
 	FollowLists(fn func(principal string, n Notification)) (stop func())
+}
+
+// Position is where a published notification stands in its session's
+// view.
+type Position struct {
+	// Seq and Sub are its view position: Sub 0 for durable record Seq,
+	// else the Sub-th ephemeral event after it.
+	Seq, Sub int64
+	// Prev, on the first record of a commit, is the last sub-position the
+	// leader handed out after record Seq-1 (0: none). A follower that got
+	// fewer of them lost the rest: nothing else tells it, since the next
+	// event it gets is durable.
+	Prev int64
 }
 
 // Command is a state-changing request forwarded to a session's leader.
@@ -201,7 +214,8 @@ func (s *session) catchUpLocked(ctx context.Context, from int64) error {
 // the store first; ephemeral events missed on the way (a slow follower's
 // messages are dropped) are gone, and its readers are told with a
 // view/gap.
-func (s *session) ingest(n Notification, seq, sub int64) {
+func (s *session) ingest(n Notification, pos Position) {
+	seq, sub := pos.Seq, pos.Sub
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.leader || s.deleted {
@@ -242,6 +256,10 @@ func (s *session) ingest(n Notification, seq, sub int64) {
 		s.deltas.add(at, n.Method, n.Frame)
 		s.fanOutLocked(n)
 		return
+	}
+	if pos.Prev > s.sub && seq == s.head+1 {
+		// The last ephemeral events before this record never came.
+		s.missedLocked(cursor{session: s.id, seq: s.head, sub: s.sub}, cursor{session: s.id, seq: s.head, sub: pos.Prev + 1})
 	}
 	s.head, s.sub = seq, 0
 	switch n.Method {
@@ -312,9 +330,9 @@ func (m *Manager) forget(s *session) {
 
 // publishLocked sends a notification of a session this node leads to its
 // followers. s.mu must be held.
-func (s *session) publishLocked(n Notification, seq, sub int64) {
+func (s *session) publishLocked(n Notification, at Position) {
 	if c := s.m.cfg.Cluster; c != nil && s.leader {
-		c.Publish(s.id, n, seq, sub)
+		c.Publish(s.id, n, at)
 	}
 }
 

@@ -23,7 +23,7 @@ type memHub struct {
 	mu        sync.Mutex
 	leases    map[string]string // session → node
 	managers  map[string]*Manager
-	followers map[string]map[int]func(Notification, int64, int64)
+	followers map[string]map[int]func(Notification, Position)
 	lists     map[int]memListFollower
 	next      int
 	down      map[string]bool // nodes that died: cut off from the rest
@@ -36,7 +36,7 @@ type memListFollower struct {
 
 func newMemHub() *memHub {
 	return &memHub{leases: map[string]string{}, managers: map[string]*Manager{},
-		followers: map[string]map[int]func(Notification, int64, int64){}, lists: map[int]memListFollower{},
+		followers: map[string]map[int]func(Notification, Position){}, lists: map[int]memListFollower{},
 		down: map[string]bool{}}
 }
 
@@ -107,28 +107,28 @@ func (c memNode) Forward(ctx context.Context, leader string, cmd Command) (json.
 	return m.Serve(ctx, cmd)
 }
 
-func (c memNode) Publish(id string, n Notification, seq, sub int64) {
+func (c memNode) Publish(id string, n Notification, at Position) {
 	if c.isDown() {
 		return
 	}
 	c.h.mu.Lock()
-	var fns []func(Notification, int64, int64)
+	var fns []func(Notification, Position)
 	for _, fn := range c.h.followers[id] {
 		fns = append(fns, fn)
 	}
 	c.h.mu.Unlock()
 	for _, fn := range fns {
-		fn(n, seq, sub)
+		fn(n, at)
 	}
 }
 
-func (c memNode) Follow(id string, fn func(Notification, int64, int64)) func() {
+func (c memNode) Follow(id string, fn func(Notification, Position)) func() {
 	c.h.mu.Lock()
 	defer c.h.mu.Unlock()
 	c.h.next++
 	k := c.h.next
 	if c.h.followers[id] == nil {
-		c.h.followers[id] = map[int]func(Notification, int64, int64){}
+		c.h.followers[id] = map[int]func(Notification, Position){}
 	}
 	c.h.followers[id][k] = fn
 	return func() {
@@ -334,16 +334,16 @@ type lagNode struct {
 	q    []func()
 }
 
-func (c *lagNode) Follow(id string, fn func(Notification, int64, int64)) func() {
-	return c.memNode.Follow(id, func(n Notification, seq, sub int64) {
+func (c *lagNode) Follow(id string, fn func(Notification, Position)) func() {
+	return c.memNode.Follow(id, func(n Notification, at Position) {
 		c.mu.Lock()
 		if c.hold {
-			c.q = append(c.q, func() { fn(n, seq, sub) })
+			c.q = append(c.q, func() { fn(n, at) })
 			c.mu.Unlock()
 			return
 		}
 		c.mu.Unlock()
-		fn(n, seq, sub)
+		fn(n, at)
 	})
 }
 
@@ -417,11 +417,11 @@ func TestFollowerResumedAheadOfItself(t *testing.T) {
 // follower's messages.
 type dropNode struct{ memNode }
 
-func (c dropNode) Publish(id string, n Notification, seq, sub int64) {
+func (c dropNode) Publish(id string, n Notification, at Position) {
 	if n.Method == msp.NotifyItemStarted {
 		return
 	}
-	c.memNode.Publish(id, n, seq, sub)
+	c.memNode.Publish(id, n, at)
 }
 
 // TestFollowerToldOfEphemeralEventsItMissed: a follower that never got an
@@ -616,5 +616,69 @@ func TestFollowerReadAcrossAnotherCommandsRecord(t *testing.T) {
 	fa.end(t)
 	if want := "agentMessage/inProgress:one two three four five six"; lastItem(sb) != want || sb.ViewCursor != sa.ViewCursor {
 		t.Fatalf("a saved answer streamed on across a rename: leader %q at %s, follower %q at %s; want %q", lastItem(sa), sa.ViewCursor, lastItem(sb), sb.ViewCursor, want)
+	}
+}
+
+// muteNode drops the deltas it publishes while muted, as NATS drops a
+// slow follower's messages.
+type muteNode struct {
+	memNode
+	muted *atomic.Bool
+}
+
+func (c muteNode) Publish(id string, n Notification, at Position) {
+	if c.muted.Load() && n.Method == msp.NotifyItemDelta {
+		return
+	}
+	c.memNode.Publish(id, n, at)
+}
+
+// TestFollowerToldOfTheLastEphemeralEventsItMissed: a follower that lost
+// the last deltas before a record (the next thing it gets is durable: a
+// rename) learns it from the record: its reader in the middle of the
+// answer gets a view/gap, and its snapshot does not pass the answer's
+// partial text off as whole.
+func TestFollowerToldOfTheLastEphemeralEventsItMissed(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	h := newMemHub()
+	feed := make(chan string)
+	var muted atomic.Bool
+	a := startQuietNode(t, muteNode{memNode{h, "a"}, &muted}, st, pacedModel{feed: feed})
+	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	onB := newRecSub()
+	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
+		t.Fatal(err)
+	}
+	ack := startTurn(t, a, textTurn(sid, "go"))
+	feed <- "one "
+	onB.waitCount(t, msp.NotifyItemDelta, 1)
+	muted.Store(true)
+	feed <- "two "
+	onA.waitCount(t, msp.NotifyItemDelta, 2)
+	muted.Store(false)
+	if _, err := a.RenameSession(ctx, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "x"})); err != nil {
+		t.Fatal(err)
+	}
+	onB.waitCount(t, msp.NotifySessionNameChanged, 2) // the first came with the turn
+	got := onB.all()
+	i := slices.IndexFunc(got, func(n Notification) bool {
+		return n.Method == msp.NotifySessionNameChanged && n.Cursor == got[len(got)-1].Cursor
+	})
+	if i < 1 || got[i-1].Method != msp.NotifyViewGap {
+		t.Fatalf("reader on b: %v; want a view/gap right before the rename", methodsOf(got))
+	}
+	no := false
+	raw, err := b.ReadSession(ctx, mustJSON(msp.SessionReadParams{SessionID: sid, ExcludeItems: &no}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := raw.(msp.SessionSnapshot)
+	close(feed)
+	onB.waitTerminal(t, ack.TurnID)
+	if got := lastItem(snap); strings.HasPrefix(got, string(msp.ItemAgentMessage)) {
+		t.Fatalf("the follower's snapshot shows %q at %s, though it missed part of the answer", got, snap.ViewCursor)
 	}
 }

@@ -418,7 +418,7 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 	}
 	m.listeners.deliver(owner, func(sub Subscriber) bool { return told[sub] }, n)
 	if c := m.cfg.Cluster; c != nil {
-		c.Publish(s.id, n, 0, 0) // the followers' subscribers
+		c.Publish(s.id, n, Position{}) // the followers' subscribers
 		c.PublishList(owner, n)
 	}
 }

@@ -139,6 +139,7 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 		return nil
 	}
 	s.head += int64(len(evs))
+	prev := s.sub // the ephemeral events the first record follows
 	s.sub = 0
 	for _, ev := range evs {
 		s.m.stats.observe(ev.params)
@@ -153,7 +154,8 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 			Durable:   true,
 		}
 		s.fanOutLocked(n)
-		s.publishLocked(n, rec.Seq, 0)
+		s.publishLocked(n, Position{Seq: rec.Seq, Prev: prev})
+		prev = 0
 	}
 	return nil
 }
@@ -271,7 +273,7 @@ func (s *session) sendEphemeralLocked(at cursor, c, method string, params []byte
 	}
 	s.deltas.add(at, method, n.Frame)
 	s.fanOutLocked(n)
-	s.publishLocked(n, at.seq, at.sub)
+	s.publishLocked(n, Position{Seq: at.seq, Sub: at.sub})
 }
 
 // emitLocked appends a running turn's events in one commit (with st, when
