@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"mspd/schema/msp"
@@ -236,6 +237,10 @@ func (s *session) ingest(n Notification, pos Position) {
 		through = seq // and the one an ephemeral event follows
 	}
 	if through > s.head {
+		// Messages were dropped: whatever ephemeral events came among the
+		// records to catch up are gone too, and nothing says whether any
+		// did. Readers are told before the first of those records.
+		s.missedLocked(cursor{session: s.id, seq: s.head, sub: s.sub}, cursor{session: s.id, seq: through - 1, sub: math.MaxInt64})
 		head := s.head
 		s.head = through
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -250,7 +255,7 @@ func (s *session) ingest(n Notification, pos Position) {
 	}
 	if sub > 0 {
 		if sub > s.sub+1 {
-			s.missedLocked(cursor{session: s.id, seq: seq, sub: s.sub}, at)
+			s.missedLocked(cursor{session: s.id, seq: seq, sub: s.sub}, cursor{session: s.id, seq: seq, sub: sub - 1})
 		}
 		s.sub = sub
 		s.deltas.add(at, n.Method, n.Frame)
@@ -259,7 +264,7 @@ func (s *session) ingest(n Notification, pos Position) {
 	}
 	if pos.Prev > s.sub && seq == s.head+1 {
 		// The last ephemeral events before this record never came.
-		s.missedLocked(cursor{session: s.id, seq: s.head, sub: s.sub}, cursor{session: s.id, seq: s.head, sub: pos.Prev + 1})
+		s.missedLocked(cursor{session: s.id, seq: s.head, sub: s.sub}, cursor{session: s.id, seq: s.head, sub: pos.Prev})
 	}
 	s.head, s.sub = seq, 0
 	switch n.Method {
@@ -270,15 +275,19 @@ func (s *session) ingest(n Notification, pos Position) {
 	s.fanOutLocked(n)
 }
 
-// missedLocked notes that the ephemeral events after last and before next
-// never reached this follower: they are lost for its resuming readers,
-// and its subscribers, which got everything up to last, get a view/gap
-// before next. s.mu must be held.
-func (s *session) missedLocked(last, next cursor) {
-	s.deltas.lose(cursor{session: s.id, seq: next.seq, sub: next.sub - 1})
+// missedLocked notes that the ephemeral events after last, through
+// through, never reached this follower: they are lost for its resuming
+// readers, and its subscribers, which got everything up to last, get a
+// view/gap before the next event. s.mu must be held.
+func (s *session) missedLocked(last, through cursor) {
+	s.deltas.lose(through)
 	for sub := range s.subs {
-		if _, due := s.gapsDue[sub]; due {
-			continue // reported with the next event already
+		if g, due := s.gapsDue[sub]; due {
+			// Reported with the next event already, from where the
+			// reader is; it now must be, whatever that event is.
+			g.midItem = true
+			s.gapsDue[sub] = g
+			continue
 		}
 		s.gapsDue[sub] = dueGap{after: last.String(), midItem: true}
 	}

@@ -108,8 +108,11 @@ func (l *deltaLog) snapshot() streamed {
 // rebuild gives a follower's open items as far as they streamed: each
 // item the log holds open (f) with the text kept after its last record
 // appended (tails, by item id), and each answer that opened on a kept
-// ephemeral event, whole (open). ok is false when any of that text may be
-// missing: an event after such a start was let go or never arrived.
+// ephemeral event since the last attempt ended, whole (open; one from
+// before that belongs to an attempt a stopped leader never closed). ok is
+// false when any of that text may be missing: an event after such a
+// start was let go or never arrived, or a delta's item is unknown (its
+// start was).
 func (s streamed) rebuild(f folded) (open map[string]msp.Item, tails map[string]string, ok bool) {
 	from := make(map[string]cursor, len(f.openAt)) // where each open item's text goes on
 	for id, seq := range f.openAt {
@@ -135,8 +138,8 @@ func (s streamed) rebuild(f folded) (open map[string]msp.Item, tails map[string]
 				return nil, nil, false
 			}
 			id := p.Item.ItemID
-			if known[id] {
-				continue // saved or closed since: the log's state supersedes it
+			if known[id] || k.at.seq < f.attemptEnd {
+				continue // saved or closed since, or its attempt ended: the log's state supersedes it
 			}
 			if !s.lost.before(k.at) {
 				return nil, nil, false
@@ -153,8 +156,11 @@ func (s streamed) rebuild(f folded) (open map[string]msp.Item, tails map[string]
 				return nil, nil, false
 			}
 			start, ok := from[p.ItemID]
-			if !ok || !start.before(k.at) {
-				continue // a closed item's, or in its saved text already
+			switch {
+			case !ok && !known[p.ItemID] && k.at.seq >= f.attemptEnd:
+				return nil, nil, false // its item's start never came, or was let go
+			case !ok || !start.before(k.at):
+				continue // a closed item's, an ended attempt's, or in its saved text already
 			}
 			b := texts[p.ItemID]
 			if b == nil {

@@ -10,7 +10,8 @@ import (
 // ephemeral events it kept: an answer opened on one (whole), text
 // appended to an item the log holds open after its last record (a tail,
 // across later heads), nothing for items the log has closed or saved
-// since; and not at all once an event after such a start may be missing.
+// since or whose attempt ended; and not at all once an event after such
+// a start may be missing, or a delta's item never started.
 func TestRebuildNeedsEveryEvent(t *testing.T) {
 	frame := func(method string, p any) []byte {
 		raw, err := msp.Marshal(p)
@@ -51,7 +52,7 @@ func TestRebuildNeedsEveryEvent(t *testing.T) {
 		t.Fatal("rebuilt although an event after b's last record was lost")
 	}
 	f.openAt = map[string]int64{}
-	f.items = f.items[1:] // b closed: only a's start matters, and it is kept
+	f.items[0].Status = msp.ItemCompleted // b closed: only a's start matters, and it is kept
 	l.lost = cursor{seq: 4, sub: 9}
 	if open, _, ok := l.snapshot().rebuild(f); !ok || deref(open["a"].Text) != "xz" {
 		t.Fatalf("with nothing lost after a's start: open %+v, %v", open, ok)
@@ -59,5 +60,16 @@ func TestRebuildNeedsEveryEvent(t *testing.T) {
 	l.lost = cursor{seq: 5, sub: 1}
 	if _, _, ok := l.snapshot().rebuild(f); ok {
 		t.Fatal("rebuilt although events up to a's start were lost")
+	}
+	l.lost = cursor{}
+	f.attemptEnd = 7 // a retry notice after a's events: a stopped leader's attempt
+	if open, _, ok := l.snapshot().rebuild(f); !ok || open != nil {
+		t.Fatalf("an answer of an ended attempt: open %+v, %v; want none", open, ok)
+	}
+	f.attemptEnd = 0
+	l.kept = l.kept[:3] // a's start let go, its deltas kept
+	l.add(cursor{seq: 6, sub: 2}, msp.NotifyItemDelta, delta("a", "z"))
+	if _, _, ok := l.snapshot().rebuild(f); ok {
+		t.Fatal("rebuilt although a delta's item never started here")
 	}
 }

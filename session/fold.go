@@ -18,6 +18,7 @@ type folded struct {
 	items      []msp.Item
 	open       map[string]msp.Item
 	openAt     map[string]int64 // an open item's last record (its text is saved through it)
+	attemptEnd int64            // the last record that ended an attempt (a retry notice, a terminal)
 	cumulative msp.CumulativeTokenUsage
 }
 
@@ -67,6 +68,8 @@ func fold(ctx context.Context, st store.Store, id string, through int64) (folded
 				if m, ok := historyMessage(p.Item); ok {
 					f.history = append(f.history, m)
 				}
+			case msp.NotifyTurnRetryScheduled, msp.NotifyTurnModelRetryScheduled, msp.NotifyTurnCompleted:
+				f.attemptEnd = r.Seq
 			case msp.NotifySessionTokenUsage:
 				var p msp.SessionTokenUsageParams
 				if err := json.Unmarshal(r.Params, &p); err != nil {

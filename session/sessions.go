@@ -192,8 +192,10 @@ func (m *Manager) ReadSession(ctx context.Context, raw json.RawMessage) (any, er
 // include the answer streaming now, as far as it has streamed (on a
 // follower, as far as it has reached it), and the cursor returned is that
 // far: a client that subscribes after it gets the rest of the stream, not
-// the part its items hold already. A follower that missed part of the
-// stream gives the log's items through its head, and its head.
+// the part its items hold already. A follower that may have missed part
+// of the stream gives the log's items where the log stands before the
+// hole, and that durable cursor: the subscription from it replays the
+// records after it and reports the hole.
 func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneReason string) (msp.SessionSnapshot, error) {
 	s.mu.Lock()
 	if err := s.freshLocked(ctx); err != nil {
@@ -225,11 +227,19 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 		return snap, nil
 	}
 	h, whole, err := m.inlineHistory(ctx, s.id, at.seq, live)
+	if err == nil && !whole {
+		// Some of what streamed may be missing: the items stand where the
+		// log does before the hole, and a subscription from there replays
+		// the rest and reports the hole itself.
+		at = cursor{session: s.id, seq: min(at.seq, max(live.lost.seq, 1))}
+		snap.ViewCursor = at.String()
+		h, _, err = m.inlineHistory(ctx, s.id, at.seq, streamed{})
+	}
 	if err != nil {
 		return snap, err
 	}
 	snap.History = h
-	if h.Mode == msp.HistoryInline && whole {
+	if h.Mode == msp.HistoryInline {
 		snap.ViewCursor = at.String()
 	}
 	return snap, nil

@@ -1,0 +1,331 @@
+package session
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"mspd/schema/msp"
+)
+
+// filterNode drops what it publishes while drop says so.
+type filterNode struct {
+	memNode
+	mu   *sync.Mutex
+	drop *func(Notification, Position) bool
+}
+
+// newFilterNode is node on h, dropping nothing until set.
+func newFilterNode(h *memHub, node string) filterNode {
+	f := func(Notification, Position) bool { return false }
+	return filterNode{memNode{h, node}, &sync.Mutex{}, &f}
+}
+
+// set makes f decide what is dropped from now on.
+func (c filterNode) set(f func(Notification, Position) bool) {
+	c.mu.Lock()
+	*c.drop = f
+	c.mu.Unlock()
+}
+
+func (c filterNode) Publish(id string, n Notification, at Position) {
+	c.mu.Lock()
+	d := (*c.drop)(n, at)
+	c.mu.Unlock()
+	if d {
+		return
+	}
+	c.memNode.Publish(id, n, at)
+}
+
+// readSnap is session/read with items, on m.
+func readSnap(t *testing.T, m *Manager, sid string) msp.SessionSnapshot {
+	t.Helper()
+	no := false
+	raw, err := m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid, ExcludeItems: &no}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw.(msp.SessionSnapshot)
+}
+
+// checkClientView subscribes on m from snap's cursor and, once one more
+// delta arrived (more sends it), checks the client's view: every delta's
+// item is in the snapshot (or a view/gap came first), and the answer's
+// text equals the leader's (or a view/gap came).
+func checkClientView(t *testing.T, m *Manager, sid string, snap msp.SessionSnapshot, more func(), leaderText func() string) {
+	t.Helper()
+	r := newRecSub()
+	if err := m.Subscribe(context.Background(), r, sid, &snap.ViewCursor); err != nil {
+		t.Fatal(err)
+	}
+	more()
+	r.waitCount(t, msp.NotifyItemDelta, 1)
+	texts := map[string]string{}
+	for _, it := range snap.History.Items {
+		texts[it.ItemID] = deref(it.Text)
+	}
+	gap := false
+	var answer string
+	for _, n := range r.all() {
+		switch n.Method {
+		case msp.NotifyViewGap:
+			gap = true
+		case msp.NotifyItemStarted:
+			p := params[msp.ItemParams](t, n.Frame)
+			texts[p.Item.ItemID] = deref(p.Item.Text)
+		case msp.NotifyItemDelta:
+			d := params[msp.ItemDeltaParams](t, n.Frame)
+			if _, ok := texts[d.ItemID]; !ok && !gap {
+				t.Errorf("snapshot at %s (items %q): a delta of item %s the client never saw, no view/gap before it", snap.ViewCursor, lastItem(snap), d.ItemID)
+			}
+			texts[d.ItemID] += d.Delta
+			answer = d.ItemID
+		}
+	}
+	if want := leaderText(); texts[answer] != want && !gap {
+		t.Errorf("client's answer %q after resuming at %s, leader's %q, no view/gap", texts[answer], snap.ViewCursor, want)
+	}
+}
+
+// leaderAnswer reads the leader's last item's text.
+func leaderAnswer(t *testing.T, a *Manager, sid string) func() string {
+	return func() string {
+		s := readSnap(t, a, sid)
+		return deref(s.History.Items[len(s.History.Items)-1].Text)
+	}
+}
+
+// TestFollowerHoleBeforeARecordUnsavedAnswer: a follower lost the last
+// deltas before another command's record (it learns so from the record's
+// Prev). Its snapshot then stands where the log does before the hole, and
+// a client resuming from it gets the answer's start, or a view/gap, before
+// any delta of it (review of 321c45f).
+func TestFollowerHoleBeforeARecordUnsavedAnswer(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	h := newMemHub()
+	feed := make(chan string)
+	defer close(feed)
+	na := newFilterNode(h, "a")
+	a := startQuietNode(t, na, st, pacedModel{feed: feed})
+	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	onB := newRecSub()
+	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
+		t.Fatal(err)
+	}
+	startTurn(t, a, textTurn(sid, "go"))
+	feed <- "one "
+	onB.waitCount(t, msp.NotifyItemDelta, 1)
+	na.set(func(n Notification, _ Position) bool { return n.Method == msp.NotifyItemDelta })
+	feed <- "two "
+	onA.waitCount(t, msp.NotifyItemDelta, 2)
+	na.set(func(Notification, Position) bool { return false })
+	if _, err := a.RenameSession(ctx, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "x"})); err != nil {
+		t.Fatal(err)
+	}
+	onB.waitCount(t, msp.NotifySessionNameChanged, 2)
+	snap := readSnap(t, b, sid)
+	t.Logf("follower snapshot: %q at %s", lastItem(snap), snap.ViewCursor)
+	checkClientView(t, b, sid, snap, func() { feed <- "three" }, leaderAnswer(t, a, sid))
+}
+
+// TestFollowerHoleBeforeARecordSavedAnswer: the same for an answer whose
+// text was saved before the hole: the client ends with the leader's text
+// or is told of the hole (review of 321c45f).
+func TestFollowerHoleBeforeARecordSavedAnswer(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	h := newMemHub()
+	feed := make(chan string)
+	defer close(feed)
+	var clock atomic.Int64
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	na := newFilterNode(h, "a")
+	a, err := New(ctx, Config{Store: st, Runner: newTestRunner(pacedModel{feed: feed}), LogPath: "test.db",
+		Logger: slog.New(slog.DiscardHandler), Cluster: na, AdoptInterval: time.Hour,
+		TextCheckpoint: time.Second, Now: func() time.Time { return t0.Add(time.Duration(clock.Load()) * time.Second) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	onB := newRecSub()
+	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
+		t.Fatal(err)
+	}
+	startTurn(t, a, textTurn(sid, "go"))
+	feed <- "one "
+	onB.waitCount(t, msp.NotifyItemDelta, 1)
+	clock.Add(2)
+	feed <- "two "
+	onB.waitCount(t, msp.NotifyItemUpdated, 1)
+	onB.waitCount(t, msp.NotifyItemDelta, 2)
+	na.set(func(n Notification, _ Position) bool { return n.Method == msp.NotifyItemDelta })
+	feed <- "three "
+	onA.waitCount(t, msp.NotifyItemDelta, 3)
+	na.set(func(Notification, Position) bool { return false })
+	if _, err := a.RenameSession(ctx, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "x"})); err != nil {
+		t.Fatal(err)
+	}
+	onB.waitCount(t, msp.NotifySessionNameChanged, 2)
+	snap := readSnap(t, b, sid)
+	t.Logf("follower snapshot: %q at %s", lastItem(snap), snap.ViewCursor)
+	checkClientView(t, b, sid, snap, func() { feed <- "four" }, leaderAnswer(t, a, sid))
+}
+
+// TestFollowerMissedTheAnswersStart: the answer's ephemeral item/started
+// never reached the follower: its snapshot is not passed off as whole
+// without the answer (review of 2118022).
+func TestFollowerMissedTheAnswersStart(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	h := newMemHub()
+	feed := make(chan string)
+	defer close(feed)
+	a := startQuietNode(t, dropNode{memNode{h, "a"}}, st, pacedModel{feed: feed})
+	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
+	sid := startSession(t, a, newRecSub())
+	onB := newRecSub()
+	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
+		t.Fatal(err)
+	}
+	startTurn(t, a, textTurn(sid, "go"))
+	feed <- "one "
+	feed <- "two "
+	onB.waitCount(t, msp.NotifyItemDelta, 2)
+	snap := readSnap(t, b, sid)
+	t.Logf("follower snapshot: %q at %s", lastItem(snap), snap.ViewCursor)
+	checkClientView(t, b, sid, snap, func() { feed <- "three" }, leaderAnswer(t, a, sid))
+}
+
+// TestFollowerCatchUpMarksDeltasLost: the follower lost deltas and the
+// record after them (which carried Prev); when it catches up from the
+// next record, the deltas are counted lost, so its snapshot does not
+// pass the partial text off as the leader's (review of 321c45f).
+func TestFollowerCatchUpMarksDeltasLost(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	h := newMemHub()
+	feed := make(chan string)
+	na := newFilterNode(h, "a")
+	a := startQuietNode(t, na, st, pacedModel{feed: feed})
+	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	onB := newRecSub()
+	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
+		t.Fatal(err)
+	}
+	ack := startTurn(t, a, textTurn(sid, "go"))
+	feed <- "one "
+	onB.waitCount(t, msp.NotifyItemDelta, 1)
+	na.set(func(Notification, Position) bool { return true }) // a burst is dropped
+	feed <- "two "
+	onA.waitCount(t, msp.NotifyItemDelta, 2)
+	rename := func(name string) {
+		if _, err := a.RenameSession(ctx, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: name})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rename("x")
+	na.set(func(Notification, Position) bool { return false })
+	rename("y")
+	onB.waitCount(t, msp.NotifySessionNameChanged, 3)
+	sa, sb := readSnap(t, a, sid), readSnap(t, b, sid)
+	close(feed)
+	onB.waitTerminal(t, ack.TurnID)
+	t.Logf("leader %q at %s; follower %q at %s; b's reader %v", lastItem(sa), sa.ViewCursor, lastItem(sb), sb.ViewCursor, methodsOf(onB.all()))
+	if lastItem(sb) != lastItem(sa) && sb.ViewCursor == sa.ViewCursor {
+		t.Errorf("follower passes %q off as whole at %s; leader has %q", lastItem(sb), sb.ViewCursor, lastItem(sa))
+	}
+}
+
+// TestFollowerDropsAStoppedLeadersAnswer: after a takeover, the dead
+// leader's answer (opened on an ephemeral event, never saved) is not
+// shown open on a follower once the new leader's retry notice ended its
+// attempt (review of 2118022).
+func TestFollowerDropsAStoppedLeadersAnswer(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	h := newMemHub()
+	feedA, feedB := make(chan string), make(chan string)
+	deadA := &crashStore{Store: st}
+	a := startQuietNode(t, memNode{h, "a"}, deadA, pacedModel{feed: feedA})
+	sid := startSession(t, a, newRecSub())
+	c := startQuietNode(t, memNode{h, "c"}, st, pacedModel{feed: feedA})
+	onC := newRecSub()
+	if err := c.Subscribe(ctx, onC, sid, nil); err != nil {
+		t.Fatal(err)
+	}
+	ack := startTurn(t, a, textTurn(sid, "go"))
+	feedA <- "one "
+	onC.waitCount(t, msp.NotifyItemDelta, 1)
+	deadA.dead.Store(true)
+	h.kill("a")
+	b := h.startNode(t, "b", st, pacedModel{feed: feedB})
+	t.Cleanup(b.Close)
+	feedB <- "x "
+	onC.waitCount(t, msp.NotifyItemDelta, 2)
+	sb, sc := readSnap(t, b, sid), readSnap(t, c, sid)
+	close(feedB)
+	onC.waitTerminal(t, ack.TurnID)
+	close(feedA)
+	desc := func(s msp.SessionSnapshot) []string {
+		var out []string
+		for _, it := range s.History.Items {
+			out = append(out, string(it.Kind)+"/"+string(it.Status)+":"+deref(it.Text))
+		}
+		return out
+	}
+	t.Logf("leader b %v at %s\nfollower c %v at %s\nc's reader %v", desc(sb), sb.ViewCursor, desc(sc), sc.ViewCursor, methodsOf(onC.all()))
+	if len(sc.History.Items) != len(sb.History.Items) {
+		t.Errorf("follower's items %v, leader's %v", desc(sc), desc(sb))
+	}
+}
+
+// TestFollowerDueGapBecomesMidItem: a reader on a follower loaded
+// mid-stream holds a due gap that is not mid-item; when the rename's Prev
+// says deltas were missed, that gap must be reported, so the next delta,
+// of an item the reader never saw, comes after a view/gap (review of
+// 321c45f).
+func TestFollowerDueGapBecomesMidItem(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	h := newMemHub()
+	feed := make(chan string)
+	defer close(feed)
+	a := startQuietNode(t, memNode{h, "a"}, st, pacedModel{feed: feed})
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	startTurn(t, a, textTurn(sid, "go"))
+	feed <- "one "
+	onA.waitCount(t, msp.NotifyItemDelta, 1)
+	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
+	onB := newRecSub()
+	if err := b.Subscribe(ctx, onB, sid, nil); err != nil { // b loads now, mid-stream
+		t.Fatal(err)
+	}
+	if _, err := a.RenameSession(ctx, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "x"})); err != nil {
+		t.Fatal(err)
+	}
+	feed <- "two"
+	onB.waitCount(t, msp.NotifyItemDelta, 1)
+	ms := methodsOf(onB.all())
+	t.Logf("b's reader: %v", ms)
+	for _, m := range ms {
+		if m == msp.NotifyViewGap {
+			return
+		}
+		if m == msp.NotifyItemDelta {
+			t.Fatalf("a delta of an answer b's reader never saw start, without a view/gap: %v", ms)
+		}
+	}
+}
