@@ -466,14 +466,17 @@ func TestFollowerToldOfEphemeralEventsItMissed(t *testing.T) {
 
 // followedAnswer is an answer streaming on node a, fed by the test, while
 // node b follows the session. a's clock moves only by advance, and it
-// saves a streaming text once a second of that clock has passed.
+// saves a streaming text once a second of that clock has passed; what a
+// publishes goes through filter (newFilterNode: nothing dropped until
+// set).
 type followedAnswer struct {
-	a, b  *Manager
-	sid   string
-	turn  string
-	onB   *recSub // b's reader, subscribed before the turn
-	feed  chan string
-	clock atomic.Int64 // seconds past t0
+	a, b     *Manager
+	sid      string
+	turn     string
+	onA, onB *recSub // a's reader; b's, subscribed before the turn
+	feed     chan string
+	clock    atomic.Int64 // seconds past t0
+	filter   filterNode
 }
 
 func newFollowedAnswer(t *testing.T) *followedAnswer {
@@ -481,23 +484,43 @@ func newFollowedAnswer(t *testing.T) *followedAnswer {
 	ctx := context.Background()
 	st := openStore(t)
 	h := newMemHub()
-	fa := &followedAnswer{feed: make(chan string), onB: newRecSub()}
+	fa := &followedAnswer{feed: make(chan string), onA: newRecSub(), onB: newRecSub(), filter: newFilterNode(h, "a")}
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	var err error
 	fa.a, err = New(ctx, Config{Store: st, Runner: newTestRunner(pacedModel{feed: fa.feed}), LogPath: "test.db",
-		Logger: slog.New(slog.DiscardHandler), Cluster: memNode{h, "a"}, AdoptInterval: time.Hour,
+		Logger: slog.New(slog.DiscardHandler), Cluster: fa.filter, AdoptInterval: time.Hour,
 		TextCheckpoint: time.Second, Now: func() time.Time { return t0.Add(time.Duration(fa.clock.Load()) * time.Second) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(fa.a.Close)
 	fa.b = startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: fa.feed})
-	fa.sid = startSession(t, fa.a, newRecSub())
+	fa.sid = startSession(t, fa.a, fa.onA)
 	if err := fa.b.Subscribe(ctx, fa.onB, fa.sid, nil); err != nil {
 		t.Fatal(err)
 	}
 	fa.turn = startTurn(t, fa.a, textTurn(fa.sid, "go")).TurnID
 	return fa
+}
+
+// lose feeds text while a's deltas are dropped, and waits until a has
+// streamed deltas in all.
+func (fa *followedAnswer) lose(t *testing.T, text string, deltas int) {
+	t.Helper()
+	fa.filter.set(func(n Notification, _ Position) bool { return n.Method == msp.NotifyItemDelta })
+	fa.feed <- text
+	fa.onA.waitCount(t, msp.NotifyItemDelta, deltas)
+	fa.filter.set(func(Notification, Position) bool { return false })
+}
+
+// rename renames the session on a and waits until b has had renames
+// nameChanged events in all (the first came with the turn).
+func (fa *followedAnswer) rename(t *testing.T, name string, renames int) {
+	t.Helper()
+	if _, err := fa.a.RenameSession(context.Background(), mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: fa.sid, Name: name})); err != nil {
+		t.Fatal(err)
+	}
+	fa.onB.waitCount(t, msp.NotifySessionNameChanged, renames)
 }
 
 // stream feeds text and waits until b has had deltas in all.
@@ -510,12 +533,7 @@ func (fa *followedAnswer) stream(t *testing.T, text string, deltas int) {
 // read is session/read with items, on m.
 func (fa *followedAnswer) read(t *testing.T, m *Manager) msp.SessionSnapshot {
 	t.Helper()
-	no := false
-	raw, err := m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: fa.sid, ExcludeItems: &no}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw.(msp.SessionSnapshot)
+	return readSnap(t, m, fa.sid)
 }
 
 // end finishes the answer and waits for the turn's end on b.
@@ -590,18 +608,9 @@ func TestFollowerReadAfterASavedText(t *testing.T) {
 // the leader's cursor, before its text is saved and after.
 func TestFollowerReadAcrossAnotherCommandsRecord(t *testing.T) {
 	fa := newFollowedAnswer(t)
-	renames := 1 // the first name came with the turn
-	rename := func(name string) {
-		t.Helper()
-		if _, err := fa.a.RenameSession(context.Background(), mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: fa.sid, Name: name})); err != nil {
-			t.Fatal(err)
-		}
-		renames++
-		fa.onB.waitCount(t, msp.NotifySessionNameChanged, renames)
-	}
 	fa.stream(t, "one ", 1)
 	fa.stream(t, "two ", 2)
-	rename("x")
+	fa.rename(t, "x", 2)
 	fa.stream(t, "three ", 3)
 	if sa, sb := fa.read(t, fa.a), fa.read(t, fa.b); lastItem(sb) != "agentMessage/inProgress:one two three " || sb.ViewCursor != sa.ViewCursor {
 		t.Fatalf("an answer opened before the rename: leader %q at %s, follower %q at %s", lastItem(sa), sa.ViewCursor, lastItem(sb), sb.ViewCursor)
@@ -610,7 +619,7 @@ func TestFollowerReadAcrossAnotherCommandsRecord(t *testing.T) {
 	fa.stream(t, "four ", 4) // saved: "one two three four "
 	fa.onB.waitCount(t, msp.NotifyItemUpdated, 1)
 	fa.stream(t, "five ", 5)
-	rename("y")
+	fa.rename(t, "y", 3)
 	fa.stream(t, "six", 6)
 	sa, sb := fa.read(t, fa.a), fa.read(t, fa.b)
 	fa.end(t)
@@ -619,65 +628,25 @@ func TestFollowerReadAcrossAnotherCommandsRecord(t *testing.T) {
 	}
 }
 
-// muteNode drops the deltas it publishes while muted, as NATS drops a
-// slow follower's messages.
-type muteNode struct {
-	memNode
-	muted *atomic.Bool
-}
-
-func (c muteNode) Publish(id string, n Notification, at Position) {
-	if c.muted.Load() && n.Method == msp.NotifyItemDelta {
-		return
-	}
-	c.memNode.Publish(id, n, at)
-}
-
 // TestFollowerToldOfTheLastEphemeralEventsItMissed: a follower that lost
 // the last deltas before a record (the next thing it gets is durable: a
 // rename) learns it from the record: its reader in the middle of the
 // answer gets a view/gap, and its snapshot does not pass the answer's
 // partial text off as whole.
 func TestFollowerToldOfTheLastEphemeralEventsItMissed(t *testing.T) {
-	ctx := context.Background()
-	st := openStore(t)
-	h := newMemHub()
-	feed := make(chan string)
-	var muted atomic.Bool
-	a := startQuietNode(t, muteNode{memNode{h, "a"}, &muted}, st, pacedModel{feed: feed})
-	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
-	onA := newRecSub()
-	sid := startSession(t, a, onA)
-	onB := newRecSub()
-	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
-		t.Fatal(err)
-	}
-	ack := startTurn(t, a, textTurn(sid, "go"))
-	feed <- "one "
-	onB.waitCount(t, msp.NotifyItemDelta, 1)
-	muted.Store(true)
-	feed <- "two "
-	onA.waitCount(t, msp.NotifyItemDelta, 2)
-	muted.Store(false)
-	if _, err := a.RenameSession(ctx, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "x"})); err != nil {
-		t.Fatal(err)
-	}
-	onB.waitCount(t, msp.NotifySessionNameChanged, 2) // the first came with the turn
-	got := onB.all()
+	fa := newFollowedAnswer(t)
+	fa.stream(t, "one ", 1)
+	fa.lose(t, "two ", 2)
+	fa.rename(t, "x", 2)
+	got := fa.onB.all()
 	i := slices.IndexFunc(got, func(n Notification) bool {
 		return n.Method == msp.NotifySessionNameChanged && n.Cursor == got[len(got)-1].Cursor
 	})
 	if i < 1 || got[i-1].Method != msp.NotifyViewGap {
 		t.Fatalf("reader on b: %v; want a view/gap right before the rename", methodsOf(got))
 	}
-	no := false
-	raw, err := b.ReadSession(ctx, mustJSON(msp.SessionReadParams{SessionID: sid, ExcludeItems: &no}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := raw.(msp.SessionSnapshot)
-	close(feed)
-	onB.waitTerminal(t, ack.TurnID)
+	snap := fa.read(t, fa.b)
+	fa.end(t)
 	if got := lastItem(snap); strings.HasPrefix(got, string(msp.ItemAgentMessage)) {
 		t.Fatalf("the follower's snapshot shows %q at %s, though it missed part of the answer", got, snap.ViewCursor)
 	}

@@ -2,11 +2,8 @@ package session
 
 import (
 	"context"
-	"log/slog"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"mspd/schema/msp"
 )
@@ -91,7 +88,14 @@ func checkClientView(t *testing.T, m *Manager, sid string, snap msp.SessionSnaps
 	}
 }
 
-// leaderAnswer reads the leader's last item's text.
+// checkResumeOnB takes b's snapshot, then checks the view of a client
+// resuming from it as more streams.
+func (fa *followedAnswer) checkResumeOnB(t *testing.T, more string) {
+	t.Helper()
+	checkClientView(t, fa.b, fa.sid, fa.read(t, fa.b), func() { fa.feed <- more }, leaderAnswer(t, fa.a, fa.sid))
+}
+
+// leaderAnswer reads the text of a's last item.
 func leaderAnswer(t *testing.T, a *Manager, sid string) func() string {
 	return func() string {
 		s := readSnap(t, a, sid)
@@ -105,105 +109,39 @@ func leaderAnswer(t *testing.T, a *Manager, sid string) func() string {
 // a client resuming from it gets the answer's start, or a view/gap, before
 // any delta of it (review of 321c45f).
 func TestFollowerHoleBeforeARecordUnsavedAnswer(t *testing.T) {
-	ctx := context.Background()
-	st := openStore(t)
-	h := newMemHub()
-	feed := make(chan string)
-	defer close(feed)
-	na := newFilterNode(h, "a")
-	a := startQuietNode(t, na, st, pacedModel{feed: feed})
-	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
-	onA := newRecSub()
-	sid := startSession(t, a, onA)
-	onB := newRecSub()
-	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
-		t.Fatal(err)
-	}
-	startTurn(t, a, textTurn(sid, "go"))
-	feed <- "one "
-	onB.waitCount(t, msp.NotifyItemDelta, 1)
-	na.set(func(n Notification, _ Position) bool { return n.Method == msp.NotifyItemDelta })
-	feed <- "two "
-	onA.waitCount(t, msp.NotifyItemDelta, 2)
-	na.set(func(Notification, Position) bool { return false })
-	if _, err := a.RenameSession(ctx, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "x"})); err != nil {
-		t.Fatal(err)
-	}
-	onB.waitCount(t, msp.NotifySessionNameChanged, 2)
-	snap := readSnap(t, b, sid)
-	t.Logf("follower snapshot: %q at %s", lastItem(snap), snap.ViewCursor)
-	checkClientView(t, b, sid, snap, func() { feed <- "three" }, leaderAnswer(t, a, sid))
+	fa := newFollowedAnswer(t)
+	defer close(fa.feed)
+	fa.stream(t, "one ", 1)
+	fa.lose(t, "two ", 2)
+	fa.rename(t, "x", 2)
+	fa.checkResumeOnB(t, "three")
 }
 
 // TestFollowerHoleBeforeARecordSavedAnswer: the same for an answer whose
 // text was saved before the hole: the client ends with the leader's text
 // or is told of the hole (review of 321c45f).
 func TestFollowerHoleBeforeARecordSavedAnswer(t *testing.T) {
-	ctx := context.Background()
-	st := openStore(t)
-	h := newMemHub()
-	feed := make(chan string)
-	defer close(feed)
-	var clock atomic.Int64
-	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	na := newFilterNode(h, "a")
-	a, err := New(ctx, Config{Store: st, Runner: newTestRunner(pacedModel{feed: feed}), LogPath: "test.db",
-		Logger: slog.New(slog.DiscardHandler), Cluster: na, AdoptInterval: time.Hour,
-		TextCheckpoint: time.Second, Now: func() time.Time { return t0.Add(time.Duration(clock.Load()) * time.Second) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Close)
-	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
-	onA := newRecSub()
-	sid := startSession(t, a, onA)
-	onB := newRecSub()
-	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
-		t.Fatal(err)
-	}
-	startTurn(t, a, textTurn(sid, "go"))
-	feed <- "one "
-	onB.waitCount(t, msp.NotifyItemDelta, 1)
-	clock.Add(2)
-	feed <- "two "
-	onB.waitCount(t, msp.NotifyItemUpdated, 1)
-	onB.waitCount(t, msp.NotifyItemDelta, 2)
-	na.set(func(n Notification, _ Position) bool { return n.Method == msp.NotifyItemDelta })
-	feed <- "three "
-	onA.waitCount(t, msp.NotifyItemDelta, 3)
-	na.set(func(Notification, Position) bool { return false })
-	if _, err := a.RenameSession(ctx, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "x"})); err != nil {
-		t.Fatal(err)
-	}
-	onB.waitCount(t, msp.NotifySessionNameChanged, 2)
-	snap := readSnap(t, b, sid)
-	t.Logf("follower snapshot: %q at %s", lastItem(snap), snap.ViewCursor)
-	checkClientView(t, b, sid, snap, func() { feed <- "four" }, leaderAnswer(t, a, sid))
+	fa := newFollowedAnswer(t)
+	defer close(fa.feed)
+	fa.stream(t, "one ", 1)
+	fa.clock.Add(2)
+	fa.stream(t, "two ", 2) // saved: "one two "
+	fa.onB.waitCount(t, msp.NotifyItemUpdated, 1)
+	fa.lose(t, "three ", 3)
+	fa.rename(t, "x", 2)
+	fa.checkResumeOnB(t, "four")
 }
 
 // TestFollowerMissedTheAnswersStart: the answer's ephemeral item/started
 // never reached the follower: its snapshot is not passed off as whole
 // without the answer (review of 2118022).
 func TestFollowerMissedTheAnswersStart(t *testing.T) {
-	ctx := context.Background()
-	st := openStore(t)
-	h := newMemHub()
-	feed := make(chan string)
-	defer close(feed)
-	a := startQuietNode(t, dropNode{memNode{h, "a"}}, st, pacedModel{feed: feed})
-	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
-	sid := startSession(t, a, newRecSub())
-	onB := newRecSub()
-	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
-		t.Fatal(err)
-	}
-	startTurn(t, a, textTurn(sid, "go"))
-	feed <- "one "
-	feed <- "two "
-	onB.waitCount(t, msp.NotifyItemDelta, 2)
-	snap := readSnap(t, b, sid)
-	t.Logf("follower snapshot: %q at %s", lastItem(snap), snap.ViewCursor)
-	checkClientView(t, b, sid, snap, func() { feed <- "three" }, leaderAnswer(t, a, sid))
+	fa := newFollowedAnswer(t)
+	defer close(fa.feed)
+	fa.filter.set(func(n Notification, _ Position) bool { return n.Method == msp.NotifyItemStarted })
+	fa.stream(t, "one ", 1)
+	fa.stream(t, "two ", 2)
+	fa.checkResumeOnB(t, "three")
 }
 
 // TestFollowerCatchUpMarksDeltasLost: the follower lost deltas and the
@@ -211,38 +149,18 @@ func TestFollowerMissedTheAnswersStart(t *testing.T) {
 // next record, the deltas are counted lost, so its snapshot does not
 // pass the partial text off as the leader's (review of 321c45f).
 func TestFollowerCatchUpMarksDeltasLost(t *testing.T) {
-	ctx := context.Background()
-	st := openStore(t)
-	h := newMemHub()
-	feed := make(chan string)
-	na := newFilterNode(h, "a")
-	a := startQuietNode(t, na, st, pacedModel{feed: feed})
-	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
-	onA := newRecSub()
-	sid := startSession(t, a, onA)
-	onB := newRecSub()
-	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
+	fa := newFollowedAnswer(t)
+	fa.stream(t, "one ", 1)
+	fa.filter.set(func(Notification, Position) bool { return true }) // a burst is dropped
+	fa.feed <- "two "
+	fa.onA.waitCount(t, msp.NotifyItemDelta, 2)
+	if _, err := fa.a.RenameSession(context.Background(), mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: fa.sid, Name: "x"})); err != nil {
 		t.Fatal(err)
 	}
-	ack := startTurn(t, a, textTurn(sid, "go"))
-	feed <- "one "
-	onB.waitCount(t, msp.NotifyItemDelta, 1)
-	na.set(func(Notification, Position) bool { return true }) // a burst is dropped
-	feed <- "two "
-	onA.waitCount(t, msp.NotifyItemDelta, 2)
-	rename := func(name string) {
-		if _, err := a.RenameSession(ctx, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: name})); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rename("x")
-	na.set(func(Notification, Position) bool { return false })
-	rename("y")
-	onB.waitCount(t, msp.NotifySessionNameChanged, 3)
-	sa, sb := readSnap(t, a, sid), readSnap(t, b, sid)
-	close(feed)
-	onB.waitTerminal(t, ack.TurnID)
-	t.Logf("leader %q at %s; follower %q at %s; b's reader %v", lastItem(sa), sa.ViewCursor, lastItem(sb), sb.ViewCursor, methodsOf(onB.all()))
+	fa.filter.set(func(Notification, Position) bool { return false })
+	fa.rename(t, "y", 3)
+	sa, sb := fa.read(t, fa.a), fa.read(t, fa.b)
+	fa.end(t)
 	if lastItem(sb) != lastItem(sa) && sb.ViewCursor == sa.ViewCursor {
 		t.Errorf("follower passes %q off as whole at %s; leader has %q", lastItem(sb), sb.ViewCursor, lastItem(sa))
 	}
