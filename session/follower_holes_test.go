@@ -209,35 +209,43 @@ func TestFollowerDropsAStoppedLeadersAnswer(t *testing.T) {
 	}
 }
 
+// loadedMidStream has node a stream an answer's first delta, node b load
+// the session only then (the answer's start is before b's load) with
+// reader onB, and a rename land after it; feed goes on streaming.
+func loadedMidStream(t *testing.T) (a, b *Manager, sid string, onB *recSub, feed chan string) {
+	t.Helper()
+	ctx := context.Background()
+	st := openStore(t)
+	h := newMemHub()
+	feed = make(chan string)
+	a = startQuietNode(t, memNode{h, "a"}, st, pacedModel{feed: feed})
+	onA := newRecSub()
+	sid = startSession(t, a, onA)
+	startTurn(t, a, textTurn(sid, "go"))
+	feed <- "one "
+	onA.waitCount(t, msp.NotifyItemDelta, 1)
+	b = startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
+	onB = newRecSub()
+	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.RenameSession(ctx, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "x"})); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, sid, onB, feed
+}
+
 // TestFollowerDueGapBecomesMidItem: a reader on a follower loaded
 // mid-stream holds a due gap that is not mid-item; when the rename's Prev
 // says deltas were missed, that gap must be reported, so the next delta,
 // of an item the reader never saw, comes after a view/gap (review of
 // 321c45f).
 func TestFollowerDueGapBecomesMidItem(t *testing.T) {
-	ctx := context.Background()
-	st := openStore(t)
-	h := newMemHub()
-	feed := make(chan string)
+	_, _, _, onB, feed := loadedMidStream(t)
 	defer close(feed)
-	a := startQuietNode(t, memNode{h, "a"}, st, pacedModel{feed: feed})
-	onA := newRecSub()
-	sid := startSession(t, a, onA)
-	startTurn(t, a, textTurn(sid, "go"))
-	feed <- "one "
-	onA.waitCount(t, msp.NotifyItemDelta, 1)
-	b := startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
-	onB := newRecSub()
-	if err := b.Subscribe(ctx, onB, sid, nil); err != nil { // b loads now, mid-stream
-		t.Fatal(err)
-	}
-	if _, err := a.RenameSession(ctx, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "x"})); err != nil {
-		t.Fatal(err)
-	}
 	feed <- "two"
 	onB.waitCount(t, msp.NotifyItemDelta, 1)
 	ms := methodsOf(onB.all())
-	t.Logf("b's reader: %v", ms)
 	for _, m := range ms {
 		if m == msp.NotifyViewGap {
 			return
@@ -246,4 +254,30 @@ func TestFollowerDueGapBecomesMidItem(t *testing.T) {
 			t.Fatalf("a delta of an answer b's reader never saw start, without a view/gap: %v", ms)
 		}
 	}
+}
+
+// TestFollowerHoleAfterARecordPastTheStart: a hole after a record that
+// came after the answer's ephemeral start: the snapshot's cursor is past
+// the start, so the client's items lack the answer, and the replay from
+// there must report the hole (review of 9d3fd67).
+func TestFollowerHoleAfterARecordPastTheStart(t *testing.T) {
+	fa := newFollowedAnswer(t)
+	defer close(fa.feed)
+	fa.stream(t, "one ", 1)
+	fa.rename(t, "x", 2)
+	fa.lose(t, "two ", 2)
+	fa.rename(t, "y", 3)
+	fa.checkResumeOnB(t, "three")
+}
+
+// TestFollowerLoadedMidStreamThenARecord: b loads while the answer
+// streams (its start is before b's load), then a record, then deltas: a
+// client resuming from b's snapshot must be told of the hole before any
+// delta of the item it never saw (review of 9d3fd67).
+func TestFollowerLoadedMidStreamThenARecord(t *testing.T) {
+	a, b, sid, onB, feed := loadedMidStream(t)
+	defer close(feed)
+	feed <- "two "
+	onB.waitCount(t, msp.NotifyItemDelta, 1)
+	checkClientView(t, b, sid, readSnap(t, b, sid), func() { feed <- "three" }, leaderAnswer(t, a, sid))
 }

@@ -36,6 +36,17 @@ func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) e
 	}
 	s.mu.Lock()
 	r.lost = s.deltas.lost
+	s.mu.Unlock()
+	if !r.midItem && r.lostAfter() {
+		// Ephemeral events after the cursor may be gone, and an answer that
+		// opened on one is in no record: while an attempt runs, the reader
+		// may be missing the start of what streams next.
+		var err error
+		if r.midItem, err = s.attemptRunningAfter(ctx, after.seq); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
 	// Records up to the first kept delta's have no kept delta among them.
 	bulk := s.head
 	if first := s.deltas.firstSeq(); first >= 0 {
@@ -69,6 +80,21 @@ func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) e
 // answer that opened on an ephemeral event is first written by that), or
 // a completion.
 func (s *session) itemOpenAfter(ctx context.Context, seq int64) (bool, error) {
+	return s.lastSays(ctx, seq, func(method string) (bool, bool) {
+		switch method {
+		case msp.NotifyItemStarted, msp.NotifyItemUpdated:
+			return true, true
+		case msp.NotifyItemCompleted:
+			return false, true
+		}
+		return false, false
+	})
+}
+
+// lastSays reads the records up to durable record seq, newest first,
+// until decide settles on one, and returns what it said there; false when
+// none settled it.
+func (s *session) lastSays(ctx context.Context, seq int64, decide func(method string) (yes, settled bool)) (bool, error) {
 	const batch = 64
 	for before := seq + 1; before > 1; {
 		recs, err := s.m.store.RecordsBefore(ctx, s.id, before, batch)
@@ -76,11 +102,8 @@ func (s *session) itemOpenAfter(ctx context.Context, seq int64) (bool, error) {
 			return false, msp.ErrInternal("reading session log: %v", err)
 		}
 		for i := len(recs) - 1; i >= 0; i-- {
-			switch recs[i].Method {
-			case msp.NotifyItemStarted, msp.NotifyItemUpdated:
-				return true, nil
-			case msp.NotifyItemCompleted:
-				return false, nil
+			if yes, settled := decide(recs[i].Method); settled {
+				return yes, nil
 			}
 		}
 		if len(recs) < batch {
@@ -185,6 +208,7 @@ func (r *replay) deltasBefore(limit cursor, send func(Notification) error) error
 		if err := r.emit(n, d.at, send); err != nil {
 			return err
 		}
+		r.midItem = true // the reader is in an answer's stream now
 	}
 	return nil
 }
@@ -194,4 +218,19 @@ func (s *session) gapNotification(after, next string) Notification {
 	p, _ := msp.Marshal(msp.ViewGapParams{SessionID: s.id, After: after, Next: next})
 	return Notification{SessionID: s.id, Method: msp.NotifyViewGap,
 		Frame: msp.EncodeNotification(msp.NotifyViewGap, p, s.m.now().UnixMilli())}
+}
+
+// attemptRunningAfter tells whether a turn's attempt was running after
+// durable record seq: the last turn event up to seq started a turn or
+// scheduled a retry, rather than ending the turn.
+func (s *session) attemptRunningAfter(ctx context.Context, seq int64) (bool, error) {
+	return s.lastSays(ctx, seq, func(method string) (bool, bool) {
+		switch method {
+		case msp.NotifyTurnStarted, msp.NotifyTurnRetryScheduled, msp.NotifyTurnModelRetryScheduled:
+			return true, true
+		case msp.NotifyTurnCompleted:
+			return false, true
+		}
+		return false, false
+	})
 }
