@@ -36,11 +36,14 @@ func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) e
 	}
 	s.mu.Lock()
 	r.lost = s.deltas.lost
+	follower := !s.leader
 	s.mu.Unlock()
-	if !r.midItem && r.lostAfter() {
+	if !r.midItem && r.lostAfter() && follower {
 		// Ephemeral events after the cursor may be gone, and an answer that
-		// opened on one is in no record: while an attempt runs, the reader
-		// may be missing the start of what streams next.
+		// opened on one is in no record: while an attempt runs on the
+		// leader, the reader may be missing the start of what streams
+		// next. (A leader's own lost events are its previous process's: an
+		// attempt they belonged to never streams again.)
 		var err error
 		if r.midItem, err = s.attemptRunningAfter(ctx, after.seq); err != nil {
 			return err
