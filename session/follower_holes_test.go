@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 
@@ -280,4 +281,28 @@ func TestFollowerLoadedMidStreamThenARecord(t *testing.T) {
 	feed <- "two "
 	onB.waitCount(t, msp.NotifyItemDelta, 1)
 	checkClientView(t, b, sid, readSnap(t, b, sid), func() { feed <- "three" }, leaderAnswer(t, a, sid))
+}
+
+// TestFollowerHoleAfterAnItemRecord: a reader on a follower that loaded
+// mid-stream resumes from before the turn's user item; the replay passes
+// that item's record, yet the attempt still runs, so the hole after it
+// (the answer's start, lost to the follower) is reported before the
+// answer's next delta (review of 2870196).
+func TestFollowerHoleAfterAnItemRecord(t *testing.T) {
+	_, b, sid, _, feed := loadedMidStream(t)
+	defer close(feed)
+	r := newRecSub()
+	from := durableCursor(sid, 1) // turn/started; the user's item is record 2
+	if err := b.Subscribe(context.Background(), r, sid, &from); err != nil {
+		t.Fatal(err)
+	}
+	feed <- "two "
+	r.waitCount(t, msp.NotifyItemDelta, 1)
+	got := r.all()
+	delta := slices.IndexFunc(got, func(n Notification) bool { return n.Method == msp.NotifyItemDelta })
+	item := slices.IndexFunc(got, func(n Notification) bool { return n.Method == msp.NotifyItemCompleted })
+	gap := slices.IndexFunc(got[item+1:], func(n Notification) bool { return n.Method == msp.NotifyViewGap })
+	if item < 0 || gap < 0 || item+1+gap > delta {
+		t.Fatalf("resumed on b from %s: %v; want a view/gap after the user's item and before the answer's delta", from, methodsOf(got))
+	}
 }

@@ -36,16 +36,11 @@ func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) e
 	}
 	s.mu.Lock()
 	r.lost = s.deltas.lost
-	follower := !s.leader
+	r.follower = !s.leader
 	s.mu.Unlock()
-	if !r.midItem && r.lostAfter() && follower {
-		// Ephemeral events after the cursor may be gone, and an answer that
-		// opened on one is in no record: while an attempt runs on the
-		// leader, the reader may be missing the start of what streams
-		// next. (A leader's own lost events are its previous process's: an
-		// attempt they belonged to never streams again.)
+	if r.follower {
 		var err error
-		if r.midItem, err = s.attemptRunningAfter(ctx, after.seq); err != nil {
+		if r.attempt, err = s.attemptRunningAfter(ctx, after.seq); err != nil {
 			return err
 		}
 	}
@@ -68,7 +63,7 @@ func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) e
 	}
 	r.deltasBefore(cursor{seq: math.MaxInt64}, deliver)
 	if r.lostAfter() {
-		s.gapsDue[sub] = dueGap{after: r.pos.String(), midItem: r.midItem}
+		s.gapsDue[sub] = dueGap{after: r.pos.String(), midItem: r.midItem || r.attempt}
 	}
 	if r.pos.seq == s.head && r.pos.sub > s.sub {
 		s.floors[sub] = r.pos // ahead of this node: nothing up to it again
@@ -121,10 +116,18 @@ func (s *session) lastSays(ctx context.Context, seq int64, decide func(method st
 // inside an item's stream, and a hole to report before the next event it
 // delivers.
 type replay struct {
-	s        *session
-	sub      Subscriber
-	pos      cursor // the last position delivered or skipped
-	midItem  bool   // an item was open at the subscription's cursor, and its attempt has not been seen to end since
+	s       *session
+	sub     Subscriber
+	pos     cursor // the last position delivered or skipped
+	midItem bool   // an item was open at the subscription's cursor, and its attempt has not been seen to end since
+	// On a follower, an answer that opened on an ephemeral event the
+	// follower lost is in no record while its attempt runs on the
+	// leader: attempt says one ran at pos (a turn started or a retry was
+	// scheduled, and the turn has not ended), so a hole then matters. A
+	// leader's own lost events belong to an attempt that never streams
+	// again (its previous process's), or to a text saved since.
+	follower bool
+	attempt  bool
 	lost     cursor // deltas up to here may be gone (s.deltas.lost)
 	gapAfter string // a hole opened after this cursor, not yet reported
 	next     int    // kept deltas before it are behind pos
@@ -137,7 +140,7 @@ type replay struct {
 // arrives whole in its item/completed, as it does from view/page. The next
 // event delivered closes the hole.
 func (r *replay) checkHole(delta bool) {
-	if r.lostAfter() && (r.midItem || delta) && r.gapAfter == "" {
+	if r.lostAfter() && (r.midItem || r.attempt || delta) && r.gapAfter == "" {
 		r.gapAfter = r.pos.String()
 	}
 }
@@ -184,6 +187,12 @@ func (r *replay) records(ctx context.Context, through int64, withDeltas bool, se
 			}
 			if err := r.emit(r.s.recordNotification(rec), at, send); err != nil {
 				return err
+			}
+			switch rec.Method {
+			case msp.NotifyTurnStarted, msp.NotifyTurnRetryScheduled, msp.NotifyTurnModelRetryScheduled:
+				r.attempt = r.follower
+			case msp.NotifyTurnCompleted:
+				r.attempt = false
 			}
 			switch rec.Method {
 			case msp.NotifyItemStarted, msp.NotifyItemCompleted,
