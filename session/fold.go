@@ -68,14 +68,16 @@ func fold(ctx context.Context, st store.Store, id string, through int64) (folded
 				if m, ok := historyMessage(p.Item); ok {
 					f.history = append(f.history, m)
 				}
-			case msp.NotifyTurnRetryScheduled, msp.NotifyTurnModelRetryScheduled, msp.NotifyTurnCompleted:
-				f.attemptEnd = r.Seq
 			case msp.NotifySessionTokenUsage:
 				var p msp.SessionTokenUsageParams
 				if err := json.Unmarshal(r.Params, &p); err != nil {
 					return f, fmt.Errorf("record %d: %w", r.Seq, err)
 				}
 				f.cumulative = p.Cumulative
+			default:
+				if _, settled := attemptAfter(r.Method); settled && r.Method != msp.NotifyTurnStarted {
+					f.attemptEnd = r.Seq // a retry notice or a terminal ends the attempt before it
+				}
 			}
 		}
 		if len(recs) < 1000 {

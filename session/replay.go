@@ -188,18 +188,14 @@ func (r *replay) records(ctx context.Context, through int64, withDeltas bool, se
 			if err := r.emit(r.s.recordNotification(rec), at, send); err != nil {
 				return err
 			}
-			switch rec.Method {
-			case msp.NotifyTurnStarted, msp.NotifyTurnRetryScheduled, msp.NotifyTurnModelRetryScheduled:
-				r.attempt = r.follower
-			case msp.NotifyTurnCompleted:
-				r.attempt = false
-			}
-			switch rec.Method {
-			case msp.NotifyItemStarted, msp.NotifyItemCompleted,
+			if running, settled := attemptAfter(rec.Method); settled {
+				r.attempt = r.follower && running
 				// The turn moved on: the attempt whose stream the reader
 				// was in is over, even if nothing of its answer was
 				// written (the process died before saving its text).
-				msp.NotifyTurnRetryScheduled, msp.NotifyTurnModelRetryScheduled, msp.NotifyTurnCompleted:
+				r.midItem = r.midItem && rec.Method == msp.NotifyTurnStarted
+			}
+			if rec.Method == msp.NotifyItemStarted || rec.Method == msp.NotifyItemCompleted {
 				r.midItem = false
 			}
 		}
@@ -236,13 +232,5 @@ func (s *session) gapNotification(after, next string) Notification {
 // durable record seq: the last turn event up to seq started a turn or
 // scheduled a retry, rather than ending the turn.
 func (s *session) attemptRunningAfter(ctx context.Context, seq int64) (bool, error) {
-	return s.lastSays(ctx, seq, func(method string) (bool, bool) {
-		switch method {
-		case msp.NotifyTurnStarted, msp.NotifyTurnRetryScheduled, msp.NotifyTurnModelRetryScheduled:
-			return true, true
-		case msp.NotifyTurnCompleted:
-			return false, true
-		}
-		return false, false
-	})
+	return s.lastSays(ctx, seq, attemptAfter)
 }

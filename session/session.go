@@ -161,8 +161,24 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 }
 
 // isRetryNotice tells whether ev announces a backoff or a re-run.
-func isRetryNotice(ev event) bool {
-	return ev.method == msp.NotifyTurnModelRetryScheduled || ev.method == msp.NotifyTurnRetryScheduled
+func isRetryNotice(ev event) bool { return isRetryMethod(ev.method) }
+
+// isRetryMethod tells whether method announces a backoff or a re-run.
+func isRetryMethod(method string) bool {
+	return method == msp.NotifyTurnModelRetryScheduled || method == msp.NotifyTurnRetryScheduled
+}
+
+// attemptAfter tells what a record of method says of the attempt after
+// it: one runs (a turn started, a retry was scheduled) or none does (the
+// turn ended); settled is false for other methods.
+func attemptAfter(method string) (running, settled bool) {
+	switch {
+	case method == msp.NotifyTurnStarted || isRetryMethod(method):
+		return true, true
+	case method == msp.NotifyTurnCompleted:
+		return false, true
+	}
+	return false, false
 }
 
 // errNotLeader refuses a write on a node that only follows the session.
