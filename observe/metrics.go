@@ -163,7 +163,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		}),
 		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mspd_store_checkpoints_total",
-			Help: "Checkpoints of the SQLite write-ahead log by kind (background: every 1,000 pages, beside the writer; tail: the writer copying what was written meanwhile; truncate: emptying the log after a session's erasure) and result (complete; partial: a reader still needed older frames; blocked: a reader kept it from finishing, so a truncate left the log as it was; failed).",
+			Help: "Checkpoints of the SQLite write-ahead log by kind (background: every 4,000 pages, beside the writer; tail: the writer copying what was written meanwhile; truncate: emptying the log after a session's erasure) and result (complete; partial: a reader still needed older frames; blocked: a reader kept it from finishing, so a truncate left the log as it was; failed).",
 		}, []string{"kind", "result"}),
 		walPages: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mspd_store_wal_pages_total",

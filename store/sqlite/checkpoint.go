@@ -12,14 +12,19 @@ import (
 	msqlite "modernc.org/sqlite"
 )
 
-// checkpointPages is how many pages the writer lets the write-ahead log
-// gain before it asks for a checkpoint: SQLite's own wal_autocheckpoint
-// default.
-const checkpointPages = 1000
+// defaultCheckpointPages is how many pages the writer lets the
+// write-ahead log gain before it asks for a checkpoint: 16 MiB of 4 KiB
+// pages. Each checkpoint costs two fsyncs and a tail copied on the writer
+// whatever its size, and a page written many times in between (a session
+// row, an index's interior pages) is copied once, so fewer, larger ones
+// are cheaper: a quarter of SQLite's own wal_autocheckpoint default of
+// 1,000 as often halved the writer's time in checkpoints and raised
+// durable events/s by 3–18% (BENCHMARKS.md).
+const defaultCheckpointPages = 4000
 
 // openCheckpoints opens the checkpoint connection and starts the goroutine
 // that runs checkpoints on it. SQLite would otherwise run one inside the
-// COMMIT that crosses checkpointPages, on the writer, holding up that
+// COMMIT that crosses its mark, on the writer, holding up that
 // group's callers and every batch queued behind it (a sixth of the
 // writer's time when appending from 100 sessions). On a connection of its
 // own a PASSIVE checkpoint runs beside the writer and blocks no one.
@@ -57,7 +62,7 @@ func (s *Store) openCheckpoints(ctx context.Context, path, busy string) error {
 }
 
 // notePagesWritten adds the pages the last commit wrote to the log, and
-// asks for a checkpoint every checkpointPages. Writer goroutine only,
+// asks for a checkpoint every s.checkpointPages. Writer goroutine only,
 // between transactions.
 //
 // SQLite starts the log over from its beginning only when a write begins
@@ -73,7 +78,7 @@ func (s *Store) notePagesWritten() {
 	n := s.takePagesWritten()
 	s.walPages += n
 	s.groupPages += n
-	if s.walPages < checkpointPages {
+	if s.walPages < s.checkpointPages {
 		return
 	}
 	s.walPages = 0
@@ -97,7 +102,7 @@ func (s *Store) takePagesWritten() int {
 
 // Kinds of Checkpoint: why one ran.
 const (
-	// CheckpointBackground is asked for every checkpointPages pages and
+	// CheckpointBackground is asked for every WithCheckpointPages pages and
 	// runs beside the writer.
 	CheckpointBackground = "background"
 	// CheckpointTail is the writer copying what was written while a

@@ -8,10 +8,10 @@
 // far as the disk honours fsync — and Commit returns only after that. WAL
 // also lets a pool of read-only connections read a consistent snapshot
 // while the writer appends. The log is copied back into the database file
-// (checkpointed) by a connection of its own, asked every 1,000 pages the
-// writer commits, never inside a commit: SQLite's automatic checkpoint
-// would run in the COMMIT that crosses the mark and hold up everyone
-// queued behind it. Once one has run, the writer copies the few pages
+// (checkpointed) by a connection of its own, asked every 4,000 pages the
+// writer commits (WithCheckpointPages), never inside a commit: SQLite's
+// automatic checkpoint would run in the COMMIT that crosses the mark and
+// hold up everyone queued behind it. Once one has run, the writer copies the few pages
 // written meanwhile, between two groups, so that SQLite can start the log
 // over instead of growing it.
 //

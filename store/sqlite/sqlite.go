@@ -87,6 +87,7 @@ type Option func(*config)
 type config struct {
 	busyTimeout  time.Duration
 	maxGroup     int
+	ckptPages    int
 	readConns    int
 	onCommit     func(GroupCommit)
 	onCheckpoint func(Checkpoint)
@@ -104,6 +105,14 @@ func WithBusyTimeout(d time.Duration) Option {
 // in the group wait for the whole group. The default is 256.
 func WithMaxGroup(n int) Option {
 	return func(c *config) { c.maxGroup = n }
+}
+
+// WithCheckpointPages sets how many pages the write-ahead log gains
+// before a checkpoint copies it into the database file; the log holds
+// about that many pages, and more while readers keep old ones. The
+// default is 4,000 (16 MiB of 4 KiB pages).
+func WithCheckpointPages(n int) Option {
+	return func(c *config) { c.ckptPages = n }
 }
 
 // GroupCommit is one group commit of the writer, as WithCommitObserver
@@ -157,13 +166,14 @@ type Store struct {
 	// writer's alone, so unguarded.
 	heads map[string]int64
 
-	onCheckpoint func(Checkpoint) // nil: none
-	ckptMu       sync.Mutex       // one checkpoint at a time
-	ckptDue      chan struct{}    // cap 1: a checkpoint is asked for
-	ckptDone     chan struct{}    // closed when the checkpoint goroutine ends
-	walPages     int              // written to the log since the last ask; the writer's
-	groupPages   int              // written to the log by the group commit under way; the writer's
-	ckptRan      atomic.Bool      // a checkpoint beside the writer has run: the writer copies the tail
+	onCheckpoint    func(Checkpoint) // nil: none
+	ckptMu          sync.Mutex       // one checkpoint at a time
+	ckptDue         chan struct{}    // cap 1: a checkpoint is asked for
+	ckptDone        chan struct{}    // closed when the checkpoint goroutine ends
+	checkpointPages int              // pages written between two asks (WithCheckpointPages)
+	walPages        int              // written to the log since the last ask; the writer's
+	groupPages      int              // written to the log by the group commit under way; the writer's
+	ckptRan         atomic.Bool      // a checkpoint beside the writer has run: the writer copies the tail
 
 	// mu orders Close against Commit's enqueue: Commit sends under RLock,
 	// Close closes reqs and urgent under Lock, so nothing sends on a
@@ -197,11 +207,11 @@ type writeStmts struct {
 // while a store is open on a directory, Open on the same directory fails at
 // once with a *LockedError (errors.Is ErrLocked). Close releases the lock.
 func Open(path string, opts ...Option) (*Store, error) {
-	cfg := config{busyTimeout: 5 * time.Second, maxGroup: 256, readConns: 4}
+	cfg := config{busyTimeout: 5 * time.Second, maxGroup: 256, ckptPages: defaultCheckpointPages, readConns: 4}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.maxGroup < 1 || cfg.readConns < 1 || cfg.busyTimeout < 0 {
+	if cfg.maxGroup < 1 || cfg.readConns < 1 || cfg.busyTimeout < 0 || cfg.ckptPages < 1 {
 		return nil, fmt.Errorf("sqlite: invalid options %+v", cfg)
 	}
 	abs, err := filepath.Abs(path)
@@ -219,7 +229,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{lock: lock, maxGroup: cfg.maxGroup, onCommit: cfg.onCommit, heads: make(map[string]int64), onCheckpoint: cfg.onCheckpoint}
+	s := &Store{lock: lock, maxGroup: cfg.maxGroup, checkpointPages: cfg.ckptPages, onCommit: cfg.onCommit, heads: make(map[string]int64), onCheckpoint: cfg.onCheckpoint}
 	if err := s.open(abs, cfg); err != nil {
 		s.closeCheckpoints()
 		s.closeDBs()

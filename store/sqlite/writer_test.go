@@ -247,14 +247,18 @@ func TestGroupsStaySmallWhileNoticesArrive(t *testing.T) {
 	}
 }
 
+// testCheckpointPages is the checkpoint interval of the tests that fill
+// the log: small, so that they fill it with few commits.
+const testCheckpointPages = 500
+
 // The writer leaves checkpoints to a connection of its own: once the log
-// has gained checkpointPages, one runs there and copies the log into the
+// has gained testCheckpointPages, one runs there and copies the log into the
 // database file, and reads see every record after it.
 func TestCheckpointsRunBesideTheWriter(t *testing.T) {
 	ctx := context.Background()
 	ran := make(chan Checkpoint, 16)
 	path := filepath.Join(t.TempDir(), "mspd.db")
-	s, err := Open(path, WithCheckpointObserver(func(c Checkpoint) {
+	s, err := Open(path, WithCheckpointPages(testCheckpointPages), WithCheckpointObserver(func(c Checkpoint) {
 		if c.Err != nil {
 			t.Error(c.Err)
 		}
@@ -275,15 +279,15 @@ func TestCheckpointsRunBesideTheWriter(t *testing.T) {
 	}
 	// A record of two kilobytes, one a commit: a page or more each.
 	params := []byte(`{"p":"` + strings.Repeat("x", 2000) + `"}`)
-	const records = checkpointPages + 10
+	const records = testCheckpointPages + 10
 	for seq := int64(1); seq <= records; seq++ {
 		if err := s.Commit(ctx, store.Batch{SessionID: "s", Records: []store.Record{{Seq: seq, Method: "m", Params: params}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	r := <-ran
-	if r.Frames < checkpointPages || r.Copied == 0 {
-		t.Errorf("checkpoint of %d frames copied %d, want at least %d frames, some copied", r.Frames, r.Copied, checkpointPages)
+	if r.Frames < testCheckpointPages || r.Copied == 0 {
+		t.Errorf("checkpoint of %d frames copied %d, want at least %d frames, some copied", r.Frames, r.Copied, testCheckpointPages)
 	}
 	after, err := os.Stat(path)
 	if err != nil {
@@ -304,15 +308,15 @@ func TestCheckpointsRunBesideTheWriter(t *testing.T) {
 func TestLogStaysBounded(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := Open(filepath.Join(dir, "mspd.db"))
+	s, err := Open(filepath.Join(dir, "mspd.db"), WithCheckpointPages(testCheckpointPages))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	// Records of nearly a page each: the log gains at least a page a
-	// record, 6 × checkpointPages in all.
+	// record, 6 × testCheckpointPages in all.
 	params := []byte(`{"p":"` + strings.Repeat("x", 3500) + `"}`)
-	const writers, records = 16, 6 * checkpointPages
+	const writers, records = 16, 6 * testCheckpointPages
 	errs := make(chan error, writers)
 	for w := range writers {
 		go func() {
@@ -334,8 +338,8 @@ func TestLogStaysBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A frame is a page and its 24-byte header; a checkpoint is asked for
-	// every checkpointPages, and the tail is copied when it is done.
-	const frame, limit = 4096 + 24, 4 * checkpointPages
+	// every testCheckpointPages, and the tail is copied when it is done.
+	const frame, limit = 4096 + 24, 4 * testCheckpointPages
 	if frames := wal.Size() / frame; frames > limit {
 		t.Errorf("write-ahead log of %d frames after %d pages written, want at most %d", frames, records, limit)
 	}
