@@ -15,6 +15,7 @@ import (
 
 	"mspd/provider/scripted"
 	"mspd/schema/msp"
+	"mspd/store/sqlite"
 )
 
 // maxGroup is how many pending commits the baseline's writer puts in one
@@ -236,7 +237,9 @@ func plainSQLite(ctx context.Context, workDir string, sessions, perSession, size
 
 // openPlainSQLite creates the baseline's database in a directory of its
 // own under workDir (removed by close): one table of events like
-// store/sqlite's, WAL, synchronous=FULL, and its group-committing writer.
+// store/sqlite's, WAL, synchronous=FULL, a checkpoint as often as
+// store/sqlite asks for one (SQLite runs it in the commit that crosses the
+// mark), and its group-committing writer.
 func openPlainSQLite(ctx context.Context, workDir string) (*groupWriter, error) {
 	dir, err := os.MkdirTemp(workDir, "sqlite-")
 	if err != nil {
@@ -246,7 +249,8 @@ func openPlainSQLite(ctx context.Context, workDir string) (*groupWriter, error) 
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	db, err := sql.Open("sqlite", filepath.Join(dir, "plain.db")+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	db, err := sql.Open("sqlite", filepath.Join(dir, "plain.db")+fmt.Sprintf(
+		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=wal_autocheckpoint(%d)", sqlite.DefaultCheckpointPages))
 	if err != nil {
 		return fail(err)
 	}

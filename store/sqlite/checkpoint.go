@@ -12,15 +12,16 @@ import (
 	msqlite "modernc.org/sqlite"
 )
 
-// defaultCheckpointPages is how many pages the writer lets the
-// write-ahead log gain before it asks for a checkpoint: 16 MiB of 4 KiB
-// pages. Each checkpoint costs two fsyncs and a tail copied on the writer
-// whatever its size, and a page written many times in between (a session
-// row, an index's interior pages) is copied once, so fewer, larger ones
-// are cheaper: a quarter of SQLite's own wal_autocheckpoint default of
-// 1,000 as often halved the writer's time in checkpoints and raised
+// DefaultCheckpointPages is how many pages the writer lets the
+// write-ahead log gain before it asks for a checkpoint, unless
+// WithCheckpointPages says otherwise: 16 MiB of 4 KiB pages. Each
+// checkpoint costs two fsyncs and a tail copied on the writer whatever its
+// size, and a page written many times in between (a session row, an
+// index's interior pages) is copied once, so fewer, larger ones are
+// cheaper: a quarter as many as at SQLite's own wal_autocheckpoint
+// default of 1,000 halved the writer's time in checkpoints and raised
 // durable events/s by 3–18% (BENCHMARKS.md).
-const defaultCheckpointPages = 4000
+const DefaultCheckpointPages = 4000
 
 // openCheckpoints opens the checkpoint connection and starts the goroutine
 // that runs checkpoints on it. SQLite would otherwise run one inside the

@@ -110,7 +110,7 @@ func WithMaxGroup(n int) Option {
 // WithCheckpointPages sets how many pages the write-ahead log gains
 // before a checkpoint copies it into the database file; the log holds
 // about that many pages, and more while readers keep old ones. The
-// default is 4,000 (16 MiB of 4 KiB pages).
+// default is DefaultCheckpointPages.
 func WithCheckpointPages(n int) Option {
 	return func(c *config) { c.ckptPages = n }
 }
@@ -207,7 +207,7 @@ type writeStmts struct {
 // while a store is open on a directory, Open on the same directory fails at
 // once with a *LockedError (errors.Is ErrLocked). Close releases the lock.
 func Open(path string, opts ...Option) (*Store, error) {
-	cfg := config{busyTimeout: 5 * time.Second, maxGroup: 256, ckptPages: defaultCheckpointPages, readConns: 4}
+	cfg := config{busyTimeout: 5 * time.Second, maxGroup: 256, ckptPages: DefaultCheckpointPages, readConns: 4}
 	for _, o := range opts {
 		o(&cfg)
 	}
