@@ -285,7 +285,7 @@ func (s *Store) open(path string, cfg config) error {
 	if err := s.prepareWrites(ctx); err != nil {
 		return err
 	}
-	if err := s.openCheckpoints(ctx, path, busy); err != nil {
+	if err := s.openCheckpoints(ctx, path); err != nil {
 		return err
 	}
 

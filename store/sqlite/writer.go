@@ -396,7 +396,8 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 			return taskResult{err: fmt.Errorf("sqlite: delete session %q: %w", id, err)}
 		}
 		// Readers holding an older snapshot can keep the checkpoint from
-		// finishing; the erasure itself is committed either way.
+		// finishing (it gives up after truncateWait); the erasure itself
+		// is committed either way.
 		_ = s.checkpoint(CheckpointTruncate)
 		return taskResult{}
 	})

@@ -285,7 +285,12 @@ func TestCheckpointsRunBesideTheWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := <-ran
+	var r Checkpoint
+	select {
+	case r = <-ran:
+	case <-time.After(time.Minute):
+		t.Fatalf("no checkpoint ran after %d pages or more", records)
+	}
 	if r.Frames < testCheckpointPages || r.Copied == 0 {
 		t.Errorf("checkpoint of %d frames copied %d, want at least %d frames, some copied", r.Frames, r.Copied, testCheckpointPages)
 	}
@@ -341,7 +346,7 @@ func TestLogStaysBounded(t *testing.T) {
 	// every testCheckpointPages, and the tail is copied when it is done.
 	const frame, limit = 4096 + 24, 4 * testCheckpointPages
 	if frames := wal.Size() / frame; frames > limit {
-		t.Errorf("write-ahead log of %d frames after %d pages written, want at most %d", frames, records, limit)
+		t.Errorf("write-ahead log of %d frames after %d records of a page or more, want at most %d", frames, records, limit)
 	}
 }
 
@@ -390,5 +395,67 @@ func TestRowsWrittenByOthers(t *testing.T) {
 	}
 	if h, err := s.Head(ctx, "s"); err != nil || h != 3 {
 		t.Errorf("head %d, %v; want 3", h, err)
+	}
+}
+
+// A reader holding an old snapshot keeps a session's erasure from
+// truncating the write-ahead log, but only for a moment, whatever the
+// store's busy timeout: the erasure runs on the writer, so every commit
+// waits behind it. The truncate is reported blocked, and the next one
+// empties the log.
+func TestErasureDoesNotWaitForReaders(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "mspd.db")
+	truncates := make(chan Checkpoint, 4)
+	s, err := Open(path, WithBusyTimeout(time.Hour), WithCheckpointObserver(func(c Checkpoint) {
+		if c.Kind == CheckpointTruncate {
+			truncates <- c
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	record := func(session string, seq int64) {
+		t.Helper()
+		if err := s.Commit(ctx, store.Batch{SessionID: session, Records: []store.Record{{Seq: seq, Method: "m", Params: []byte(`{}`)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("gone", 1)
+	record("kept", 1)
+	tx, err := rawConn(t, path).BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("reader sees %d records, %v", n, err)
+	}
+	record("kept", 2) // the reader's snapshot is an old one now
+
+	erased := make(chan error, 1)
+	go func() { erased <- s.DeleteSession(ctx, "gone") }()
+	select {
+	case err := <-erased:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the erasure waited for the reader to finish")
+	}
+	if c := <-truncates; !c.Blocked {
+		t.Errorf("truncate %+v beside an older snapshot, want it blocked", c)
+	}
+	record("kept", 3)
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSession(ctx, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-truncates; c.Blocked || c.Err != nil {
+		t.Errorf("truncate %+v with no reader left, want it complete", c)
 	}
 }
