@@ -112,7 +112,7 @@ func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error
 	}
 	nc, err := nats.Connect(url, nats.Name("mspd "+node), nats.MaxReconnects(-1))
 	if err != nil {
-		return fail(fmt.Errorf("connecting to NATS at %s: %w", url, err))
+		return fail(fmt.Errorf("connecting to NATS at %s: %w", withoutCredentials(url), err))
 	}
 	closers = append(closers, func() error { nc.Close(); return nil })
 	js, err := jetstream.New(nc)
@@ -144,8 +144,8 @@ func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error
 	if err != nil {
 		return fail(err)
 	}
-	cfg.Logger.Info("cluster node", "node", node, "nats", url, "replicas", replicas)
-	return &backend{store: st, cluster: cl, logPath: "jetstream:" + url, close: func() error {
+	cfg.Logger.Info("cluster node", "node", node, "nats", withoutCredentials(url), "replicas", replicas)
+	return &backend{store: st, cluster: cl, logPath: "jetstream:" + withoutCredentials(url), close: func() error {
 		cl.Close()
 		var errs []error
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -153,6 +153,32 @@ func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error
 		}
 		return errors.Join(errs...)
 	}}, nil
+}
+
+// withoutCredentials drops the user information (a user and password, or
+// a token) from each of a comma-separated list of NATS URLs: the list is
+// logged, and reported to every client as its sessions' path.
+func withoutCredentials(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, u := range parts {
+		u = strings.TrimSpace(u)
+		scheme, rest, ok := strings.Cut(u, "://")
+		if !ok {
+			scheme, rest = "", u
+		}
+		authority, path, _ := strings.Cut(rest, "/")
+		if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+			rest = authority[at+1:]
+			if path != "" {
+				rest += "/" + path
+			}
+		}
+		if ok {
+			rest = scheme + "://" + rest
+		}
+		parts[i] = rest
+	}
+	return strings.Join(parts, ",")
 }
 
 // startNATS runs the embedded NATS server of a node.
