@@ -119,6 +119,12 @@ func serve(args []string, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if fs.NArg() > 0 {
+		// Parsing stopped there: every flag after it would be ignored
+		// (`--pprof false` sets --pprof and drops the rest).
+		fmt.Fprintf(stderr, "mspd: unexpected argument %q (serve takes only flags; a boolean flag's value goes as --flag=false)\n", fs.Arg(0))
+		return 2
+	}
 	if err := fromEnv(fs); err != nil {
 		fmt.Fprintln(stderr, "mspd:", err)
 		return 2
