@@ -129,6 +129,10 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mspd:", err)
 		return 2
 	}
+	if err := checkRanges(fs); err != nil {
+		fmt.Fprintln(stderr, "mspd:", err)
+		return 2
+	}
 	switch jitter {
 	case "full":
 		cfg.Retry.Jitter = modelretry.JitterFull
