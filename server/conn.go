@@ -289,11 +289,13 @@ func gapFrame(sessionID, after, next string) []byte {
 	return msp.EncodeNotification(msp.NotifyViewGap, p, time.Now().UnixMilli())
 }
 
-// replyError queues an error response for id (raw JSON, or null).
+// replyError queues an error response for id (raw JSON, or null), its
+// echoes of the request bounded.
 func (c *conn) replyError(id json.RawMessage, e *msp.Error) {
 	if len(id) == 0 {
 		id = json.RawMessage("null")
 	}
+	e = bounded(e)
 	frame, err := msp.Marshal(struct {
 		JSONRPC string          `json:"jsonrpc"`
 		ID      json.RawMessage `json:"id"`

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"mspd/schema/msp"
 	"mspd/session"
@@ -30,7 +31,8 @@ import (
 //     nothing is answered twice;
 //   - the connection stays usable: the follow-up request is answered with
 //     a result;
-//   - the outbox stays within its budget.
+//   - the outbox stays within its budget, and no frame written is over
+//     the frame cap.
 //
 // One manager and store serve every iteration; each input gets its own
 // connection. Inputs can name fuzzSession, which exists with a turn in it.
@@ -141,6 +143,9 @@ func (fx *fuzzFixture) answers(t *testing.T, checker *msp.FrameChecker, written 
 	got = make(map[string]int)
 	for line := range bytes.Lines(written) {
 		frame := bytes.TrimSuffix(line, []byte("\n"))
+		if len(frame) > fuzzFrameMax {
+			t.Fatalf("the server wrote a %d-byte frame, over the %d-byte cap: %.300s", len(frame), fuzzFrameMax, frame)
+		}
 		if errs := checker.Check(frame); len(errs) > 0 {
 			t.Fatalf("the server wrote a frame that is not valid MSP: %v\n%s", errs, frame)
 		}
@@ -168,10 +173,10 @@ func (fx *fuzzFixture) answers(t *testing.T, checker *msp.FrameChecker, written 
 }
 
 // wellFormedRequest reports whether a frame is a request the server owes
-// an answer carrying its id: a JSON object with "jsonrpc":"2.0", a string
-// method and an id MSP accepts.
+// an answer carrying its id: a UTF-8 JSON object with "jsonrpc":"2.0", a
+// string method and an id MSP accepts.
 func wellFormedRequest(frame []byte) (string, bool) {
-	if len(frame) > fuzzFrameMax {
+	if len(frame) > fuzzFrameMax || !utf8.Valid(frame) {
 		return "", false
 	}
 	var env map[string]json.RawMessage
@@ -189,9 +194,9 @@ func wellFormedRequest(frame []byte) (string, bool) {
 }
 
 // unanswered reports whether a frame is one the server must not answer: a
-// notification, or a response (mspd sends no requests).
+// UTF-8 notification, or a response (mspd sends no requests).
 func unanswered(frame []byte) bool {
-	if len(frame) > fuzzFrameMax {
+	if len(frame) > fuzzFrameMax || !utf8.Valid(frame) {
 		return false
 	}
 	var env map[string]json.RawMessage

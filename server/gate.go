@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/sourcegraph/jsonrpc2"
 
@@ -30,6 +31,15 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, ok bool) {
 	}
 	rawID, hasID := env["id"]
 	id, idOK := validID(rawID)
+	if !utf8.Valid(frame) {
+		// JSON is UTF-8; decoding would turn the bad bytes into U+FFFD,
+		// and the id could not be echoed as sent.
+		if !idOK || !utf8.Valid(id) {
+			id = nil
+		}
+		c.replyError(id, msp.NewError(msp.CodeParseError, msp.KindParseError, "frame is not valid UTF-8"))
+		return nil, false
+	}
 	if hasID && !idOK {
 		// Echo an integer id this host cannot take (a negative one) so the
 		// client can match the answer; anything else is not an MSP id.
@@ -122,20 +132,69 @@ func (c *conn) notification(method string) {
 }
 
 // invalidParams turns schema findings into one invalidParams error whose
-// details name the first offending field and list them all.
+// details name the first offending field and list the first
+// maxListedErrors of them, each clipped (see clip), and how many more
+// there were: an array of a million bad items is one short answer.
 func invalidParams(errs []msp.FieldError) *msp.Error {
 	first := errs[0]
 	msg := first.Message
 	if first.Field != "" {
 		msg = first.Field + ": " + first.Message
 	}
-	list := make([]map[string]string, len(errs))
-	for i, fe := range errs {
-		list[i] = map[string]string{"field": fe.Field, "message": fe.Message}
+	listed := errs[:min(len(errs), maxListedErrors)]
+	list := make([]map[string]string, len(listed))
+	for i, fe := range listed {
+		list[i] = map[string]string{"field": clip(fe.Field), "message": clip(fe.Message)}
 	}
-	e := msp.NewError(msp.CodeInvalidParams, msp.KindInvalidParams, "invalid params: %s", msg)
-	e.Data.Details = map[string]any{"field": first.Field, "errors": list}
+	e := msp.NewError(msp.CodeInvalidParams, msp.KindInvalidParams, "invalid params: %s", clip(msg))
+	e.Data.Details = map[string]any{"field": clip(first.Field), "errors": list}
+	if n := len(errs) - len(listed); n > 0 {
+		e.Data.Details["omitted"] = n
+	}
 	return e
+}
+
+// What an error answer repeats of a request is bounded, so that the
+// answer stays small and under the frame cap whatever the request carried
+// (a value quoted grows when JSON escapes it).
+const (
+	// maxListedErrors is how many schema findings invalidParams lists.
+	maxListedErrors = 16
+	// maxEcho bounds a string an error answer repeats from the request:
+	// a field path, a finding's message, an id in data.
+	maxEcho = 256
+	// maxMessage bounds an error answer's message.
+	maxMessage = 1024
+)
+
+// clip cuts s to maxEcho bytes.
+func clip(s string) string { return clipTo(s, maxEcho) }
+
+// clipTo cuts s to at most n bytes, on a character boundary, marking the
+// cut with an ellipsis.
+func clipTo(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
+// bounded returns e, or a copy of it whose message and the request's
+// strings its data repeats are clipped when they are long.
+func bounded(e *msp.Error) *msp.Error {
+	d := e.Data
+	if len(e.Message) <= maxMessage && len(d.SessionID) <= maxEcho && len(d.CommandID) <= maxEcho && len(d.Anchor) <= maxEcho {
+		return e
+	}
+	b := *e
+	b.Message = clipTo(b.Message, maxMessage)
+	b.Data.SessionID, b.Data.CommandID, b.Data.Anchor = clip(d.SessionID), clip(d.CommandID), clip(d.Anchor)
+	return &b
 }
 
 // validID accepts the ids jsonrpc2 can echo faithfully: strings and
