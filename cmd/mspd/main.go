@@ -18,9 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"mspd/daemon"
@@ -151,8 +149,9 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	cfg.Logger = logger
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	sig := watchSignals()
+	defer sig.stop()
+	ctx := sig.run
 	d, err := daemon.New(ctx, cfg)
 	if err != nil {
 		var locked *sqlite.LockedError
@@ -175,36 +174,21 @@ func serve(args []string, stderr io.Writer) int {
 			d.Close(context.Background())
 			return 1
 		}
-		waitReloading(ctx, d)
+		// The daemon logs each reload's outcome; a bad file keeps the old set.
+		sig.onReload(func() { d.ReloadAuth() })
+		<-ctx.Done()
 		logger.Info("shutting down: running turns may finish", "timeout", shutdownTimeout)
 	}
-	// A second signal ends the wait: the turns still running stop and the
-	// next start resumes them.
-	shutdown, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
-	shutdown, cancelTimeout := context.WithTimeout(shutdown, shutdownTimeout)
+	// A (second) signal ends the wait: the turns still running stop and
+	// the next start resumes them.
+	sig.stopping()
+	shutdown, cancelTimeout := context.WithTimeout(sig.grace, shutdownTimeout)
 	defer cancelTimeout()
 	if err := d.Close(shutdown); err != nil {
 		logger.Error("shutdown", "err", err)
 		return 1
 	}
 	return 0
-}
-
-// waitReloading waits for ctx, reloading the credential files on each
-// SIGHUP (the daemon logs each outcome; a bad file keeps the old set).
-func waitReloading(ctx context.Context, d *daemon.Daemon) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-			d.ReloadAuth()
-		}
-	}
 }
 
 // fromEnv applies MSPD_<FLAG> variables to flags not set on the command line.
