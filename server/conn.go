@@ -248,12 +248,28 @@ func (c *conn) Deliver(n session.Notification) {
 		if errors.Is(c.out.pushProtected(n.Frame), errWedged) {
 			c.wedged()
 		}
+		if n.Method == msp.NotifySessionDeleteCompleted {
+			c.forgetDeleted(n.Frame)
+		}
 		return
 	}
 	if c.optedOut(n.Method) {
 		return
 	}
 	c.out.pushView(n.SessionID, n.Cursor, n.Frame, n.Durable)
+}
+
+// forgetDeleted drops the view state of the session a
+// session/deleteCompleted frame names: no event of it follows, and a
+// connection kept open for long must not keep one for each session it
+// ever watched.
+func (c *conn) forgetDeleted(frame []byte) {
+	var n struct {
+		Params msp.SessionDeleteCompletedParams `json:"params"`
+	}
+	if json.Unmarshal(frame, &n) == nil && n.Params.SessionID != "" {
+		c.out.forget(n.Params.SessionID)
+	}
 }
 
 // Replay implements session.Subscriber.
