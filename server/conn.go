@@ -364,12 +364,12 @@ func (c *conn) readLoop(ctx context.Context) {
 				return
 			}
 			c.srv.metrics.framesReceived.Add(1)
-			req, ok := c.gate(frame)
+			req, id, ok := c.gate(frame)
 			if !ok {
 				c.srv.metrics.framesRejected.Add(1)
 				return
 			}
-			h.Handle(ctx, nil, req)
+			h.Handle(ctx, req, id)
 		}()
 		<-done
 	}

@@ -123,3 +123,22 @@ func TestFrameNotUTF8IsAParseError(t *testing.T) {
 		t.Errorf("the connection did not go on serving: %v", e)
 	}
 }
+
+// A request's id is echoed as it was sent. The handler re-encoded it with
+// json.Marshal, which escapes '<', '>' and '&' as six bytes each: an id of
+// them came back six times its size, over the frame cap.
+func TestIDEchoedAsSent(t *testing.T) {
+	const frameCap = 8 << 10
+	id := `"` + strings.Repeat("<&>", 2000) + `"`
+	answers := serveLines(t, frameCap,
+		`{"jsonrpc":"2.0","id":`+id+`,"method":"session/list","params":{}}`,
+		`{"jsonrpc":"2.0","id":`+id+`,"method":"session/read","params":{"sessionId":"x"}}`)
+	if len(answers) != 2 {
+		t.Fatalf("%d answers to 2 requests", len(answers))
+	}
+	for _, a := range answers {
+		if got, _ := answerOf(t, a); string(got) != id || len(a) > frameCap {
+			t.Errorf("a %d-byte answer (cap %d) with id %.40s…, want the id as sent", len(a), frameCap, got)
+		}
+	}
+}

@@ -16,9 +16,9 @@ import (
 // gate checks one inbound frame before the handler sees it: validation
 // happens here, on the raw bytes (params are never re-encoded), and every
 // bad frame gets a typed answer on an open connection. It returns the
-// request, or ok=false when the frame was answered (or was a
-// notification) here.
-func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, ok bool) {
+// request and its id as sent (the answer echoes it byte for byte), or
+// ok=false when the frame was answered (or was a notification) here.
+func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, ok bool) {
 	var env map[string]json.RawMessage
 	if err := json.Unmarshal(frame, &env); err != nil {
 		if json.Valid(frame) {
@@ -27,7 +27,7 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, ok bool) {
 		} else {
 			c.replyError(nil, msp.NewError(msp.CodeParseError, msp.KindParseError, "frame is not valid JSON: %v", err))
 		}
-		return nil, false
+		return nil, nil, false
 	}
 	rawID, hasID := env["id"]
 	id, idOK := validID(rawID)
@@ -38,7 +38,7 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, ok bool) {
 			id = nil
 		}
 		c.replyError(id, msp.NewError(msp.CodeParseError, msp.KindParseError, "frame is not valid UTF-8"))
-		return nil, false
+		return nil, nil, false
 	}
 	if hasID && !idOK {
 		// Echo an integer id this host cannot take (a negative one) so the
@@ -51,35 +51,35 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, ok bool) {
 		}
 		c.replyError(echo, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
 			"id must be a string or a non-negative integer"))
-		return nil, false
+		return nil, nil, false
 	}
 	if string(env["jsonrpc"]) != `"2.0"` {
 		c.replyError(id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, `frame must carry "jsonrpc": "2.0"`))
-		return nil, false
+		return nil, nil, false
 	}
 	rawMethod, hasMethod := env["method"]
 	var method string
 	if hasMethod {
 		if err := json.Unmarshal(rawMethod, &method); err != nil {
 			c.replyError(id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, "method must be a string"))
-			return nil, false
+			return nil, nil, false
 		}
 	}
 	switch {
 	case !hasMethod && hasID:
 		// A response: mspd sends no requests, so there is nothing to match.
 		c.log.Debug("ignoring a response from the client", "id", string(rawID))
-		return nil, false
+		return nil, nil, false
 	case !hasMethod:
 		c.replyError(nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, "frame has neither method nor id"))
-		return nil, false
+		return nil, nil, false
 	case !hasID:
 		c.notification(method)
-		return nil, false
+		return nil, nil, false
 	}
 	if e := c.admit(method); e != nil {
 		c.replyError(id, e)
-		return nil, false
+		return nil, nil, false
 	}
 	params, hasParams := env["params"]
 	if !hasParams {
@@ -87,21 +87,9 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, ok bool) {
 	}
 	if errs := c.srv.val.Params(method, params); len(errs) > 0 {
 		c.replyError(id, invalidParams(errs))
-		return nil, false
+		return nil, nil, false
 	}
-	return &jsonrpc2.Request{Method: method, Params: &params, ID: requestID(id)}, true
-}
-
-// requestID is a valid id (see validID) as jsonrpc2 holds it.
-func requestID(raw json.RawMessage) jsonrpc2.ID {
-	var id jsonrpc2.ID
-	if raw[0] == '"' {
-		id.IsString = true
-		json.Unmarshal(raw, &id.Str)
-		return id
-	}
-	id.Num, _ = strconv.ParseUint(string(raw), 10, 64)
-	return id
+	return &jsonrpc2.Request{Method: method, Params: &params}, id, true
 }
 
 // admit applies the handshake order and the method catalogue.
@@ -197,8 +185,8 @@ func bounded(e *msp.Error) *msp.Error {
 	return &b
 }
 
-// validID accepts the ids jsonrpc2 can echo faithfully: strings and
-// non-negative integers.
+// validID accepts the ids MSP takes: strings and non-negative integers
+// (within int64).
 func validID(raw json.RawMessage) (json.RawMessage, bool) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {

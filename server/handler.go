@@ -23,7 +23,10 @@ const CapabilitySessionListStream = "sessionListStream"
 // frame is read.
 type handler struct{ c *conn }
 
-func (h *handler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Request) {
+// Handle answers req, whose id is as the client sent it: echoed as it
+// stands, not re-encoded (json.Marshal would escape '<', '>' and '&' in a
+// string id as six bytes each).
+func (h *handler) Handle(ctx context.Context, req *jsonrpc2.Request, id json.RawMessage) {
 	if req.Notif {
 		return // the gate handles notifications
 	}
@@ -32,11 +35,6 @@ func (h *handler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Re
 	params := json.RawMessage("{}")
 	if req.Params != nil {
 		params = *req.Params
-	}
-	id, err := json.Marshal(req.ID)
-	if err != nil {
-		h.c.log.Error("encoding a request id", "err", err)
-		return
 	}
 	result, after, err := h.dispatch(ctx, req.Method, params)
 	if err != nil {
