@@ -69,9 +69,6 @@ func openBackend(ctx context.Context, cfg Config, dir string, metrics *observe.M
 	switch cfg.Backend.Store {
 	case "", "sqlite":
 		path := filepath.Join(dir, "mspd.db")
-		if err := createPrivate(path); err != nil {
-			return nil, err
-		}
 		st, err := sqlite.Open(path,
 			sqlite.WithCommitObserver(func(g sqlite.GroupCommit) { metrics.StoreCommit(g.Batches, g.Took, g.Pages) }),
 			sqlite.WithCheckpointObserver(func(c sqlite.Checkpoint) {
@@ -85,22 +82,6 @@ func openBackend(ctx context.Context, cfg Config, dir string, metrics *observe.M
 		return openJetStream(ctx, cfg, dir)
 	}
 	return nil, fmt.Errorf("store %q: want sqlite or jetstream", cfg.Backend.Store)
-}
-
-// createPrivate creates the database file, when missing, readable by this
-// user alone: it holds every conversation, and SQLite would create it
-// (and its -wal and -shm files, which take its mode) world-readable in a
-// data directory that already existed with wider permissions than the
-// 0700 of one mspd creates. An existing file keeps the mode it has.
-func createPrivate(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return fmt.Errorf("creating %s: %w", path, err)
-	}
-	return f.Close()
 }
 
 func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error) {

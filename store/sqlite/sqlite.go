@@ -229,6 +229,10 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := createPrivate(abs); err != nil {
+		_ = lock.unlock()
+		return nil, err
+	}
 	s := &Store{lock: lock, maxGroup: cfg.maxGroup, checkpointPages: cfg.ckptPages, onCommit: cfg.onCommit, heads: make(map[string]int64), onCheckpoint: cfg.onCheckpoint}
 	if err := s.open(abs, cfg); err != nil {
 		s.closeCheckpoints()
@@ -242,6 +246,20 @@ func Open(path string, opts ...Option) (*Store, error) {
 	s.writerDone = make(chan struct{})
 	go s.writer()
 	return s, nil
+}
+
+// createPrivate creates the database file, when missing, readable by this
+// user alone: it holds every conversation, and SQLite would create it (and
+// its -wal and -shm files, which take its mode) as the umask allows, which
+// is usually world-readable, in a directory that already existed with
+// wider permissions than the 0700 Open gives one it creates. An existing
+// file keeps the mode it has.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	return f.Close()
 }
 
 func (s *Store) open(path string, cfg config) error {

@@ -327,3 +327,44 @@ func TestDeleteLeavesNoTrace(t *testing.T) {
 		}
 	}
 }
+
+// TestFilesPrivate: the database and its write-ahead log and index, which
+// hold every conversation, are readable by their owner alone, even in a
+// directory that already existed with wider permissions (--data ., a
+// container's volume); a file that exists keeps its mode.
+func TestFilesPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(filepath.Join(dir, "mspd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Commit(t.Context(), store.Batch{SessionID: "s", Records: []store.Record{{Seq: 1, Method: "m", Params: []byte(`{}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"mspd.db", "mspd.db-wal", "mspd.db-shm"} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s is %v: readable by others than its owner", name, st.Mode().Perm())
+		}
+	}
+
+	shared := filepath.Join(t.TempDir(), "shared.db")
+	if err := os.WriteFile(shared, nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := sqlite.Open(shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if st, err := os.Stat(shared); err != nil || st.Mode().Perm() != 0o640 {
+		t.Errorf("an existing database's mode became %v, %v; want it kept (0640)", st.Mode().Perm(), err)
+	}
+}
