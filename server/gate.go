@@ -85,11 +85,55 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, ok
 	if !hasParams {
 		params = json.RawMessage("{}")
 	}
+	if countValues(params, maxParamValues) > maxParamValues {
+		e := msp.NewError(msp.CodeInvalidParams, msp.KindInvalidParams, "params hold more than %d JSON values", maxParamValues)
+		e.Data.Details = map[string]any{"limitValues": maxParamValues}
+		c.replyError(id, e)
+		return nil, nil, false
+	}
 	if errs := c.srv.val.Params(method, params); len(errs) > 0 {
 		c.replyError(id, invalidParams(errs))
 		return nil, nil, false
 	}
 	return &jsonrpc2.Request{Method: method, Params: &params}, id, true
+}
+
+// maxParamValues bounds the JSON values (member names included) of a
+// request's params. The schema validator builds a tree of the whole
+// document, and a finding for every bad item, at tens of times the
+// frame's size: a frame of many tiny values under the byte cap would cost
+// hundreds of megabytes. No MSP request needs nearly as many; a long text
+// is one value.
+const maxParamValues = 10_000
+
+// countValues counts the values of doc, a valid JSON document, member
+// names included; it stops once the count passes limit.
+func countValues(doc []byte, limit int) int {
+	n := 0
+	for i := 0; i < len(doc) && n <= limit; i++ {
+		switch c := doc[i]; {
+		case c == '{' || c == '[':
+			n++
+		case c == '"':
+			n++
+			for i++; i < len(doc) && doc[i] != '"'; i++ {
+				if doc[i] == '\\' {
+					i++ // the escaped byte cannot end the string
+				}
+			}
+		case c == '-' || '0' <= c && c <= '9' || c == 't' || c == 'f' || c == 'n':
+			n++
+			for i+1 < len(doc) && isScalarByte(doc[i+1]) {
+				i++
+			}
+		}
+	}
+	return n
+}
+
+// isScalarByte tells whether b continues a number or a literal.
+func isScalarByte(b byte) bool {
+	return '0' <= b && b <= '9' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || b == '+' || b == '-' || b == '.'
 }
 
 // admit applies the handshake order and the method catalogue.
