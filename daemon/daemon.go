@@ -205,6 +205,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		}
 	}
 	scfg := cfg.Server
+	if h, ok := st.(store.Health); ok {
+		scfg.Ready = h.Healthy
+	}
 	scfg.Home = dir
 	scfg.Logger = cfg.Logger
 	scfg.Models = models{cat}

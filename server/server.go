@@ -83,6 +83,9 @@ type Config struct {
 	// Pprof serves the Go runtime's profiles under /debug/pprof/, behind
 	// the same Host check and token as /msp (off by default).
 	Pprof bool
+	// Ready, when set, says why this node should be sent no new clients
+	// (its store cannot write), or nil; /readyz answers 503 with it.
+	Ready func() error
 	// Logger receives connection logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -175,6 +178,12 @@ func (s *Server) Handler() http.Handler {
 		if s.draining.Load() {
 			http.Error(w, "draining", http.StatusServiceUnavailable)
 			return
+		}
+		if s.cfg.Ready != nil {
+			if err := s.cfg.Ready(); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
 		}
 		io.WriteString(w, "ok\n")
 	})

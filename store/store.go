@@ -153,3 +153,12 @@ type Store interface {
 	// finish; a Commit after Close returns an error.
 	Close() error
 }
+
+// Health is implemented by stores that can tell whether they can take
+// writes now. A node reports it on /readyz: one whose store cannot write
+// (a full disk, a lost connection to its cluster) should be sent no new
+// clients, though those it has keep their reads.
+type Health interface {
+	// Healthy returns why the store cannot take writes now, or nil.
+	Healthy() error
+}

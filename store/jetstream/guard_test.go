@@ -90,3 +90,21 @@ func TestLostServerIsOutcomeUnknown(t *testing.T) {
 		}
 	}
 }
+
+// The store is healthy while its NATS connection is up, and says why not
+// once the server is gone (/readyz reports it).
+func TestHealthFollowsTheConnection(t *testing.T) {
+	srv := startServer(t, t.TempDir())
+	s := connect(t, srv.ClientURL(), msjs.Options{Timeout: 100 * time.Millisecond, CommitTimeout: 500 * time.Millisecond})
+	var _ store.Health = s
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("connected: %v", err)
+	}
+	shutdown(srv)
+	eventually(t, 30*time.Second, func() error {
+		if s.Healthy() == nil {
+			return errors.New("still healthy with the server gone")
+		}
+		return nil
+	})
+}

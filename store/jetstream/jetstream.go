@@ -209,6 +209,15 @@ func (s *Store) enter() (func(), error) {
 	return s.mu.RUnlock, nil
 }
 
+// Healthy implements store.Health: without its NATS connection (lost, and
+// being retried) no commit can land.
+func (s *Store) Healthy() error {
+	if st := s.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("jetstream: the NATS connection is %s", st)
+	}
+	return nil
+}
+
 // Close waits for the operations under way, then refuses new ones. It
 // closes the connection only when Connect made it. Close is idempotent.
 func (s *Store) Close() error {

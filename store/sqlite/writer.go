@@ -175,6 +175,7 @@ func (s *Store) writeGroup(group []*commitReq, errs []error) (again bool) {
 	fail := func(err error) bool {
 		_, _ = s.w.rollback.ExecContext(ctx) // may fail: SQLite can roll back by itself on I/O errors
 		clear(s.heads)                       // what was written is unknown now
+		s.writeErr.Store(&err)
 		for i := range errs {
 			if errs[i] == nil {
 				errs[i] = fmt.Errorf("sqlite: commit: %w", err)
@@ -215,12 +216,42 @@ func (s *Store) writeGroup(group []*commitReq, errs []error) (again bool) {
 	if _, err := s.w.commit.ExecContext(ctx); err != nil {
 		return fail(err)
 	}
+	s.noteHealth(group, errs)
 	s.notePagesWritten()
 	if len(s.heads)+len(heads) > maxCachedHeads {
 		clear(s.heads)
 	}
 	maps.Copy(s.heads, heads)
 	return false
+}
+
+// noteHealth records, after a group's COMMIT, whether the store can
+// write: it can if any batch landed. A group that landed nothing because
+// its batches failed other than by a conflict or their callers' ending
+// (a full disk fails every statement) leaves it unable until one lands.
+func (s *Store) noteHealth(group []*commitReq, errs []error) {
+	var failure error
+	for i, r := range group {
+		switch err := errs[i]; {
+		case err == nil && !isEmpty(r.b):
+			s.writeErr.Store(nil)
+			return
+		case err != nil && !errors.Is(err, store.ErrConflict) && r.ctx.Err() == nil:
+			failure = err
+		}
+	}
+	if failure != nil {
+		s.writeErr.Store(&failure)
+	}
+}
+
+// Healthy implements store.Health: the error of the last group commit,
+// when it landed nothing and nothing has landed since.
+func (s *Store) Healthy() error {
+	if err := s.writeErr.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // maxCachedHeads bounds the writer's memory of session heads; past it the

@@ -459,3 +459,48 @@ func TestErasureDoesNotWaitForReaders(t *testing.T) {
 		t.Errorf("truncate %+v with no reader left, want it complete", c)
 	}
 }
+
+// A store whose writes fail for want of space says so (store.Health,
+// which /readyz reports) until a write lands again; a batch refused for a
+// conflict says nothing of the store.
+func TestHealthFollowsTheWrites(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(filepath.Join(t.TempDir(), "mspd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var _ store.Health = s
+	record := func(seq int64, size int) error {
+		return s.Commit(ctx, store.Batch{SessionID: "s", Records: []store.Record{{Seq: seq, Method: "m",
+			Params: []byte(`{"p":"` + strings.Repeat("x", size) + `"}`)}}})
+	}
+	if err := record(1, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := record(1, 10); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a stale sequence: %v, want ErrConflict", err)
+	}
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("after a conflict: unhealthy: %v", err)
+	}
+	// The database may not grow: as a full disk would have it.
+	if _, err := s.wc.ExecContext(ctx, `PRAGMA max_page_count = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if err := record(2, 100_000); err == nil {
+		t.Fatal("a record the database has no room for landed")
+	}
+	if err := s.Healthy(); err == nil {
+		t.Fatal("a store that could not write reports itself healthy")
+	}
+	if _, err := s.wc.ExecContext(ctx, `PRAGMA max_page_count = 1073741823`); err != nil {
+		t.Fatal(err)
+	}
+	if err := record(2, 100_000); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("after a write landed: unhealthy: %v", err)
+	}
+}
