@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,6 +45,12 @@ type Backend struct {
 	ClusterName   string
 	ClusterListen string
 	Routes        []string
+	// Secret is the embedded NATS servers' shared secret: each node's mspd
+	// presents it as its token, and the servers' routes as their
+	// password. Without it, the embedded server's client and route
+	// addresses must be loopback ones: anyone who reached them could read
+	// and write every session.
+	Secret string
 	// Replicas is the replication of the stream and the lease bucket: 1,
 	// or 3 on a cluster of three or more.
 	Replicas int
@@ -110,7 +117,11 @@ func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error
 	if url == "" {
 		return fail(errors.New("store jetstream needs --nats URL or --nats-embedded"))
 	}
-	nc, err := nats.Connect(url, nats.Name("mspd "+node), nats.MaxReconnects(-1))
+	connOpts := []nats.Option{nats.Name("mspd " + node), nats.MaxReconnects(-1)}
+	if b.Embedded && b.Secret != "" {
+		connOpts = append(connOpts, nats.Token(b.Secret))
+	}
+	nc, err := nats.Connect(url, connOpts...)
 	if err != nil {
 		return fail(fmt.Errorf("connecting to NATS at %s: %w", withoutCredentials(url), err))
 	}
@@ -203,10 +214,19 @@ func startNATS(b Backend, node, dir string) (*natsserver.Server, error) {
 		NoSigs:     true,
 		NoLog:      os.Getenv("MSPD_NATS_LOG") == "",
 	}
+	if b.Secret == "" && !isLoopback(listen) {
+		return nil, fmt.Errorf("--nats-listen %s is reachable from other machines: set --nats-secret (MSPD_NATS_SECRET), or every one of them could read and write every session", listen)
+	}
+	if b.Secret != "" {
+		opts.Authorization = b.Secret
+	}
 	if b.ClusterListen != "" {
 		chost, cport, err := splitHostPort(b.ClusterListen)
 		if err != nil {
 			return nil, fmt.Errorf("--nats-cluster-listen %q: %w", b.ClusterListen, err)
+		}
+		if b.Secret == "" && !isLoopback(b.ClusterListen) {
+			return nil, fmt.Errorf("--nats-cluster-listen %s is reachable from other machines: set --nats-secret (MSPD_NATS_SECRET) on every node, or any server could join the cluster", b.ClusterListen)
 		}
 		opts.Cluster.Name = b.ClusterName
 		if opts.Cluster.Name == "" {
@@ -214,6 +234,12 @@ func startNATS(b Backend, node, dir string) (*natsserver.Server, error) {
 		}
 		opts.Cluster.Host, opts.Cluster.Port = chost, cport
 		opts.Routes = natsserver.RoutesFromStr(strings.Join(b.Routes, ","))
+		if b.Secret != "" {
+			opts.Cluster.Username, opts.Cluster.Password = routeUser, b.Secret
+			for _, r := range opts.Routes {
+				r.User = url.UserPassword(routeUser, b.Secret)
+			}
+		}
 	}
 	srv, err := natsserver.NewServer(opts)
 	if err != nil {
@@ -226,6 +252,10 @@ func startNATS(b Backend, node, dir string) (*natsserver.Server, error) {
 	}
 	return srv, nil
 }
+
+// routeUser is the user the embedded servers' routes authenticate as,
+// with the deployment's secret as password.
+const routeUser = "mspd"
 
 func splitHostPort(addr string) (string, int, error) {
 	host, p, err := net.SplitHostPort(addr)

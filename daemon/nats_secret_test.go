@@ -1,0 +1,109 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mspd/session"
+)
+
+// The embedded NATS server carries every session: without a secret it
+// listens, for clients and for routes, on loopback addresses only.
+func TestEmbeddedNATSNeedsASecretBeyondLoopback(t *testing.T) {
+	for _, b := range []Backend{
+		{NATSListen: "0.0.0.0:0"},
+		{NATSListen: ":0"},
+		{NATSListen: "127.0.0.1:0", ClusterListen: "0.0.0.0:0"},
+	} {
+		srv, err := startNATS(b, "n", t.TempDir())
+		if err == nil {
+			srv.Shutdown()
+			t.Errorf("%+v: started without a secret", b)
+		} else if !strings.Contains(err.Error(), "--nats-secret") {
+			t.Errorf("%+v: %v, want a refusal naming --nats-secret", b, err)
+		}
+	}
+	b := Backend{NATSListen: "0.0.0.0:0", Secret: "s3cret"}
+	srv, err := startNATS(b, "n", t.TempDir())
+	if err != nil {
+		t.Fatalf("%+v: %v", b, err)
+	}
+	srv.Shutdown()
+}
+
+// With a secret, the embedded server takes no client without it, and a
+// node's mspd presents it.
+func TestEmbeddedNATSWantsTheSecret(t *testing.T) {
+	const secret = "s3cret-of-the-cluster"
+	srv, err := startNATS(Backend{NATSListen: "127.0.0.1:0", Secret: secret}, "n", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Error("a client without the secret connected")
+	}
+	nc, err := nats.Connect(srv.ClientURL(), nats.Token(secret))
+	if err != nil {
+		t.Fatalf("a client with the secret: %v", err)
+	}
+	nc.Close()
+
+	d, err := New(context.Background(), Config{DataDir: t.TempDir(), Provider: "scripted", Listen: "127.0.0.1:0",
+		Backend: Backend{Store: "jetstream", Embedded: true, NATSListen: "127.0.0.1:0", Secret: secret, Node: "solo"},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(context.Background())
+	ctx := session.WithPrincipal(context.Background(), "")
+	if _, _, err := d.mgr.StartSession(ctx, nil, json.RawMessage(`{"commandId":"019ad0a0-0000-7000-8000-000000000004"}`)); err != nil {
+		t.Fatalf("a session on the node's own secret-guarded server: %v", err)
+	}
+}
+
+// The embedded servers of several nodes route to each other with the
+// secret as their password.
+func TestEmbeddedNATSRoutesWithTheSecret(t *testing.T) {
+	const secret = "s3cret-of-the-cluster"
+	ports := make([]int, 2)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	var routes [2]interface{ NumRoutes() int }
+	for i := range 2 {
+		b := Backend{NATSListen: "127.0.0.1:0", Secret: secret, ClusterName: "c",
+			ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[i]),
+			Routes:        []string{fmt.Sprintf("nats://127.0.0.1:%d", ports[1-i])}}
+		srv, err := startNATS(b, fmt.Sprintf("n%d", i), t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+		routes[i] = srv
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for routes[0].NumRoutes() == 0 || routes[1].NumRoutes() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("routes %d and %d: the servers did not route to each other with the secret", routes[0].NumRoutes(), routes[1].NumRoutes())
+		}
+		<-tick.C
+	}
+}
