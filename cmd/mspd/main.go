@@ -23,12 +23,17 @@ import (
 
 	"mspd/daemon"
 	"mspd/modelretry"
+	"mspd/provider/demo"
 	"mspd/store/sqlite"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
+
+// newDaemon starts the daemon serve configured; tests replace it to see
+// that configuration.
+var newDaemon = daemon.New
 
 // run dispatches a subcommand and returns the process exit status:
 // 0 success, 1 failure, 2 usage error.
@@ -75,16 +80,16 @@ func serve(args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.Backend.Replicas, "jetstream-replicas", 1, "replication of the JetStream stream and lease bucket: 1, or 3 on three nodes or more")
 	fs.StringVar(&cfg.Backend.Node, "node-id", "", "this node's name in a cluster (default: host name and listen address)")
 	fs.DurationVar(&cfg.Backend.LeaseTTL, "lease-ttl", 10*time.Second, "how soon the sessions of a node that stopped are taken over by another")
-	fs.DurationVar(&cfg.CommandRetention, "command-retention", daemon.DefaultCommandRetention, "how long a commandId is remembered, the exactly-once window: a replay after that is a new command (negative: for ever)")
+	fs.DurationVar(&cfg.CommandRetention, "command-retention", daemon.DefaultCommandRetention, "how long a commandId is remembered, the exactly-once window: a replay after that is a new command (negative: for ever; not 0)")
 	fs.BoolVar(&stdio, "stdio", false, "serve one connection of NDJSON frames on stdin/stdout instead of listening")
 	fs.StringVar(&cfg.Provider, "provider", "demo", "model provider: demo, scripted, openai (or any OpenAI-compatible server via OPENAI_BASE_URL) or anthropic")
 	fs.StringVar(&cfg.Model, "model", "", "provider model id (default: the provider's)")
 	fs.StringVar(&cfg.System, "system", "", "provider name reported as `system` in retry notices (default: openai, anthropic, …; e.g. ollama for a compatible server)")
-	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "an attempt whose stream is silent this long fails as a timeout (default 60s)")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "an attempt whose stream is silent this long fails as a timeout (default 60s; negative: off, for slow local models)")
 	fs.StringVar(&cfg.OpenAIAPI, "openai-api", "chat", "OpenAI API: chat (Chat Completions) or responses")
 	fs.IntVar(&cfg.MaxOutputTokens, "max-output-tokens", 0, "the model's output limit: no request asks for more and truncation retries stop growing there (default 32768)")
 	fs.StringVar(&cfg.ConfigFile, "config", "", "TOML `file` naming several providers (overrides --provider and --model)")
-	fs.DurationVar(&cfg.Demo.WordDelay, "demo-word-delay", 0, "demo model pace per word (default 35ms; negative for none)")
+	fs.DurationVar(&cfg.Demo.WordDelay, "demo-word-delay", demo.DefaultWordDelay, "demo model pace per word (0 or negative: none)")
 	fs.Float64Var(&cfg.Demo.FaultRate, "demo-faults", 0.2, "share of demo requests that fail first (429/503/529/timeouts/resets), 0..1, so the retry notices show")
 	fs.Int64Var(&cfg.Demo.Seed, "demo-seed", 0, "seed of the demo model (0: random)")
 	fs.IntVar(&cfg.Retry.MaxAttempts, "max-attempts", 5, "provider requests per turn, the first included (ceiling for a turn's retry.maxAttempts; 1..16)")
@@ -92,9 +97,9 @@ func serve(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Retry.MaxBackoff, "retry-max-backoff", 8*time.Second, "cap of the computed backoff")
 	fs.DurationVar(&cfg.Retry.MaxServerDelay, "retry-max-server-delay", 60*time.Second, "longest Retry-After honoured; longer fails the turn at once")
 	fs.StringVar(&jitter, "retry-jitter", "full", "backoff jitter: full (U(0,d)) or proportional (d·U(0.75,1))")
-	fs.IntVar(&cfg.RetryBudget.Tokens, "retry-budget-tokens", 10, "retry budget shared by all turns (gRPC retry throttling): retries stop while fewer than half the tokens remain; negative disables it")
+	fs.IntVar(&cfg.RetryBudget.Tokens, "retry-budget-tokens", 10, "retry budget shared by all turns (gRPC retry throttling): retries stop while fewer than half the tokens remain (negative: no budget; not 0)")
 	fs.Float64Var(&cfg.RetryBudget.Ratio, "retry-budget-ratio", 0.1, "tokens a successful request gives back to the retry budget")
-	fs.Float64Var(&cfg.RetryBudget.Refill, "retry-budget-refill", 0.2, "tokens each second gives back to the retry budget, so a quiet key recovers after an outage (negative: none)")
+	fs.Float64Var(&cfg.RetryBudget.Refill, "retry-budget-refill", 0.2, "tokens each second gives back to the retry budget, so a quiet key recovers after an outage (0 or negative: none)")
 	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", 1024, "output bound of an attempt when a turn names no maxTokens")
 	fs.Int64Var(&cfg.Server.MaxFrameBytes, "max-frame-bytes", 10<<20, "largest inbound frame")
 	fs.IntVar(&cfg.Server.QueueFrames, "queue-frames", 1024, "view events queued per connection before a slow reader gets view/gap")
@@ -132,6 +137,7 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mspd:", err)
 		return 2
 	}
+	zeroMeansNone(&cfg)
 	switch jitter {
 	case "full":
 		cfg.Retry.Jitter = modelretry.JitterFull
@@ -153,7 +159,7 @@ func serve(args []string, stderr io.Writer) int {
 	sig := watchSignals()
 	defer sig.stop()
 	ctx := sig.run
-	d, err := daemon.New(ctx, cfg)
+	d, err := newDaemon(ctx, cfg)
 	if err != nil {
 		var locked *sqlite.LockedError
 		if errors.As(err, &locked) {

@@ -4,6 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"time"
+
+	"mspd/daemon"
+	"mspd/provider/demo"
 )
 
 // positiveFlags are the serve flags whose zero or negative value the
@@ -11,12 +14,20 @@ import (
 var positiveFlags = []string{
 	"max-attempts", "max-frame-bytes", "queue-frames", "queue-bytes", "write-timeout",
 	"default-max-tokens", "retry-initial-backoff", "retry-max-backoff", "retry-max-server-delay",
-	"retry-budget-ratio", "lease-ttl",
+	"retry-budget-ratio", "lease-ttl", "jetstream-replicas",
 }
 
 // nonNegativeFlags are the serve flags where 0 means the default or none,
 // and a negative value nothing.
-var nonNegativeFlags = []string{"max-output-tokens", "idle-timeout", "shutdown-timeout", "demo-faults"}
+var nonNegativeFlags = []string{"max-output-tokens", "shutdown-timeout", "demo-faults"}
+
+// nonZeroFlags are the serve flags where a negative value means off, and
+// 0, which the daemon would silently take for its default, nothing: each
+// with what to write instead.
+var nonZeroFlags = map[string]string{
+	"retry-budget-tokens": "want a positive bucket size, or negative for no budget",
+	"command-retention":   "want a positive window, or negative for ever",
+}
 
 // checkRanges refuses a serve flag value out of its range, naming the flag.
 func checkRanges(fs *flag.FlagSet) error {
@@ -30,10 +41,27 @@ func checkRanges(fs *flag.FlagSet) error {
 			return fmt.Errorf("--%s %s: want zero or more", name, fs.Lookup(name).Value)
 		}
 	}
+	for name, want := range nonZeroFlags {
+		if sign(fs, name) == 0 {
+			return fmt.Errorf("--%s %s: %s", name, fs.Lookup(name).Value, want)
+		}
+	}
 	if f := fs.Lookup("demo-faults"); f.Value.(flag.Getter).Get().(float64) > 1 {
 		return fmt.Errorf("--demo-faults %s: want a share of requests, 0..1", f.Value)
 	}
 	return nil
+}
+
+// zeroMeansNone gives the daemon "none" for the serve flags whose 0 says
+// none but would be taken for the daemon's default: --demo-word-delay (no
+// pause) and --retry-budget-refill (no refill).
+func zeroMeansNone(cfg *daemon.Config) {
+	if cfg.Demo.WordDelay == 0 {
+		cfg.Demo.WordDelay = demo.NoDelay
+	}
+	if cfg.RetryBudget.Refill == 0 {
+		cfg.RetryBudget.Refill = -1 // negative: none
+	}
 }
 
 // sign is -1, 0 or 1 as a numeric flag's value is below, at or above 0.

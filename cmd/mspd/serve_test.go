@@ -2,9 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"io"
 	"strings"
 	"testing"
+	"time"
+
+	"mspd/daemon"
 )
 
 // TestServeRefusesStrayArguments: a word left after the flags is a usage
@@ -28,8 +33,11 @@ func TestServeRefusesOutOfRangeValues(t *testing.T) {
 		{"max-attempts", "0"}, {"max-frame-bytes", "-1"}, {"queue-frames", "-5"}, {"queue-bytes", "0"},
 		{"write-timeout", "-1s"}, {"default-max-tokens", "-5"}, {"retry-initial-backoff", "0s"},
 		{"retry-max-backoff", "0s"}, {"retry-max-server-delay", "0s"}, {"retry-budget-ratio", "0"},
-		{"lease-ttl", "0s"}, {"max-output-tokens", "-1"}, {"idle-timeout", "-1s"},
+		{"lease-ttl", "0s"}, {"max-output-tokens", "-1"},
 		{"shutdown-timeout", "-1s"}, {"demo-faults", "1.5"}, {"demo-faults", "-0.1"},
+		// 0 would silently be the default, while a negative value means off.
+		{"retry-budget-tokens", "0"}, {"command-retention", "0s"},
+		{"jetstream-replicas", "0"}, {"jetstream-replicas", "-1"},
 	} {
 		// --provider bogus makes a start that got past the flags fail at once.
 		base := []string{"serve", "--data", t.TempDir(), "--provider", "bogus"}
@@ -42,5 +50,56 @@ func TestServeRefusesOutOfRangeValues(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := run([]string{"serve", "--data", t.TempDir(), "--provider", "bogus"}, strings.NewReader(""), io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--queue-frames") {
 		t.Errorf("MSPD_QUEUE_FRAMES=0: exit %d, want 2 naming the flag:\n%s", code, stderr.String())
+	}
+}
+
+// startedWith runs `mspd serve` with args and returns the configuration
+// the daemon would have started with.
+func startedWith(t *testing.T, args ...string) daemon.Config {
+	t.Helper()
+	var got *daemon.Config
+	orig := newDaemon
+	t.Cleanup(func() { newDaemon = orig })
+	newDaemon = func(_ context.Context, cfg daemon.Config) (*daemon.Daemon, error) {
+		got = &cfg
+		return nil, errors.New("not started in this test")
+	}
+	var stderr bytes.Buffer
+	if code := run(append([]string{"serve", "--data", t.TempDir()}, args...), strings.NewReader(""), io.Discard, &stderr); code != 1 || got == nil {
+		t.Fatalf("serve %v: exit %d, want 1 from the daemon:\n%s", args, code, stderr.String())
+	}
+	return *got
+}
+
+// TestServeTakesANegativeIdleTimeout: a negative --idle-timeout turns the
+// providers' idle check off (slow local models need it), from the command
+// line and the environment alike; it is no usage error.
+func TestServeTakesANegativeIdleTimeout(t *testing.T) {
+	if cfg := startedWith(t, "--idle-timeout", "-1s"); cfg.IdleTimeout != -time.Second {
+		t.Errorf("--idle-timeout -1s: the daemon got %v", cfg.IdleTimeout)
+	}
+	t.Setenv("MSPD_IDLE_TIMEOUT", "-1s")
+	if cfg := startedWith(t); cfg.IdleTimeout != -time.Second {
+		t.Errorf("MSPD_IDLE_TIMEOUT=-1s: the daemon got %v", cfg.IdleTimeout)
+	}
+}
+
+// TestServeZeroMeansNone: --demo-word-delay 0 and --retry-budget-refill 0
+// mean no pause and no refill, as written, not the defaults (35ms, 0.2 a
+// second) that the daemon takes a zero for; left out, the defaults hold.
+func TestServeZeroMeansNone(t *testing.T) {
+	if cfg := startedWith(t); cfg.Demo.WordDelay != 35*time.Millisecond || cfg.RetryBudget.Refill != 0.2 {
+		t.Errorf("by default: the daemon got a %v word delay and a %v refill", cfg.Demo.WordDelay, cfg.RetryBudget.Refill)
+	}
+	cfg := startedWith(t, "--demo-word-delay", "0", "--retry-budget-refill", "0")
+	if cfg.Demo.WordDelay >= 0 {
+		t.Errorf("--demo-word-delay 0: the daemon got %v, a pause", cfg.Demo.WordDelay)
+	}
+	if cfg.RetryBudget.Refill >= 0 {
+		t.Errorf("--retry-budget-refill 0: the daemon got %v, a refill", cfg.RetryBudget.Refill)
+	}
+	t.Setenv("MSPD_DEMO_WORD_DELAY", "0s")
+	if cfg := startedWith(t); cfg.Demo.WordDelay >= 0 {
+		t.Errorf("MSPD_DEMO_WORD_DELAY=0s: the daemon got %v, a pause", cfg.Demo.WordDelay)
 	}
 }
