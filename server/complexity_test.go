@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -59,5 +60,37 @@ func TestCountValues(t *testing.T) {
 	}
 	if got := countValues([]byte(`[1,2,3,4,5,6,7,8,9]`), 4); got != 5 {
 		t.Errorf("countValues past a limit of 4 = %d, want it to stop at 5", got)
+	}
+}
+
+// A turn's responseSchema has a bound of its own, above the params': a
+// structured-output schema of 2,000 properties (about 12,000 values; 95
+// KB) is an ordinary one, and is not refused, while one past its bound is.
+func TestResponseSchemaHasABoundOfItsOwn(t *testing.T) {
+	schema := func(props int) string {
+		var b strings.Builder
+		for i := range props {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `"field%d":{"type":"string","description":"d"}`, i)
+		}
+		return `{"type":"object","properties":{` + b.String() + `}}`
+	}
+	turn := func(id, schema string) string {
+		return `{"jsonrpc":"2.0","id":"` + id + `","method":"turn/start","params":{"commandId":"` + reviewCmd() +
+			`","sessionId":"x","input":[{"type":"text","text":"fill the form"}],"responseSchema":` + schema + `}}`
+	}
+	answers := serveLines(t, 10<<20, turn("ordinary", schema(2000)), turn("huge", schema(10_000)))
+	if len(answers) != 2 {
+		t.Fatalf("%d answers to 2 requests", len(answers))
+	}
+	// The session does not exist: an ordinary schema gets that far.
+	if _, e := answerOf(t, answers[0]); e == nil || e.Data.Kind != msp.KindSessionNotFound {
+		t.Errorf("a 2,000-property responseSchema: %.300s, want it past the gate (sessionNotFound)", answers[0])
+	}
+	if _, e := answerOf(t, answers[1]); e == nil || e.Data.Kind != msp.KindInvalidParams ||
+		e.Data.Details["field"] != "responseSchema" || e.Data.Details["limitValues"] != float64(maxSchemaValues) {
+		t.Errorf("a 10,000-property responseSchema: %.300s, want invalidParams naming responseSchema and its bound", answers[1])
 	}
 }

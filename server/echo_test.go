@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"mspd/schema/msp"
 )
@@ -128,8 +129,8 @@ func TestFrameNotUTF8IsAParseError(t *testing.T) {
 // json.Marshal, which escapes '<', '>' and '&' as six bytes each: an id of
 // them came back six times its size, over the frame cap.
 func TestIDEchoedAsSent(t *testing.T) {
-	const frameCap = 8 << 10
-	id := `"` + strings.Repeat("<&>", 2000) + `"`
+	const frameCap = 4 << 10
+	id := `"` + strings.Repeat("<&>", (maxIDBytes-2)/3) + `"`
 	answers := serveLines(t, frameCap,
 		`{"jsonrpc":"2.0","id":`+id+`,"method":"session/list","params":{}}`,
 		`{"jsonrpc":"2.0","id":`+id+`,"method":"session/read","params":{"sessionId":"x"}}`)
@@ -140,5 +141,36 @@ func TestIDEchoedAsSent(t *testing.T) {
 		if got, _ := answerOf(t, a); string(got) != id || len(a) > frameCap {
 			t.Errorf("a %d-byte answer (cap %d) with id %.40s…, want the id as sent", len(a), frameCap, got)
 		}
+	}
+}
+
+// An id is echoed as sent, so the server takes only ids it can echo: a
+// string id that is not UTF-8, or longer than maxIDBytes (which the
+// budgets of pages and histories leave room for in an answer), is an
+// invalidRequest answered with a null id; so is such an id recovered from
+// a frame over the cap. The connection goes on serving.
+func TestIDsTheServerCannotEchoAreRefused(t *testing.T) {
+	const frameCap = 4 << 10
+	long := `"` + strings.Repeat("i", maxIDBytes-1) + `"`
+	answers := serveLines(t, frameCap,
+		`{"jsonrpc":"2.0","id":`+long+`,"method":"session/list","params":{}}`,
+		"{\"jsonrpc\":\"2.0\",\"id\":\"u\xff\",\"method\":\"session/list\",\"params\":{\"x\":\""+strings.Repeat("a", 2*frameCap)+"\"}}",
+		`{"jsonrpc":"2.0","id":`+long+`,"method":"session/list","params":{"x":"`+strings.Repeat("a", 2*frameCap)+`"}}`,
+		`{"jsonrpc":"2.0","id":"after","method":"session/list","params":{}}`)
+	if len(answers) != 4 {
+		t.Fatalf("%d answers to 4 requests", len(answers))
+	}
+	// Over the cap with no id it can echo, MSP answers parseError.
+	for i, want := range []string{msp.KindInvalidRequest, msp.KindParseError, msp.KindParseError} {
+		id, e := answerOf(t, answers[i])
+		if e == nil || e.Data.Kind != want || string(id) != "null" {
+			t.Errorf("answer %d: %.200s, want %s with a null id", i, answers[i], want)
+		}
+		if !utf8.Valid(answers[i]) {
+			t.Errorf("answer %d is not UTF-8: %q", i, answers[i])
+		}
+	}
+	if id, e := answerOf(t, answers[3]); e != nil || string(id) != `"after"` {
+		t.Errorf("the connection did not go on serving: %.200s", answers[3])
 	}
 }

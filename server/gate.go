@@ -34,7 +34,7 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, ok
 	if !utf8.Valid(frame) {
 		// JSON is UTF-8; decoding would turn the bad bytes into U+FFFD,
 		// and the id could not be echoed as sent.
-		if !idOK || !utf8.Valid(id) {
+		if !idOK {
 			id = nil
 		}
 		c.replyError(id, msp.NewError(msp.CodeParseError, msp.KindParseError, "frame is not valid UTF-8"))
@@ -50,7 +50,7 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, ok
 			}
 		}
 		c.replyError(echo, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
-			"id must be a string or a non-negative integer"))
+			"id must be a string of at most %d bytes (UTF-8) or a non-negative integer", maxIDBytes))
 		return nil, nil, false
 	}
 	if string(env["jsonrpc"]) != `"2.0"` {
@@ -85,9 +85,7 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, ok
 	if !hasParams {
 		params = json.RawMessage("{}")
 	}
-	if countValues(params, maxParamValues) > maxParamValues {
-		e := msp.NewError(msp.CodeInvalidParams, msp.KindInvalidParams, "params hold more than %d JSON values", maxParamValues)
-		e.Data.Details = map[string]any{"limitValues": maxParamValues}
+	if e := tooManyValues(params); e != nil {
 		c.replyError(id, e)
 		return nil, nil, false
 	}
@@ -98,13 +96,51 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, ok
 	return &jsonrpc2.Request{Method: method, Params: &params}, id, true
 }
 
-// maxParamValues bounds the JSON values (member names included) of a
-// request's params. The schema validator builds a tree of the whole
-// document, and a finding for every bad item, at tens of times the
-// frame's size: a frame of many tiny values under the byte cap would cost
-// hundreds of megabytes. No MSP request needs nearly as many; a long text
-// is one value.
-const maxParamValues = 10_000
+// The JSON values (member names included) a request's params may hold,
+// counted before the schema validator reads them: it builds a tree of the
+// whole document, and a finding for every bad item, at tens of times the
+// frame's size, so a frame of many tiny values under the byte cap would
+// cost hundreds of megabytes. No MSP request needs nearly as many; a long
+// text is one value. A turn's responseSchema, which the validator takes
+// whole (any object) and so finds nothing in, has a bound of its own:
+// OpenAI's structured outputs take schemas of 5,000 properties.
+const (
+	maxParamValues  = 10_000
+	maxSchemaValues = 50_000
+)
+
+// tooManyValues refuses params of more values than the bounds allow.
+func tooManyValues(params json.RawMessage) *msp.Error {
+	refuse := func(what string, limit int) *msp.Error {
+		e := msp.NewError(msp.CodeInvalidParams, msp.KindInvalidParams, "%s hold more than %d JSON values", what, limit)
+		e.Data.Details = map[string]any{"limitValues": limit}
+		if what != "params" {
+			e.Data.Details["field"] = what
+		}
+		return e
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(params, &members) != nil {
+		// Not an object: the validator says so, once it is small enough.
+		if countValues(params, maxParamValues) > maxParamValues {
+			return refuse("params", maxParamValues)
+		}
+		return nil
+	}
+	n := 1 + len(members) // the object and its member names
+	for name, v := range members {
+		if name == "responseSchema" {
+			if countValues(v, maxSchemaValues) > maxSchemaValues {
+				return refuse(name, maxSchemaValues)
+			}
+			continue
+		}
+		if n += countValues(v, maxParamValues); n > maxParamValues {
+			return refuse("params", maxParamValues)
+		}
+	}
+	return nil
+}
 
 // countValues counts the values of doc, a valid JSON document, member
 // names included; it stops once the count passes limit.
@@ -229,6 +265,9 @@ func bounded(e *msp.Error) *msp.Error {
 	return &b
 }
 
+// maxIDBytes bounds a string id as sent, quotes and escapes included.
+const maxIDBytes = 1024
+
 // validID accepts the ids MSP takes: strings and non-negative integers
 // (within int64).
 func validID(raw json.RawMessage) (json.RawMessage, bool) {
@@ -238,8 +277,11 @@ func validID(raw json.RawMessage) (json.RawMessage, bool) {
 	}
 	switch raw[0] {
 	case '"':
+		// Echoed as sent, so it must be UTF-8 (json.Unmarshal would let bad
+		// bytes through as U+FFFD) and short: the budgets of pages and
+		// histories leave an answer's envelope maxIDBytes and more.
 		var s string
-		return raw, json.Unmarshal(raw, &s) == nil
+		return raw, len(raw) <= maxIDBytes && utf8.Valid(raw) && json.Unmarshal(raw, &s) == nil
 	case '-', 't', 'f', 'n', '{', '[':
 		return nil, false
 	}
