@@ -15,7 +15,7 @@ func sessionsCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sessions", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	opts := tail.ListOptions{}
-	serverFlags(fs, &opts.URL, &opts.Token)
+	tokenFromEnv := serverFlags(fs, &opts.URL, &opts.Token)
 	fs.IntVar(&opts.Limit, "limit", 50, "list at most `n` sessions (0: all)")
 	fs.StringVar(&opts.Format, "o", tail.Table, "output: table, or json (one session object per line)")
 	fs.Usage = func() {
@@ -29,6 +29,7 @@ func sessionsCmd(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	tokenFromEnv()
 	if opts.Format != tail.Table && opts.Format != tail.JSON {
 		fmt.Fprintf(stderr, "mspd sessions: -o %q: want table or json\n", opts.Format)
 		return 2

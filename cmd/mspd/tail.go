@@ -24,10 +24,19 @@ var isTerminal = func(w io.Writer) bool {
 }
 
 // serverFlags registers --url and --token, the flags of every command
-// that talks to a running server.
-func serverFlags(fs *flag.FlagSet, url, token *string) {
+// that talks to a running server, and returns what to call after parsing:
+// with no --token, it reads $MSPD_AUTH_TOKEN. That is no flag default,
+// which a usage error would print.
+func serverFlags(fs *flag.FlagSet, url, token *string) (tokenFromEnv func()) {
 	fs.StringVar(url, "url", "ws://127.0.0.1:7700/msp", "the server's MSP WebSocket `endpoint`")
-	fs.StringVar(token, "token", os.Getenv("MSPD_AUTH_TOKEN"), "the server's auth token (default $MSPD_AUTH_TOKEN)")
+	fs.StringVar(token, "token", "", "the server's auth token (without it, the MSPD_AUTH_TOKEN variable is read)")
+	return func() {
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "token" })
+		if !set {
+			*token = os.Getenv("MSPD_AUTH_TOKEN")
+		}
+	}
 }
 
 // clientExit reports a client command's error on stderr, one line, and
@@ -64,7 +73,7 @@ func tailCmd(args []string, stdout, stderr io.Writer) int {
 	opts := tail.Options{Status: stderr}
 	var noFollow bool
 	var color string
-	serverFlags(fs, &opts.URL, &opts.Token)
+	tokenFromEnv := serverFlags(fs, &opts.URL, &opts.Token)
 	fs.BoolVar(&opts.All, "all", false, "follow every session's live events, each line prefixed with its session's name")
 	fs.StringVar(&opts.From, "from", "", "start after this `cursor` (a viewCursor printed earlier)")
 	fs.BoolVar(&opts.FromStart, "from-start", false, "show the whole session log first")
@@ -84,6 +93,7 @@ func tailCmd(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	tokenFromEnv()
 	opts.SessionID = fs.Arg(0)
 	opts.Follow = !noFollow
 	switch opts.Format {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -43,5 +45,58 @@ func TestClientCommandUnreachable(t *testing.T) {
 	if code := run([]string{"sessions", "--url", url}, strings.NewReader(""), io.Discard, &stderr); code != 1 ||
 		!strings.HasPrefix(stderr.String(), "mspd sessions: ") || strings.Count(stderr.String(), "\n") != 1 {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestClientUsageKeepsTheTokenPrivate: a usage error of `mspd tail` or
+// `mspd sessions` prints the flags' defaults, and $MSPD_AUTH_TOKEN, the
+// server's token, is none of them (stderr goes to CI logs and shared
+// screens).
+func TestClientUsageKeepsTheTokenPrivate(t *testing.T) {
+	const secret = "s3cret-auth-token"
+	t.Setenv("MSPD_AUTH_TOKEN", secret)
+	for _, args := range [][]string{{"tail", "a", "b"}, {"sessions", "extra"}, {"tail", "--bogus"}, {"sessions", "--help"}} {
+		var stderr bytes.Buffer
+		run(args, strings.NewReader(""), io.Discard, &stderr)
+		if strings.Contains(stderr.String(), secret) {
+			t.Errorf("mspd %s printed the auth token:\n%s", strings.Join(args, " "), stderr.String())
+		}
+	}
+}
+
+// TestClientTokenFromTheEnvironment: with no --token, the client commands
+// present $MSPD_AUTH_TOKEN; --token wins over it.
+func TestClientTokenFromTheEnvironment(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case got <- r.Header.Get("Authorization"):
+		default:
+		}
+		http.Error(w, "no", http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/msp"
+	t.Setenv("MSPD_AUTH_TOKEN", "from-env")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sessions", "--url", url}, "Bearer from-env"},
+		{[]string{"tail", "--url", url, "s"}, "Bearer from-env"},
+		{[]string{"sessions", "--url", url, "--token", "from-flag"}, "Bearer from-flag"},
+	} {
+		var stderr bytes.Buffer
+		if code := run(c.args, strings.NewReader(""), io.Discard, &stderr); code != 4 {
+			t.Errorf("%v: exit %d, want 4:\n%s", c.args, code, stderr.String())
+		}
+		select {
+		case auth := <-got:
+			if auth != c.want {
+				t.Errorf("%v: Authorization %q, want %q", c.args, auth, c.want)
+			}
+		default:
+			t.Errorf("%v: no request reached the server", c.args)
+		}
 	}
 }
