@@ -116,6 +116,9 @@ func (m *Manager) forward(ctx context.Context, sessionID, method string, raw jso
 	if c == nil {
 		return nil, false, nil
 	}
+	if err := m.mayLoad(ctx, sessionID); err != nil {
+		return nil, true, err
+	}
 	leader, err := c.Claim(ctx, sessionID)
 	if err != nil {
 		return nil, true, unavailable("finding the leader of session %s: %v", sessionID, err)

@@ -309,6 +309,9 @@ func (m *Manager) Detach(sub Subscriber) {
 // once, pinned in memory until release is called. Another principal's
 // session is reported as not found, so its existence does not leak.
 func (m *Manager) acquire(ctx context.Context, id string) (s *session, release func(), err error) {
+	if err := m.mayLoad(ctx, id); err != nil {
+		return nil, nil, err
+	}
 	s, release, err = m.load(ctx, id)
 	if err != nil {
 		return nil, nil, err
@@ -321,6 +324,34 @@ func (m *Manager) acquire(ctx context.Context, id string) (s *session, release f
 		return nil, nil, msp.ErrSessionNotFound(id)
 	}
 	return s, release, nil
+}
+
+// mayLoad refuses, from its row alone, a session that is not in memory
+// and is not the caller's: another principal's request must cost no more
+// than one for a session that does not exist (neither a load and replay of
+// the whole log, nor, on a cluster, a lease claimed and a follow begun),
+// nor take longer. A session in memory (or being loaded) is let through:
+// acquire checks its owner once loaded.
+func (m *Manager) mayLoad(ctx context.Context, id string) error {
+	m.mu.Lock()
+	_, resident := m.sessions[id]
+	m.mu.Unlock()
+	if resident {
+		return nil
+	}
+	row, err := m.store.Session(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return msp.ErrSessionNotFound(id)
+	} else if err != nil {
+		return msp.ErrInternal("loading session: %v", err)
+	}
+	var st struct {
+		Owner string `json:"owner"`
+	}
+	if json.Unmarshal(row.State, &st) == nil && st.Owner != PrincipalFrom(ctx) {
+		return msp.ErrSessionNotFound(id)
+	}
+	return nil // an unreadable state is reported by the load
 }
 
 // load returns a session whoever owns it, loading it from the store once,

@@ -1,0 +1,104 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+
+	"mspd/schema/msp"
+	"mspd/store"
+)
+
+// logReads counts the reads of session logs made through it.
+type logReads struct {
+	store.Store
+	n atomic.Int64
+}
+
+func (c *logReads) Records(ctx context.Context, id string, after int64, limit int) ([]store.Record, error) {
+	c.n.Add(1)
+	return c.Store.Records(ctx, id, after, limit)
+}
+
+func (c *logReads) RecordsBefore(ctx context.Context, id string, before int64, limit int) ([]store.Record, error) {
+	c.n.Add(1)
+	return c.Store.RecordsBefore(ctx, id, before, limit)
+}
+
+func (c *logReads) Head(ctx context.Context, id string) (int64, error) {
+	c.n.Add(1)
+	return c.Store.Head(ctx, id)
+}
+
+// Another principal's request for a session that is not in memory is
+// refused from the session's row: its log is not read and replayed, and
+// the session is not loaded, so the request costs what one for a session
+// that does not exist costs (it loaded the whole session, then refused).
+func TestAnotherPrincipalLoadsNothing(t *testing.T) {
+	st := openStore(t)
+	alice := WithPrincipal(context.Background(), "alice")
+	bob := WithPrincipal(context.Background(), "bob")
+	raw, _, err := newManager(t, st, newHistModel(), mgrOpts{}).StartSession(alice, nil, mustJSON(msp.SessionStartParams{CommandID: cmdID()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started msp.SessionStartResult
+	if err := json.Unmarshal(raw, &started); err != nil {
+		t.Fatal(err)
+	}
+	sid := started.Session.SessionID
+
+	counted := &logReads{Store: st}
+	m := newManager(t, counted, newHistModel(), mgrOpts{})
+	before := counted.n.Load()
+	_, err = m.ReadSession(bob, mustJSON(msp.SessionReadParams{SessionID: sid}))
+	wantNotFound(t, "session/read", err)
+	if n := counted.n.Load() - before; n != 0 {
+		t.Errorf("refusing bob read alice's log %d times", n)
+	}
+	m.mu.Lock()
+	_, loaded := m.sessions[sid]
+	m.mu.Unlock()
+	if loaded {
+		t.Error("refusing bob loaded alice's session")
+	}
+	if _, err := m.ReadSession(alice, mustJSON(msp.SessionReadParams{SessionID: sid})); err != nil {
+		t.Fatalf("alice's own read: %v", err)
+	}
+}
+
+// On a cluster, another principal's request is refused before its node
+// claims the session's lease: it made that node the session's leader (a
+// load, a catch-up, a turn resumed), on behalf of someone who may not see
+// it.
+func TestAnotherPrincipalClaimsNoLease(t *testing.T) {
+	st := openStore(t)
+	h := newMemHub()
+	model := newHistModel()
+	alice := WithPrincipal(context.Background(), "alice")
+	bob := WithPrincipal(context.Background(), "bob")
+	raw, _, err := h.startNode(t, "a", st, model).StartSession(alice, nil, mustJSON(msp.SessionStartParams{CommandID: cmdID()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started msp.SessionStartResult
+	if err := json.Unmarshal(raw, &started); err != nil {
+		t.Fatal(err)
+	}
+	sid := started.Session.SessionID
+	h.kill("a") // its lease lapses: the next claim takes the session
+
+	b := startQuietNode(t, memNode{h, "b"}, st, model)
+	_, err = b.RenameSession(bob, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "mine"}))
+	wantNotFound(t, "session/rename", err)
+	h.mu.Lock()
+	leader := h.leases[sid]
+	h.mu.Unlock()
+	if leader != "" {
+		t.Errorf("bob's request made node %s the leader of alice's session", leader)
+	}
+	if _, err := b.RenameSession(alice, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "mine"})); err != nil {
+		t.Fatalf("alice's own rename: %v", err)
+	}
+}
