@@ -121,9 +121,12 @@ func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error
 	if b.Embedded && b.Secret != "" {
 		connOpts = append(connOpts, nats.Token(b.Secret))
 	}
+	if err := checkNATSURLs(url); err != nil {
+		return fail(err)
+	}
 	nc, err := nats.Connect(url, connOpts...)
 	if err != nil {
-		return fail(fmt.Errorf("connecting to NATS at %s: %w", withoutCredentials(url), err))
+		return fail(connectError(url, err))
 	}
 	closers = append(closers, func() error { nc.Close(); return nil })
 	js, err := jetstream.New(nc)
@@ -168,28 +171,70 @@ func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error
 
 // withoutCredentials drops the user information (a user and password, or
 // a token) from each of a comma-separated list of NATS URLs: the list is
-// logged, and reported to every client as its sessions' path.
+// logged, and reported to every client as its sessions' path. NATS URLs
+// have no path, so all up to the last '@' is user information, a '/' or
+// '#' in an unescaped token or password included.
 func withoutCredentials(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, u := range parts {
 		u = strings.TrimSpace(u)
-		scheme, rest, ok := strings.Cut(u, "://")
-		if !ok {
-			scheme, rest = "", u
+		at := strings.LastIndexByte(u, '@')
+		if at < 0 {
+			parts[i] = u
+			continue
 		}
-		authority, path, _ := strings.Cut(rest, "/")
-		if at := strings.LastIndexByte(authority, '@'); at >= 0 {
-			rest = authority[at+1:]
-			if path != "" {
-				rest += "/" + path
-			}
+		host := u[at+1:]
+		if scheme, _, ok := strings.Cut(u[:at], "://"); ok && isScheme(scheme) {
+			host = scheme + "://" + host
 		}
-		if ok {
-			rest = scheme + "://" + rest
-		}
-		parts[i] = rest
+		parts[i] = host
 	}
 	return strings.Join(parts, ",")
+}
+
+// connectError is the error of a failed connection to the NATS servers
+// at urls, which it names without their credentials.
+func connectError(urls string, err error) error {
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		// Its text quotes a URL, credentials included (checkNATSURLs
+		// should have refused it first).
+		err = errors.New("a URL does not parse")
+	}
+	return fmt.Errorf("connecting to NATS at %s: %w", withoutCredentials(urls), err)
+}
+
+// isScheme tells whether s can be a URL's scheme (RFC 3986), and not a
+// user and password ("u:p://x@host").
+func isScheme(s string) bool {
+	return s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '+' || r == '-' || r == '.')
+	}) < 0
+}
+
+// checkNATSURLs refuses a list of NATS URLs that nats.go would not read as
+// withoutCredentials does: one that does not parse, or where a '/', '#'
+// or '?' left unescaped in a token or password makes part of it a host, a
+// path or a port. nats.go's errors would quote those parts, the password's
+// among them; this one names the URLs without their credentials.
+func checkNATSURLs(urls string) error {
+	for _, raw := range strings.Split(urls, ",") {
+		raw = strings.TrimSpace(raw)
+		if !strings.Contains(raw, "://") {
+			raw = "nats://" + raw // as nats.go reads it
+		}
+		u, err := url.Parse(raw)
+		at := strings.LastIndexByte(raw, '@')
+		switch {
+		case at < 0 && err != nil:
+			// No credentials to quote: the detail helps.
+			return fmt.Errorf("NATS URL %s: %w", raw, errors.Unwrap(err))
+		case at < 0:
+		case err != nil || strings.TrimSuffix(raw[at+1:], "/") != u.Host:
+			return fmt.Errorf("NATS URL %s does not parse as scheme://[user[:password]@]host[:port] (a '/', '#', '?' or '%%' in a user or password must be percent-encoded)",
+				withoutCredentials(raw))
+		}
+	}
+	return nil
 }
 
 // startNATS runs the embedded NATS server of a node.

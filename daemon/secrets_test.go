@@ -66,6 +66,32 @@ func TestNATSCredentialsStayPrivate(t *testing.T) {
 	}
 }
 
+// TestNATSParseErrorKeepsThePasswordPrivate: a --nats URL that does not
+// parse (a typo in a port, or a '/', '#' or '?' left unescaped in a token
+// or password) fails the start with an error naming the URLs without
+// their credentials: nats.go's error quotes the whole URL, and url.Parse,
+// cutting at the '#', quotes part of the password as a port.
+func TestNATSParseErrorKeepsThePasswordPrivate(t *testing.T) {
+	const secret = "s3cret-nats-pass"
+	for url, named := range map[string]string{
+		"nats://mspd:" + secret + "@127.0.0.1:42x":           "nats://127.0.0.1:42x",
+		"nats://mspd:" + secret + "@127.0.0.1:1,nats://b:2x": "nats://b:2x",
+		"nats://mspd:" + secret + "#x@127.0.0.1:1":           "nats://127.0.0.1:1",
+		"nats://" + secret + "/x@127.0.0.1:1":                "nats://127.0.0.1:1",
+		"nats://mspd:" + secret + "?x@127.0.0.1:1":           "nats://127.0.0.1:1",
+	} {
+		cfg := Config{DataDir: t.TempDir(), Provider: "scripted", Listen: "127.0.0.1:0",
+			Backend: Backend{Store: "jetstream", NATS: url, Node: "solo"},
+			Logger:  slog.New(slog.DiscardHandler)}
+		_, err := New(context.Background(), cfg)
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("a start that cannot parse --nats: %v", err)
+		} else if !strings.Contains(err.Error(), named) {
+			t.Errorf("the error does not name %s: %v", named, err)
+		}
+	}
+}
+
 func TestWithoutCredentials(t *testing.T) {
 	for in, want := range map[string]string{
 		"nats://a:4222":                          "nats://a:4222",
@@ -73,9 +99,22 @@ func TestWithoutCredentials(t *testing.T) {
 		"nats://s3cret-token@a:4222,tls://u:p@b": "nats://a:4222,tls://b",
 		"u:p@a:4222":                             "a:4222",
 		"nats://a:4222, nats://b:4222":           "nats://a:4222,nats://b:4222",
+		"nats://to/ken@a:4222":                   "nats://a:4222",
+		"nats://u:p#w/x@a:4222,nats://b:1":       "nats://a:4222,nats://b:1",
+		"u:p://x@a:4222":                         "a:4222",
 	} {
 		if got := withoutCredentials(in); got != want {
 			t.Errorf("withoutCredentials(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestCheckNATSURLsTakesWellFormedOnes: escaped credentials, IPv6 hosts,
+// a trailing '/' and URLs with no scheme pass the check.
+func TestCheckNATSURLsTakesWellFormedOnes(t *testing.T) {
+	for _, urls := range []string{"nats://u:p%2Fq%23r@[::1]:4222/", "a:4222, tls://tok@b", "nats://a:4222/,u:p@b:1"} {
+		if err := checkNATSURLs(urls); err != nil {
+			t.Errorf("checkNATSURLs(%q): %v", urls, err)
 		}
 	}
 }
