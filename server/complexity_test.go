@@ -94,3 +94,53 @@ func TestResponseSchemaHasABoundOfItsOwn(t *testing.T) {
 		t.Errorf("a 10,000-property responseSchema: %.300s, want invalidParams naming responseSchema and its bound", answers[1])
 	}
 }
+
+// skipValue finds the end of any JSON value, strings with escaped quotes
+// and brackets inside them included.
+func TestSkipValue(t *testing.T) {
+	for _, v := range []string{
+		`"a\"}]b"`, `"\\"`, `{}`, `[]`, `{"a":[1,{"b":"}"}],"c":"]"}`, `-1.5e+3`, `true`, `null`,
+		`[[],[[]],{"x":{}}]`, `{"a\\":"\\\"}"}`,
+	} {
+		doc := v + ` , "next"`
+		if got := skipValue([]byte(doc), 0); got != len(v) {
+			t.Errorf("skipValue(%s) = %d, want %d", doc, got, len(v))
+		}
+	}
+}
+
+// Only the top-level responseSchema has the larger bound: the same name
+// deeper in the params, or a name merely containing it, counts as params.
+func TestOnlyTheTopLevelResponseSchemaHasTheLargerBound(t *testing.T) {
+	big := `{"type":"object","properties":{` + strings.TrimSuffix(strings.Repeat(`"p":{"type":"string"},`, maxParamValues/2), ",") + `}}`
+	for _, c := range []struct {
+		params string
+		field  any // nil: accepted
+	}{
+		{`{"commandId":"c","responseSchema":` + big + `}`, nil},
+		{` { "responseSchema" : ` + big + ` , "sessionId" : "s\"}" } `, nil},
+		{`{"input":[{"responseSchema":` + big + `}]}`, "params"},
+		{`{"xresponseSchema":` + big + `}`, "params"},
+		{`{"a\"responseSchema":` + big + `}`, "params"},
+	} {
+		e := tooManyValues([]byte(c.params))
+		switch {
+		case c.field == nil && e != nil:
+			t.Errorf("%.60s…: refused: %v", c.params, e)
+		case c.field != nil && (e == nil || e.Data.Details["limitValues"] != maxParamValues):
+			t.Errorf("%.60s…: %v, want refused at the params' bound", c.params, e)
+		}
+	}
+}
+
+// BenchmarkTooManyValues: the value bounds on a turn/start of a few hundred
+// bytes, which every request pays before its validation.
+func BenchmarkTooManyValues(b *testing.B) {
+	p := []byte(`{"commandId":"019ad0a0-0000-7000-8000-000000000004","sessionId":"019ad0a0-0000-7000-8000-000000000005","input":[{"type":"text","text":"{\"mspdScript\":[{\"text\":\"ok\"}]} and some more text to make it a realistic user message of a few hundred bytes, as a chat page would send; lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore et dolore magna aliqua."}]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if tooManyValues(p) != nil {
+			b.Fatal("refused")
+		}
+	}
+}

@@ -109,7 +109,8 @@ const (
 	maxSchemaValues = 50_000
 )
 
-// tooManyValues refuses params of more values than the bounds allow.
+// tooManyValues refuses params of more values than the bounds allow. It
+// reads the params in place: every request passes here.
 func tooManyValues(params json.RawMessage) *msp.Error {
 	refuse := func(what string, limit int) *msp.Error {
 		e := msp.NewError(msp.CodeInvalidParams, msp.KindInvalidParams, "%s hold more than %d JSON values", what, limit)
@@ -119,28 +120,79 @@ func tooManyValues(params json.RawMessage) *msp.Error {
 		}
 		return e
 	}
-	var members map[string]json.RawMessage
-	if json.Unmarshal(params, &members) != nil {
+	doc := bytes.TrimSpace(params)
+	if len(doc) == 0 || doc[0] != '{' {
 		// Not an object: the validator says so, once it is small enough.
-		if countValues(params, maxParamValues) > maxParamValues {
+		if countValues(doc, maxParamValues) > maxParamValues {
 			return refuse("params", maxParamValues)
 		}
 		return nil
 	}
-	n := 1 + len(members) // the object and its member names
-	for name, v := range members {
-		if name == "responseSchema" {
-			if countValues(v, maxSchemaValues) > maxSchemaValues {
-				return refuse(name, maxSchemaValues)
+	n := 1 // the object
+	for i := 1; i < len(doc); {
+		switch doc[i] {
+		case '"': // a member: its name, then its value after the colon
+			end := skipValue(doc, i)
+			name := doc[i:end]
+			n++
+			i = end
+			for i < len(doc) && (doc[i] == ':' || isSpace(doc[i])) {
+				i++
 			}
-			continue
-		}
-		if n += countValues(v, maxParamValues); n > maxParamValues {
-			return refuse("params", maxParamValues)
+			end = skipValue(doc, i)
+			if string(name) == `"responseSchema"` {
+				if countValues(doc[i:end], maxSchemaValues) > maxSchemaValues {
+					return refuse("responseSchema", maxSchemaValues)
+				}
+			} else if n += countValues(doc[i:end], maxParamValues); n > maxParamValues {
+				return refuse("params", maxParamValues)
+			}
+			i = end
+		default: // a comma, white space, the closing brace
+			i++
 		}
 	}
 	return nil
 }
+
+// skipValue returns the index just past the value of valid JSON doc that
+// starts at i.
+func skipValue(doc []byte, i int) int {
+	if i >= len(doc) {
+		return i
+	}
+	switch doc[i] {
+	case '"':
+		for i++; i < len(doc) && doc[i] != '"'; i++ {
+			if doc[i] == '\\' {
+				i++ // the escaped byte cannot end the string
+			}
+		}
+		return min(i+1, len(doc))
+	case '{', '[':
+		depth := 0
+		for ; i < len(doc); i++ {
+			switch doc[i] {
+			case '"':
+				i = skipValue(doc, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return i
+	default:
+		for i < len(doc) && isScalarByte(doc[i]) {
+			i++
+		}
+		return i
+	}
+}
+
+func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
 
 // countValues counts the values of doc, a valid JSON document, member
 // names included; it stops once the count passes limit.
