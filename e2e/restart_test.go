@@ -172,6 +172,26 @@ func (w *watcher) until(ctx context.Context, done func(client.Notification) bool
 	}
 }
 
+// readToClose takes notifications until the server closes the connection
+// (going away), failing if a turn ends first: a stopping process leaves
+// its running turn to the next one. why names the stop, for the failure.
+func (w *watcher) readToClose(ctx context.Context, why string) {
+	w.t.Helper()
+	for {
+		n, err := w.c.Next(ctx)
+		if err != nil {
+			return // the connection closed as going away
+		}
+		if n.Method == msp.NotifyTurnCompleted {
+			w.t.Fatalf("%s ended the turn: %s", why, n.Params)
+		}
+		w.seen = append(w.seen, n)
+		if c := n.Cursor(); c != "" {
+			w.cursor = c
+		}
+	}
+}
+
 // terminal returns turnID's terminal, from what was seen or by waiting.
 func (w *watcher) terminal(ctx context.Context, turnID string) msp.TurnCompletedParams {
 	w.t.Helper()

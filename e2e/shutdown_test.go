@@ -41,19 +41,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if err := p1.cmd.Wait(); err != nil {
 		t.Fatalf("mspd exited with %v after SIGTERM, want status 0", err)
 	}
-	for {
-		n, err := w.c.Next(ctx)
-		if err != nil {
-			break // the connection closed as going away
-		}
-		if n.Method == msp.NotifyTurnCompleted {
-			t.Fatalf("the shutdown ended the turn: %s", n.Params)
-		}
-		w.seen = append(w.seen, n)
-		if c := n.Cursor(); c != "" {
-			w.cursor = c
-		}
-	}
+	w.readToClose(ctx, "the shutdown")
 	items := only(w.seen, msp.NotifyItemCompleted)
 	cut := decode[msp.ItemParams](t, items[len(items)-1]).Item
 	if cut.Status != msp.ItemFailed || cut.Text == nil || !strings.HasPrefix(*cut.Text, "tock tock") {

@@ -31,6 +31,20 @@ func (c *logReads) Head(ctx context.Context, id string) (int64, error) {
 	return c.Store.Head(ctx, id)
 }
 
+// startSessionAs starts a session on m as ctx's principal.
+func startSessionAs(t *testing.T, m *Manager, ctx context.Context) string {
+	t.Helper()
+	raw, _, err := m.StartSession(ctx, nil, mustJSON(msp.SessionStartParams{CommandID: cmdID()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started msp.SessionStartResult
+	if err := json.Unmarshal(raw, &started); err != nil {
+		t.Fatal(err)
+	}
+	return started.Session.SessionID
+}
+
 // Another principal's request for a session that is not in memory is
 // refused from the session's row: its log is not read and replayed, and
 // the session is not loaded, so the request costs what one for a session
@@ -39,20 +53,12 @@ func TestAnotherPrincipalLoadsNothing(t *testing.T) {
 	st := openStore(t)
 	alice := WithPrincipal(context.Background(), "alice")
 	bob := WithPrincipal(context.Background(), "bob")
-	raw, _, err := newManager(t, st, newHistModel(), mgrOpts{}).StartSession(alice, nil, mustJSON(msp.SessionStartParams{CommandID: cmdID()}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var started msp.SessionStartResult
-	if err := json.Unmarshal(raw, &started); err != nil {
-		t.Fatal(err)
-	}
-	sid := started.Session.SessionID
+	sid := startSessionAs(t, newManager(t, st, newHistModel(), mgrOpts{}), alice)
 
 	counted := &logReads{Store: st}
 	m := newManager(t, counted, newHistModel(), mgrOpts{})
 	before := counted.n.Load()
-	_, err = m.ReadSession(bob, mustJSON(msp.SessionReadParams{SessionID: sid}))
+	_, err := m.ReadSession(bob, mustJSON(msp.SessionReadParams{SessionID: sid}))
 	wantNotFound(t, "session/read", err)
 	if n := counted.n.Load() - before; n != 0 {
 		t.Errorf("refusing bob read alice's log %d times", n)
@@ -78,19 +84,11 @@ func TestAnotherPrincipalClaimsNoLease(t *testing.T) {
 	model := newHistModel()
 	alice := WithPrincipal(context.Background(), "alice")
 	bob := WithPrincipal(context.Background(), "bob")
-	raw, _, err := h.startNode(t, "a", st, model).StartSession(alice, nil, mustJSON(msp.SessionStartParams{CommandID: cmdID()}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var started msp.SessionStartResult
-	if err := json.Unmarshal(raw, &started); err != nil {
-		t.Fatal(err)
-	}
-	sid := started.Session.SessionID
+	sid := startSessionAs(t, h.startNode(t, "a", st, model), alice)
 	h.kill("a") // its lease lapses: the next claim takes the session
 
 	b := startQuietNode(t, memNode{h, "b"}, st, model)
-	_, err = b.RenameSession(bob, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "mine"}))
+	_, err := b.RenameSession(bob, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "mine"}))
 	wantNotFound(t, "session/rename", err)
 	h.mu.Lock()
 	leader := h.leases[sid]
