@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
+
+	msqlite "modernc.org/sqlite"
 
 	"mspd/store"
 )
@@ -175,7 +178,7 @@ func (s *Store) writeGroup(group []*commitReq, errs []error) (again bool) {
 	fail := func(err error) bool {
 		_, _ = s.w.rollback.ExecContext(ctx) // may fail: SQLite can roll back by itself on I/O errors
 		clear(s.heads)                       // what was written is unknown now
-		s.writeErr.Store(&err)
+		s.noteWriteFailure(err)
 		for i := range errs {
 			if errs[i] == nil {
 				errs[i] = fmt.Errorf("sqlite: commit: %w", err)
@@ -202,7 +205,7 @@ func (s *Store) writeGroup(group []*commitReq, errs []error) (again bool) {
 				// itself (an I/O error, a full disk): the rest must not
 				// run outside it. If the rollback fails there is no
 				// transaction left to trust, and the group fails.
-				if _, err := s.w.rollback.ExecContext(ctx); err != nil {
+				if _, err := s.w.rollback.ExecContext(ctx); err != nil && !rolledBackAlready(err) {
 					return fail(err)
 				}
 				return true
@@ -241,15 +244,56 @@ func (s *Store) noteHealth(group []*commitReq, errs []error) {
 		}
 	}
 	if failure != nil {
-		s.writeErr.Store(&failure)
+		s.noteWriteFailure(failure)
 	}
 }
 
-// Healthy implements store.Health: the error of the last group commit,
-// when it landed nothing and nothing has landed since.
+// writeFailure is why the store's writes fail, as Healthy reports it.
+type writeFailure struct {
+	reason error
+	at     time.Time
+}
+
+// healthMemory is how long a failed write keeps the store unhealthy when
+// nothing is written after it. A node out of rotation may get no writes
+// to tell it the disk has room again; past this it takes clients, and
+// their first write tells again.
+const healthMemory = 30 * time.Second
+
+// noteWriteFailure records err as why writes fail. The reason names no
+// session or command: /readyz, which anyone may ask, shows it.
+func (s *Store) noteWriteFailure(err error) {
+	s.writeErr.Store(&writeFailure{reason: healthReason(err), at: time.Now()})
+}
+
+// healthReason is err without what it names: SQLite's result code.
+func healthReason(err error) error {
+	var se *msqlite.Error
+	if !errors.As(err, &se) {
+		return errors.New("sqlite: writes are failing")
+	}
+	what, ok := msqlite.ErrorCodeString[se.Code()]
+	if !ok {
+		what, ok = msqlite.ErrorCodeString[se.Code()&0xff] // the primary code of an extended one
+	}
+	if !ok {
+		what = fmt.Sprintf("result code %d", se.Code())
+	}
+	return fmt.Errorf("sqlite: writes are failing: %s", what)
+}
+
+// rolledBackAlready tells whether a ROLLBACK failed because SQLite had
+// already rolled the transaction back itself (a full disk, some I/O
+// errors), which leaves the connection as a rollback would.
+func rolledBackAlready(err error) bool {
+	return strings.Contains(err.Error(), "no transaction is active")
+}
+
+// Healthy implements store.Health: why the last writes failed, when
+// nothing has been written since and they failed lately.
 func (s *Store) Healthy() error {
-	if err := s.writeErr.Load(); err != nil {
-		return *err
+	if f := s.writeErr.Load(); f != nil && time.Since(f.at) < healthMemory {
+		return f.reason
 	}
 	return nil
 }
@@ -367,7 +411,15 @@ func (s *Store) runTask(ctx context.Context, run func() taskResult) (int, error)
 		if err := ctx.Err(); err != nil {
 			return taskResult{err: err}
 		}
-		return run()
+		res := run()
+		// A task is a write too: an erasure that frees room tells that
+		// the store writes again, as a client's batch would.
+		if res.err == nil {
+			s.writeErr.Store(nil)
+		} else {
+			s.noteWriteFailure(res.err)
+		}
+		return res
 	}}
 	s.mu.RLock()
 	if s.closed {
