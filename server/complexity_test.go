@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"strings"
@@ -143,4 +145,65 @@ func BenchmarkTooManyValues(b *testing.B) {
 			b.Fatal("refused")
 		}
 	}
+}
+
+// A responseSchema repeated at the top level shares one bound: the
+// validator decodes every copy (the last one wins), so a bound a copy let
+// 60 copies of 48,000 values through, 498 MB of validator tree.
+func TestRepeatedResponseSchemasShareTheBound(t *testing.T) {
+	one := `{"type":"object","properties":{"p":{"type":"string","enum":[` +
+		strings.TrimSuffix(strings.Repeat(`{"x":"y"},`, 16_000), ",") + `]}}}` // ~48,000 values
+	var b strings.Builder
+	b.WriteString(`{"commandId":"c","sessionId":"x","input":[{"type":"text","text":"t"}]`)
+	for range 40 {
+		b.WriteString(`,"responseSchema":` + one)
+	}
+	b.WriteString(`}`)
+	params := []byte(b.String())
+	if !json.Valid(params) {
+		t.Fatal("invalid")
+	}
+	total := countValues(params, 1<<30)
+	e := tooManyValues(params)
+	if e == nil {
+		t.Errorf("params of %d values (%d bytes) in 40 repeated responseSchema members passed the bounds", total, len(params))
+	}
+}
+
+// FuzzSkipValue: skipValue ends every valid JSON value where encoding/json
+// does, countValues agrees with its token count, and a small document
+// passes the bounds.
+func FuzzSkipValue(f *testing.F) {
+	for _, s := range []string{`{"a":[1,{"b":"}"}],"c":"]"}`, `"\\\""`, `-1.5e+3`, `[[],{}]`, `{"a\\":"\u0022"}`, "\"\u00e9\"", `{"responseSchema":{"a":1},"x":2}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		doc := []byte(s)
+		if !json.Valid(doc) {
+			return
+		}
+		doc = bytes.TrimSpace(doc)
+		if got := skipValue(append(doc, []byte(` ,"z"`)...), 0); got != len(doc) {
+			t.Fatalf("skipValue(%q) = %d, want %d", doc, got, len(doc))
+		}
+		dec := json.NewDecoder(bytes.NewReader(doc))
+		want := 0
+		for {
+			tok, err := dec.Token()
+			if err != nil {
+				break
+			}
+			if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+				continue
+			}
+			want++
+		}
+		if got := countValues(doc, 1<<30); got != want {
+			t.Fatalf("countValues(%q) = %d, want %d", doc, got, want)
+		}
+		// The top-level scan must not panic and must accept small docs.
+		if e := tooManyValues(doc); e != nil {
+			t.Fatalf("tooManyValues(%q) refused a small doc", doc)
+		}
+	})
 }

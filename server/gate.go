@@ -128,7 +128,7 @@ func tooManyValues(params json.RawMessage) *msp.Error {
 		}
 		return nil
 	}
-	n := 1 // the object
+	n, schema := 1, 0 // the object; the values of its responseSchema (every copy: a repeated name is decoded each time)
 	for i := 1; i < len(doc); {
 		switch doc[i] {
 		case '"': // a member: its name, then its value after the colon
@@ -141,7 +141,7 @@ func tooManyValues(params json.RawMessage) *msp.Error {
 			}
 			end = skipValue(doc, i)
 			if string(name) == `"responseSchema"` {
-				if countValues(doc[i:end], maxSchemaValues) > maxSchemaValues {
+				if schema += countValues(doc[i:end], maxSchemaValues); schema > maxSchemaValues {
 					return refuse("responseSchema", maxSchemaValues)
 				}
 			} else if n += countValues(doc[i:end], maxParamValues); n > maxParamValues {
