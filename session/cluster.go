@@ -116,7 +116,12 @@ func (m *Manager) forward(ctx context.Context, sessionID, method string, raw jso
 	if c == nil {
 		return nil, false, nil
 	}
-	if err := m.mayLoad(ctx, sessionID); err != nil {
+	if exists, err := m.checkOwner(ctx, sessionID); err != nil {
+		if !exists && isNotFound(err) {
+			// Nothing to lead: the command answers it here (a replay
+			// of a session's deletion finds its ack in the ledger).
+			return nil, false, nil
+		}
 		return nil, true, err
 	}
 	leader, err := c.Claim(ctx, sessionID)
@@ -137,6 +142,12 @@ func (m *Manager) forward(ctx context.Context, sessionID, method string, raw jso
 	return res, true, err
 }
 
+// isNotFound tells whether err is a sessionNotFound.
+func isNotFound(err error) bool {
+	var me *msp.Error
+	return errors.As(err, &me) && me.Data.Kind == msp.KindSessionNotFound
+}
+
 // unavailable is a retryable refusal: the session's leader is changing.
 func unavailable(format string, args ...any) *msp.Error {
 	e := msp.NewError(msp.CodeOverloaded, msp.KindOverloaded, format, args...)
@@ -151,8 +162,7 @@ func unavailable(format string, args ...any) *msp.Error {
 func (m *Manager) lead(ctx context.Context, id string) error {
 	s, release, err := m.load(ctx, id)
 	if err != nil {
-		var me *msp.Error
-		if errors.As(err, &me) && me.Data.Kind == msp.KindSessionNotFound {
+		if isNotFound(err) {
 			return nil // the command answers it
 		}
 		return err

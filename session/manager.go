@@ -309,7 +309,7 @@ func (m *Manager) Detach(sub Subscriber) {
 // once, pinned in memory until release is called. Another principal's
 // session is reported as not found, so its existence does not leak.
 func (m *Manager) acquire(ctx context.Context, id string) (s *session, release func(), err error) {
-	if err := m.mayLoad(ctx, id); err != nil {
+	if _, err := m.checkOwner(ctx, id); err != nil {
 		return nil, nil, err
 	}
 	s, release, err = m.load(ctx, id)
@@ -326,32 +326,40 @@ func (m *Manager) acquire(ctx context.Context, id string) (s *session, release f
 	return s, release, nil
 }
 
-// mayLoad refuses, from its row alone, a session that is not in memory
-// and is not the caller's: another principal's request must cost no more
-// than one for a session that does not exist (neither a load and replay of
-// the whole log, nor, on a cluster, a lease claimed and a follow begun),
-// nor take longer. A session in memory (or being loaded) is let through:
-// acquire checks its owner once loaded.
-func (m *Manager) mayLoad(ctx context.Context, id string) error {
+// checkOwner refuses another principal's request for a session before it
+// costs a load: from the session itself when it is in memory, else from
+// its row alone, so that it costs no more than a request for a session
+// that does not exist (neither a load and replay of the whole log, nor, on
+// a cluster, a lease claimed and a follow begun), nor takes longer.
+// exists is false when the store has no such session; a session still
+// loading is let through, and acquire checks it once loaded.
+func (m *Manager) checkOwner(ctx context.Context, id string) (exists bool, err error) {
 	m.mu.Lock()
-	_, resident := m.sessions[id]
+	l, resident := m.sessions[id]
 	m.mu.Unlock()
 	if resident {
-		return nil
+		select {
+		case <-l.done:
+			if l.s != nil && l.s.owner != PrincipalFrom(ctx) {
+				return true, msp.ErrSessionNotFound(id)
+			}
+		default:
+		}
+		return true, nil
 	}
 	row, err := m.store.Session(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return msp.ErrSessionNotFound(id)
+		return false, msp.ErrSessionNotFound(id)
 	} else if err != nil {
-		return msp.ErrInternal("loading session: %v", err)
+		return false, msp.ErrInternal("loading session: %v", err)
 	}
 	var st struct {
 		Owner string `json:"owner"`
 	}
 	if json.Unmarshal(row.State, &st) == nil && st.Owner != PrincipalFrom(ctx) {
-		return msp.ErrSessionNotFound(id)
+		return true, msp.ErrSessionNotFound(id)
 	}
-	return nil // an unreadable state is reported by the load
+	return true, nil // an unreadable state is reported by the load
 }
 
 // load returns a session whoever owns it, loading it from the store once,

@@ -100,3 +100,50 @@ func TestAnotherPrincipalClaimsNoLease(t *testing.T) {
 		t.Fatalf("alice's own rename: %v", err)
 	}
 }
+
+// So too when the node has the session in memory as a follower: another
+// principal's command there is refused before the node claims its lease.
+func TestAnotherPrincipalClaimsNoLeaseOfAFollowedSession(t *testing.T) {
+	st := openStore(t)
+	h := newMemHub()
+	model := newHistModel()
+	alice := WithPrincipal(context.Background(), "alice")
+	bob := WithPrincipal(context.Background(), "bob")
+	sid := startSessionAs(t, h.startNode(t, "a", st, model), alice)
+	h.kill("a")
+	b := startQuietNode(t, memNode{h, "b"}, st, model)
+	if _, err := b.ReadSession(alice, mustJSON(msp.SessionReadParams{SessionID: sid})); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	before := h.leases[sid]
+	h.mu.Unlock()
+	_, err := b.RenameSession(bob, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "mine"}))
+	wantNotFound(t, "session/rename", err)
+	h.mu.Lock()
+	after := h.leases[sid]
+	h.mu.Unlock()
+	if after != before {
+		t.Errorf("bob's request moved the lease of alice's session from %q to %q", before, after)
+	}
+}
+
+// On a cluster, a replayed session/delete (its ack lost) gets its recorded
+// ack after the erasure: the session's row is gone, and the owner check
+// must leave the answer to the ledger rather than refuse it.
+func TestClusterDeleteReplayGetsItsAck(t *testing.T) {
+	h := newMemHub()
+	alice := WithPrincipal(context.Background(), "alice")
+	a := h.startNode(t, "a", openStore(t), newHistModel())
+	sid := startSessionAs(t, a, alice)
+	params := mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid})
+	ack, erase, err := a.DeleteSession(alice, nil, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	erase(context.Background())
+	again, _, err := a.DeleteSession(alice, nil, params)
+	if err != nil || string(again) != string(ack) {
+		t.Fatalf("replayed delete on a cluster: %s, %v; want %s", again, err, ack)
+	}
+}
