@@ -75,56 +75,41 @@ func TestAnotherPrincipalLoadsNothing(t *testing.T) {
 }
 
 // On a cluster, another principal's request is refused before its node
-// claims the session's lease: it made that node the session's leader (a
-// load, a catch-up, a turn resumed), on behalf of someone who may not see
-// it.
+// claims the session's lease, whether or not the node has the session in
+// memory as a follower: it made that node the session's leader (a load, a
+// catch-up, a turn resumed), on behalf of someone who may not see it.
 func TestAnotherPrincipalClaimsNoLease(t *testing.T) {
-	st := openStore(t)
-	h := newMemHub()
-	model := newHistModel()
-	alice := WithPrincipal(context.Background(), "alice")
-	bob := WithPrincipal(context.Background(), "bob")
-	sid := startSessionAs(t, h.startNode(t, "a", st, model), alice)
-	h.kill("a") // its lease lapses: the next claim takes the session
-
-	b := startQuietNode(t, memNode{h, "b"}, st, model)
-	_, err := b.RenameSession(bob, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "mine"}))
-	wantNotFound(t, "session/rename", err)
-	h.mu.Lock()
-	leader := h.leases[sid]
-	h.mu.Unlock()
-	if leader != "" {
-		t.Errorf("bob's request made node %s the leader of alice's session", leader)
-	}
-	if _, err := b.RenameSession(alice, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "mine"})); err != nil {
-		t.Fatalf("alice's own rename: %v", err)
-	}
-}
-
-// So too when the node has the session in memory as a follower: another
-// principal's command there is refused before the node claims its lease.
-func TestAnotherPrincipalClaimsNoLeaseOfAFollowedSession(t *testing.T) {
-	st := openStore(t)
-	h := newMemHub()
-	model := newHistModel()
-	alice := WithPrincipal(context.Background(), "alice")
-	bob := WithPrincipal(context.Background(), "bob")
-	sid := startSessionAs(t, h.startNode(t, "a", st, model), alice)
-	h.kill("a")
-	b := startQuietNode(t, memNode{h, "b"}, st, model)
-	if _, err := b.ReadSession(alice, mustJSON(msp.SessionReadParams{SessionID: sid})); err != nil {
-		t.Fatal(err)
-	}
-	h.mu.Lock()
-	before := h.leases[sid]
-	h.mu.Unlock()
-	_, err := b.RenameSession(bob, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "mine"}))
-	wantNotFound(t, "session/rename", err)
-	h.mu.Lock()
-	after := h.leases[sid]
-	h.mu.Unlock()
-	if after != before {
-		t.Errorf("bob's request moved the lease of alice's session from %q to %q", before, after)
+	for _, followed := range []bool{false, true} {
+		st := openStore(t)
+		h := newMemHub()
+		model := newHistModel()
+		alice := WithPrincipal(context.Background(), "alice")
+		bob := WithPrincipal(context.Background(), "bob")
+		sid := startSessionAs(t, h.startNode(t, "a", st, model), alice)
+		h.kill("a") // its lease lapses: the next claim takes the session
+		b := startQuietNode(t, memNode{h, "b"}, st, model)
+		if followed {
+			if _, err := b.ReadSession(alice, mustJSON(msp.SessionReadParams{SessionID: sid})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rename := func(who context.Context) error {
+			_, err := b.RenameSession(who, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "mine"}))
+			return err
+		}
+		h.mu.Lock()
+		before := h.leases[sid]
+		h.mu.Unlock()
+		wantNotFound(t, "session/rename", rename(bob))
+		h.mu.Lock()
+		after := h.leases[sid]
+		h.mu.Unlock()
+		if after != before {
+			t.Errorf("followed %v: bob's request moved the lease of alice's session from %q to %q", followed, before, after)
+		}
+		if err := rename(alice); err != nil {
+			t.Fatalf("followed %v: alice's own rename: %v", followed, err)
+		}
 	}
 }
 
