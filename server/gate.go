@@ -202,18 +202,9 @@ func countValues(doc []byte, limit int) int {
 		switch c := doc[i]; {
 		case c == '{' || c == '[':
 			n++
-		case c == '"':
+		case c == '"' || c == '-' || '0' <= c && c <= '9' || c == 't' || c == 'f' || c == 'n':
 			n++
-			for i++; i < len(doc) && doc[i] != '"'; i++ {
-				if doc[i] == '\\' {
-					i++ // the escaped byte cannot end the string
-				}
-			}
-		case c == '-' || '0' <= c && c <= '9' || c == 't' || c == 'f' || c == 'n':
-			n++
-			for i+1 < len(doc) && isScalarByte(doc[i+1]) {
-				i++
-			}
+			i = skipValue(doc, i) - 1 // a string or a scalar, whole
 		}
 	}
 	return n

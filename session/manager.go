@@ -347,19 +347,29 @@ func (m *Manager) checkOwner(ctx context.Context, id string) (exists bool, err e
 		}
 		return true, nil
 	}
-	row, err := m.store.Session(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return false, msp.ErrSessionNotFound(id)
-	} else if err != nil {
-		return false, msp.ErrInternal("loading session: %v", err)
+	st, err := m.readState(ctx, id)
+	if err != nil {
+		return !isNotFound(err), err
 	}
-	var st struct {
-		Owner string `json:"owner"`
-	}
-	if json.Unmarshal(row.State, &st) == nil && st.Owner != PrincipalFrom(ctx) {
+	if st.Owner != PrincipalFrom(ctx) {
 		return true, msp.ErrSessionNotFound(id)
 	}
-	return true, nil // an unreadable state is reported by the load
+	return true, nil
+}
+
+// readState reads a session's state from its row in the store.
+func (m *Manager) readState(ctx context.Context, id string) (state, error) {
+	var st state
+	row, err := m.store.Session(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return st, msp.ErrSessionNotFound(id)
+	} else if err != nil {
+		return st, msp.ErrInternal("loading session: %v", err)
+	}
+	if err := json.Unmarshal(row.State, &st); err != nil {
+		return st, msp.ErrInternal("session %s state unreadable: %v", id, err)
+	}
+	return st, nil
 }
 
 // load returns a session whoever owns it, loading it from the store once,
@@ -430,15 +440,9 @@ func (m *Manager) read(ctx context.Context, id string) (*session, error) {
 // s.mu must be held.
 func (s *session) refreshLocked(ctx context.Context) error {
 	m := s.m
-	row, err := m.store.Session(ctx, s.id)
-	if errors.Is(err, store.ErrNotFound) {
-		return msp.ErrSessionNotFound(s.id)
-	} else if err != nil {
-		return msp.ErrInternal("loading session: %v", err)
-	}
-	var st state
-	if err := json.Unmarshal(row.State, &st); err != nil {
-		return msp.ErrInternal("session %s state unreadable: %v", s.id, err)
+	st, err := m.readState(ctx, s.id)
+	if err != nil {
+		return err
 	}
 	s.st = st
 	s.queued.Store(int32(len(s.st.Queue)))

@@ -11,9 +11,9 @@
 // (checkpointed) by a connection of its own, asked every 4,000 pages the
 // writer commits (WithCheckpointPages), never inside a commit: SQLite's
 // automatic checkpoint would run in the COMMIT that crosses the mark and
-// hold up everyone queued behind it. Once one has run, the writer copies the few pages
-// written meanwhile, between two groups, so that SQLite can start the log
-// over instead of growing it.
+// hold up everyone queued behind it. Once one has run, the writer copies
+// the few pages written meanwhile, between two groups, so that SQLite can
+// start the log over instead of growing it.
 //
 // # Group commit
 //
