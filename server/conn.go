@@ -342,10 +342,10 @@ func (c *conn) reply(id json.RawMessage, result any) error {
 
 // readLoop reads frames and has each handled, one at a time and in
 // order, until the input ends. A frame is handled — validated, answered,
-// and whatever session work it sets off done — on a goroutine of its own
-// that the loop waits for: the deep stacks that work grows die with it,
-// and the goroutine an idle connection keeps, blocked reading, stays
-// small.
+// and whatever session work it sets off done — on one of the server's
+// workers, which the loop waits for: the deep stack that work grows stays
+// with the worker, and the goroutine an idle connection keeps, blocked
+// reading, stays small.
 func (c *conn) readLoop(ctx context.Context) {
 	h := &handler{c: c}
 	for {
@@ -356,7 +356,7 @@ func (c *conn) readLoop(ctx context.Context) {
 			return
 		}
 		done := make(chan struct{})
-		go func() {
+		c.srv.workers.Go(func() {
 			defer close(done)
 			if tl != nil {
 				c.srv.metrics.framesRejected.Add(1)
@@ -370,7 +370,7 @@ func (c *conn) readLoop(ctx context.Context) {
 				return
 			}
 			h.Handle(ctx, req, id)
-		}()
+		})
 		<-done
 	}
 }

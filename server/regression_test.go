@@ -400,6 +400,10 @@ func keepAliveDuringLongRequest(t *testing.T) {
 			events++
 		}
 	}
+	ws.CloseNow()
+	if err := srv.Shutdown(ctx); err != nil { // ends the server's workers inside the bubble
+		t.Fatal(err)
+	}
 }
 
 // TestGapNextIsServable: §4.3 — a client fills a hole by paging

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"mspd/auth"
+	"mspd/internal/workpool"
 	"mspd/observe"
 	"mspd/schema/msp"
 	"mspd/session"
@@ -109,6 +110,7 @@ type Server struct {
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	wg       sync.WaitGroup
+	workers  *workpool.Pool // handle the frames of every connection
 }
 
 // New builds a server for mgr.
@@ -150,7 +152,7 @@ func New(mgr *session.Manager, cfg Config) (*Server, error) {
 		cfg.Metrics = observe.New(prometheus.NewRegistry())
 	}
 	s := &Server{cfg: cfg, mgr: mgr, val: val, log: cfg.Logger, conns: make(map[*conn]struct{}),
-		hosts: newHostPolicy(cfg.AllowedHosts)}
+		hosts: newHostPolicy(cfg.AllowedHosts), workers: workpool.New(workpool.DefaultMaxIdle, workpool.DefaultIdleFor)}
 	if err := cfg.Metrics.WatchServer(s.stats); err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
@@ -359,7 +361,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
+	go func() { s.wg.Wait(); s.workers.Close(); close(done) }()
 	select {
 	case <-done:
 		return nil

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"mspd/internal/workpool"
 	"mspd/observe"
 	"mspd/schema/msp"
 	"mspd/store"
@@ -97,6 +98,7 @@ type Manager struct {
 	cancel   context.CancelCauseFunc
 	turns    sync.WaitGroup // every goroutine the manager started
 	workers  sync.WaitGroup // the goroutines running turns
+	pool     *workpool.Pool // where turns run
 	draining atomic.Bool    // no new turns: a graceful shutdown is under way
 
 	stats   counters
@@ -156,6 +158,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		ledger:    newLedger(cfg.Store),
 		log:       cfg.Logger,
 		sessions:  make(map[string]*loading),
+		pool:      workpool.New(workpool.DefaultMaxIdle, workpool.DefaultIdleFor),
 		listeners: newListeners(),
 	}
 	m.stats.metrics = cfg.Metrics
@@ -250,6 +253,7 @@ func (m *Manager) sweep() int {
 func (m *Manager) Close() {
 	m.cancel(turn.ErrHostStopping)
 	m.turns.Wait()
+	m.pool.Close()
 	if c := m.cfg.Cluster; c != nil {
 		// Let go of every lease, so that another node takes the sessions
 		// over at once rather than when the leases lapse.

@@ -26,7 +26,8 @@ import (
 // tried before the scheduler gives up on the session until the next start.
 const writeTries = 5
 
-// kick makes sure a goroutine is running s's queue.
+// kick makes sure a goroutine is running s's queue: one of the pool's,
+// which keeps the stack a turn grows.
 func (m *Manager) kick(s *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -38,12 +39,12 @@ func (m *Manager) kick(s *session) {
 	s.workerDone = done
 	m.turns.Add(1)
 	m.workers.Add(1)
-	go func() {
+	m.pool.Go(func() {
 		defer m.turns.Done()
 		defer m.workers.Done()
 		defer close(done)
 		m.work(s)
-	}()
+	})
 }
 
 // work runs s's turns until there is nothing (more) it may run.
