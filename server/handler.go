@@ -62,9 +62,15 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 	case msp.MethodInitialize:
 		return h.initialize(params)
 	case msp.MethodSessionStart:
+		if err := c.roomToFollow(sessionNamed(params)); err != nil {
+			return nil, nil, err
+		}
 		res, attach, err := mgr.StartSession(ctx, c, params)
 		return res, attach, err
 	case msp.MethodSessionResume:
+		if err := c.roomToFollow(sessionNamed(params)); err != nil {
+			return nil, nil, err
+		}
 		res, attach, err := mgr.ResumeSession(ctx, c, params)
 		return res, attach, err
 	case msp.MethodSessionRead:
@@ -74,6 +80,11 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 		res, err := mgr.ListSessions(ctx, params)
 		return res, nil, err
 	case msp.MethodSessionFork:
+		// A fork is always a session not followed yet (params name its
+		// source).
+		if err := c.roomToFollow(""); err != nil {
+			return nil, nil, err
+		}
 		res, attach, err := mgr.ForkSession(ctx, c, params)
 		return res, attach, err
 	case msp.MethodSessionRename:
@@ -98,6 +109,9 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 		var p msp.ViewSubscribeParams
 		if err := json.Unmarshal(params, &p); err != nil {
 			return nil, nil, msp.ErrInvalidParams("", "view/subscribe params: %v", err)
+		}
+		if err := c.roomToFollow(p.SessionID); err != nil {
+			return nil, nil, err
 		}
 		head, attach, err := mgr.ViewSubscribe(ctx, c, p.SessionID, p.After)
 		if err != nil {
@@ -150,6 +164,33 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 		return c.srv.cfg.Models.List(providerID, modelID), nil, nil
 	}
 	return nil, nil, msp.NewError(msp.CodeMethodNotFound, msp.KindMethodNotFound, "method %q is not served by this host", method)
+}
+
+// roomToFollow refuses a request that would have the connection follow
+// one session more than Config.MaxSubscriptions, before it does anything:
+// each session followed keeps view state here and the session in memory.
+// Following again a session it follows (sessionID) takes no more room.
+func (c *conn) roomToFollow(sessionID string) error {
+	limit := c.srv.cfg.MaxSubscriptions
+	if c.out.mayFollow(sessionID, limit) {
+		return nil
+	}
+	e := msp.NewError(msp.CodeBackpressured, msp.KindBackpressured,
+		"this connection follows %d sessions, the most it may at once: view/unsubscribe one of them first", limit)
+	e.Data.Capacity = limit
+	retry := false // not until the client unsubscribes
+	e.Data.Retryable = &retry
+	return e
+}
+
+// sessionNamed reads the sessionId a request's params name, "" for none.
+// The gate validated the params, so they decode.
+func sessionNamed(params json.RawMessage) string {
+	var p struct {
+		SessionID string `json:"sessionId"`
+	}
+	json.Unmarshal(params, &p)
+	return p.SessionID
 }
 
 func (h *handler) initialize(params json.RawMessage) (any, func(context.Context), error) {

@@ -50,6 +50,11 @@ type Config struct {
 	// QueueFrames bounds the view events queued per connection (default
 	// 1024).
 	QueueFrames int
+	// MaxSubscriptions bounds the sessions one connection follows at once
+	// (default 256): each keeps view state on the connection and its
+	// session in memory. A request that would follow one more is refused
+	// as backpressured until the client unsubscribes one.
+	MaxSubscriptions int
 	// WriteTimeout bounds one frame write; a peer that takes longer is
 	// wedged and its connection closes (default 10 s).
 	WriteTimeout time.Duration
@@ -91,6 +96,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultMaxSubscriptions is Config.MaxSubscriptions when unset.
+const DefaultMaxSubscriptions = 256
+
 // ModelLister renders model/list for a session's (or, when empty, the
 // default) provider and model.
 type ModelLister interface {
@@ -130,6 +138,9 @@ func New(mgr *session.Manager, cfg Config) (*Server, error) {
 	}
 	if cfg.QueueBytes <= 0 {
 		cfg.QueueBytes = 8 << 20
+	}
+	if cfg.MaxSubscriptions <= 0 {
+		cfg.MaxSubscriptions = DefaultMaxSubscriptions
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second

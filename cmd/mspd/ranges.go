@@ -12,7 +12,7 @@ import (
 // positiveFlags are the serve flags whose zero or negative value the
 // daemon would silently replace by its default.
 var positiveFlags = []string{
-	"max-attempts", "max-frame-bytes", "queue-frames", "queue-bytes", "write-timeout",
+	"max-attempts", "max-frame-bytes", "queue-frames", "queue-bytes", "max-subscriptions", "write-timeout",
 	"default-max-tokens", "retry-initial-backoff", "retry-max-backoff", "retry-max-server-delay",
 	"retry-budget-ratio", "lease-ttl", "jetstream-replicas",
 }

@@ -38,6 +38,7 @@ func TestServeRefusesOutOfRangeValues(t *testing.T) {
 		// 0 would silently be the default, while a negative value means off.
 		{"retry-budget-tokens", "0"}, {"command-retention", "0s"},
 		{"jetstream-replicas", "0"}, {"jetstream-replicas", "-1"},
+		{"max-subscriptions", "0"}, {"max-subscriptions", "-1"},
 	} {
 		// --provider bogus makes a start that got past the flags fail at once.
 		base := []string{"serve", "--data", t.TempDir(), "--provider", "bogus"}
@@ -69,6 +70,18 @@ func startedWith(t *testing.T, args ...string) daemon.Config {
 		t.Fatalf("serve %v: exit %d, want 1 from the daemon:\n%s", args, code, stderr.String())
 	}
 	return *got
+}
+
+// TestServeTakesMaxSubscriptions: --max-subscriptions (and its variable)
+// reaches the server's config as given.
+func TestServeTakesMaxSubscriptions(t *testing.T) {
+	if cfg := startedWith(t, "--max-subscriptions", "3"); cfg.Server.MaxSubscriptions != 3 {
+		t.Errorf("--max-subscriptions 3: the daemon got %d", cfg.Server.MaxSubscriptions)
+	}
+	t.Setenv("MSPD_MAX_SUBSCRIPTIONS", "7")
+	if cfg := startedWith(t); cfg.Server.MaxSubscriptions != 7 {
+		t.Errorf("MSPD_MAX_SUBSCRIPTIONS=7: the daemon got %d", cfg.Server.MaxSubscriptions)
+	}
 }
 
 // TestServeTakesANegativeIdleTimeout: a negative --idle-timeout turns the

@@ -1,0 +1,173 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"mspd/client"
+	"mspd/schema/msp"
+	"mspd/session"
+)
+
+// dialCapped serves m over WebSocket, each connection following at most
+// limit sessions, and connects a client to it.
+func dialCapped(t *testing.T, m *session.Manager, limit int) *client.Client {
+	t.Helper()
+	srv, err := New(m, Config{MaxSubscriptions: limit, PingInterval: -1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	c, err := client.Dial(t.Context(), "ws"+strings.TrimPrefix(ts.URL, "http")+"/msp", client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// wantCapped fails unless err refuses a subscription past a cap of limit:
+// backpressured, its capacity named, not to be retried as it is.
+func wantCapped(t *testing.T, err error, limit int, what string) {
+	t.Helper()
+	var me *msp.Error
+	if !errors.As(err, &me) {
+		t.Fatalf("%s: %v, want it refused as backpressured", what, err)
+	}
+	if me.Code != msp.CodeBackpressured || me.Data.Kind != msp.KindBackpressured || me.Data.Capacity != limit ||
+		me.Data.Retryable == nil || *me.Data.Retryable || !strings.Contains(me.Message, "view/unsubscribe") {
+		t.Fatalf("%s: %+v (%s), want -32031 backpressured, capacity %d, retryable false, saying to unsubscribe", what, me.Data, me.Message, limit)
+	}
+}
+
+func viewSubscribe(ctx context.Context, c *client.Client, sid string) error {
+	return c.Call(ctx, msp.MethodViewSubscribe, msp.ViewSubscribeParams{SessionID: sid}, nil)
+}
+
+func viewUnsubscribe(t *testing.T, ctx context.Context, c *client.Client, sid string) {
+	t.Helper()
+	if err := c.Call(ctx, msp.MethodViewUnsubscribe, msp.ViewUnsubscribeParams{SessionID: sid}, nil); err != nil {
+		t.Fatalf("view/unsubscribe: %v", err)
+	}
+}
+
+// TestSubscriptionsPastTheCapAreRefused: a connection follows at most
+// MaxSubscriptions sessions. The one past it is refused (view/subscribe,
+// session/resume) and the connection goes on; following again a session
+// it follows is no new subscription; view/unsubscribe and deleting a
+// followed session each free a place. Without the cap a connection could
+// make the server hold view state and a loaded session for any number.
+func TestSubscriptionsPastTheCapAreRefused(t *testing.T) {
+	m, head := reviewManager(t)
+	var sids [3]string
+	for i := range sids {
+		sids[i] = startWithTurns(t, m, head, nopSub{}, 0)
+	}
+	c := dialCapped(t, m, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for _, sid := range sids[:2] {
+		if err := viewSubscribe(ctx, c, sid); err != nil {
+			t.Fatalf("view/subscribe within the cap: %v", err)
+		}
+	}
+	wantCapped(t, viewSubscribe(ctx, c, sids[2]), 2, "view/subscribe to a third session")
+	_, err := c.Resume(ctx, sids[2], nil)
+	wantCapped(t, err, 2, "session/resume of a third session")
+
+	// Still usable, and following again takes no new place.
+	if err := viewSubscribe(ctx, c, sids[0]); err != nil {
+		t.Fatalf("view/subscribe to a session followed already: %v", err)
+	}
+	if _, err := c.Resume(ctx, sids[1], nil); err != nil {
+		t.Fatalf("session/resume of a session followed already: %v", err)
+	}
+
+	viewUnsubscribe(t, ctx, c, sids[0])
+	if err := viewSubscribe(ctx, c, sids[2]); err != nil {
+		t.Fatalf("view/subscribe after a view/unsubscribe: %v", err)
+	}
+	wantCapped(t, viewSubscribe(ctx, c, sids[0]), 2, "view/subscribe past the cap again")
+
+	if err := c.Call(ctx, msp.MethodSessionDelete, msp.SessionDeleteParams{CommandID: client.NewCommandID(), SessionID: sids[1]}, nil); err != nil {
+		t.Fatalf("session/delete: %v", err)
+	}
+	waitDeleteCompleted(t, ctx, c, sids[1])
+	if err := viewSubscribe(ctx, c, sids[0]); err != nil {
+		t.Fatalf("view/subscribe after deleting a followed session: %v", err)
+	}
+}
+
+// waitDeleteCompleted reads c's notifications until session sid's
+// session/deleteCompleted.
+func waitDeleteCompleted(t *testing.T, ctx context.Context, c *client.Client, sid string) {
+	t.Helper()
+	for {
+		n, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("waiting for session/deleteCompleted: %v", err)
+		}
+		var p msp.SessionDeleteCompletedParams
+		if n.Method == msp.NotifySessionDeleteCompleted && n.Decode(&p) == nil && p.SessionID == sid {
+			return
+		}
+	}
+}
+
+// TestStartPastTheCapCreatesNothing: session/start and session/fork
+// subscribe their caller to a new session, so past the cap they are
+// refused before anything is made: the session list does not grow, and
+// the refused command was not recorded, so it starts a session once a
+// place is free.
+func TestStartPastTheCapCreatesNothing(t *testing.T) {
+	m, _ := reviewManager(t)
+	c := dialCapped(t, m, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var started [2]string
+	for i := range started {
+		res, err := c.StartSession(ctx)
+		if err != nil {
+			t.Fatalf("session/start within the cap: %v", err)
+		}
+		started[i] = res.Session.SessionID
+	}
+	start := msp.SessionStartParams{CommandID: client.NewCommandID()}
+	wantCapped(t, c.Call(ctx, msp.MethodSessionStart, start, nil), 2, "session/start of a third session")
+	fork := msp.SessionForkParams{CommandID: client.NewCommandID(), SessionID: started[0]}
+	wantCapped(t, c.Call(ctx, msp.MethodSessionFork, fork, nil), 2, "session/fork into a third session")
+	listed := func() int {
+		t.Helper()
+		var res msp.SessionListResult
+		if err := c.Call(ctx, msp.MethodSessionList, msp.SessionListParams{}, &res); err != nil {
+			t.Fatalf("session/list: %v", err)
+		}
+		return len(res.Sessions)
+	}
+	if n := listed(); n != 2 {
+		t.Fatalf("%d sessions listed after the refusals, want the 2 started", n)
+	}
+
+	viewUnsubscribe(t, ctx, c, started[1])
+	var res msp.SessionStartResult
+	if err := c.Call(ctx, msp.MethodSessionStart, start, &res); err != nil {
+		t.Fatalf("the refused session/start, sent again with a place free: %v", err)
+	}
+	if id := res.Session.SessionID; id == started[0] || id == started[1] {
+		t.Fatalf("session/start answered with session %s started before", id)
+	}
+	if n := listed(); n != 3 {
+		t.Fatalf("%d sessions listed, want 3", n)
+	}
+}
