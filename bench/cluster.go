@@ -2,12 +2,15 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // nodes are mspd processes sharing NATS JetStream (--store jetstream
@@ -17,6 +20,16 @@ import (
 type nodes struct {
 	srvs []*server
 	nats []string // each node's NATS client URL
+	// secret is the NATS servers' token (and their routes' password),
+	// which mspbench makes up: without one, each server would take a
+	// token of its own process that mspbench cannot know.
+	secret string
+}
+
+// connOptions are the options a connection to the nodes' NATS servers
+// needs.
+func (ns *nodes) connOptions() []nats.Option {
+	return []nats.Option{nats.Token(ns.secret)}
 }
 
 // clusterStartLimit bounds how long a cluster may take to elect its
@@ -51,13 +64,13 @@ func (r *runner) tryNodes(ctx context.Context, n, replicas int) (*nodes, error) 
 	if err != nil {
 		return nil, err
 	}
-	ns := &nodes{}
+	ns := &nodes{secret: rand.Text()}
 	for i := range n {
 		args := append(nodeArgs(i, ports[:n], ports[n:], replicas), r.cfg.ServerArgs...)
 		if r.cfg.Profile != "" {
 			args = append(args, "--pprof")
 		}
-		s, err := launchServer(r.bin, r.cfg.WorkDir, args)
+		s, err := launchServer(r.bin, r.cfg.WorkDir, args, ns.env())
 		if err != nil {
 			ns.stop()
 			return nil, err
@@ -76,6 +89,13 @@ func (r *runner) tryNodes(ctx context.Context, n, replicas int) (*nodes, error) 
 		return nil, err
 	}
 	return ns, nil
+}
+
+// env is the environment the nodes run with over mspbench's: the secret
+// through it, not a flag, so that ps does not show it, and set even when
+// mspbench's environment has one, which would not be ns.secret.
+func (ns *nodes) env() []string {
+	return []string{"MSPD_NATS_SECRET=" + ns.secret}
 }
 
 // nodeArgs are the flags of node i (0-based) of a deployment whose NATS

@@ -44,7 +44,7 @@ func serverArgs(dataDir string) []string {
 // startServer runs bin with a fresh data directory under workDir and
 // waits for it to listen.
 func startServer(ctx context.Context, bin, workDir string, extra []string) (*server, error) {
-	s, err := launchServer(bin, workDir, extra)
+	s, err := launchServer(bin, workDir, extra, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -54,17 +54,19 @@ func startServer(ctx context.Context, bin, workDir string, extra []string) (*ser
 	return s, nil
 }
 
-// launchServer runs bin with a fresh data directory under workDir without
-// waiting for it: the nodes of a cluster must all be running before any
-// of them can elect a JetStream leader and listen.
-func launchServer(bin, workDir string, extra []string) (*server, error) {
+// launchServer runs bin with a fresh data directory under workDir, and
+// env (KEY=value) over this process's environment, without waiting for
+// it: the nodes of a cluster must all be running before any of them can
+// elect a JetStream leader and listen.
+func launchServer(bin, workDir string, extra, env []string) (*server, error) {
 	dir, err := os.MkdirTemp(workDir, "mspd-data-")
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, append(serverArgs(dir), extra...)...)
-	// Flags win over MSPD_* variables; the rest of the environment passes.
-	cmd.Env = os.Environ()
+	// Flags win over MSPD_* variables; the rest of the environment passes,
+	// env's variables winning over this process's (exec keeps the last).
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

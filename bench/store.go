@@ -239,7 +239,8 @@ func (r *runner) openStoreTargets(ctx context.Context) ([]*storeTarget, func(), 
 				urls = t.nodes.nats
 			}
 			for _, url := range urls {
-				st, err := msjs.Connect(ctx, url, msjs.Options{Stream: benchStream, Subject: benchSubject, Replicas: len(t.nodes.srvs)})
+				st, err := msjs.Connect(ctx, url, msjs.Options{Stream: benchStream, Subject: benchSubject, Replicas: len(t.nodes.srvs)},
+					t.nodes.connOptions()...)
 				if err != nil {
 					return nil, closeAll, fmt.Errorf("%s: %w", t.label, err)
 				}
@@ -395,7 +396,7 @@ func (r *runner) leaseRows(ctx context.Context, t *storeTarget) error {
 	if t.nodes == nil || t.name == "jetstream-r3x3" {
 		return nil // no leases on SQLite; R3 is measured once
 	}
-	nc, err := nats.Connect(t.nodes.nats[0])
+	nc, err := nats.Connect(t.nodes.nats[0], t.nodes.connOptions()...)
 	if err != nil {
 		return err
 	}

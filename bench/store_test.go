@@ -81,6 +81,39 @@ func TestStoreScenarioOnSQLite(t *testing.T) {
 	}
 }
 
+// The store scenario on a JetStream node mspd started for it reaches the
+// node's NATS server, which takes no client without a token: mspbench
+// gives its nodes a secret of its own (over one in its environment) and
+// presents it.
+func TestStoreScenarioOnJetStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs mspd")
+	}
+	t.Setenv("MSPD_NATS_SECRET", "inherited-not-the-nodes")
+	ctx := context.Background()
+	cfg := Config{Scenarios: []string{"store"}, StoreBackends: []string{"jetstream-r1"}, AppendSessions: 2, AppendTurns: 1,
+		Rounds: 1, StoreRows: 10, WorkDir: t.TempDir(), Log: io.Discard}
+	cfg.defaults()
+	bin, err := buildServer(ctx, "..", cfg.WorkDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{cfg: cfg, bin: bin, rep: &Report{}}
+	if err := r.storeScenario(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, row := range r.rep.Rows {
+		got[row.Scenario+" / "+row.Figure] = row.Value > 0
+	}
+	for _, key := range []string{"store jetstream R1 / durable appends/s", "store jetstream R1 / lease renewals/s, all at once",
+		"store jetstream R1 / BusySessions"} {
+		if !got[key] {
+			t.Errorf("no %s among %v", key, got)
+		}
+	}
+}
+
 // Each node routes to the others and to itself never; a lone node runs no
 // cluster.
 func TestNodeArgs(t *testing.T) {

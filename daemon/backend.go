@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -49,7 +50,9 @@ type Backend struct {
 	// presents it as its token, and the servers' routes as their
 	// password. Without it, the embedded server's client and route
 	// addresses must be loopback ones: anyone who reached them could read
-	// and write every session.
+	// and write every session. Its clients then present a random token of
+	// this process's own, which the other local users do not know; its
+	// routes present nothing (another process cannot know the token).
 	Secret string
 	// Replicas is the replication of the stream and the lease bucket: 1,
 	// or 3 on a cluster of three or more.
@@ -106,20 +109,18 @@ func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error
 		host, _ := os.Hostname()
 		node = host + "-" + strings.NewReplacer(":", "-", ".", "-", "[", "", "]", "").Replace(cfg.Listen)
 	}
+	connOpts := []nats.Option{nats.Name("mspd " + node), nats.MaxReconnects(-1)}
 	if b.Embedded {
-		srv, err := startNATS(b, node, filepath.Join(dir, "nats"))
+		srv, token, err := startNATS(b, node, filepath.Join(dir, "nats"))
 		if err != nil {
 			return fail(err)
 		}
 		closers = append(closers, func() error { srv.Shutdown(); srv.WaitForShutdown(); return nil })
 		url = srv.ClientURL()
+		connOpts = append(connOpts, embeddedConnOptions(b, token)...)
 	}
 	if url == "" {
 		return fail(errors.New("store jetstream needs --nats URL or --nats-embedded"))
-	}
-	connOpts := []nats.Option{nats.Name("mspd " + node), nats.MaxReconnects(-1)}
-	if b.Embedded && b.Secret != "" {
-		connOpts = append(connOpts, nats.Token(b.Secret))
 	}
 	if err := checkNATSURLs(url); err != nil {
 		return fail(err)
@@ -237,15 +238,31 @@ func checkNATSURLs(urls string) error {
 	return nil
 }
 
-// startNATS runs the embedded NATS server of a node.
-func startNATS(b Backend, node, dir string) (*natsserver.Server, error) {
+// embeddedConnOptions are the options of a node's connection to its
+// embedded NATS server, which takes token.
+func embeddedConnOptions(b Backend, token string) []nats.Option {
+	opts := []nats.Option{nats.Token(token)}
+	if b.Secret == "" {
+		// The token is this process's own: the other nodes' servers, which
+		// the client learns of and would reconnect to, refuse it, and the
+		// same refusal twice closes the connection for good.
+		opts = append(opts, nats.IgnoreDiscoveredServers())
+	}
+	return opts
+}
+
+// startNATS runs the embedded NATS server of a node, and returns the
+// token its clients must present: the secret, or without one a token of
+// this process's own, so that the other users of the machine, who can
+// reach a loopback address too, cannot read or write the sessions.
+func startNATS(b Backend, node, dir string) (*natsserver.Server, string, error) {
 	listen := b.NATSListen
 	if listen == "" {
 		listen = "127.0.0.1:4222"
 	}
 	host, port, err := splitHostPort(listen)
 	if err != nil {
-		return nil, fmt.Errorf("--nats-listen %q: %w", listen, err)
+		return nil, "", fmt.Errorf("--nats-listen %q: %w", listen, err)
 	}
 	opts := &natsserver.Options{
 		ServerName: node,
@@ -260,18 +277,19 @@ func startNATS(b Backend, node, dir string) (*natsserver.Server, error) {
 		NoLog:      os.Getenv("MSPD_NATS_LOG") == "",
 	}
 	if b.Secret == "" && !isLoopback(listen) {
-		return nil, fmt.Errorf("--nats-listen %s is reachable from other machines: set --nats-secret (MSPD_NATS_SECRET), or every one of them could read and write every session", listen)
+		return nil, "", fmt.Errorf("--nats-listen %s is reachable from other machines: set --nats-secret (MSPD_NATS_SECRET), or every one of them could read and write every session", listen)
 	}
-	if b.Secret != "" {
-		opts.Authorization = b.Secret
+	opts.Authorization = b.Secret
+	if opts.Authorization == "" {
+		opts.Authorization = rand.Text() // 128 random bits
 	}
 	if b.ClusterListen != "" {
 		chost, cport, err := splitHostPort(b.ClusterListen)
 		if err != nil {
-			return nil, fmt.Errorf("--nats-cluster-listen %q: %w", b.ClusterListen, err)
+			return nil, "", fmt.Errorf("--nats-cluster-listen %q: %w", b.ClusterListen, err)
 		}
 		if b.Secret == "" && !isLoopback(b.ClusterListen) {
-			return nil, fmt.Errorf("--nats-cluster-listen %s is reachable from other machines: set --nats-secret (MSPD_NATS_SECRET) on every node, or any server could join the cluster", b.ClusterListen)
+			return nil, "", fmt.Errorf("--nats-cluster-listen %s is reachable from other machines: set --nats-secret (MSPD_NATS_SECRET) on every node, or any server could join the cluster", b.ClusterListen)
 		}
 		opts.Cluster.Name = b.ClusterName
 		if opts.Cluster.Name == "" {
@@ -288,14 +306,14 @@ func startNATS(b Backend, node, dir string) (*natsserver.Server, error) {
 	}
 	srv, err := natsserver.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("embedded NATS server: %w", err)
+		return nil, "", fmt.Errorf("embedded NATS server: %w", err)
 	}
 	srv.Start()
 	if !srv.ReadyForConnections(30 * time.Second) {
 		srv.Shutdown()
-		return nil, errors.New("embedded NATS server: not ready within 30s")
+		return nil, "", errors.New("embedded NATS server: not ready within 30s")
 	}
-	return srv, nil
+	return srv, opts.Authorization, nil
 }
 
 // routeUser is the user the embedded servers' routes authenticate as,

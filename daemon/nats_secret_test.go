@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"mspd/session"
@@ -24,7 +26,7 @@ func TestEmbeddedNATSNeedsASecretBeyondLoopback(t *testing.T) {
 		{NATSListen: ":0"},
 		{NATSListen: "127.0.0.1:0", ClusterListen: "0.0.0.0:0"},
 	} {
-		srv, err := startNATS(b, "n", t.TempDir())
+		srv, _, err := startNATS(b, "n", t.TempDir())
 		if err == nil {
 			srv.Shutdown()
 			t.Errorf("%+v: started without a secret", b)
@@ -33,7 +35,7 @@ func TestEmbeddedNATSNeedsASecretBeyondLoopback(t *testing.T) {
 		}
 	}
 	b := Backend{NATSListen: "0.0.0.0:0", Secret: "s3cret"}
-	srv, err := startNATS(b, "n", t.TempDir())
+	srv, _, err := startNATS(b, "n", t.TempDir())
 	if err != nil {
 		t.Fatalf("%+v: %v", b, err)
 	}
@@ -44,7 +46,7 @@ func TestEmbeddedNATSNeedsASecretBeyondLoopback(t *testing.T) {
 // node's mspd presents it.
 func TestEmbeddedNATSWantsTheSecret(t *testing.T) {
 	const secret = "s3cret-of-the-cluster"
-	srv, err := startNATS(Backend{NATSListen: "127.0.0.1:0", Secret: secret}, "n", t.TempDir())
+	srv, _, err := startNATS(Backend{NATSListen: "127.0.0.1:0", Secret: secret}, "n", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +92,7 @@ func TestEmbeddedNATSRoutesWithTheSecret(t *testing.T) {
 		b := Backend{NATSListen: "127.0.0.1:0", Secret: secret, ClusterName: "c",
 			ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[i]),
 			Routes:        []string{fmt.Sprintf("nats://127.0.0.1:%d", ports[1-i])}}
-		srv, err := startNATS(b, fmt.Sprintf("n%d", i), t.TempDir())
+		srv, _, err := startNATS(b, fmt.Sprintf("n%d", i), t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,5 +107,101 @@ func TestEmbeddedNATSRoutesWithTheSecret(t *testing.T) {
 			t.Fatalf("routes %d and %d: the servers did not route to each other with the secret", routes[0].NumRoutes(), routes[1].NumRoutes())
 		}
 		<-tick.C
+	}
+}
+
+// Without a secret the embedded server listens on loopback, where any
+// local user could reach it: it takes only a token of the node's own
+// process, which no one else knows, and the node works with it.
+func TestEmbeddedNATSWithoutASecretRefusesOtherClients(t *testing.T) {
+	d, err := New(context.Background(), Config{DataDir: t.TempDir(), Provider: "scripted", Listen: "127.0.0.1:0",
+		Backend: Backend{Store: "jetstream", Embedded: true, NATSListen: "127.0.0.1:0", Node: "solo"},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(context.Background())
+	ctx := session.WithPrincipal(context.Background(), "")
+	raw, _, err := d.mgr.StartSession(ctx, nil, json.RawMessage(`{"commandId":"019ad0a0-0000-7000-8000-000000000005"}`))
+	if err != nil {
+		t.Fatalf("a session on the node's own server: %v", err)
+	}
+	var res struct {
+		Session struct {
+			Path string `json:"path"`
+		} `json:"session"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	url, ok := strings.CutPrefix(res.Session.Path, "jetstream:")
+	if !ok {
+		t.Fatalf("session path %q, want jetstream:<the node's NATS URL>", res.Session.Path)
+	}
+	nc, err := nats.Connect(url, nats.MaxReconnects(0))
+	if err == nil {
+		nc.Close()
+		t.Fatalf("a client without credentials connected to the node's NATS server at %s", url)
+	}
+	if !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("a client without credentials: %v, want %v", err, nats.ErrAuthorization)
+	}
+}
+
+// Without a secret the embedded servers of nodes on one machine still
+// route to each other, and a node's client keeps to its own server: the
+// others refuse its process's token, and being refused twice would close
+// its connection for good.
+func TestEmbeddedNATSWithoutASecretKeepsToItsServer(t *testing.T) {
+	ports := make([]int, 2)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	var srvs [2]*natsserver.Server
+	var tokens [2]string
+	for i := range 2 {
+		b := Backend{NATSListen: "127.0.0.1:0", ClusterName: "c", ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[i]),
+			Routes: []string{fmt.Sprintf("nats://127.0.0.1:%d", ports[1-i])}}
+		srv, token, err := startNATS(b, fmt.Sprintf("n%d", i), t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+		srvs[i], tokens[i] = srv, token
+	}
+	if tokens[0] == tokens[1] || len(tokens[0]) < 26 {
+		t.Fatalf("tokens %q and %q: want a random one a process", tokens[0], tokens[1])
+	}
+	nc, err := nats.Connect(srvs[0].ClientURL(), embeddedConnOptions(Backend{}, tokens[0])...)
+	if err != nil {
+		t.Fatalf("the node's own client: %v", err)
+	}
+	defer nc.Close()
+	// Another client with the token learns of the other server once the
+	// routes are up; the server tells the node's client in the same breath.
+	other, err := nats.Connect(srvs[0].ClientURL(), nats.Token(tokens[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for len(other.DiscoveredServers()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("routes %d and %d: the servers did not route to each other without a secret", srvs[0].NumRoutes(), srvs[1].NumRoutes())
+		}
+		<-tick.C
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := nc.Servers(); len(got) != 1 {
+		t.Errorf("the node's client would reconnect to %v, want its own server alone", got)
 	}
 }

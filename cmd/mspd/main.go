@@ -75,7 +75,7 @@ func serve(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.Backend.NATSListen, "nats-listen", "127.0.0.1:4222", "client `address` of the embedded NATS server")
 	fs.StringVar(&cfg.Backend.ClusterName, "nats-cluster-name", "mspd", "name of the embedded NATS servers' cluster")
 	fs.StringVar(&cfg.Backend.ClusterListen, "nats-cluster-listen", "", "route `address` of the embedded NATS server, to cluster it with other nodes'")
-	fs.StringVar(&cfg.Backend.Secret, "nats-secret", "", "shared secret of the embedded NATS servers: each node's token, and their routes' password; needed to listen (--nats-listen, --nats-cluster-listen) elsewhere than on loopback; set it through MSPD_NATS_SECRET to keep it out of ps")
+	fs.StringVar(&cfg.Backend.Secret, "nats-secret", "", "shared secret of the embedded NATS servers: each node's token, and their routes' password; needed to listen (--nats-listen, --nats-cluster-listen) elsewhere than on loopback (without it, clients need a random token of this process's own, but routes on loopback take any local server); set it through MSPD_NATS_SECRET to keep it out of ps")
 	fs.Var((*stringList)(&cfg.Backend.Routes), "nats-routes", "the other embedded NATS servers' routes, nats://host:port (repeatable or comma-separated)")
 	fs.IntVar(&cfg.Backend.Replicas, "jetstream-replicas", 1, "replication of the JetStream stream and lease bucket: 1, or 3 on three nodes or more")
 	fs.StringVar(&cfg.Backend.Node, "node-id", "", "this node's name in a cluster (default: host name and listen address)")
