@@ -267,7 +267,9 @@ func (c *conn) forgetDeleted(frame []byte) {
 	var n struct {
 		Params msp.SessionDeleteCompletedParams `json:"params"`
 	}
-	if json.Unmarshal(frame, &n) == nil && n.Params.SessionID != "" {
+	// A failed erasure leaves the session, and this connection among its
+	// subscribers: its view keeps its slot until view/unsubscribe.
+	if json.Unmarshal(frame, &n) == nil && n.Params.SessionID != "" && n.Params.Outcome == msp.DeleteCompleted {
 		c.out.forget(n.Params.SessionID)
 	}
 }

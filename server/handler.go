@@ -62,13 +62,13 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 	case msp.MethodInitialize:
 		return h.initialize(params)
 	case msp.MethodSessionStart:
-		if err := c.roomToFollow(sessionNamed(params)); err != nil {
+		if err := h.roomToMake(ctx, params, false); err != nil {
 			return nil, nil, err
 		}
 		res, attach, err := mgr.StartSession(ctx, c, params)
 		return res, attach, err
 	case msp.MethodSessionResume:
-		if err := c.roomToFollow(sessionNamed(params)); err != nil {
+		if err := c.roomToFollow(requestIDs(params).SessionID); err != nil {
 			return nil, nil, err
 		}
 		res, attach, err := mgr.ResumeSession(ctx, c, params)
@@ -80,9 +80,7 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 		res, err := mgr.ListSessions(ctx, params)
 		return res, nil, err
 	case msp.MethodSessionFork:
-		// A fork is always a session not followed yet (params name its
-		// source).
-		if err := c.roomToFollow(""); err != nil {
+		if err := h.roomToMake(ctx, params, true); err != nil {
 			return nil, nil, err
 		}
 		res, attach, err := mgr.ForkSession(ctx, c, params)
@@ -124,6 +122,11 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 			return nil, nil, msp.ErrInvalidParams("", "view/unsubscribe params: %v", err)
 		}
 		if err := mgr.Unsubscribe(ctx, c, p.SessionID); err != nil {
+			// A session gone (erased while this connection attached, say)
+			// holds nothing here any more: its view must not hold a slot.
+			if me := (*msp.Error)(nil); errors.As(err, &me) && me.Data.Kind == msp.KindSessionNotFound {
+				c.out.forget(p.SessionID)
+			}
 			return nil, nil, err
 		}
 		c.out.forget(p.SessionID)
@@ -183,14 +186,39 @@ func (c *conn) roomToFollow(sessionID string) error {
 	return e
 }
 
-// sessionNamed reads the sessionId a request's params name, "" for none.
-// The gate validated the params, so they decode.
-func sessionNamed(params json.RawMessage) string {
-	var p struct {
-		SessionID string `json:"sessionId"`
+// roomToMake is roomToFollow for a command that makes a session
+// (session/start, or session/fork when fork is set: its sessionId names
+// the source). A replay of one whose session the connection follows
+// already takes no more room, so at the cap the ledger is asked which
+// session the command made.
+func (h *handler) roomToMake(ctx context.Context, params json.RawMessage, fork bool) error {
+	ids := requestIDs(params)
+	named := ids.SessionID
+	if fork {
+		named = ""
 	}
+	err := h.c.roomToFollow(named)
+	if err == nil || ids.CommandID == "" {
+		return err
+	}
+	if made := h.c.srv.mgr.RecordedSession(ctx, ids.CommandID); made != "" && h.c.out.follows(made) {
+		return nil
+	}
+	return err
+}
+
+// ids are the sessionId and commandId a request's params name.
+type ids struct {
+	SessionID string `json:"sessionId"`
+	CommandID string `json:"commandId"`
+}
+
+// requestIDs reads the ids a request's params name, "" for those absent.
+// The gate validated the params, so they decode.
+func requestIDs(params json.RawMessage) ids {
+	var p ids
 	json.Unmarshal(params, &p)
-	return p.SessionID
+	return p
 }
 
 func (h *handler) initialize(params json.RawMessage) (any, func(context.Context), error) {

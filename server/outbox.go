@@ -643,6 +643,14 @@ func (o *outbox) mayFollow(sessionID string, limit int) bool {
 	return ok
 }
 
+// follows tells whether the connection follows sessionID.
+func (o *outbox) follows(sessionID string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.views[sessionID]
+	return ok
+}
+
 // forget stops tracking a session (view/unsubscribe).
 func (o *outbox) forget(sessionID string) {
 	o.mu.Lock()

@@ -129,6 +129,25 @@ func (l *ledger) recorded(ctx context.Context, key, id, digest string) (resp jso
 	return prev.Response, true, nil
 }
 
+// RecordedSession names the session that the caller's command commandID
+// made (session/start, session/fork), as its recorded answer says: "" when
+// the ledger holds no such answer for this principal, or cannot be read.
+func (m *Manager) RecordedSession(ctx context.Context, commandID string) string {
+	prev, err := m.store.Command(ctx, ledgerKey(PrincipalFrom(ctx), commandID))
+	if err != nil || prev.IsError {
+		return ""
+	}
+	var res struct {
+		Session struct {
+			SessionID string `json:"sessionId"`
+		} `json:"session"`
+	}
+	if json.Unmarshal(prev.Response, &res) != nil {
+		return ""
+	}
+	return res.Session.SessionID
+}
+
 // ledgerKey scopes a commandId to its principal: one user's commandIds
 // can neither replay nor collide with another's.
 func ledgerKey(principal, commandID string) string {
