@@ -78,15 +78,7 @@ func TestEmbeddedNATSWantsTheSecret(t *testing.T) {
 // secret as their password.
 func TestEmbeddedNATSRoutesWithTheSecret(t *testing.T) {
 	const secret = "s3cret-of-the-cluster"
-	ports := make([]int, 2)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
+	ports := freePorts(t, 2)
 	var routes [2]interface{ NumRoutes() int }
 	for i := range 2 {
 		b := Backend{NATSListen: "127.0.0.1:0", Secret: secret, ClusterName: "c",
@@ -153,15 +145,7 @@ func TestEmbeddedNATSWithoutASecretRefusesOtherClients(t *testing.T) {
 // others refuse its process's token, and being refused twice would close
 // its connection for good.
 func TestEmbeddedNATSWithoutASecretKeepsToItsServer(t *testing.T) {
-	ports := make([]int, 2)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
+	ports := freePorts(t, 2)
 	var srvs [2]*natsserver.Server
 	var tokens [2]string
 	for i := range 2 {
@@ -204,4 +188,20 @@ func TestEmbeddedNATSWithoutASecretKeepsToItsServer(t *testing.T) {
 	if got := nc.Servers(); len(got) != 1 {
 		t.Errorf("the node's client would reconnect to %v, want its own server alone", got)
 	}
+}
+
+// freePorts returns n loopback ports free a moment ago, for the routes of
+// servers that must know each other's before they start.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	return ports
 }

@@ -22,6 +22,7 @@ import (
 	"mspd/internal/memnet"
 	"mspd/schema/msp"
 	"mspd/session"
+	"mspd/store"
 	"mspd/store/sqlite"
 	"mspd/turn"
 )
@@ -36,11 +37,17 @@ func (instantRunner) Run(context.Context, turn.Spec, turn.Sink) turn.Outcome {
 
 func reviewManager(t *testing.T) (*session.Manager, func(sid string) int64) {
 	t.Helper()
+	return reviewManagerOver(t, func(st store.Store) store.Store { return st })
+}
+
+// reviewManagerOver is reviewManager on what wrap makes of its store.
+func reviewManagerOver(t *testing.T, wrap func(store.Store) store.Store) (*session.Manager, func(sid string) int64) {
+	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mspd.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := session.New(context.Background(), session.Config{Store: st, Runner: instantRunner{},
+	m, err := session.New(context.Background(), session.Config{Store: wrap(st), Runner: instantRunner{},
 		LogPath: "x.db", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

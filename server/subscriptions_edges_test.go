@@ -8,19 +8,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
-	"net/http/httptest"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"mspd/client"
 	"mspd/schema/msp"
-	"mspd/session"
 	"mspd/store"
-	"mspd/store/sqlite"
 )
 
 // pausingStore holds the first Records read of one session, after it has
@@ -56,33 +50,6 @@ func (p *pausingStore) Records(ctx context.Context, sid string, after int64, lim
 	return recs, err
 }
 
-// serveTwo serves m with a subscription cap of limit and connects two
-// clients of one principal to it.
-func serveTwo(t *testing.T, m *session.Manager, limit int) (*client.Client, *client.Client) {
-	t.Helper()
-	srv, err := New(m, Config{MaxSubscriptions: limit, PingInterval: -1, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-	var cs [2]*client.Client
-	for i := range cs {
-		c, err := client.Dial(t.Context(), "ws"+strings.TrimPrefix(ts.URL, "http")+"/msp", client.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		cs[i] = c
-	}
-	return cs[0], cs[1]
-}
-
 // TestSubscribeRacingDeleteKeepsNoSlot: a connection's view/subscribe
 // (with after) replays the log after its response; when another
 // connection of the same principal deletes the session meanwhile, this
@@ -91,28 +58,13 @@ func serveTwo(t *testing.T, m *session.Manager, limit int) (*client.Client, *cli
 // is lost for the connection's life: at the cap it could follow nothing
 // again.
 func TestSubscribeRacingDeleteKeepsNoSlot(t *testing.T) {
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mspd.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps := &pausingStore{Store: st}
-	m, err := session.New(context.Background(), session.Config{Store: ps, Runner: instantRunner{},
-		LogPath: "x.db", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(); st.Close() })
-	head := func(sid string) int64 {
-		h, err := st.Head(context.Background(), sid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
+	var ps *pausingStore
+	m, head := reviewManagerOver(t, func(st store.Store) store.Store { ps = &pausingStore{Store: st}; return ps })
 	x := startWithTurns(t, m, head, nopSub{}, 1)
 	y := startWithTurns(t, m, head, nopSub{}, 0)
 
-	a, b := serveTwo(t, m, 1)
+	cs := dialCappedN(t, m, 1, 2)
+	a, b := cs[0], cs[1]
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	var page msp.ViewPageResult
@@ -141,7 +93,7 @@ func TestSubscribeRacingDeleteKeepsNoSlot(t *testing.T) {
 		t.Fatalf("session/list after the attach: %v", err)
 	}
 	// The client does what it can to let go of the deleted session.
-	err = a.Call(ctx, msp.MethodViewUnsubscribe, msp.ViewUnsubscribeParams{SessionID: x}, nil)
+	err := a.Call(ctx, msp.MethodViewUnsubscribe, msp.ViewUnsubscribeParams{SessionID: x}, nil)
 	if me := (*msp.Error)(nil); !errors.As(err, &me) || me.Data.Kind != msp.KindSessionNotFound {
 		t.Fatalf("view/unsubscribe of the deleted session: %v, want sessionNotFound", err)
 	}
@@ -195,25 +147,11 @@ func (failingErasure) DeleteSession(context.Context, string) error {
 
 // TestFailedDeleteKeepsTheSlot: a deletion that fails leaves the session
 // and this connection among its subscribers, so its slot stays taken
-// until the client lets go of it.
+// until the client lets go of it. (The session stays marked deleted until
+// the process restarts, so that view/unsubscribe answers sessionNotFound;
+// it lets go of the view all the same.)
 func TestFailedDeleteKeepsTheSlot(t *testing.T) {
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mspd.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := session.New(context.Background(), session.Config{Store: failingErasure{st}, Runner: instantRunner{},
-		LogPath: "x.db", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(); st.Close() })
-	head := func(sid string) int64 {
-		h, err := st.Head(context.Background(), sid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
+	m, head := reviewManagerOver(t, func(st store.Store) store.Store { return failingErasure{st} })
 	x := startWithTurns(t, m, head, nopSub{}, 0)
 	y := startWithTurns(t, m, head, nopSub{}, 0)
 	c := dialCapped(t, m, 1)
@@ -240,7 +178,7 @@ func TestFailedDeleteKeepsTheSlot(t *testing.T) {
 		break
 	}
 	wantCapped(t, viewSubscribe(ctx, c, y), 1, "view/subscribe while the session whose deletion failed is followed")
-	c.Call(ctx, msp.MethodViewUnsubscribe, msp.ViewUnsubscribeParams{SessionID: x}, nil)
+	_ = c.Call(ctx, msp.MethodViewUnsubscribe, msp.ViewUnsubscribeParams{SessionID: x}, nil)
 	if err := viewSubscribe(ctx, c, y); err != nil {
 		t.Fatalf("view/subscribe after letting go of the session whose deletion failed: %v", err)
 	}

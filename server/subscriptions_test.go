@@ -18,6 +18,12 @@ import (
 // limit sessions, and connects a client to it.
 func dialCapped(t *testing.T, m *session.Manager, limit int) *client.Client {
 	t.Helper()
+	return dialCappedN(t, m, limit, 1)[0]
+}
+
+// dialCappedN is dialCapped connecting n clients of one principal.
+func dialCappedN(t *testing.T, m *session.Manager, limit, n int) []*client.Client {
+	t.Helper()
 	srv, err := New(m, Config{MaxSubscriptions: limit, PingInterval: -1, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -29,12 +35,16 @@ func dialCapped(t *testing.T, m *session.Manager, limit int) *client.Client {
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
-	c, err := client.Dial(t.Context(), "ws"+strings.TrimPrefix(ts.URL, "http")+"/msp", client.Options{})
-	if err != nil {
-		t.Fatal(err)
+	cs := make([]*client.Client, n)
+	for i := range cs {
+		c, err := client.Dial(t.Context(), "ws"+strings.TrimPrefix(ts.URL, "http")+"/msp", client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		cs[i] = c
 	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return cs
 }
 
 // wantCapped fails unless err refuses a subscription past a cap of limit:
