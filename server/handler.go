@@ -121,15 +121,15 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 		if err := json.Unmarshal(params, &p); err != nil {
 			return nil, nil, msp.ErrInvalidParams("", "view/unsubscribe params: %v", err)
 		}
-		if err := mgr.Unsubscribe(ctx, c, p.SessionID); err != nil {
-			// A session gone (erased while this connection attached, say)
-			// holds nothing here any more: its view must not hold a slot.
-			if me := (*msp.Error)(nil); errors.As(err, &me) && me.Data.Kind == msp.KindSessionNotFound {
-				c.out.forget(p.SessionID)
-			}
+		// A session gone (erased while this connection attached, say)
+		// holds nothing here any more either: its view must not keep a slot.
+		err := mgr.Unsubscribe(ctx, c, p.SessionID)
+		if me := (*msp.Error)(nil); err == nil || errors.As(err, &me) && me.Data.Kind == msp.KindSessionNotFound {
+			c.out.forget(p.SessionID)
+		}
+		if err != nil {
 			return nil, nil, err
 		}
-		c.out.forget(p.SessionID)
 		return struct{}{}, nil, nil
 	case msp.MethodViewPage:
 		var p msp.ViewPageParams
@@ -175,7 +175,7 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 // Following again a session it follows (sessionID) takes no more room.
 func (c *conn) roomToFollow(sessionID string) error {
 	limit := c.srv.cfg.MaxSubscriptions
-	if c.out.mayFollow(sessionID, limit) {
+	if followed, n := c.out.follows(sessionID); followed || n < limit {
 		return nil
 	}
 	e := msp.NewError(msp.CodeBackpressured, msp.KindBackpressured,
@@ -201,8 +201,10 @@ func (h *handler) roomToMake(ctx context.Context, params json.RawMessage, fork b
 	if err == nil || ids.CommandID == "" {
 		return err
 	}
-	if made := h.c.srv.mgr.RecordedSession(ctx, ids.CommandID); made != "" && h.c.out.follows(made) {
-		return nil
+	if made := h.c.srv.mgr.RecordedSession(ctx, ids.CommandID); made != "" {
+		if followed, _ := h.c.out.follows(made); followed {
+			return nil
+		}
 	}
 	return err
 }

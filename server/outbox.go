@@ -628,27 +628,15 @@ func (o *outbox) pushReplay(ctx context.Context, sessionID, cursor string, frame
 	})
 }
 
-// mayFollow tells whether the connection may follow sessionID while
-// following at most limit sessions: it follows it already (subscribing
-// again takes no more room), or fewer than limit others. It counts the
-// views tracked, which subscribing adds and view/unsubscribe and a
-// session's deletion remove, so the count is what the connection holds.
-func (o *outbox) mayFollow(sessionID string, limit int) bool {
+// follows tells whether the connection follows sessionID, and how many
+// sessions it follows: the views tracked, which subscribing adds and
+// view/unsubscribe and a session's deletion remove, so the count is what
+// the connection holds.
+func (o *outbox) follows(sessionID string) (followed bool, n int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(o.views) < limit {
-		return true
-	}
-	_, ok := o.views[sessionID]
-	return ok
-}
-
-// follows tells whether the connection follows sessionID.
-func (o *outbox) follows(sessionID string) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	_, ok := o.views[sessionID]
-	return ok
+	_, followed = o.views[sessionID]
+	return followed, len(o.views)
 }
 
 // forget stops tracking a session (view/unsubscribe).

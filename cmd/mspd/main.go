@@ -24,6 +24,7 @@ import (
 	"mspd/daemon"
 	"mspd/modelretry"
 	"mspd/provider/demo"
+	"mspd/server"
 	"mspd/store/sqlite"
 )
 
@@ -103,7 +104,7 @@ func serve(args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", 1024, "output bound of an attempt when a turn names no maxTokens")
 	fs.Int64Var(&cfg.Server.MaxFrameBytes, "max-frame-bytes", 10<<20, "largest inbound frame")
 	fs.IntVar(&cfg.Server.QueueFrames, "queue-frames", 1024, "view events queued per connection before a slow reader gets view/gap")
-	fs.IntVar(&cfg.Server.MaxSubscriptions, "max-subscriptions", 256, "sessions one connection follows at once (each start, resume, fork or view/subscribe of another); one more is refused as backpressured")
+	fs.IntVar(&cfg.Server.MaxSubscriptions, "max-subscriptions", server.DefaultMaxSubscriptions, "sessions one connection follows at once (each start, resume, fork or view/subscribe of another); one more is refused as backpressured")
 	fs.IntVar(&cfg.Server.QueueBytes, "queue-bytes", 8<<20, "bytes queued per connection (responses and events) before it stops reading requests; view events get half, then view/gap")
 	fs.DurationVar(&cfg.Server.WriteTimeout, "write-timeout", 10*time.Second, "a frame write slower than this closes the connection")
 	fs.StringVar(&cfg.Server.Fingerprint, "fingerprint", "", "schema fingerprint to report (default: the embedded schema's sha256)")
