@@ -248,8 +248,12 @@ func (c *conn) Deliver(n session.Notification) {
 		if errors.Is(c.out.pushProtected(n.Frame), errWedged) {
 			c.wedged()
 		}
-		if n.Method == msp.NotifySessionDeleteCompleted {
-			c.forgetDeleted(n.Frame)
+		if id, erased := session.Erased(n); erased {
+			// No event of it follows, and a connection kept open for long
+			// must not keep view state for each session it ever watched.
+			// (A failed erasure leaves the session, and this connection
+			// among its subscribers: its view keeps its slot.)
+			c.out.forget(id)
 		}
 		return
 	}
@@ -257,21 +261,6 @@ func (c *conn) Deliver(n session.Notification) {
 		return
 	}
 	c.out.pushView(n.SessionID, n.Cursor, n.Frame, n.Durable)
-}
-
-// forgetDeleted drops the view state of the session a
-// session/deleteCompleted frame names: no event of it follows, and a
-// connection kept open for long must not keep one for each session it
-// ever watched.
-func (c *conn) forgetDeleted(frame []byte) {
-	var n struct {
-		Params msp.SessionDeleteCompletedParams `json:"params"`
-	}
-	// A failed erasure leaves the session, and this connection among its
-	// subscribers: its view keeps its slot until view/unsubscribe.
-	if json.Unmarshal(frame, &n) == nil && n.Params.SessionID != "" && n.Params.Outcome == msp.DeleteCompleted {
-		c.out.forget(n.Params.SessionID)
-	}
 }
 
 // Replay implements session.Subscriber.

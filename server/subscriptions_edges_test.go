@@ -147,9 +147,8 @@ func (failingErasure) DeleteSession(context.Context, string) error {
 
 // TestFailedDeleteKeepsTheSlot: a deletion that fails leaves the session
 // and this connection among its subscribers, so its slot stays taken
-// until the client lets go of it. (The session stays marked deleted until
-// the process restarts, so that view/unsubscribe answers sessionNotFound;
-// it lets go of the view all the same.)
+// until the client lets go of it, which it can: the session is there, and
+// its deletion can be tried again.
 func TestFailedDeleteKeepsTheSlot(t *testing.T) {
 	m, head := reviewManagerOver(t, func(st store.Store) store.Store { return failingErasure{st} })
 	x := startWithTurns(t, m, head, nopSub{}, 0)
@@ -178,8 +177,13 @@ func TestFailedDeleteKeepsTheSlot(t *testing.T) {
 		break
 	}
 	wantCapped(t, viewSubscribe(ctx, c, y), 1, "view/subscribe while the session whose deletion failed is followed")
-	_ = c.Call(ctx, msp.MethodViewUnsubscribe, msp.ViewUnsubscribeParams{SessionID: x}, nil)
+	if err := c.Call(ctx, msp.MethodViewUnsubscribe, msp.ViewUnsubscribeParams{SessionID: x}, nil); err != nil {
+		t.Fatalf("view/unsubscribe of the session whose deletion failed: %v", err)
+	}
 	if err := viewSubscribe(ctx, c, y); err != nil {
 		t.Fatalf("view/subscribe after letting go of the session whose deletion failed: %v", err)
+	}
+	if err := c.Call(ctx, msp.MethodSessionDelete, msp.SessionDeleteParams{CommandID: client.NewCommandID(), SessionID: x}, nil); err != nil {
+		t.Fatalf("session/delete tried again after it failed: %v", err)
 	}
 }

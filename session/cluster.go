@@ -236,10 +236,12 @@ func (s *session) ingest(n Notification, pos Position) {
 		return
 	}
 	if n.Method == msp.NotifySessionDeleteCompleted {
-		s.deleted = true
 		s.fanOutLocked(n)
-		go s.m.forget(s) // m.mu is not taken under s.mu
-		return
+		if _, erased := Erased(n); erased {
+			s.deleted = true
+			go s.m.forget(s) // m.mu is not taken under s.mu
+		}
+		return // a failed deletion leaves the session as it was
 	}
 	at := cursor{session: s.id, seq: seq, sub: sub}
 	if !(cursor{session: s.id, seq: s.head, sub: s.sub}).before(at) {

@@ -651,3 +651,37 @@ func TestFollowerToldOfTheLastEphemeralEventsItMissed(t *testing.T) {
 		t.Fatalf("the follower's snapshot shows %q at %s, though it missed part of the answer", got, snap.ViewCursor)
 	}
 }
+
+// TestFollowerKeepsASessionWhoseDeletionFailed: a failed deletion, told
+// to the nodes that follow the session, leaves it there: their readers
+// are told and go on getting its events.
+func TestFollowerKeepsASessionWhoseDeletionFailed(t *testing.T) {
+	st := failingErasure{openStore(t)}
+	h := newMemHub()
+	model := newHistModel()
+	a := h.startNode(t, "a", st, model)
+	t.Cleanup(a.Close)
+	b := h.startNode(t, "b", st, model)
+	t.Cleanup(b.Close)
+
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	first := runTurn(t, a, onA, textTurn(sid, "hello")) // a leads now
+	onB := newRecSub()
+	subscribe(t, b, onB, sid)
+	onB.waitTerminal(t, first.TurnID)
+
+	_, erase, err := a.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	erase(context.Background())
+	if done := onB.waitCount(t, msp.NotifySessionDeleteCompleted, 1); params[msp.SessionDeleteCompletedParams](t, done[0].Frame).Outcome != msp.DeleteFailed {
+		t.Fatalf("the follower's reader was told %s, want a failed deletion", done[0].Frame)
+	}
+	next := runTurn(t, a, onA, textTurn(sid, "still here?"))
+	onB.waitTerminal(t, next.TurnID)
+	if _, err := b.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid})); err != nil {
+		t.Fatalf("session/read on the follower: %v", err)
+	}
+}

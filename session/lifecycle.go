@@ -379,6 +379,27 @@ func (m *Manager) DeleteSession(ctx context.Context, sub Subscriber, raw json.Ra
 	return resp, func(ctx context.Context) { m.erase(context.WithoutCancel(ctx), s, owner, p.CommandID, sub) }, nil
 }
 
+// revive brings back a session whose erasure failed, as the next start
+// would find it in the store: it takes commands again (a deletion among
+// them), its subscribers stay, and the turn the erasure stopped, which
+// wrote nothing since, resumes as a new attempt. If that cannot be
+// written either, the session waits for the next start, as a session
+// whose log refuses its writes does.
+func (m *Manager) revive(ctx context.Context, s *session) {
+	s.mu.Lock()
+	s.deleted = false
+	err := s.recoverLocked(ctx)
+	if err != nil {
+		s.broken = true
+	}
+	s.mu.Unlock()
+	if err != nil {
+		m.log.Error("resuming a session whose deletion failed", "session", s.id, "err", err)
+		return
+	}
+	m.kick(s)
+}
+
 // erase stops a session and removes it from the store and from memory.
 func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string, caller Subscriber) {
 	s.mu.Lock()
@@ -399,6 +420,8 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 	if err := m.store.DeleteSession(ctx, s.id); err != nil {
 		m.log.Error("deleting session", "session", s.id, "err", err)
 		done.Outcome, done.Reason, done.PhysicalChange = msp.DeleteFailed, "storageFailure", "possible"
+		// Told first: what the revived session writes follows the news.
+		defer m.revive(ctx, s)
 	} else {
 		m.mu.Lock()
 		delete(m.sessions, s.id)

@@ -277,3 +277,48 @@ func (r *specRecorder) last() turn.Spec {
 	defer r.mu.Unlock()
 	return r.specs[len(r.specs)-1]
 }
+
+// failingErasure fails every session erasure, as a full disk would.
+type failingErasure struct{ store.Store }
+
+func (failingErasure) DeleteSession(context.Context, string) error {
+	return errors.New("sqlite: writes are failing: SQLITE_FULL")
+}
+
+// TestFailedDeleteRevivesTheSession: a deletion the store fails leaves
+// the session as the next start would find it: it takes commands again, a
+// deletion among them, its subscriber stays, and the turn the deletion
+// stopped resumes as a new attempt and completes.
+func TestFailedDeleteRevivesTheSession(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mspd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	model := newHistModel()
+	m := newManager(t, failingErasure{st}, model, mgrOpts{})
+	watcher := newRecSub()
+	sid := startSession(t, m, watcher)
+	ack := startTurn(t, m, textTurn(sid, "crash once"))
+	model.waitStarted(t, "crash once")
+
+	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	erase(context.Background())
+	if done := of[msp.SessionDeleteCompletedParams](t, watcher, msp.NotifySessionDeleteCompleted); len(done) != 1 || done[0].Outcome != msp.DeleteFailed {
+		t.Fatalf("deletion news: %+v, want one failed", done)
+	}
+	end := watcher.waitTerminal(t, ack.TurnID)
+	if end.Terminal != msp.TerminalCompleted || end.Attempts == nil || end.Attempts.Count != 2 {
+		t.Fatalf("the stopped turn ended %+v, want completed on its second attempt", end)
+	}
+	if _, err := m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid})); err != nil {
+		t.Fatalf("session/read after the failed deletion: %v", err)
+	}
+	runTurn(t, m, watcher, textTurn(sid, "still here?"))
+	if _, _, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid})); err != nil {
+		t.Fatalf("session/delete tried again: %v", err)
+	}
+}

@@ -1,6 +1,11 @@
 package session
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+
+	"mspd/schema/msp"
+)
 
 // Notification is one server-to-client notification, encoded once and
 // shared by every connection it is delivered to.
@@ -16,6 +21,23 @@ type Notification struct {
 	Frame []byte
 	// Durable tells whether view/page can serve the event again.
 	Durable bool
+}
+
+// Erased names the session a session/deleteCompleted notification says
+// is gone; ok is false for other notifications, and for a deletion that
+// failed, which leaves the session as it was. (The notification goes the
+// broadcast way, without a SessionID, so the frame says.)
+func Erased(n Notification) (sessionID string, ok bool) {
+	if n.Method != msp.NotifySessionDeleteCompleted {
+		return "", false
+	}
+	var f struct {
+		Params msp.SessionDeleteCompletedParams `json:"params"`
+	}
+	if json.Unmarshal(n.Frame, &f) != nil || f.Params.Outcome != msp.DeleteCompleted || f.Params.SessionID == "" {
+		return "", false
+	}
+	return f.Params.SessionID, true
 }
 
 // Subscriber receives notifications for the sessions it is subscribed to.
