@@ -137,7 +137,7 @@ func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error
 	replicas := max(b.Replicas, 1)
 	// A cluster takes a moment to elect its JetStream leader: wait for it.
 	var st *msjs.Store
-	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	wait, cancel := context.WithTimeout(ctx, electionWait)
 	defer cancel()
 	for {
 		st, err = msjs.Open(wait, js, msjs.Options{Replicas: replicas})
@@ -148,6 +148,11 @@ func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error
 		case <-wait.Done():
 		case <-time.After(250 * time.Millisecond):
 		}
+	}
+	if err != nil && wait.Err() != nil && b.Embedded && b.ClusterListen != "" {
+		// Clustered, the embedded server elects a JetStream leader only
+		// once enough of the others route to it.
+		return fail(fmt.Errorf("opening the JetStream store: no JetStream leader within %v: a node with --nats-cluster-listen waits for the other nodes of its cluster (--nats-routes on it or on them); one node alone runs without --nats-cluster-listen: %w", electionWait, err))
 	}
 	if err != nil {
 		return fail(fmt.Errorf("opening the JetStream store: %w", err))
@@ -250,6 +255,10 @@ func embeddedConnOptions(b Backend, token string) []nats.Option {
 	}
 	return opts
 }
+
+// electionWait bounds how long a node waits for its JetStream cluster to
+// elect a leader and take the stream (a variable: tests shorten it).
+var electionWait = time.Minute
 
 // startNATS runs the embedded NATS server of a node, and returns the
 // token its clients must present: the secret, or without one a token of

@@ -205,3 +205,22 @@ func freePorts(t *testing.T, n int) []int {
 	}
 	return ports
 }
+
+// A node with a route listener whose cluster never forms (here, no other
+// node at all) gives up saying what it waited for, not only that a
+// deadline passed.
+func TestLoneClusteredNodeSaysWhatItWaitsFor(t *testing.T) {
+	saved := electionWait
+	electionWait = 300 * time.Millisecond
+	t.Cleanup(func() { electionWait = saved })
+	d, err := New(context.Background(), Config{DataDir: t.TempDir(), Provider: "scripted", Listen: "127.0.0.1:0",
+		Backend: Backend{Store: "jetstream", Embedded: true, NATSListen: "127.0.0.1:0", ClusterListen: "127.0.0.1:0", Node: "solo"},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil {
+		d.Close(context.Background())
+		t.Fatal("a lone node with --nats-cluster-listen started; its cluster cannot elect a JetStream leader")
+	}
+	if !strings.Contains(err.Error(), "--nats-routes") || !strings.Contains(err.Error(), "without --nats-cluster-listen") {
+		t.Fatalf("error %q does not say what the node waited for", err)
+	}
+}
