@@ -193,7 +193,7 @@ func serve(args []string, stderr io.Writer) int {
 	sig.stopping()
 	shutdown, cancelTimeout := context.WithTimeout(sig.grace, shutdownTimeout)
 	defer cancelTimeout()
-	if err := d.Close(shutdown); err != nil {
+	if err := closeWithin(shutdown, stuckAfter, d.Close); err != nil {
 		logger.Error("shutdown", "err", err)
 		return 1
 	}
