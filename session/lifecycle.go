@@ -379,16 +379,41 @@ func (m *Manager) DeleteSession(ctx context.Context, sub Subscriber, raw json.Ra
 	return resp, func(ctx context.Context) { m.erase(context.WithoutCancel(ctx), s, owner, p.CommandID, sub) }, nil
 }
 
-// revive brings back a session whose erasure failed, as the next start
-// would find it in the store: it takes commands again (a deletion among
-// them), its subscribers stay, and the turn the erasure stopped, which
-// wrote nothing since, resumes as a new attempt. If that cannot be
-// written either, the session waits for the next start, as a session
-// whose log refuses its writes does.
+// unmark takes back the deletion of a session whose erasure failed, if
+// the store still holds it as this node does: its row, and its log up to
+// the head held here. Then it takes commands again (a deletion among
+// them) and its subscribers keep it. An erasure that failed partway
+// leaves a session this node can no longer vouch for: it is dropped from
+// memory, as by a restart, and its subscribers' connections end so that
+// their clients read it again (or learn it is gone). It reports whether
+// the session is back.
+func (m *Manager) unmark(ctx context.Context, s *session, subs []Subscriber) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, rowErr := m.store.Session(ctx, s.id)
+	head, headErr := m.store.Head(ctx, s.id)
+	if rowErr == nil && headErr == nil && head == s.head {
+		s.deleted = false
+		return true
+	}
+	m.log.Error("a failed deletion changed the session in the store; dropping it from memory", "session", s.id,
+		"row", rowErr, "head", head, "held", s.head, "err", headErr)
+	go m.forget(s) // m.mu is not taken under s.mu
+	for _, sub := range subs {
+		if a, ok := sub.(Aborter); ok {
+			a.Abort("the session changed in the store during a failed deletion; read it again")
+		}
+	}
+	return false
+}
+
+// revive resumes the turn the failed erasure of s stopped, which wrote
+// nothing since, as a new attempt, as the next start would. If that
+// cannot be written either, the session waits for the next start, as a
+// session whose log refuses its writes does.
 func (m *Manager) revive(ctx context.Context, s *session) {
 	s.mu.Lock()
-	s.deleted = false
-	err := s.recoverLocked(ctx)
+	err := s.resumeLocked(ctx, func(pendingTurn) string { return "a failed deletion of the session stopped it" })
 	if err != nil {
 		s.broken = true
 	}
@@ -402,6 +427,10 @@ func (m *Manager) revive(ctx context.Context, s *session) {
 
 // erase stops a session and removes it from the store and from memory.
 func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string, caller Subscriber) {
+	// Two deletions acknowledged together run one after the other: the
+	// second finds the session erased, or revived and stops it again.
+	s.erasing.Lock()
+	defer s.erasing.Unlock()
 	s.mu.Lock()
 	s.deleted = true
 	if s.cancel != nil {
@@ -420,8 +449,11 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 	if err := m.store.DeleteSession(ctx, s.id); err != nil {
 		m.log.Error("deleting session", "session", s.id, "err", err)
 		done.Outcome, done.Reason, done.PhysicalChange = msp.DeleteFailed, "storageFailure", "possible"
-		// Told first: what the revived session writes follows the news.
-		defer m.revive(ctx, s)
+		if m.unmark(ctx, s, subs) {
+			// Back before anyone is told, so that a command sent on the
+			// news finds it; what the revived turn writes follows the news.
+			defer m.revive(ctx, s)
+		}
 	} else {
 		m.mu.Lock()
 		delete(m.sessions, s.id)

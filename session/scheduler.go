@@ -273,6 +273,13 @@ func (m *Manager) abandonLocked(s *session, done msp.TurnCompletedParams, cause 
 // kept), and its active turn is set to resume, the attempt that was in
 // flight counted. Queued turns stay queued. s.mu must be held.
 func (s *session) recoverLocked(ctx context.Context) error {
+	return s.resumeLocked(ctx, s.m.stoppedNode)
+}
+
+// resumeLocked is recoverLocked for a turn that stopped for another
+// reason than its process: stopped says what stopped it, for the notice
+// of its next attempt. s.mu must be held.
+func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) string) error {
 	var evs []event
 	inFlight := len(s.open) > 0
 	for _, oi := range s.open {
@@ -295,7 +302,7 @@ func (s *session) recoverLocked(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		res := resumption(*a, inFlight, s.m.now(), s.m.stoppedNode(*a))
+		res := resumption(*a, inFlight, s.m.now(), stopped(*a))
 		res.Usage = usage
 		s.resume = &res
 	}

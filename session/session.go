@@ -29,6 +29,7 @@ type session struct {
 	m     *Manager
 
 	mu         sync.Mutex
+	erasing    sync.Mutex // held through an erasure: one at a time
 	st         state
 	head       int64 // seq of the last durable record
 	loadedHead int64 // head when the session was (re)read from the store

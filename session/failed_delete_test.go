@@ -1,0 +1,207 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"mspd/schema/msp"
+	"mspd/store"
+)
+
+// gatedErasure fails every erasure, each only once the test lets it go.
+type gatedErasure struct {
+	store.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g gatedErasure) DeleteSession(context.Context, string) error {
+	g.entered <- struct{}{}
+	<-g.release
+	return errors.New("sqlite: writes are failing: SQLITE_FULL")
+}
+
+// landedErasure erases the session and then reports a failure, as a
+// SQLite commit whose answer is lost does (or a JetStream purge of the log
+// followed by a failed purge of the row).
+type landedErasure struct{ store.Store }
+
+func (l landedErasure) DeleteSession(ctx context.Context, id string) error {
+	if err := l.Store.DeleteSession(ctx, id); err != nil {
+		return err
+	}
+	return errors.New("sqlite: commit: disk I/O error")
+}
+
+// TestTwoFailedDeletesRunOneAfterTheOther: two session/delete commands
+// acknowledged together erase one after the other, the second stopping
+// the turn the first one's failure resumed. When both fail, the turn
+// resumes once more, and no resumption is left over for a later turn to
+// take as its own.
+func TestTwoFailedDeletesRunOneAfterTheOther(t *testing.T) {
+	g := gatedErasure{openStore(t), make(chan struct{}), make(chan struct{})}
+	model := newHistModel()
+	m := newManager(t, g, model, mgrOpts{})
+	watcher := newRecSub()
+	sid := startSession(t, m, watcher)
+	ack := startTurn(t, m, textTurn(sid, "block one"))
+	model.waitStarted(t, "block one")
+
+	var erases []func(context.Context)
+	for range 2 {
+		_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		erases = append(erases, erase)
+	}
+	var wg sync.WaitGroup
+	for _, erase := range erases {
+		wg.Add(1)
+		go func() { defer wg.Done(); erase(context.Background()) }()
+	}
+	for i := range erases {
+		<-g.entered // one erasure stopped the turn and is in the store, the other waits
+		if told := len(of[msp.SessionDeleteCompletedParams](t, watcher, msp.NotifySessionDeleteCompleted)); told != i {
+			t.Fatalf("erasure %d began with %d erasures over, want %d: they overlap", i+1, told, i)
+		}
+		g.release <- struct{}{}
+	}
+	wg.Wait()
+	model.waitStarted(t, "block one") // both failed: the turn resumed
+
+	interrupt(t, m, sid)
+	watcher.waitTerminal(t, ack.TurnID)
+	next := runTurn(t, m, watcher, textTurn(sid, "hello"))
+	for _, p := range of[msp.TurnRetryScheduledParams](t, watcher, msp.NotifyTurnRetryScheduled) {
+		if p.TurnID == next.TurnID {
+			t.Errorf("a new turn got a resumption's retry notice: %q", p.Reason)
+		}
+	}
+	if next.Attempts != nil && next.Attempts.Count != 1 {
+		t.Errorf("a new turn, run once, ended with %d attempts", next.Attempts.Count)
+	}
+}
+
+// failedNewsReaction calls back once it is told of a failed deletion: a
+// client that acts on the news at once.
+type failedNewsReaction struct {
+	*recSub
+	on   func()
+	once sync.Once
+}
+
+func (r *failedNewsReaction) Deliver(n Notification) {
+	r.recSub.Deliver(n)
+	if n.Method == msp.NotifySessionDeleteCompleted && strings.Contains(string(n.Frame), string(msp.DeleteFailed)) {
+		r.once.Do(r.on)
+	}
+}
+
+// TestSessionTakesCommandsOnceToldDeletionFailed: a client acting on the
+// news of a failed deletion at once (reading the session, deleting it
+// again) finds the session.
+func TestSessionTakesCommandsOnceToldDeletionFailed(t *testing.T) {
+	st := failingErasure{openStore(t)}
+	m := newManager(t, st, newHistModel(), mgrOpts{})
+	var readErr error = errors.New("never read")
+	r := &failedNewsReaction{recSub: newRecSub()}
+	sid := startSession(t, m, r)
+	r.on = func() {
+		_, readErr = m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid}))
+	}
+	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	erase(context.Background())
+	if readErr != nil {
+		t.Fatalf("session/read sent on the news of the failed deletion: %v", readErr)
+	}
+}
+
+// TestRevivedSessionAgreesWithTheStore: an erasure reported failed may
+// have landed (physicalChange "possible"). The session is then not kept as
+// memory has it: a later command answers as the store says, here that the
+// session is gone, not with an internal error on every write.
+func TestRevivedSessionAgreesWithTheStore(t *testing.T) {
+	model := newHistModel()
+	m := newManager(t, landedErasure{openStore(t)}, model, mgrOpts{})
+	watcher := newRecSub()
+	sid := startSession(t, m, watcher)
+	runTurn(t, m, watcher, textTurn(sid, "hello"))
+	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	erase(context.Background())
+	_, _, err = m.StartTurn(context.Background(), nil, mustJSON(msp.TurnStartParams{CommandID: cmdID(), SessionID: sid,
+		Input: []msp.TurnInputPart{{Type: "text", Text: "again"}}}))
+	if err != nil && !isNotFound(err) {
+		t.Fatalf("turn/start after a failed deletion that landed: %v, want it admitted or sessionNotFound", err)
+	}
+}
+
+// TestResumedAfterFailedDeleteSaysWhy: the turn a failed deletion stopped
+// resumes with a notice saying so, not that the server restarted.
+func TestResumedAfterFailedDeleteSaysWhy(t *testing.T) {
+	model := newHistModel()
+	m := newManager(t, failingErasure{openStore(t)}, model, mgrOpts{})
+	watcher := newRecSub()
+	sid := startSession(t, m, watcher)
+	ack := startTurn(t, m, textTurn(sid, "crash once"))
+	model.waitStarted(t, "crash once")
+	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	erase(context.Background())
+	watcher.waitTerminal(t, ack.TurnID)
+	notices := of[msp.TurnRetryScheduledParams](t, watcher, msp.NotifyTurnRetryScheduled)
+	if len(notices) != 1 || !strings.Contains(notices[0].Reason, "failed deletion") {
+		t.Fatalf("the resumed turn's notices %+v, want one saying a failed deletion stopped it", notices)
+	}
+}
+
+// failingErasure fails every session erasure, as a full disk would.
+type failingErasure struct{ store.Store }
+
+func (failingErasure) DeleteSession(context.Context, string) error {
+	return errors.New("sqlite: writes are failing: SQLITE_FULL")
+}
+
+// TestFailedDeleteRevivesTheSession: a deletion the store fails leaves
+// the session as the next start would find it: it takes commands again, a
+// deletion among them, its subscriber stays, and the turn the deletion
+// stopped resumes as a new attempt and completes.
+func TestFailedDeleteRevivesTheSession(t *testing.T) {
+	model := newHistModel()
+	m := newManager(t, failingErasure{openStore(t)}, model, mgrOpts{})
+	watcher := newRecSub()
+	sid := startSession(t, m, watcher)
+	ack := startTurn(t, m, textTurn(sid, "crash once"))
+	model.waitStarted(t, "crash once")
+
+	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	erase(context.Background())
+	if done := of[msp.SessionDeleteCompletedParams](t, watcher, msp.NotifySessionDeleteCompleted); len(done) != 1 || done[0].Outcome != msp.DeleteFailed {
+		t.Fatalf("deletion news: %+v, want one failed", done)
+	}
+	end := watcher.waitTerminal(t, ack.TurnID)
+	if end.Terminal != msp.TerminalCompleted || end.Attempts == nil || end.Attempts.Count != 2 {
+		t.Fatalf("the stopped turn ended %+v, want completed on its second attempt", end)
+	}
+	if _, err := m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid})); err != nil {
+		t.Fatalf("session/read after the failed deletion: %v", err)
+	}
+	runTurn(t, m, watcher, textTurn(sid, "still here?"))
+	if _, _, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid})); err != nil {
+		t.Fatalf("session/delete tried again: %v", err)
+	}
+}
