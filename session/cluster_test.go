@@ -504,12 +504,24 @@ func newFollowedAnswer(t *testing.T) *followedAnswer {
 }
 
 // lose feeds text while a's deltas are dropped, and waits until a has
-// streamed deltas in all.
+// streamed deltas in all and dropped those it streamed meanwhile (a
+// publishes an event after its own readers have it).
 func (fa *followedAnswer) lose(t *testing.T, text string, deltas int) {
 	t.Helper()
-	fa.filter.set(func(n Notification, _ Position) bool { return n.Method == msp.NotifyItemDelta })
+	before := len(of[msp.ItemDeltaParams](t, fa.onA, msp.NotifyItemDelta))
+	dropped := make(chan struct{}, deltas)
+	fa.filter.set(func(n Notification, _ Position) bool {
+		if n.Method != msp.NotifyItemDelta {
+			return false
+		}
+		dropped <- struct{}{}
+		return true
+	})
 	fa.feed <- text
 	fa.onA.waitCount(t, msp.NotifyItemDelta, deltas)
+	for range deltas - before {
+		<-dropped
+	}
 	fa.filter.set(func(Notification, Position) bool { return false })
 }
 
