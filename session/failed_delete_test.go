@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"mspd/schema/msp"
@@ -203,5 +204,83 @@ func TestFailedDeleteRevivesTheSession(t *testing.T) {
 	runTurn(t, m, watcher, textTurn(sid, "still here?"))
 	if _, _, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid})); err != nil {
 		t.Fatalf("session/delete tried again: %v", err)
+	}
+}
+
+// TestInterruptOnFailedDeleteNewsStopsTheTurn: a client told that a
+// deletion failed interrupts the turn the deletion stopped; the interrupt
+// is accepted, so the turn must not then resume and complete.
+func TestInterruptOnFailedDeleteNewsStopsTheTurn(t *testing.T) {
+	model := newHistModel()
+	m := newManager(t, failingErasure{openStore(t)}, model, mgrOpts{})
+	r := &failedNewsReaction{recSub: newRecSub()}
+	sid := startSession(t, m, r)
+	ack := startTurn(t, m, textTurn(sid, "crash once"))
+	model.waitStarted(t, "crash once")
+	var stopErr error = errors.New("never sent")
+	r.on = func() {
+		_, stopErr = m.StopTurn(context.Background(), msp.MethodTurnInterrupt,
+			mustJSON(msp.TurnStopParams{CommandID: cmdID(), SessionID: sid}))
+	}
+	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	erase(context.Background())
+	if stopErr != nil {
+		t.Fatalf("turn/interrupt sent on the news: %v", stopErr)
+	}
+	end := r.waitTerminal(t, ack.TurnID)
+	if end.Terminal == msp.TerminalCompleted {
+		t.Fatalf("turn/interrupt was accepted, yet the turn resumed and ended %q (attempts %+v)", end.Terminal, end.Attempts)
+	}
+}
+
+// flakyReadAfterFailedErasure fails every erasure, and the next read of a
+// session row after it once, as a store whose disk or network is failing
+// does: the session itself is intact in the store.
+type flakyReadAfterFailedErasure struct {
+	store.Store
+	failNext *atomic.Bool
+}
+
+func (f flakyReadAfterFailedErasure) DeleteSession(context.Context, string) error {
+	f.failNext.Store(true)
+	return errors.New("jetstream: purge: context deadline exceeded")
+}
+
+func (f flakyReadAfterFailedErasure) Session(ctx context.Context, id string) (store.Session, error) {
+	if f.failNext.CompareAndSwap(true, false) {
+		return store.Session{}, errors.New("jetstream: get: context deadline exceeded")
+	}
+	return f.Store.Session(ctx, id)
+}
+
+// TestDroppedSessionResumesItsStoppedTurn: a session dropped from memory
+// after a failed erasure (here the store could not say whether it still
+// held it) is picked up again as a restart would: the turn the erasure
+// stopped resumes and completes.
+func TestDroppedSessionResumesItsStoppedTurn(t *testing.T) {
+	model := newHistModel()
+	st := flakyReadAfterFailedErasure{openStore(t), new(atomic.Bool)}
+	m := newManager(t, st, model, mgrOpts{})
+	watcher := newRecSub()
+	sid := startSession(t, m, watcher)
+	ack := startTurn(t, m, textTurn(sid, "crash once"))
+	model.waitStarted(t, "crash once")
+	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	erase(context.Background())
+	// The client reads it again, as its ended connection tells it to: the
+	// session is there, and the turn the deletion stopped goes on.
+	if _, err := m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid})); err != nil {
+		t.Fatalf("session/read after the drop: %v", err)
+	}
+	again := newRecSub()
+	subscribe(t, m, again, sid)
+	if end := again.waitTerminal(t, ack.TurnID); end.Terminal != msp.TerminalCompleted {
+		t.Fatalf("the turn the failed deletion stopped ended %q, want completed on its next attempt", end.Terminal)
 	}
 }

@@ -382,12 +382,11 @@ func (m *Manager) DeleteSession(ctx context.Context, sub Subscriber, raw json.Ra
 // unmark takes back the deletion of a session whose erasure failed, if
 // the store still holds it as this node does: its row, and its log up to
 // the head held here. Then it takes commands again (a deletion among
-// them) and its subscribers keep it. An erasure that failed partway
-// leaves a session this node can no longer vouch for: it is dropped from
-// memory, as by a restart, and its subscribers' connections end so that
-// their clients read it again (or learn it is gone). It reports whether
-// the session is back.
-func (m *Manager) unmark(ctx context.Context, s *session, subs []Subscriber) bool {
+// them) and its subscribers keep it. Else, an erasure that failed partway
+// (or a store that cannot tell) leaves a session this node can no longer
+// vouch for: it lets go of it (its lease too, on a cluster) and reports
+// false, and the caller drops it from memory (see reread).
+func (m *Manager) unmark(ctx context.Context, s *session) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, rowErr := m.store.Session(ctx, s.id)
@@ -396,15 +395,29 @@ func (m *Manager) unmark(ctx context.Context, s *session, subs []Subscriber) boo
 		s.deleted = false
 		return true
 	}
-	m.log.Error("a failed deletion changed the session in the store; dropping it from memory", "session", s.id,
+	m.log.Error("a failed deletion changed the session in the store, or the store cannot tell; reading it again", "session", s.id,
 		"row", rowErr, "head", head, "held", s.head, "err", headErr)
-	go m.forget(s) // m.mu is not taken under s.mu
+	s.letGoLocked()
+	return false
+}
+
+// reread picks a session dropped from memory after a failed erasure up
+// again as a restart would: its subscribers' connections end, so that
+// their clients read it again (or learn it is gone), and the turn the
+// erasure stopped resumes from the store, here, or, on a cluster, on
+// whichever node adopts it.
+func (m *Manager) reread(ctx context.Context, id string, subs []Subscriber) {
 	for _, sub := range subs {
 		if a, ok := sub.(Aborter); ok {
 			a.Abort("the session changed in the store during a failed deletion; read it again")
 		}
 	}
-	return false
+	if m.cfg.Cluster != nil {
+		return // a busy session without a leader is adopted
+	}
+	if err := m.recoverSession(ctx, id); err != nil && !isNotFound(err) {
+		m.log.Error("resuming a session whose deletion failed", "session", id, "err", err)
+	}
 }
 
 // revive resumes the turn the failed erasure of s stopped, which wrote
@@ -449,10 +462,14 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 	if err := m.store.DeleteSession(ctx, s.id); err != nil {
 		m.log.Error("deleting session", "session", s.id, "err", err)
 		done.Outcome, done.Reason, done.PhysicalChange = msp.DeleteFailed, "storageFailure", "possible"
-		if m.unmark(ctx, s, subs) {
-			// Back before anyone is told, so that a command sent on the
-			// news finds it; what the revived turn writes follows the news.
+		// Back, or dropped from memory, before anyone is told, so that a
+		// command sent on the news finds the session as the store has it;
+		// what the revived turn writes follows the news.
+		if m.unmark(ctx, s) {
 			defer m.revive(ctx, s)
+		} else {
+			m.forget(s)
+			defer m.reread(ctx, s.id, subs)
 		}
 	} else {
 		m.mu.Lock()

@@ -486,22 +486,29 @@ func (m *Manager) recover(ctx context.Context) error {
 		return fmt.Errorf("session: listing busy sessions: %w", err)
 	}
 	for _, row := range rows {
-		s, release, err := m.load(ctx, row.ID)
-		if err != nil {
-			return fmt.Errorf("session: recovering %s: %w", row.ID, err)
-		}
-		s.mu.Lock()
-		err = s.recoverLocked(ctx)
-		s.mu.Unlock()
-		if err == nil {
-			m.kick(s)
-		}
-		release()
-		if err != nil {
+		if err := m.recoverSession(ctx, row.ID); err != nil {
 			return fmt.Errorf("session: recovering %s: %w", row.ID, err)
 		}
 		m.log.Info("resuming the turns of a previous process", "session", row.ID)
 	}
+	return nil
+}
+
+// recoverSession loads a session and picks up the turns it has running or
+// queued, as recover does for each busy session at a start.
+func (m *Manager) recoverSession(ctx context.Context, id string) error {
+	s, release, err := m.load(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer release()
+	s.mu.Lock()
+	err = s.recoverLocked(ctx)
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	m.kick(s)
 	return nil
 }
 

@@ -79,7 +79,12 @@ func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 		// Resumed after a restart, or launched with its admission.
 		spec := m.specLocked(s, *a)
 		spec.Resume, s.resume, s.launched = s.resume, nil, false
-		return m.runCtxLocked(s), spec, true
+		ctx := m.runCtxLocked(s)
+		if s.stopDue == a.TurnID {
+			s.cancel() // stopped before it ran: it ends cancelled at once
+		}
+		s.stopDue = ""
+		return ctx, spec, true
 	}
 	if s.st.Active != nil || len(s.st.Queue) == 0 {
 		s.working = false

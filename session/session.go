@@ -48,6 +48,7 @@ type session struct {
 	deleted    bool                 // session/delete is erasing it: nothing more is written
 	workerDone chan struct{}        // closed when the running worker stops
 	launched   bool                 // the active turn was launched with its admission and waits for its worker
+	stopDue    string               // the active turn, stopped (turn/interrupt, turn/cancel) before its worker took it
 	held       *heldFanout          // a turn/start's caller, whose events wait for its ack
 	queued     atomic.Int32         // len(st.Queue), read by Stats without mu
 	leader     bool                 // this node writes the session (always, without a cluster)

@@ -211,6 +211,10 @@ func (m *Manager) StopTurn(ctx context.Context, method string, raw json.RawMessa
 		}
 		if s.cancel != nil {
 			s.cancel()
+		} else {
+			// Its worker has not taken it yet (it was just admitted, or
+			// is to be resumed): it starts stopped.
+			s.stopDue = active.TurnID
 		}
 		return res, nil
 	})
