@@ -125,9 +125,10 @@ func TestSessionTakesCommandsOnceToldDeletionFailed(t *testing.T) {
 }
 
 // TestRevivedSessionAgreesWithTheStore: an erasure reported failed may
-// have landed (physicalChange "possible"). The session is then not kept as
-// memory has it: a later command answers as the store says, here that the
-// session is gone, not with an internal error on every write.
+// have landed (physicalChange "possible"). The session is then not kept
+// as memory has it: a later command answers that it is gone (it stays
+// deleted until a deletion sent again finishes), not with an internal
+// error on every write.
 func TestRevivedSessionAgreesWithTheStore(t *testing.T) {
 	model := newHistModel()
 	m := newManager(t, landedErasure{openStore(t)}, model, mgrOpts{})
@@ -236,17 +237,21 @@ func TestInterruptOnFailedDeleteNewsStopsTheTurn(t *testing.T) {
 	}
 }
 
-// flakyReadAfterFailedErasure fails every erasure, and the next read of a
-// session row after it once, as a store whose disk or network is failing
-// does: the session itself is intact in the store.
+// flakyReadAfterFailedErasure fails the first erasure, and the next read
+// of a session row after it once, as a store whose disk or network is
+// failing does: the store cannot tell what the erasure did. Later
+// erasures succeed.
 type flakyReadAfterFailedErasure struct {
 	store.Store
-	failNext *atomic.Bool
+	failNext, failed *atomic.Bool
 }
 
-func (f flakyReadAfterFailedErasure) DeleteSession(context.Context, string) error {
-	f.failNext.Store(true)
-	return errors.New("jetstream: purge: context deadline exceeded")
+func (f flakyReadAfterFailedErasure) DeleteSession(ctx context.Context, id string) error {
+	if f.failed.CompareAndSwap(false, true) {
+		f.failNext.Store(true)
+		return errors.New("jetstream: purge: context deadline exceeded")
+	}
+	return f.Store.DeleteSession(ctx, id)
 }
 
 func (f flakyReadAfterFailedErasure) Session(ctx context.Context, id string) (store.Session, error) {
@@ -256,31 +261,37 @@ func (f flakyReadAfterFailedErasure) Session(ctx context.Context, id string) (st
 	return f.Store.Session(ctx, id)
 }
 
-// TestDroppedSessionResumesItsStoppedTurn: a session dropped from memory
-// after a failed erasure (here the store could not say whether it still
-// held it) is picked up again as a restart would: the turn the erasure
-// stopped resumes and completes.
-func TestDroppedSessionResumesItsStoppedTurn(t *testing.T) {
+// TestHalfErasedSessionWaitsForAnotherDeletion: a session whose failed
+// erasure the store cannot vouch for stays deleted — nothing more is
+// written to it, so none of its cursors is handed out twice — and a
+// deletion sent again reaches it and finishes the erasure.
+func TestHalfErasedSessionWaitsForAnotherDeletion(t *testing.T) {
 	model := newHistModel()
-	st := flakyReadAfterFailedErasure{openStore(t), new(atomic.Bool)}
+	st := flakyReadAfterFailedErasure{openStore(t), new(atomic.Bool), new(atomic.Bool)}
 	m := newManager(t, st, model, mgrOpts{})
 	watcher := newRecSub()
 	sid := startSession(t, m, watcher)
-	ack := startTurn(t, m, textTurn(sid, "crash once"))
-	model.waitStarted(t, "crash once")
-	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
-	if err != nil {
-		t.Fatal(err)
+	startTurn(t, m, textTurn(sid, "block me"))
+	model.waitStarted(t, "block me")
+	del := func() {
+		t.Helper()
+		_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
+		if err != nil {
+			t.Fatalf("session/delete: %v", err)
+		}
+		erase(context.Background())
 	}
-	erase(context.Background())
-	// The client reads it again, as its ended connection tells it to: the
-	// session is there, and the turn the deletion stopped goes on.
-	if _, err := m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid})); err != nil {
-		t.Fatalf("session/read after the drop: %v", err)
+	del()
+	_, err := m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid}))
+	wantNotFound(t, "session/read of a half-erased session", err)
+	_, _, err = m.StartTurn(context.Background(), nil, mustJSON(textTurn(sid, "hello?")))
+	wantNotFound(t, "turn/start on a half-erased session", err)
+	del()
+	done := of[msp.SessionDeleteCompletedParams](t, watcher, msp.NotifySessionDeleteCompleted)
+	if len(done) != 2 || done[0].Outcome != msp.DeleteFailed || done[1].Outcome != msp.DeleteCompleted {
+		t.Fatalf("deletion news %+v, want failed then completed", done)
 	}
-	again := newRecSub()
-	subscribe(t, m, again, sid)
-	if end := again.waitTerminal(t, ack.TurnID); end.Terminal != msp.TerminalCompleted {
-		t.Fatalf("the turn the failed deletion stopped ended %q, want completed on its next attempt", end.Terminal)
+	if _, err := st.Store.Session(context.Background(), sid); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("stored row after the second deletion: %v", err)
 	}
 }

@@ -349,7 +349,7 @@ func (m *Manager) DeleteSession(ctx context.Context, sub Subscriber, raw json.Ra
 	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionDelete, raw, func(a *admission) (json.RawMessage, error) {
 		var release func()
 		var err error
-		if s, release, err = m.acquire(ctx, p.SessionID); err != nil {
+		if s, release, err = m.acquireErasable(ctx, p.SessionID); err != nil {
 			return nil, err
 		}
 		release()
@@ -368,7 +368,7 @@ func (m *Manager) DeleteSession(ctx context.Context, sub Subscriber, raw json.Ra
 	}
 	if s == nil {
 		// A replay: erase again in case the first one was cut short.
-		if got, release, err := m.acquire(ctx, p.SessionID); err == nil {
+		if got, release, err := m.acquireErasable(ctx, p.SessionID); err == nil {
 			s = got
 			release()
 		} else {
@@ -382,42 +382,25 @@ func (m *Manager) DeleteSession(ctx context.Context, sub Subscriber, raw json.Ra
 // unmark takes back the deletion of a session whose erasure failed, if
 // the store still holds it as this node does: its row, and its log up to
 // the head held here. Then it takes commands again (a deletion among
-// them) and its subscribers keep it. Else, an erasure that failed partway
-// (or a store that cannot tell) leaves a session this node can no longer
-// vouch for: it lets go of it (its lease too, on a cluster) and reports
-// false, and the caller drops it from memory (see reread).
+// them) and its subscribers keep it. Else the erasure may have got part
+// of the way (or the store cannot tell): the session stays deleted, as a
+// half-erased session must (nothing more is written to it, so no cursor
+// of it is handed out twice), and only a deletion sent again reaches it,
+// to finish the erasure (see acquireErasable). It reports whether the
+// session is back.
 func (m *Manager) unmark(ctx context.Context, s *session) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, rowErr := m.store.Session(ctx, s.id)
 	head, headErr := m.store.Head(ctx, s.id)
 	if rowErr == nil && headErr == nil && head == s.head {
-		s.deleted = false
+		s.deleted, s.eraseFailed = false, false
 		return true
 	}
-	m.log.Error("a failed deletion changed the session in the store, or the store cannot tell; reading it again", "session", s.id,
+	m.log.Error("a failed deletion may have erased part of the session; it stays deleted until a deletion sent again finishes", "session", s.id,
 		"row", rowErr, "head", head, "held", s.head, "err", headErr)
-	s.letGoLocked()
+	s.eraseFailed = true
 	return false
-}
-
-// reread picks a session dropped from memory after a failed erasure up
-// again as a restart would: its subscribers' connections end, so that
-// their clients read it again (or learn it is gone), and the turn the
-// erasure stopped resumes from the store, here, or, on a cluster, on
-// whichever node adopts it.
-func (m *Manager) reread(ctx context.Context, id string, subs []Subscriber) {
-	for _, sub := range subs {
-		if a, ok := sub.(Aborter); ok {
-			a.Abort("the session changed in the store during a failed deletion; read it again")
-		}
-	}
-	if m.cfg.Cluster != nil {
-		return // a busy session without a leader is adopted
-	}
-	if err := m.recoverSession(ctx, id); err != nil && !isNotFound(err) {
-		m.log.Error("resuming a session whose deletion failed", "session", id, "err", err)
-	}
 }
 
 // revive resumes the turn the failed erasure of s stopped, which wrote
@@ -462,14 +445,10 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 	if err := m.store.DeleteSession(ctx, s.id); err != nil {
 		m.log.Error("deleting session", "session", s.id, "err", err)
 		done.Outcome, done.Reason, done.PhysicalChange = msp.DeleteFailed, "storageFailure", "possible"
-		// Back, or dropped from memory, before anyone is told, so that a
-		// command sent on the news finds the session as the store has it;
-		// what the revived turn writes follows the news.
+		// Back before anyone is told, so that a command sent on the news
+		// finds it; what the revived turn writes follows the news.
 		if m.unmark(ctx, s) {
 			defer m.revive(ctx, s)
-		} else {
-			m.forget(s)
-			defer m.reread(ctx, s.id, subs)
 		}
 	} else {
 		m.mu.Lock()

@@ -313,6 +313,16 @@ func (m *Manager) Detach(sub Subscriber) {
 // once, pinned in memory until release is called. Another principal's
 // session is reported as not found, so its existence does not leak.
 func (m *Manager) acquire(ctx context.Context, id string) (s *session, release func(), err error) {
+	return m.acquireAs(ctx, id, false)
+}
+
+// acquireErasable is acquire for session/delete, which also reaches a
+// session whose erasure failed partway, to finish it.
+func (m *Manager) acquireErasable(ctx context.Context, id string) (s *session, release func(), err error) {
+	return m.acquireAs(ctx, id, true)
+}
+
+func (m *Manager) acquireAs(ctx context.Context, id string, erasing bool) (s *session, release func(), err error) {
 	if _, err := m.checkOwner(ctx, id); err != nil {
 		return nil, nil, err
 	}
@@ -321,7 +331,7 @@ func (m *Manager) acquire(ctx context.Context, id string) (s *session, release f
 		return nil, nil, err
 	}
 	s.mu.Lock()
-	gone := s.deleted
+	gone := s.deleted && !(erasing && s.eraseFailed)
 	s.mu.Unlock()
 	if gone || s.owner != PrincipalFrom(ctx) {
 		release()
@@ -486,29 +496,22 @@ func (m *Manager) recover(ctx context.Context) error {
 		return fmt.Errorf("session: listing busy sessions: %w", err)
 	}
 	for _, row := range rows {
-		if err := m.recoverSession(ctx, row.ID); err != nil {
+		s, release, err := m.load(ctx, row.ID)
+		if err != nil {
+			return fmt.Errorf("session: recovering %s: %w", row.ID, err)
+		}
+		s.mu.Lock()
+		err = s.recoverLocked(ctx)
+		s.mu.Unlock()
+		if err == nil {
+			m.kick(s)
+		}
+		release()
+		if err != nil {
 			return fmt.Errorf("session: recovering %s: %w", row.ID, err)
 		}
 		m.log.Info("resuming the turns of a previous process", "session", row.ID)
 	}
-	return nil
-}
-
-// recoverSession loads a session and picks up the turns it has running or
-// queued, as recover does for each busy session at a start.
-func (m *Manager) recoverSession(ctx context.Context, id string) error {
-	s, release, err := m.load(ctx, id)
-	if err != nil {
-		return err
-	}
-	defer release()
-	s.mu.Lock()
-	err = s.recoverLocked(ctx)
-	s.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	m.kick(s)
 	return nil
 }
 

@@ -28,32 +28,33 @@ type session struct {
 	owner string // the principal it belongs to; never changes
 	m     *Manager
 
-	mu         sync.Mutex
-	erasing    sync.Mutex // held through an erasure: one at a time
-	st         state
-	head       int64 // seq of the last durable record
-	loadedHead int64 // head when the session was (re)read from the store
-	sub        int64 // ephemeral events emitted since head
-	subs       map[Subscriber]struct{}
-	gapsDue    map[Subscriber]dueGap // holes its catch-up left a subscriber at, for its next event to close
-	floors     map[Subscriber]cursor // subscribers that subscribed from ahead of this node: where they stand
-	history    []provider.Message
-	cumulative msp.CumulativeTokenUsage
-	open       map[string]*openItem // items started and not yet completed
-	deltas     deltaLog             // the running turn's deltas, for resuming readers
-	cancel     context.CancelFunc   // stops the active turn
-	working    bool                 // a goroutine is running the queue
-	resume     *turn.Resumption     // the active turn is to be resumed so
-	broken     bool                 // the log refused the scheduler's writes for good
-	deleted    bool                 // session/delete is erasing it: nothing more is written
-	workerDone chan struct{}        // closed when the running worker stops
-	launched   bool                 // the active turn was launched with its admission and waits for its worker
-	stopDue    string               // the active turn, stopped (turn/interrupt, turn/cancel) before its worker took it
-	held       *heldFanout          // a turn/start's caller, whose events wait for its ack
-	queued     atomic.Int32         // len(st.Queue), read by Stats without mu
-	leader     bool                 // this node writes the session (always, without a cluster)
-	unfollow   func()               // stops following the leader's events (a follower's)
-	stale      bool                 // a follower's st lags its log: re-read before use
+	mu          sync.Mutex
+	erasing     sync.Mutex // held through an erasure: one at a time
+	st          state
+	head        int64 // seq of the last durable record
+	loadedHead  int64 // head when the session was (re)read from the store
+	sub         int64 // ephemeral events emitted since head
+	subs        map[Subscriber]struct{}
+	gapsDue     map[Subscriber]dueGap // holes its catch-up left a subscriber at, for its next event to close
+	floors      map[Subscriber]cursor // subscribers that subscribed from ahead of this node: where they stand
+	history     []provider.Message
+	cumulative  msp.CumulativeTokenUsage
+	open        map[string]*openItem // items started and not yet completed
+	deltas      deltaLog             // the running turn's deltas, for resuming readers
+	cancel      context.CancelFunc   // stops the active turn
+	working     bool                 // a goroutine is running the queue
+	resume      *turn.Resumption     // the active turn is to be resumed so
+	broken      bool                 // the log refused the scheduler's writes for good
+	deleted     bool                 // session/delete is erasing it: nothing more is written
+	eraseFailed bool                 // deleted, but its erasure failed and may have got part of the way
+	workerDone  chan struct{}        // closed when the running worker stops
+	launched    bool                 // the active turn was launched with its admission and waits for its worker
+	stopDue     string               // the active turn, stopped (turn/interrupt, turn/cancel) before its worker took it
+	held        *heldFanout          // a turn/start's caller, whose events wait for its ack
+	queued      atomic.Int32         // len(st.Queue), read by Stats without mu
+	leader      bool                 // this node writes the session (always, without a cluster)
+	unfollow    func()               // stops following the leader's events (a follower's)
+	stale       bool                 // a follower's st lags its log: re-read before use
 }
 
 // dueGap is where a subscriber's catch-up ended with ephemeral events
