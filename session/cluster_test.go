@@ -179,6 +179,18 @@ func (h *memHub) startNode(t *testing.T, node string, st store.Store, model prov
 	return m
 }
 
+// twoNodes starts managers a and b on one hub over st, closed with the
+// test.
+func twoNodes(t *testing.T, st store.Store, model provider.Model) (h *memHub, a, b *Manager) {
+	t.Helper()
+	h = newMemHub()
+	a = h.startNode(t, "a", st, model)
+	t.Cleanup(a.Close)
+	b = h.startNode(t, "b", st, model)
+	t.Cleanup(b.Close)
+	return h, a, b
+}
+
 // startQuietNode starts a manager on cluster that adopts no orphans (the
 // test leaves each session where it put it), closed with the test.
 func startQuietNode(t *testing.T, cluster Cluster, st store.Store, model provider.Model) *Manager {
@@ -199,12 +211,7 @@ func startQuietNode(t *testing.T, cluster Cluster, st store.Store, model provide
 // replay there is exactly-once.
 func TestClusterFollowsAndForwards(t *testing.T) {
 	st := openStore(t)
-	h := newMemHub()
-	model := newHistModel()
-	a := h.startNode(t, "a", st, model)
-	t.Cleanup(a.Close)
-	b := h.startNode(t, "b", st, model)
-	t.Cleanup(b.Close)
+	h, a, b := twoNodes(t, st, newHistModel())
 
 	onA := newRecSub()
 	sid := startSession(t, a, onA)
@@ -668,13 +675,7 @@ func TestFollowerToldOfTheLastEphemeralEventsItMissed(t *testing.T) {
 // to the nodes that follow the session, leaves it there: their readers
 // are told and go on getting its events.
 func TestFollowerKeepsASessionWhoseDeletionFailed(t *testing.T) {
-	st := failingErasure{openStore(t)}
-	h := newMemHub()
-	model := newHistModel()
-	a := h.startNode(t, "a", st, model)
-	t.Cleanup(a.Close)
-	b := h.startNode(t, "b", st, model)
-	t.Cleanup(b.Close)
+	_, a, b := twoNodes(t, failingErasure{openStore(t)}, newHistModel())
 
 	onA := newRecSub()
 	sid := startSession(t, a, onA)
@@ -683,11 +684,7 @@ func TestFollowerKeepsASessionWhoseDeletionFailed(t *testing.T) {
 	subscribe(t, b, onB, sid)
 	onB.waitTerminal(t, first.TurnID)
 
-	_, erase, err := a.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	erase(context.Background())
+	deleteNow(t, a, sid)
 	if done := onB.waitCount(t, msp.NotifySessionDeleteCompleted, 1); params[msp.SessionDeleteCompletedParams](t, done[0].Frame).Outcome != msp.DeleteFailed {
 		t.Fatalf("the follower's reader was told %s, want a failed deletion", done[0].Frame)
 	}

@@ -114,11 +114,7 @@ func TestSessionTakesCommandsOnceToldDeletionFailed(t *testing.T) {
 	r.on = func() {
 		_, readErr = m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid}))
 	}
-	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	erase(context.Background())
+	deleteNow(t, m, sid)
 	if readErr != nil {
 		t.Fatalf("session/read sent on the news of the failed deletion: %v", readErr)
 	}
@@ -135,37 +131,10 @@ func TestRevivedSessionAgreesWithTheStore(t *testing.T) {
 	watcher := newRecSub()
 	sid := startSession(t, m, watcher)
 	runTurn(t, m, watcher, textTurn(sid, "hello"))
-	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	erase(context.Background())
-	_, _, err = m.StartTurn(context.Background(), nil, mustJSON(msp.TurnStartParams{CommandID: cmdID(), SessionID: sid,
+	deleteNow(t, m, sid)
+	_, _, err := m.StartTurn(context.Background(), nil, mustJSON(msp.TurnStartParams{CommandID: cmdID(), SessionID: sid,
 		Input: []msp.TurnInputPart{{Type: "text", Text: "again"}}}))
-	if err != nil && !isNotFound(err) {
-		t.Fatalf("turn/start after a failed deletion that landed: %v, want it admitted or sessionNotFound", err)
-	}
-}
-
-// TestResumedAfterFailedDeleteSaysWhy: the turn a failed deletion stopped
-// resumes with a notice saying so, not that the server restarted.
-func TestResumedAfterFailedDeleteSaysWhy(t *testing.T) {
-	model := newHistModel()
-	m := newManager(t, failingErasure{openStore(t)}, model, mgrOpts{})
-	watcher := newRecSub()
-	sid := startSession(t, m, watcher)
-	ack := startTurn(t, m, textTurn(sid, "crash once"))
-	model.waitStarted(t, "crash once")
-	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	erase(context.Background())
-	watcher.waitTerminal(t, ack.TurnID)
-	notices := of[msp.TurnRetryScheduledParams](t, watcher, msp.NotifyTurnRetryScheduled)
-	if len(notices) != 1 || !strings.Contains(notices[0].Reason, "failed deletion") {
-		t.Fatalf("the resumed turn's notices %+v, want one saying a failed deletion stopped it", notices)
-	}
+	wantNotFound(t, "turn/start after a failed deletion that landed", err)
 }
 
 // failingErasure fails every session erasure, as a full disk would.
@@ -178,7 +147,7 @@ func (failingErasure) DeleteSession(context.Context, string) error {
 // TestFailedDeleteRevivesTheSession: a deletion the store fails leaves
 // the session as the next start would find it: it takes commands again, a
 // deletion among them, its subscriber stays, and the turn the deletion
-// stopped resumes as a new attempt and completes.
+// stopped resumes as a new attempt, its notice saying why, and completes.
 func TestFailedDeleteRevivesTheSession(t *testing.T) {
 	model := newHistModel()
 	m := newManager(t, failingErasure{openStore(t)}, model, mgrOpts{})
@@ -187,15 +156,15 @@ func TestFailedDeleteRevivesTheSession(t *testing.T) {
 	ack := startTurn(t, m, textTurn(sid, "crash once"))
 	model.waitStarted(t, "crash once")
 
-	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	erase(context.Background())
+	deleteNow(t, m, sid)
 	if done := of[msp.SessionDeleteCompletedParams](t, watcher, msp.NotifySessionDeleteCompleted); len(done) != 1 || done[0].Outcome != msp.DeleteFailed {
 		t.Fatalf("deletion news: %+v, want one failed", done)
 	}
 	end := watcher.waitTerminal(t, ack.TurnID)
+	notices := of[msp.TurnRetryScheduledParams](t, watcher, msp.NotifyTurnRetryScheduled)
+	if len(notices) != 1 || !strings.Contains(notices[0].Reason, "failed deletion") {
+		t.Fatalf("the resumed turn's notices %+v, want one saying a failed deletion stopped it, not that the server restarted", notices)
+	}
 	if end.Terminal != msp.TerminalCompleted || end.Attempts == nil || end.Attempts.Count != 2 {
 		t.Fatalf("the stopped turn ended %+v, want completed on its second attempt", end)
 	}
@@ -223,11 +192,7 @@ func TestInterruptOnFailedDeleteNewsStopsTheTurn(t *testing.T) {
 		_, stopErr = m.StopTurn(context.Background(), msp.MethodTurnInterrupt,
 			mustJSON(msp.TurnStopParams{CommandID: cmdID(), SessionID: sid}))
 	}
-	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	erase(context.Background())
+	deleteNow(t, m, sid)
 	if stopErr != nil {
 		t.Fatalf("turn/interrupt sent on the news: %v", stopErr)
 	}
@@ -273,20 +238,12 @@ func TestHalfErasedSessionWaitsForAnotherDeletion(t *testing.T) {
 	sid := startSession(t, m, watcher)
 	startTurn(t, m, textTurn(sid, "block me"))
 	model.waitStarted(t, "block me")
-	del := func() {
-		t.Helper()
-		_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
-		if err != nil {
-			t.Fatalf("session/delete: %v", err)
-		}
-		erase(context.Background())
-	}
-	del()
+	deleteNow(t, m, sid)
 	_, err := m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid}))
 	wantNotFound(t, "session/read of a half-erased session", err)
 	_, _, err = m.StartTurn(context.Background(), nil, mustJSON(textTurn(sid, "hello?")))
 	wantNotFound(t, "turn/start on a half-erased session", err)
-	del()
+	deleteNow(t, m, sid)
 	done := of[msp.SessionDeleteCompletedParams](t, watcher, msp.NotifySessionDeleteCompleted)
 	if len(done) != 2 || done[0].Outcome != msp.DeleteFailed || done[1].Outcome != msp.DeleteCompleted {
 		t.Fatalf("deletion news %+v, want failed then completed", done)
@@ -294,4 +251,15 @@ func TestHalfErasedSessionWaitsForAnotherDeletion(t *testing.T) {
 	if _, err := st.Store.Session(context.Background(), sid); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("stored row after the second deletion: %v", err)
 	}
+}
+
+// deleteNow sends session/delete for sid and runs its erasure to the end,
+// as the connection does once the ack is sent.
+func deleteNow(t *testing.T, m *Manager, sid string) {
+	t.Helper()
+	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
+	if err != nil {
+		t.Fatalf("session/delete: %v", err)
+	}
+	erase(context.Background())
 }
