@@ -240,8 +240,14 @@ func (s *session) ingest(n Notification, pos Position) {
 		if _, erased := Erased(n); erased {
 			s.deleted = true
 			go s.m.forget(s) // m.mu is not taken under s.mu
+			return
 		}
-		return // a failed deletion leaves the session as it was
+		// A failed deletion leaves the session as it was, or half-erased:
+		// the row says which, as it did to the leader, and is read before
+		// the session serves anything more.
+		s.stale = true
+		go s.m.settle(s)
+		return
 	}
 	at := cursor{session: s.id, seq: seq, sub: sub}
 	if !(cursor{session: s.id, seq: s.head, sub: s.sub}).before(at) {
@@ -314,16 +320,28 @@ func (s *session) freshLocked(ctx context.Context) error {
 	if s.leader || !s.stale {
 		return nil
 	}
-	row, err := s.m.store.Session(ctx, s.id)
-	if err != nil {
-		return msp.ErrInternal("loading session: %v", err)
+	st, erasing, err := s.m.readState(ctx, s.id)
+	if isNotFound(err) || err == nil && erasing {
+		s.halfErasedLocked() // or erased: the news was missed
+		return msp.ErrSessionNotFound(s.id)
 	}
-	var st state
-	if err := json.Unmarshal(row.State, &st); err != nil {
-		return msp.ErrInternal("session %s state unreadable: %v", s.id, err)
+	if err != nil {
+		return err
 	}
 	s.st, s.stale = st, false
 	return nil
+}
+
+// settle brings a follower's state up to its log now (see freshLocked),
+// rather than at the next command that reads it.
+func (m *Manager) settle(s *session) {
+	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+	defer cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.freshLocked(ctx); err != nil && !isNotFound(err) {
+		m.log.Warn("following a session: reading its row", "session", s.id, "err", err)
+	}
 }
 
 // letGoLocked ends what a node holds for a session it unloads: its lease,

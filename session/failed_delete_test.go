@@ -26,8 +26,7 @@ func (g gatedErasure) DeleteSession(context.Context, string) error {
 }
 
 // landedErasure erases the session and then reports a failure, as a
-// SQLite commit whose answer is lost does (or a JetStream purge of the log
-// followed by a failed purge of the row).
+// SQLite commit whose answer is lost does.
 type landedErasure struct{ store.Store }
 
 func (l landedErasure) DeleteSession(ctx context.Context, id string) error {
@@ -254,12 +253,15 @@ func TestHalfErasedSessionWaitsForAnotherDeletion(t *testing.T) {
 }
 
 // deleteNow sends session/delete for sid and runs its erasure to the end,
-// as the connection does once the ack is sent.
+// as the connection does once the ack is sent (a command forwarded to the
+// session's leader has run it there).
 func deleteNow(t *testing.T, m *Manager, sid string) {
 	t.Helper()
 	_, erase, err := m.DeleteSession(context.Background(), nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}))
 	if err != nil {
 		t.Fatalf("session/delete: %v", err)
 	}
-	erase(context.Background())
+	if erase != nil {
+		erase(context.Background())
+	}
 }

@@ -391,16 +391,25 @@ func (m *Manager) DeleteSession(ctx context.Context, sub Subscriber, raw json.Ra
 func (m *Manager) unmark(ctx context.Context, s *session) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, rowErr := m.store.Session(ctx, s.id)
+	row, rowErr := m.store.Session(ctx, s.id)
 	head, headErr := m.store.Head(ctx, s.id)
-	if rowErr == nil && headErr == nil && head == s.head {
+	if rowErr == nil && !row.Erasing && headErr == nil && head == s.head {
 		s.deleted, s.eraseFailed = false, false
 		return true
 	}
 	m.log.Error("a failed deletion may have erased part of the session; it stays deleted until a deletion sent again finishes", "session", s.id,
-		"row", rowErr, "head", head, "held", s.head, "err", headErr)
-	s.eraseFailed = true
+		"row", rowErr, "erasing", row.Erasing, "head", head, "held", s.head, "err", headErr)
+	s.halfErasedLocked()
 	return false
+}
+
+// halfErasedLocked marks s as a session whose erasure may have got part
+// of the way: it takes no command but a deletion sent again, and nothing
+// is written to it, so none of its cursors is handed out twice. The
+// store reads it back so (store.Session.Erasing) on every node and after
+// a restart. s.mu must be held.
+func (s *session) halfErasedLocked() {
+	s.deleted, s.eraseFailed = true, true
 }
 
 // revive resumes the turn the failed erasure of s stopped, which wrote

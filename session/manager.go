@@ -361,7 +361,7 @@ func (m *Manager) checkOwner(ctx context.Context, id string) (exists bool, err e
 		}
 		return true, nil
 	}
-	st, err := m.readState(ctx, id)
+	st, _, err := m.readState(ctx, id)
 	if err != nil {
 		return !isNotFound(err), err
 	}
@@ -371,19 +371,19 @@ func (m *Manager) checkOwner(ctx context.Context, id string) (exists bool, err e
 	return true, nil
 }
 
-// readState reads a session's state from its row in the store.
-func (m *Manager) readState(ctx context.Context, id string) (state, error) {
-	var st state
+// readState reads a session's state from its row in the store; erasing
+// tells that its erasure was cut short (store.Session.Erasing).
+func (m *Manager) readState(ctx context.Context, id string) (st state, erasing bool, err error) {
 	row, err := m.store.Session(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return st, msp.ErrSessionNotFound(id)
+		return st, false, msp.ErrSessionNotFound(id)
 	} else if err != nil {
-		return st, msp.ErrInternal("loading session: %v", err)
+		return st, false, msp.ErrInternal("loading session: %v", err)
 	}
 	if err := json.Unmarshal(row.State, &st); err != nil {
-		return st, msp.ErrInternal("session %s state unreadable: %v", id, err)
+		return st, false, msp.ErrInternal("session %s state unreadable: %v", id, err)
 	}
-	return st, nil
+	return st, row.Erasing, nil
 }
 
 // load returns a session whoever owns it, loading it from the store once,
@@ -454,11 +454,15 @@ func (m *Manager) read(ctx context.Context, id string) (*session, error) {
 // s.mu must be held.
 func (s *session) refreshLocked(ctx context.Context) error {
 	m := s.m
-	st, err := m.readState(ctx, s.id)
+	st, erasing, err := m.readState(ctx, s.id)
 	if err != nil {
 		return err
 	}
 	s.st = st
+	if erasing {
+		s.halfErasedLocked()
+		return nil
+	}
 	s.queued.Store(int32(len(s.st.Queue)))
 	if s.head, err = m.store.Head(ctx, s.id); err != nil {
 		return msp.ErrInternal("loading session: %v", err)

@@ -285,6 +285,9 @@ func (s *session) recoverLocked(ctx context.Context) error {
 // reason than its process: stopped says what stopped it, for the notice
 // of its next attempt. s.mu must be held.
 func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) string) error {
+	if s.deleted {
+		return nil // half-erased: nothing is written to it
+	}
 	var evs []event
 	inFlight := len(s.open) > 0
 	for _, oi := range s.open {

@@ -47,6 +47,12 @@ type Session struct {
 	Busy bool
 	// State is the caller's serialized session state.
 	State json.RawMessage
+	// Erasing marks a session whose erasure began and did not finish:
+	// DeleteSession failed part way, and its log may be partly gone.
+	// Nothing may be written to it or read from its log; DeleteSession
+	// finishes it. Sessions and BusySessions leave it out. A store whose
+	// erasure is one transaction never returns it.
+	Erasing bool
 }
 
 // Command is one entry of the commandId ledger: the first admission of a
@@ -147,7 +153,10 @@ type Store interface {
 	PruneCommands(ctx context.Context, before time.Time, limit int) (int, error)
 	// DeleteSession erases a session for good: its log, its row and the
 	// ledger entries of its commands, leaving no copy behind. Erasing a
-	// session that does not exist succeeds.
+	// session that does not exist succeeds. If it fails having erased
+	// anything, Session reads the session back with Erasing set until a
+	// later DeleteSession finishes: a half-erased session never reads
+	// back as a live one.
 	DeleteSession(ctx context.Context, id string) error
 	// Close releases the store after the commits already under way
 	// finish; a Commit after Close returns an error.

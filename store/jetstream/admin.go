@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
 
 // PruneCommands implements store.Store. The ledger has no index by
@@ -103,10 +105,10 @@ func (s *Store) deleteMsg(ctx context.Context, seq uint64) error {
 	return nil
 }
 
-// DeleteSession implements store.Store: it purges the session's log, then
-// the ledger entries that name it, then its row. These are three purges,
-// not one atomic step; the row goes last, so a deletion cut short leaves
-// the session listed and DeleteSession, run again, finishes it.
+// DeleteSession implements store.Store. Its three purges are not one
+// transaction, so the row is first replaced by a tombstone (Erasing): an
+// erasure cut short reads back as such, never as a live session whose
+// log has gone. The row goes last.
 func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -119,6 +121,9 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if id == "" {
 		return nil // no session has that id; "=" is the token of no session in the ledger
 	}
+	if err := s.markErasing(ctx, id); err != nil {
+		return fmt.Errorf("jetstream: delete session %q: marking it erased: %w", id, err)
+	}
 	for _, filter := range []string{s.subj.log(id), s.subj.commandsOf(id), s.subj.row(id)} {
 		if err := s.purge(ctx, filter); err != nil {
 			return fmt.Errorf("jetstream: delete session %q: %w", id, err)
@@ -127,7 +132,32 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	return nil
 }
 
+// markErasing replaces a session's row by its tombstone, unless it has
+// none (nothing to mark: the session is gone, or never was) or is marked.
+func (s *Store) markErasing(ctx context.Context, id string) error {
+	m, err := s.get(ctx, getRequest{LastFor: s.subj.row(id)})
+	if errors.Is(err, errNoMsg) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	row, err := decodeRow(id, m)
+	if err != nil || row.Erasing {
+		return err
+	}
+	row.Busy, row.Erasing = false, true
+	msg := rowMsg(s.subj.row(id), &row)
+	msg.Header.Set(jetstream.MsgIDHeader, "mspd-"+nuid.Next())
+	return s.publish(ctx, []*nats.Msg{msg})
+}
+
 func (s *Store) purge(ctx context.Context, filter string) error {
+	if s.purgeFault != nil {
+		if err := s.purgeFault(filter); err != nil {
+			return err
+		}
+	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	return s.stream.Purge(ctx, jetstream.WithPurgeSubject(filter))

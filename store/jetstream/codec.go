@@ -18,6 +18,7 @@ const (
 	hdrCreated = "Mspd-Created" // Unix nanoseconds, rows and ledger entries
 	hdrUpdated = "Mspd-Updated" // Unix nanoseconds, rows
 	hdrBusy    = "Mspd-Busy"    // "1" on busy rows
+	hdrErasing = "Mspd-Erasing" // "1" on the row of a session being erased
 )
 
 // storedMsg is a message as read back from the stream.
@@ -69,6 +70,9 @@ func rowMsg(subject string, r *store.Session) *nats.Msg {
 	if r.Busy {
 		m.Header.Set(hdrBusy, "1")
 	}
+	if r.Erasing {
+		m.Header.Set(hdrErasing, "1")
+	}
 	m.Data = append([]byte(nil), r.State...)
 	return m
 }
@@ -88,6 +92,7 @@ func decodeRow(id string, m storedMsg) (store.Session, error) {
 		UpdatedAt: time.Unix(0, updated).UTC(),
 		Busy:      m.header.Get(hdrBusy) == "1",
 		State:     m.data,
+		Erasing:   m.header.Get(hdrErasing) == "1",
 	}, nil
 }
 

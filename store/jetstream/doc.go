@@ -140,9 +140,10 @@
 // a pruned id must be reusable at once.
 //
 // DeleteSession purges mspd.log.<session>.*, then mspd.cmd.*.<session>,
-// then mspd.row.<session>: three purges, not one atomic step. The row goes
-// last, so a deletion cut short leaves the session listed and a second
-// DeleteSession finishes it. A purge removes the messages from the stream;
+// then mspd.row.<session>: three purges, not one atomic step. First it
+// replaces the row by a tombstone (Mspd-Erasing), so a deletion cut short
+// reads back as store.Session.Erasing, left out of listings, never as a
+// live session whose log has gone; a second DeleteSession finishes it. A purge removes the messages from the stream;
 // the bytes may stay in the servers' block files and raft logs until those
 // are compacted, where SQLite overwrites them (secure_delete) at once.
 //

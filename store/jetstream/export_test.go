@@ -30,3 +30,9 @@ func CommitTwice(ctx context.Context, s *Store, b store.Batch) (first, second er
 	msgs := s.messages(b, h, time.Now())
 	return s.publish(ctx, msgs), s.publishAfter(ctx, msgs, true)
 }
+
+// FailPurges makes s's purges of the filters fail returns an error for.
+func FailPurges(s *Store, fail func(filter string) error) { s.purgeFault = fail }
+
+// LogFilter is the filter that matches every page of a session's log.
+func LogFilter(s *Store, id string) string { return s.subj.log(id) }

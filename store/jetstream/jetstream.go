@@ -102,6 +102,8 @@ type Store struct {
 	replies *inbox
 	// ownConn is closed by Close (set by Connect).
 	ownConn bool
+	// purgeFault, set by tests, fails the purges it returns an error for.
+	purgeFault func(filter string) error
 
 	// mu orders Close against the operations under way: they hold it for
 	// reading from start to end, Close takes it for writing.

@@ -198,7 +198,8 @@ func (s *Store) BusySessions(ctx context.Context) ([]store.Session, error) {
 	return rows, nil
 }
 
-// rows reads every session row that keep accepts (nil: all). A row read
+// rows reads every session row that keep accepts (nil: all) but the
+// tombstones of erasures cut short (store.Session.Erasing). A row read
 // from a lagging replica may be followed by its successor from the leader
 // (see scan); the later one wins.
 func (s *Store) rows(ctx context.Context, keep func(storedMsg) bool) ([]store.Session, error) {
@@ -215,7 +216,7 @@ func (s *Store) rows(ctx context.Context, keep func(storedMsg) bool) ([]store.Se
 	}
 	out := make([]store.Session, 0, len(last))
 	for subject, m := range last {
-		if keep != nil && !keep(m) {
+		if m.header.Get(hdrErasing) == "1" || keep != nil && !keep(m) {
 			continue
 		}
 		id, err := s.subj.rowID(subject)

@@ -1,0 +1,77 @@
+package jetstream_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"mspd/store"
+	msjs "mspd/store/jetstream"
+)
+
+// An erasure cut short after the log's purge leaves the row as a
+// tombstone: Session reads it back Erasing (never as a live session
+// whose log has gone), listings and recovery leave it out, a reopened
+// store still says so, and DeleteSession run again finishes it.
+func TestErasureCutShortReadsBackErasing(t *testing.T) {
+	dir := t.TempDir()
+	srv := startServer(t, dir)
+	s := connect(t, srv.ClientURL(), msjs.Options{})
+	at := time.Unix(1_700_000_000, 0).UTC()
+	row := func(id string) *store.Session {
+		return &store.Session{ID: id, CreatedAt: at, UpdatedAt: at, Busy: true, State: []byte(`{"owner":"alice"}`)}
+	}
+	for _, id := range []string{"gone", "kept"} {
+		mustCommit(t, s, store.Batch{SessionID: id, Session: row(id),
+			Records:  []store.Record{{Seq: 1, Method: "m", Params: []byte(`1`)}, {Seq: 2, Method: "m", Params: []byte(`2`)}},
+			Commands: []store.Command{{ID: "c-" + id, Digest: "d"}}})
+	}
+	cut := errors.New("purge cut short")
+	msjs.FailPurges(s, func(filter string) error {
+		if filter != msjs.LogFilter(s, "gone") {
+			return cut // the log went; the ledger and the row did not
+		}
+		return nil
+	})
+	if err := s.DeleteSession(t.Context(), "gone"); !errors.Is(err, cut) {
+		t.Fatalf("DeleteSession = %v, want the purge's failure", err)
+	}
+	check := func(s *msjs.Store, when string) {
+		t.Helper()
+		got, err := s.Session(t.Context(), "gone")
+		if err != nil || !got.Erasing || got.Busy || string(got.State) != `{"owner":"alice"}` {
+			t.Fatalf("%s: Session = %+v, %v; want the row, Erasing, not busy", when, got, err)
+		}
+		if head, err := s.Head(t.Context(), "gone"); err != nil || head != 0 {
+			t.Fatalf("%s: Head = %d, %v; want 0 (the log was purged)", when, head, err)
+		}
+		for name, list := range map[string]func() ([]store.Session, error){
+			"Sessions":     func() ([]store.Session, error) { return s.Sessions(t.Context(), nil, 10) },
+			"BusySessions": func() ([]store.Session, error) { return s.BusySessions(t.Context()) },
+		} {
+			rows, err := list()
+			if err != nil || len(rows) != 1 || rows[0].ID != "kept" {
+				t.Fatalf("%s: %s = %+v, %v; want only kept", when, name, rows, err)
+			}
+		}
+	}
+	check(s, "after the cut")
+	s.Close()
+	shutdown(srv)
+	srv = startServer(t, dir)
+	s = connect(t, srv.ClientURL(), msjs.Options{})
+	check(s, "after a restart")
+
+	if err := s.DeleteSession(t.Context(), "gone"); err != nil {
+		t.Fatalf("DeleteSession again: %v", err)
+	}
+	if _, err := s.Session(t.Context(), "gone"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Session after the erasure finished = %v, want ErrNotFound", err)
+	}
+	if _, err := s.Command(t.Context(), "c-gone"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the erased session's command = %v, want ErrNotFound", err)
+	}
+	if got, err := s.Session(t.Context(), "kept"); err != nil || got.Erasing || !got.Busy {
+		t.Fatalf("the other session = %+v, %v; want it untouched", got, err)
+	}
+}
