@@ -232,20 +232,24 @@ func (s *session) ingest(n Notification, pos Position) {
 	seq, sub := pos.Seq, pos.Sub
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.leader || s.deleted {
-		return
+	deletion := n.Method == msp.NotifySessionDeleteCompleted
+	if s.leader || s.deleted && !(s.eraseFailed && deletion) {
+		return // a half-erased session hears only of a deletion sent again
 	}
-	if n.Method == msp.NotifySessionDeleteCompleted {
+	if deletion {
 		s.fanOutLocked(n)
 		if _, erased := Erased(n); erased {
 			s.deleted = true
 			go s.m.forget(s) // m.mu is not taken under s.mu
 			return
 		}
+		if s.deleted {
+			return // still half-erased
+		}
 		// A failed deletion leaves the session as it was, or half-erased:
 		// the row says which, as it did to the leader, and is read before
-		// the session serves anything more.
-		s.stale = true
+		// the session serves anything more (see acquireAs).
+		s.stale, s.unsettled = true, true
 		go s.m.settle(s)
 		return
 	}
@@ -328,7 +332,7 @@ func (s *session) freshLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.st, s.stale = st, false
+	s.st, s.stale, s.unsettled = st, false, false
 	return nil
 }
 
@@ -361,13 +365,19 @@ func (s *session) letGoLocked() {
 	}
 }
 
-// forget drops a session from memory (deleted on another node).
+// forget drops an erased session from memory, with its lease or its
+// following, unless a newer load of it has taken its place.
 func (m *Manager) forget(s *session) {
 	m.mu.Lock()
-	if l := m.sessions[s.id]; l != nil && l.s == s {
-		delete(m.sessions, s.id)
+	defer m.mu.Unlock()
+	l := m.sessions[s.id]
+	if l != nil && l.s != s {
+		return // a newer load holds the lease or the following now
 	}
-	m.mu.Unlock()
+	delete(m.sessions, s.id)
+	s.mu.Lock()
+	s.letGoLocked()
+	s.mu.Unlock()
 }
 
 // publishLocked sends a notification of a session this node leads to its

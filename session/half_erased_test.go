@@ -2,7 +2,9 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -167,4 +169,177 @@ func TestTombstonedSessionIsNotRevived(t *testing.T) {
 	runTurn(t, m, watcher, textTurn(sid, "hello"))
 	deleteNow(t, m, sid)
 	wantGoneUntilErased(t, m, st, sid, "after a tombstone")
+}
+
+// A follower holding a session half-erased hears that a deletion sent
+// again finished the erasure: its readers are told, and it forgets the
+// session, following included.
+func TestFollowerHearsTheHalfErasedSessionFinished(t *testing.T) {
+	st := newCutShortErasure(t)
+	_, a, b := twoNodes(t, st, newHistModel())
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	done := runTurn(t, a, onA, textTurn(sid, "hello"))
+	onB := newRecSub()
+	subscribe(t, b, onB, sid)
+	onB.waitTerminal(t, done.TurnID)
+	deleteNow(t, a, sid) // cut short: half-erased
+	onB.waitCount(t, msp.NotifySessionDeleteCompleted, 1)
+	// The follower finds it half-erased (as settle would, at once).
+	_, err := b.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid}))
+	wantNotFound(t, "session/read on the follower", err)
+
+	deleteNow(t, b, sid) // forwarded to a, which finishes the erasure
+	if !st.finished.Load() {
+		t.Fatal("the deletion sent again did not finish the erasure")
+	}
+	var outcomes []string
+	for _, n := range onB.all() {
+		if n.Method == msp.NotifySessionDeleteCompleted {
+			outcomes = append(outcomes, string(params[msp.SessionDeleteCompletedParams](t, n.Frame).Outcome))
+		}
+	}
+	if len(outcomes) != 2 || outcomes[1] != string(msp.DeleteCompleted) {
+		t.Errorf("the follower's reader got deleteCompleted outcomes %v, want [failed completed]", outcomes)
+	}
+	waitForgotten(t, b, sid)
+}
+
+// flakyRows fails Session reads while fail is set, as a store that has
+// just failed an erasure may; failed is closed at the first such failure.
+type flakyRows struct {
+	cutShortErasure
+	fail   *atomic.Bool
+	failed chan struct{}
+	once   *atomic.Bool
+}
+
+func (f flakyRows) Session(ctx context.Context, id string) (store.Session, error) {
+	if f.fail.Load() {
+		if f.once.CompareAndSwap(false, true) {
+			defer close(f.failed)
+		}
+		return store.Session{}, errors.New("store unavailable")
+	}
+	return f.cutShortErasure.Session(ctx, id)
+}
+
+// A follower told of a failed deletion whose first read of the row fails
+// (the store has just failed the erasure; it may fail this read too)
+// serves nothing of the session until a read says it is whole: not
+// view/subscribe, nor its head, nor session/fork, which would copy the log
+// the user asked to erase into a new, live session.
+func TestFollowerServesNothingOfASessionItIsUnsureIsWhole(t *testing.T) {
+	st := newCutShortErasure(t)
+	st.logKept = true // tombstoned, nothing purged yet
+	bStore := flakyRows{cutShortErasure: st, fail: new(atomic.Bool), failed: make(chan struct{}), once: new(atomic.Bool)}
+	h := newMemHub()
+	a := h.startNode(t, "a", st, newHistModel())
+	t.Cleanup(a.Close)
+	b := h.startNode(t, "b", bStore, newHistModel())
+	t.Cleanup(b.Close)
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	done := runTurn(t, a, onA, textTurn(sid, "a secret the user erases"))
+	onB := newRecSub()
+	subscribe(t, b, onB, sid)
+	onB.waitTerminal(t, done.TurnID)
+
+	bStore.fail.Store(true)
+	deleteNow(t, a, sid) // cut short: half-erased; b's settle read fails
+	<-bStore.failed
+	bStore.fail.Store(false) // the store is back
+
+	ctx := context.Background()
+	from := durableCursor(sid, 0)
+	if err := b.Subscribe(ctx, newRecSub(), sid, &from); err == nil {
+		t.Errorf("view/subscribe of the half-erased session on the follower was served")
+	}
+	if head, err := b.Head(ctx, sid); err == nil {
+		t.Errorf("the follower handed out the half-erased session's head %s", head)
+	}
+	raw, _, err := b.ForkSession(ctx, nil, mustJSON(msp.SessionForkParams{CommandID: cmdID(), SessionID: sid}))
+	if err == nil {
+		var snap msp.SessionSnapshot
+		_ = json.Unmarshal(raw, &snap)
+		items, _ := json.Marshal(snap.History.Items)
+		t.Errorf("session/fork of the half-erased session on the follower made live session %s holding %s", snap.Session.SessionID, items)
+	}
+	// The store itself says Erasing all along.
+	if row, err := st.Session(ctx, sid); err != nil || !row.Erasing {
+		t.Fatalf("the row: %+v, %v; want Erasing", row, err)
+	}
+}
+
+// A half-erased session whose turn was running when it was deleted is
+// loaded from its tombstone with that turn active, and the turn never
+// ends (nothing more is written to it): it is unloaded when idle all the
+// same, rather than held (with its lease or following) for good.
+func TestLoadedTombstoneIsUnloadedWhenIdle(t *testing.T) {
+	var mu = new(atomic.Int64)
+	base := time.Now()
+	clock := func() time.Time { return base.Add(time.Duration(mu.Load())) }
+	st := newCutShortErasure(t)
+	model := newHistModel()
+	m := newManager(t, st, model, mgrOpts{now: clock})
+	watcher := newRecSub()
+	sid := startSession(t, m, watcher)
+	startTurn(t, m, textTurn(sid, "block one"))
+	model.waitStarted(t, "block one")
+	deleteNow(t, m, sid) // stops the turn, then is cut short
+	m.Detach(watcher)
+	m.Close()
+
+	m = newManager(t, st, newHistModel(), mgrOpts{now: clock})
+	_, err := m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid}))
+	wantNotFound(t, "session/read of the half-erased session", err) // loads it
+	if err := m.WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Store(int64(m.cfg.IdleUnload + time.Second))
+	if n := m.sweep(); n != 1 {
+		t.Errorf("sweep unloaded %d sessions, want the idle half-erased one", n)
+	}
+}
+
+// An erased session leaves no lease held by its leader and no following
+// open on its followers.
+func TestErasedSessionLeavesNoLeaseNorFollow(t *testing.T) {
+	st := openStore(t)
+	h, a, b := twoNodes(t, st, newHistModel())
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	done := runTurn(t, a, onA, textTurn(sid, "hello"))
+	onB := newRecSub()
+	subscribe(t, b, onB, sid)
+	onB.waitTerminal(t, done.TurnID)
+	deleteNow(t, a, sid)
+	onB.waitCount(t, msp.NotifySessionDeleteCompleted, 1)
+	waitForgotten(t, a, sid)
+	waitForgotten(t, b, sid)
+	h.mu.Lock()
+	lease, follows := h.leases[sid], len(h.followers[sid])
+	h.mu.Unlock()
+	if lease != "" || follows != 0 {
+		t.Errorf("after the erasure: lease held by %q, %d follows open; want none", lease, follows)
+	}
+}
+
+// waitForgotten waits until m no longer holds session sid (a follower
+// forgets an erased session on a goroutine of its own).
+func waitForgotten(t *testing.T, m *Manager, sid string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m.mu.Lock()
+		_, held := m.sessions[sid]
+		m.mu.Unlock()
+		if !held {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still holds the erased session", m.cfg.Cluster.Node())
+		}
+		runtime.Gosched()
+	}
 }

@@ -460,9 +460,7 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 			defer m.revive(ctx, s)
 		}
 	} else {
-		m.mu.Lock()
-		delete(m.sessions, s.id)
-		m.mu.Unlock()
+		m.forget(s)
 	}
 	raw, err := msp.Marshal(done)
 	if err != nil {

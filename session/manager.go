@@ -224,7 +224,7 @@ func (m *Manager) sweep() int {
 	for _, c := range cands {
 		s := c.l.s
 		s.mu.Lock()
-		idle := len(s.subs) == 0 && !s.st.busy() && !s.working
+		idle := s.idleLocked()
 		s.mu.Unlock()
 		if !idle {
 			continue // the common case, decided without holding m.mu
@@ -234,16 +234,27 @@ func (m *Manager) sweep() int {
 		m.mu.Lock()
 		if m.sessions[c.id] == c.l && c.l.pins == 0 {
 			s.mu.Lock()
-			if len(s.subs) == 0 && !s.st.busy() && !s.working {
+			// No erasure may be running on it either: one that failed
+			// would revive a session no longer in memory.
+			if s.idleLocked() && s.erasing.TryLock() {
 				delete(m.sessions, c.id)
 				unloaded++
 				s.letGoLocked()
+				s.erasing.Unlock()
 			}
 			s.mu.Unlock()
 		}
 		m.mu.Unlock()
 	}
 	return unloaded
+}
+
+// idleLocked tells whether s may be unloaded as far as it knows: nobody
+// reads it and nothing runs on it. A half-erased session's turn, stopped
+// by its deletion, never ends (nothing more is written to it), so it
+// counts as idle. s.mu must be held.
+func (s *session) idleLocked() bool {
+	return len(s.subs) == 0 && !s.working && (s.eraseFailed || !s.st.busy())
 }
 
 // Close stops the manager: running turns stop without ending (their
@@ -331,11 +342,22 @@ func (m *Manager) acquireAs(ctx context.Context, id string, erasing bool) (s *se
 		return nil, nil, err
 	}
 	s.mu.Lock()
+	var unsure error
+	if s.unsettled {
+		// Told of a failed deletion and not yet sure the erasure left the
+		// session whole: read the row first, so that nothing of a session
+		// half-erased is served (nor forked into a live one).
+		unsure = s.freshLocked(ctx)
+	}
 	gone := s.deleted && !(erasing && s.eraseFailed)
 	s.mu.Unlock()
 	if gone || s.owner != PrincipalFrom(ctx) {
 		release()
 		return nil, nil, msp.ErrSessionNotFound(id)
+	}
+	if unsure != nil {
+		release()
+		return nil, nil, unsure
 	}
 	return s, release, nil
 }

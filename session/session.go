@@ -55,6 +55,7 @@ type session struct {
 	leader      bool                 // this node writes the session (always, without a cluster)
 	unfollow    func()               // stops following the leader's events (a follower's)
 	stale       bool                 // a follower's st lags its log: re-read before use
+	unsettled   bool                 // a follower told of a failed deletion, not yet sure the session is whole
 }
 
 // dueGap is where a subscriber's catch-up ended with ephemeral events

@@ -124,7 +124,16 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if err := s.markErasing(ctx, id); err != nil {
 		return fmt.Errorf("jetstream: delete session %q: marking it erased: %w", id, err)
 	}
-	for _, filter := range []string{s.subj.log(id), s.subj.commandsOf(id), s.subj.row(id)} {
+	if err := s.purge(ctx, s.subj.log(id)); err != nil {
+		return fmt.Errorf("jetstream: delete session %q: %w", id, err)
+	}
+	// A writer fenced only by the head (a leader whose lease lapsed) may
+	// have overwritten the tombstone before the log went; once it has gone
+	// every fenced commit fails, so marking again now makes the mark hold.
+	if err := s.markErasing(ctx, id); err != nil {
+		return fmt.Errorf("jetstream: delete session %q: marking it erased: %w", id, err)
+	}
+	for _, filter := range []string{s.subj.commandsOf(id), s.subj.row(id)} {
 		if err := s.purge(ctx, filter); err != nil {
 			return fmt.Errorf("jetstream: delete session %q: %w", id, err)
 		}

@@ -143,7 +143,10 @@
 // then mspd.row.<session>: three purges, not one atomic step. First it
 // replaces the row by a tombstone (Mspd-Erasing), so a deletion cut short
 // reads back as store.Session.Erasing, left out of listings, never as a
-// live session whose log has gone; a second DeleteSession finishes it. A purge removes the messages from the stream;
+// live session whose log has gone; a second DeleteSession finishes it.
+// The row is marked again after the log's purge: a commit fenced by the
+// head may have overwritten the first mark, and none lands once the log
+// has gone. A purge removes the messages from the stream;
 // the bytes may stay in the servers' block files and raft logs until those
 // are compacted, where SQLite overwrites them (secure_delete) at once.
 //

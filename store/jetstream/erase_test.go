@@ -75,3 +75,40 @@ func TestErasureCutShortReadsBackErasing(t *testing.T) {
 		t.Fatalf("the other session = %+v, %v; want it untouched", got, err)
 	}
 }
+
+// A fenced commit (records, or AtHead, as the session layer writes) that
+// lands between the tombstone and the log's purge overwrites the
+// tombstone with a live row. If the erasure is then cut short, the row
+// must still read back Erasing, never as a live session whose log has
+// gone.
+func TestCommitBeforeTheLogsPurgeDoesNotReviveTheRow(t *testing.T) {
+	srv := startServer(t, t.TempDir())
+	s := connect(t, srv.ClientURL(), msjs.Options{})
+	at := time.Unix(1_700_000_000, 0).UTC()
+	row := &store.Session{ID: "x", CreatedAt: at, UpdatedAt: at, State: []byte(`{"owner":"alice"}`)}
+	mustCommit(t, s, store.Batch{SessionID: "x", Session: row,
+		Records: []store.Record{{Seq: 1, Method: "m", Params: []byte(`1`)}}})
+	cut := errors.New("purge cut short")
+	msjs.FailPurges(s, func(filter string) error {
+		if filter == msjs.LogFilter(s, "x") {
+			// Another writer of the session (a leader whose lease lapsed,
+			// fenced only by the head) commits now, after the tombstone.
+			later := *row
+			later.UpdatedAt = at.Add(time.Second)
+			head := int64(1)
+			if err := s.Commit(t.Context(), store.Batch{SessionID: "x", Session: &later, AtHead: &head}); err != nil {
+				t.Errorf("the concurrent commit: %v", err)
+			}
+			return nil // the log goes
+		}
+		return cut // the ledger's purge, or the row's, is cut short
+	})
+	if err := s.DeleteSession(t.Context(), "x"); !errors.Is(err, cut) {
+		t.Fatalf("DeleteSession = %v, want the purge's failure", err)
+	}
+	got, err := s.Session(t.Context(), "x")
+	head, herr := s.Head(t.Context(), "x")
+	if err == nil && !got.Erasing {
+		t.Errorf("after an erasure cut short past the log's purge: Session = live (Erasing false), Head = %d, %v: a live session whose log has gone", head, herr)
+	}
+}
