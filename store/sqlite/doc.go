@@ -33,11 +33,14 @@
 // queued during the previous one, so throughput grows with concurrency
 // instead of being pinned to the sync rate; a lone caller still pays one
 // fsync per Commit. Batches marked Urgent (retry notices) wait in a queue
-// of their own that the writer empties first, so a burst of new turns
-// delays a notice by at most the group being written when it arrives; and
-// for 100 ms after an urgent batch, a group takes at most 32 other
-// batches besides the urgent ones, so that while notices keep coming
-// (many turns backing off at once) that group is a small one.
+// of their own that the writer empties first. One that arrives while a
+// group is being written joins that group at the next batch, in place of
+// the batches not yet written, which go first in the next group: a burst
+// of new turns delays a notice by one batch and a commit, not by the rest
+// of a group of up to 256 and then a group of its own. For 100 ms after
+// an urgent batch, a group takes at most 32 other batches besides the
+// urgent ones, so that while notices keep coming (many turns backing off
+// at once) that group is a small one.
 //
 // A single writer also makes sequence checks cheap and race-free: the
 // store is the file's only writer (see below), so the writer remembers

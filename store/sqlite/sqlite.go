@@ -162,6 +162,7 @@ type Store struct {
 	maxGroup    int
 	urgentUntil time.Time         // groups stay small until then: urgent batches came lately; the writer's
 	onCommit    func(GroupCommit) // nil: none
+	beforeBatch func(i int)       // tests: runs on the writer before a group's batch i; nil: none
 	// heads are the committed heads of sessions written lately; the
 	// writer's alone, so unguarded.
 	heads map[string]int64

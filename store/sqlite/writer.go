@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,54 +60,64 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 }
 
 // writer owns the write connection. Each round takes whatever is queued,
-// urgent batches first, up to maxGroup batches, and commits it as one
-// transaction; a prune is a round of its own. It returns once Close has
-// closed both queues and they are drained.
+// urgent batches first, then batches an urgent one displaced from the last
+// group, up to maxGroup batches, and commits it as one transaction; a
+// prune is a round of its own. It returns once Close has closed both
+// queues and they are drained.
 func (s *Store) writer() {
 	defer close(s.writerDone)
 	urgent, normal := s.urgent, s.reqs // nil once closed and drained
 	group := make([]*commitReq, 0, s.maxGroup)
-	for urgent != nil || normal != nil {
+	var displaced []*commitReq // taken, then left for this round by an urgent batch
+	for urgent != nil || normal != nil || len(displaced) > 0 {
 		var first *commitReq
-		select {
-		case r, ok := <-urgent: // waiting already: it goes before anything else
-			if !ok {
-				urgent = nil
-				continue
-			}
-			first = r
-		default:
+		if len(displaced) == 0 {
 			select {
-			case t := <-s.tasks:
-				t.done <- t.run()
-				continue
-			case r, ok := <-urgent:
+			case r, ok := <-urgent: // waiting already: it goes before anything else
 				if !ok {
 					urgent = nil
 					continue
 				}
 				first = r
-			case r, ok := <-normal:
-				if !ok {
-					normal = nil
+			default:
+				select {
+				case t := <-s.tasks:
+					t.done <- t.run()
 					continue
+				case r, ok := <-urgent:
+					if !ok {
+						urgent = nil
+						continue
+					}
+					first = r
+				case r, ok := <-normal:
+					if !ok {
+						normal = nil
+						continue
+					}
+					first = r
 				}
-				first = r
 			}
 		}
-		group = s.take(append(group[:0], first), &urgent, s.maxGroup)
+		group = group[:0]
+		if first != nil {
+			group = append(group, first)
+		}
+		group = s.take(group, &urgent, s.maxGroup)
 		// While retry notices arrive, a group holds few other batches: the
 		// next notice waits for at most this group's commit, and a user
 		// watches its countdown.
 		limit, now := s.maxGroup, time.Now()
-		if group[0].b.Urgent {
+		if len(group) > 0 && group[0].b.Urgent {
 			s.urgentUntil = now.Add(urgentSpell)
 		}
 		if now.Before(s.urgentUntil) {
 			limit = min(limit, len(group)+urgentGroupNormal)
 		}
+		n := min(len(displaced), max(limit-len(group), 0))
+		group, displaced = append(group, displaced[:n]...), displaced[n:]
 		group = s.take(group, &normal, limit)
-		s.commitGroup(group)
+		displaced = append(displaced[:len(displaced):len(displaced)], s.commitGroup(group, &urgent)...)
 		clear(group) // let finished batches be collected
 	}
 }
@@ -130,7 +141,8 @@ func (s *Store) take(group []*commitReq, queue *chan *commitReq, limit int) []*c
 }
 
 // commitGroup writes a group in one transaction and answers every
-// request. A batch that fails must leave nothing behind while its
+// request it wrote; it returns the batches it displaced, untouched, for
+// the next group. A batch that fails must leave nothing behind while its
 // neighbours land: a stale sequence is found against the heads before
 // anything is written, and any other failure of a batch (a command id
 // already in the ledger) abandons the transaction, and the group is
@@ -138,40 +150,72 @@ func (s *Store) take(group []*commitReq, queue *chan *commitReq, limit int) []*c
 // less than a savepoint around every batch, which SQLite pays for with a
 // copy of every page the batch touches. Statements run under a background
 // context: a caller's cancellation must not abort its neighbours' writes.
-func (s *Store) commitGroup(group []*commitReq) {
-	errs := make([]error, len(group))
-	defer func() {
-		for i, r := range group {
-			r.done <- errs[i]
-		}
-	}()
-	live := 0
-	for i, r := range group {
+func (s *Store) commitGroup(group []*commitReq, urgent *chan *commitReq) (displaced []*commitReq) {
+	live := group[:0]
+	for _, r := range group {
 		if err := r.ctx.Err(); err != nil {
-			errs[i] = err
+			r.done <- err
 			continue
 		}
 		if isEmpty(r.b) {
-			continue // nothing to write, nothing to conflict with
+			r.done <- nil // nothing to write, nothing to conflict with
+			continue
 		}
-		live++
+		live = append(live, r)
 	}
-	if live == 0 {
-		return
+	if len(live) == 0 {
+		return nil
 	}
+	g := &pendingGroup{reqs: live, errs: make([]error, len(live)), urgent: urgent}
+	defer func() {
+		for i, r := range g.reqs {
+			r.done <- g.errs[i]
+		}
+	}()
 	if s.onCommit != nil {
 		began := time.Now()
 		s.groupPages = 0
-		defer func() { s.onCommit(GroupCommit{Batches: live, Took: time.Since(began), Pages: s.groupPages}) }()
+		defer func() { s.onCommit(GroupCommit{Batches: len(g.reqs), Took: time.Since(began), Pages: s.groupPages}) }()
 	}
-	for s.writeGroup(group, errs) {
+	for s.writeGroup(g) {
 	}
+	return g.displaced
 }
 
-// writeGroup makes one attempt at writing the batches of group that have
-// not failed, recording failures in errs. It reports whether the group
-// must be written again: a batch failed other than by a stale sequence.
-func (s *Store) writeGroup(group []*commitReq, errs []error) (again bool) {
+// pendingGroup is a group on its way to the log.
+type pendingGroup struct {
+	reqs []*commitReq
+	errs []error // what became of each of reqs
+	// urgent is the writer's urgent queue until the group has let urgent
+	// batches in (once): nil after that.
+	urgent *chan *commitReq
+	// displaced are batches taken for the group and left for the next one
+	// when urgent batches came while it was written.
+	displaced []*commitReq
+}
+
+// letUrgentIn makes urgent batches that arrived while the group was being
+// written its next ones, in place of reqs[i:], which wait for the next
+// group: a retry notice waits for the batch being written and the commit,
+// not for the rest of a group of up to maxGroup admissions and then a
+// group of its own. It reports whether it did.
+func (g *pendingGroup) letUrgentIn(s *Store, i int) bool {
+	if g.urgent == nil || *g.urgent == nil || len(*g.urgent) == 0 || g.reqs[i].b.Urgent {
+		return false
+	}
+	queue := g.urgent
+	g.urgent = nil // once: a group written again keeps its batches
+	g.displaced = slices.Clone(g.reqs[i:])
+	g.reqs = s.take(g.reqs[:i], queue, max(s.maxGroup, i+1))
+	g.errs = append(g.errs[:i], make([]error, len(g.reqs)-i)...)
+	s.urgentUntil = time.Now().Add(urgentSpell)
+	return true
+}
+
+// writeGroup makes one attempt at writing the batches of g that have not
+// failed, recording failures in g.errs. It reports whether the group must
+// be written again: a batch failed other than by a stale sequence.
+func (s *Store) writeGroup(g *pendingGroup) (again bool) {
 	ctx := context.Background()
 	// fail gives err to every batch that has not already failed on its own,
 	// after abandoning the transaction.
@@ -179,9 +223,9 @@ func (s *Store) writeGroup(group []*commitReq, errs []error) (again bool) {
 		_, _ = s.w.rollback.ExecContext(ctx) // may fail: SQLite can roll back by itself on I/O errors
 		clear(s.heads)                       // what was written is unknown now
 		s.noteWriteFailure(err)
-		for i := range errs {
-			if errs[i] == nil {
-				errs[i] = fmt.Errorf("sqlite: commit: %w", err)
+		for i := range g.errs {
+			if g.errs[i] == nil {
+				g.errs[i] = fmt.Errorf("sqlite: commit: %w", err)
 			}
 		}
 		return false
@@ -191,13 +235,20 @@ func (s *Store) writeGroup(group []*commitReq, errs []error) (again bool) {
 	}
 	heads := make(map[string]int64) // session → head within this transaction
 	now := time.Now()               // the CreatedAt of commands that have none
-	for i, r := range group {
-		if errs[i] != nil || isEmpty(r.b) {
+	for i := 0; i < len(g.reqs); i++ {
+		if s.beforeBatch != nil {
+			s.beforeBatch(i)
+		}
+		if i > 0 && g.letUrgentIn(s, i) && i == len(g.reqs) {
+			break // defensive: the queue held a batch, so take finds one
+		}
+		r := g.reqs[i]
+		if g.errs[i] != nil {
 			continue
 		}
 		newHead, wrote, err := s.apply(ctx, r.b, heads, now)
 		if err != nil {
-			errs[i] = err
+			g.errs[i] = err
 			delete(s.heads, r.b.SessionID) // read it again next time
 			if wrote || !errors.Is(err, store.ErrConflict) {
 				// Part of the batch is written, or a statement failed,
@@ -219,7 +270,7 @@ func (s *Store) writeGroup(group []*commitReq, errs []error) (again bool) {
 	if _, err := s.w.commit.ExecContext(ctx); err != nil {
 		return fail(err)
 	}
-	s.noteHealth(group, errs)
+	s.noteHealth(g.reqs, g.errs)
 	s.notePagesWritten()
 	if len(s.heads)+len(heads) > maxCachedHeads {
 		clear(s.heads)

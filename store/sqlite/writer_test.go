@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -502,5 +503,98 @@ func TestHealthFollowsTheWrites(t *testing.T) {
 	}
 	if err := s.Healthy(); err != nil {
 		t.Fatalf("after a write landed: unhealthy: %v", err)
+	}
+}
+
+// A retry notice (an urgent batch) that arrives while a group is being
+// written goes into that group's commit, in place of the batches not yet
+// written, which go in the next group: the notice waits for the batch
+// being written, not for the rest of the group and then a group of its
+// own. Everything lands, each batch once.
+func TestUrgentBatchJoinsTheGroupUnderWay(t *testing.T) {
+	ctx := context.Background()
+	const n = 8
+	gate := make(chan struct{})
+	groups := make(chan int, 3) // the priming group's size, then the next two
+	var landed []string         // what the group under way had committed, read as it did
+	var s *Store
+	nth := 0
+	s, err := Open(filepath.Join(t.TempDir(), "mspd.db"), WithCommitObserver(func(g GroupCommit) {
+		if nth++; nth == 2 { // the group under way, after its COMMIT
+			for _, id := range []string{"notice", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"} {
+				if head, err := s.Head(ctx, id); err == nil && head == 1 {
+					landed = append(landed, id)
+				}
+			}
+		}
+		select {
+		case groups <- g.Batches:
+		default:
+		}
+		<-gate // hold the writer until the next group is queued whole
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	batch := func(id string, urgent bool) store.Batch {
+		return store.Batch{SessionID: id, Urgent: urgent,
+			Records: []store.Record{{Seq: 1, Method: "m", Params: []byte(`{}`)}}}
+	}
+	primed := make(chan error, 1)
+	go func() { primed <- s.Commit(ctx, batch("prime", false)) }()
+	if got := <-groups; got != 1 {
+		t.Fatalf("priming group of %d batches", got)
+	}
+	done := make(chan struct{}, n+1)
+	for i := range n {
+		go func() {
+			if err := s.Commit(ctx, batch(fmt.Sprintf("s%d", i), false)); err != nil {
+				t.Error(err)
+			}
+			done <- struct{}{}
+		}()
+	}
+	for len(s.reqs) < n { // a condition, not a time: every batch queued
+		runtime.Gosched()
+	}
+	// While the group of n is written, at its second batch, a notice comes.
+	var once sync.Once
+	s.beforeBatch = func(i int) {
+		if i != 1 {
+			return
+		}
+		once.Do(func() {
+			go func() {
+				if err := s.Commit(ctx, batch("notice", true)); err != nil {
+					t.Error(err)
+				}
+				done <- struct{}{}
+			}()
+			for len(s.urgent) == 0 {
+				runtime.Gosched()
+			}
+		})
+	}
+	close(gate)
+	if err := <-primed; err != nil {
+		t.Fatal(err)
+	}
+	if got := <-groups; got != 2 {
+		t.Errorf("the group under way committed %d batches, want 2: its first and the notice", got)
+	}
+	if got := <-groups; got != n-1 {
+		t.Errorf("the next group committed %d batches, want the %d the notice displaced", got, n-1)
+	}
+	for range n + 1 {
+		<-done
+	}
+	if len(landed) != 2 || landed[0] != "notice" {
+		t.Errorf("the group under way committed %v; want the notice and the one batch written before it came", landed)
+	}
+	for i := range n {
+		if head, err := s.Head(ctx, fmt.Sprintf("s%d", i)); err != nil || head != 1 {
+			t.Errorf("s%d: head %d, %v; want its one record", i, head, err)
+		}
 	}
 }
