@@ -124,14 +124,20 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if err := s.markErasing(ctx, id); err != nil {
 		return fmt.Errorf("jetstream: delete session %q: marking it erased: %w", id, err)
 	}
-	if err := s.purge(ctx, s.subj.log(id)); err != nil {
-		return fmt.Errorf("jetstream: delete session %q: %w", id, err)
-	}
+	purged := s.purge(ctx, s.subj.log(id))
 	// A writer fenced only by the head (a leader whose lease lapsed) may
 	// have overwritten the tombstone before the log went; once it has gone
 	// every fenced commit fails, so marking again now makes the mark hold.
+	// Marked even when the purge reports a failure: it may have landed
+	// with its answer lost.
 	if err := s.markErasing(ctx, id); err != nil {
+		if purged != nil {
+			return fmt.Errorf("jetstream: delete session %q: %w", id, errors.Join(purged, err))
+		}
 		return fmt.Errorf("jetstream: delete session %q: marking it erased: %w", id, err)
+	}
+	if purged != nil {
+		return fmt.Errorf("jetstream: delete session %q: %w", id, purged)
 	}
 	for _, filter := range []string{s.subj.commandsOf(id), s.subj.row(id)} {
 		if err := s.purge(ctx, filter); err != nil {

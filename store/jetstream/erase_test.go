@@ -112,3 +112,38 @@ func TestCommitBeforeTheLogsPurgeDoesNotReviveTheRow(t *testing.T) {
 		t.Errorf("after an erasure cut short past the log's purge: Session = live (Erasing false), Head = %d, %v: a live session whose log has gone", head, herr)
 	}
 }
+
+// As above, but the log's purge lands and its answer is lost: the erasure
+// hears a failure, yet the log has gone, so the row must read Erasing.
+func TestCommitBeforeALostLogPurgeDoesNotReviveTheRow(t *testing.T) {
+	srv := startServer(t, t.TempDir())
+	s := connect(t, srv.ClientURL(), msjs.Options{})
+	at := time.Unix(1_700_000_000, 0).UTC()
+	row := &store.Session{ID: "x", CreatedAt: at, UpdatedAt: at, State: []byte(`{"owner":"alice"}`)}
+	mustCommit(t, s, store.Batch{SessionID: "x", Session: row,
+		Records: []store.Record{{Seq: 1, Method: "m", Params: []byte(`1`)}}})
+	lost := errors.New("purge log: context deadline exceeded")
+	msjs.FailPurges(s, func(filter string) error {
+		if filter != msjs.LogFilter(s, "x") {
+			return nil
+		}
+		later := *row
+		later.UpdatedAt = at.Add(time.Second)
+		head := int64(1)
+		if err := s.Commit(t.Context(), store.Batch{SessionID: "x", Session: &later, AtHead: &head}); err != nil {
+			t.Errorf("the concurrent commit: %v", err)
+		}
+		if err := msjs.PurgeNow(t.Context(), s, filter); err != nil {
+			t.Fatalf("purging the log: %v", err)
+		}
+		return lost // landed, but its answer did not come
+	})
+	if err := s.DeleteSession(t.Context(), "x"); !errors.Is(err, lost) {
+		t.Fatalf("DeleteSession = %v, want the purge's failure", err)
+	}
+	got, err := s.Session(t.Context(), "x")
+	head, herr := s.Head(t.Context(), "x")
+	if err == nil && !got.Erasing {
+		t.Errorf("after a log purge that landed unheard: Session = live (Erasing false), Head = %d, %v: a live session whose log has gone", head, herr)
+	}
+}

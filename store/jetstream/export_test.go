@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"mspd/store"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // CommitAt commits b as though the session's head were record seq at
@@ -36,3 +38,9 @@ func FailPurges(s *Store, fail func(filter string) error) { s.purgeFault = fail 
 
 // LogFilter is the filter that matches every page of a session's log.
 func LogFilter(s *Store, id string) string { return s.subj.log(id) }
+
+// PurgeNow purges filter at once, whatever FailPurges says: a purge that
+// lands though its caller hears a failure (its answer lost).
+func PurgeNow(ctx context.Context, s *Store, filter string) error {
+	return s.stream.Purge(ctx, jetstream.WithPurgeSubject(filter))
+}
