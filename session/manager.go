@@ -114,8 +114,10 @@ type Manager struct {
 // loading is a session being or having been loaded.
 type loading struct {
 	done chan struct{}
-	s    *session
-	err  error
+	// s and err are what the load read, set once under Manager.mu before
+	// done is closed: read them after done, or under Manager.mu.
+	s   *session
+	err error
 	// pins counts callers using s right now and lastUsed when the last
 	// one let go; both guarded by Manager.mu. A session is unloaded only
 	// when unpinned, unsubscribed and idle (see sweep).
@@ -427,13 +429,15 @@ func (m *Manager) load(ctx context.Context, id string) (s *session, release func
 	}
 	if !ok {
 		// Loaded for every caller waiting on it, so not cut short when
-		// this one's request ends.
-		l.s, l.err = m.read(context.WithoutCancel(ctx), id)
-		if l.err != nil {
-			m.mu.Lock()
+		// this one's request ends; published under m.mu, which Close,
+		// CancelRunning and forget walk the entries under.
+		s, err := m.read(context.WithoutCancel(ctx), id)
+		m.mu.Lock()
+		l.s, l.err = s, err
+		if err != nil {
 			delete(m.sessions, id) // let a later call try again
-			m.mu.Unlock()
 		}
+		m.mu.Unlock()
 		close(l.done)
 	} else {
 		select {
