@@ -49,7 +49,7 @@ func TestWalkingSessionsWhileOneLoads(t *testing.T) {
 	<-held.entered
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); m.CancelRunning() }() // reads the entry
+	go func() { defer wg.Done(); m.CancelRunning() }()   // reads the entry
 	go func() { defer wg.Done(); close(held.release) }() // lets the load write it, unordered with the read
 	wg.Wait()
 	if err := <-loaded; err != nil {
