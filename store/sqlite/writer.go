@@ -167,17 +167,21 @@ func (s *Store) commitGroup(group []*commitReq, urgent *chan *commitReq) (displa
 		return nil
 	}
 	g := &pendingGroup{reqs: live, errs: make([]error, len(live)), urgent: urgent}
-	defer func() {
-		for i, r := range g.reqs {
-			r.done <- g.errs[i]
-		}
-	}()
-	if s.onCommit != nil {
-		began := time.Now()
-		s.groupPages = 0
-		defer func() { s.onCommit(GroupCommit{Batches: len(g.reqs), Took: time.Since(began), Pages: s.groupPages}) }()
-	}
+	began := time.Now()
+	s.groupPages = 0
 	for s.writeGroup(g) {
+	}
+	// Answered as soon as the COMMIT returns: the log's bookkeeping, and
+	// the checkpoint's tail it may copy (milliseconds), need not delay
+	// them.
+	for i, r := range g.reqs {
+		r.done <- g.errs[i]
+	}
+	if g.committed {
+		s.notePagesWritten()
+	}
+	if s.onCommit != nil {
+		s.onCommit(GroupCommit{Batches: len(g.reqs), Took: time.Since(began), Pages: s.groupPages})
 	}
 	return g.displaced
 }
@@ -192,6 +196,7 @@ type pendingGroup struct {
 	// displaced are batches taken for the group and left for the next one
 	// when urgent batches came while it was written.
 	displaced []*commitReq
+	committed bool // its COMMIT returned
 }
 
 // letUrgentIn makes urgent batches that arrived while the group was being
@@ -271,7 +276,7 @@ func (s *Store) writeGroup(g *pendingGroup) (again bool) {
 		return fail(err)
 	}
 	s.noteHealth(g.reqs, g.errs)
-	s.notePagesWritten()
+	g.committed = true
 	if len(s.heads)+len(heads) > maxCachedHeads {
 		clear(s.heads)
 	}

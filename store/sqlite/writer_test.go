@@ -598,3 +598,47 @@ func TestUrgentBatchJoinsTheGroupUnderWay(t *testing.T) {
 		}
 	}
 }
+
+// A group's callers are answered as soon as its COMMIT returns, before
+// the writer copies the tail of a background checkpoint (milliseconds of
+// the writer's time that need not delay them). Without that order the
+// observer below waits for a commit that is answered only after it
+// returns, and the test deadlocks (go test's -timeout reports it).
+func TestCommitAnsweredBeforeTheCheckpointTail(t *testing.T) {
+	ctx := context.Background()
+	background := make(chan struct{}, 1)
+	var second atomic.Pointer[chan struct{}] // closed when the second commit returns
+	s, err := Open(filepath.Join(t.TempDir(), "mspd.db"), WithCheckpointPages(1), WithCheckpointObserver(func(c Checkpoint) {
+		switch c.Kind {
+		case CheckpointBackground:
+			select {
+			case background <- struct{}{}:
+			default:
+			}
+		case CheckpointTail:
+			if done := second.Load(); done != nil {
+				<-*done // the commit that led to this tail has been answered
+			}
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	commit := func(seq int64) error {
+		return s.Commit(ctx, store.Batch{SessionID: "s", Records: []store.Record{{Seq: seq, Method: "m", Params: []byte(`{}`)}}})
+	}
+	if err := commit(1); err != nil {
+		t.Fatal(err)
+	}
+	<-background // ran beside the writer: the next group copies its tail
+	done := make(chan struct{})
+	second.Store(&done)
+	if err := commit(2); err != nil {
+		t.Fatal(err)
+	}
+	close(done)
+	if head, err := s.Head(ctx, "s"); err != nil || head != 2 {
+		t.Fatalf("head %d, %v; want 2", head, err)
+	}
+}
