@@ -83,15 +83,18 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 // is asked again, as publish asks again, within CommitTimeout and ctx: a
 // rolling restart is a pause for a turn, not its failure.
 func (s *Store) commitHead(ctx context.Context, sessionID string) (headPos, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CommitTimeout)
+	bounded, cancel := context.WithTimeout(ctx, s.opts.CommitTimeout)
 	defer cancel()
 	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
-		h, err := s.head(ctx, sessionID)
+		h, err := s.head(bounded, sessionID)
 		if v, _ := judge(err); v != retry {
 			return h, err
 		}
 		select {
-		case <-ctx.Done():
+		case <-bounded.Done():
+			if ctx.Err() == nil { // the stream, not the caller, ran out of time
+				s.health.Failed(errNoAnswer)
+			}
 			return h, err
 		case <-time.After(pause):
 		}
@@ -196,8 +199,10 @@ func (s *Store) publishAfter(ctx context.Context, msgs []*nats.Msg, unknown bool
 		unknown = unknown || maybeLanded
 		switch verdict {
 		case landed:
+			s.health.Wrote()
 			return nil
 		case conflicted:
+			s.health.Wrote() // the stream answered: it takes writes
 			return fmt.Errorf("%w: %v", store.ErrConflict, err)
 		case failed:
 			if unknown {
@@ -207,6 +212,9 @@ func (s *Store) publishAfter(ctx context.Context, msgs []*nats.Msg, unknown bool
 		}
 		select {
 		case <-ctx.Done():
+			// Asked again for CommitTimeout, never answered (no leader,
+			// no quorum, no server): the node should take no new clients.
+			s.health.Failed(errNoAnswer)
 			if unknown {
 				return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 			}
@@ -254,6 +262,10 @@ func (s *Store) send(ctx context.Context, msgs []*nats.Msg, resend bool) error {
 	_, err := s.js.PublishMsg(ctx, last)
 	return err
 }
+
+// errNoAnswer is what Healthy says after a commit ran out of time asking
+// the stream: no session is named, since /readyz shows it to anyone.
+var errNoAnswer = errors.New("jetstream: writes are failing: the stream has not answered a commit within the commit timeout (no leader or no quorum?)")
 
 type verdict int
 

@@ -3,6 +3,7 @@ package jetstream_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,4 +108,39 @@ func TestHealthFollowsTheConnection(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A stream that has lost its quorum leaves the survivor's connection up
+// but answers no commit: once one has run out of time the store says so
+// (/readyz takes the node out of rotation), naming no session. A commit
+// that the stream answers, even with a conflict, says it writes.
+func TestHealthFollowsTheStreamsQuorum(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	servers := startClusterServers(t)
+	opts := msjs.Options{Stream: "QUORUM", Subject: "quorum", Replicas: 3, Timeout: 200 * time.Millisecond, CommitTimeout: time.Second}
+	s := connect(t, servers[0].ClientURL(), opts)
+	batch := func(seq int64) store.Batch {
+		return store.Batch{SessionID: "secret-session", Records: []store.Record{{Seq: seq, Method: "m", Params: []byte(`{}`)}}}
+	}
+	mustCommit(t, s, batch(1))
+	if err := s.Commit(t.Context(), batch(5)); !isConflict(err) {
+		t.Fatalf("a stale sequence: %v, want a conflict", err)
+	}
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("with the cluster whole, after a conflict: %v", err)
+	}
+	shutdown(servers[1])
+	shutdown(servers[2])
+	if err := s.Commit(t.Context(), batch(2)); err == nil {
+		t.Fatal("a commit with one server of three landed")
+	}
+	err := s.Healthy()
+	if err == nil {
+		t.Fatal("healthy after a commit ran out of time with the quorum gone")
+	}
+	if strings.Contains(err.Error(), "secret-session") || strings.Contains(err.Error(), "connection") {
+		t.Errorf("Healthy() = %q: want the stream's silence, no session named", err)
+	}
 }

@@ -104,6 +104,8 @@ type Store struct {
 	ownConn bool
 	// purgeFault, set by tests, fails the purges it returns an error for.
 	purgeFault func(filter string) error
+	// health remembers a commit that ran out of time (Healthy).
+	health store.WriteHealth
 
 	// mu orders Close against the operations under way: they hold it for
 	// reading from start to end, Close takes it for writing.
@@ -212,12 +214,14 @@ func (s *Store) enter() (func(), error) {
 }
 
 // Healthy implements store.Health: without its NATS connection (lost, and
-// being retried) no commit can land.
+// being retried) no commit can land; with it, a stream that has left a
+// commit unanswered for CommitTimeout (no leader, no quorum) takes none
+// either, until one lands or store.HealthMemory passes.
 func (s *Store) Healthy() error {
 	if st := s.nc.Status(); st != nats.CONNECTED {
 		return fmt.Errorf("jetstream: the NATS connection is %s", st)
 	}
-	return nil
+	return s.health.Err()
 }
 
 // Close waits for the operations under way, then refuses new ones. It

@@ -167,15 +167,15 @@ type Store struct {
 	// writer's alone, so unguarded.
 	heads map[string]int64
 
-	onCheckpoint    func(Checkpoint)             // nil: none
-	ckptMu          sync.Mutex                   // one checkpoint at a time
-	ckptDue         chan struct{}                // cap 1: a checkpoint is asked for
-	ckptDone        chan struct{}                // closed when the checkpoint goroutine ends
-	checkpointPages int                          // pages written between two asks (WithCheckpointPages)
-	walPages        int                          // written to the log since the last ask; the writer's
-	groupPages      int                          // written to the log by the group commit under way; the writer's
-	ckptRan         atomic.Bool                  // a checkpoint beside the writer has run: the writer copies the tail
-	writeErr        atomic.Pointer[writeFailure] // why the last writes failed (Healthy); nil once one lands
+	onCheckpoint    func(Checkpoint)  // nil: none
+	ckptMu          sync.Mutex        // one checkpoint at a time
+	ckptDue         chan struct{}     // cap 1: a checkpoint is asked for
+	ckptDone        chan struct{}     // closed when the checkpoint goroutine ends
+	checkpointPages int               // pages written between two asks (WithCheckpointPages)
+	walPages        int               // written to the log since the last ask; the writer's
+	groupPages      int               // written to the log by the group commit under way; the writer's
+	ckptRan         atomic.Bool       // a checkpoint beside the writer has run: the writer copies the tail
+	health          store.WriteHealth // why the last writes failed (Healthy)
 
 	// mu orders Close against Commit's enqueue: Commit sends under RLock,
 	// Close closes reqs and urgent under Lock, so nothing sends on a

@@ -293,7 +293,7 @@ func (s *Store) noteHealth(group []*commitReq, errs []error) {
 	for i, r := range group {
 		switch err := errs[i]; {
 		case err == nil && !isEmpty(r.b):
-			s.writeErr.Store(nil)
+			s.health.Wrote()
 			return
 		case err != nil && !errors.Is(err, store.ErrConflict) && r.ctx.Err() == nil:
 			failure = err
@@ -304,22 +304,10 @@ func (s *Store) noteHealth(group []*commitReq, errs []error) {
 	}
 }
 
-// writeFailure is why the store's writes fail, as Healthy reports it.
-type writeFailure struct {
-	reason error
-	at     time.Time
-}
-
-// healthMemory is how long a failed write keeps the store unhealthy when
-// nothing is written after it. A node out of rotation may get no writes
-// to tell it the disk has room again; past this it takes clients, and
-// their first write tells again.
-const healthMemory = 30 * time.Second
-
 // noteWriteFailure records err as why writes fail. The reason names no
 // session or command: /readyz, which anyone may ask, shows it.
 func (s *Store) noteWriteFailure(err error) {
-	s.writeErr.Store(&writeFailure{reason: healthReason(err), at: time.Now()})
+	s.health.Failed(healthReason(err))
 }
 
 // healthReason is err without what it names: SQLite's result code.
@@ -348,10 +336,7 @@ func rolledBackAlready(err error) bool {
 // Healthy implements store.Health: why the last writes failed, when
 // nothing has been written since and they failed lately.
 func (s *Store) Healthy() error {
-	if f := s.writeErr.Load(); f != nil && time.Since(f.at) < healthMemory {
-		return f.reason
-	}
-	return nil
+	return s.health.Err()
 }
 
 // maxCachedHeads bounds the writer's memory of session heads; past it the
@@ -471,7 +456,7 @@ func (s *Store) runTask(ctx context.Context, run func() taskResult) (int, error)
 		// A task is a write too: an erasure that frees room tells that
 		// the store writes again, as a client's batch would.
 		if res.err == nil {
-			s.writeErr.Store(nil)
+			s.health.Wrote()
 		} else {
 			s.noteWriteFailure(res.err)
 		}
