@@ -120,18 +120,26 @@ func TestHalfErasedSessionStaysDeletedAcrossUnloadAndRestart(t *testing.T) {
 	}
 }
 
+// followedTurn starts a session on node a, runs a turn there (a leads it)
+// and has node b follow it to the turn's end, with text as the user's.
+func followedTurn(t *testing.T, a, b *Manager, text string) (sid string, onB *recSub) {
+	t.Helper()
+	onA := newRecSub()
+	sid = startSession(t, a, onA)
+	done := runTurn(t, a, onA, textTurn(sid, text))
+	onB = newRecSub()
+	subscribe(t, b, onB, sid)
+	onB.waitTerminal(t, done.TurnID)
+	return sid, onB
+}
+
 // halfEraseOnLeader cuts short on node a the erasure of a session that
 // node b follows.
 func halfEraseOnLeader(t *testing.T) (a, b *Manager, st cutShortErasure, sid string) {
 	t.Helper()
 	st = newCutShortErasure(t)
 	_, a, b = twoNodes(t, st, newHistModel())
-	onA := newRecSub()
-	sid = startSession(t, a, onA)
-	done := runTurn(t, a, onA, textTurn(sid, "hello")) // a leads
-	onB := newRecSub()
-	subscribe(t, b, onB, sid)
-	onB.waitTerminal(t, done.TurnID)
+	sid, onB := followedTurn(t, a, b, "hello")
 	deleteNow(t, a, sid)
 	_, err := a.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid}))
 	wantNotFound(t, "session/read of a half-erased session on its leader", err)
@@ -177,12 +185,7 @@ func TestTombstonedSessionIsNotRevived(t *testing.T) {
 func TestFollowerHearsTheHalfErasedSessionFinished(t *testing.T) {
 	st := newCutShortErasure(t)
 	_, a, b := twoNodes(t, st, newHistModel())
-	onA := newRecSub()
-	sid := startSession(t, a, onA)
-	done := runTurn(t, a, onA, textTurn(sid, "hello"))
-	onB := newRecSub()
-	subscribe(t, b, onB, sid)
-	onB.waitTerminal(t, done.TurnID)
+	sid, onB := followedTurn(t, a, b, "hello")
 	deleteNow(t, a, sid) // cut short: half-erased
 	onB.waitCount(t, msp.NotifySessionDeleteCompleted, 1)
 	// The follower finds it half-erased (as settle would, at once).
@@ -238,12 +241,7 @@ func TestFollowerServesNothingOfASessionItIsUnsureIsWhole(t *testing.T) {
 	t.Cleanup(a.Close)
 	b := h.startNode(t, "b", bStore, newHistModel())
 	t.Cleanup(b.Close)
-	onA := newRecSub()
-	sid := startSession(t, a, onA)
-	done := runTurn(t, a, onA, textTurn(sid, "a secret the user erases"))
-	onB := newRecSub()
-	subscribe(t, b, onB, sid)
-	onB.waitTerminal(t, done.TurnID)
+	sid, _ := followedTurn(t, a, b, "a secret the user erases")
 
 	bStore.fail.Store(true)
 	deleteNow(t, a, sid) // cut short: half-erased; b's settle read fails
@@ -307,12 +305,7 @@ func TestLoadedTombstoneIsUnloadedWhenIdle(t *testing.T) {
 func TestErasedSessionLeavesNoLeaseNorFollow(t *testing.T) {
 	st := openStore(t)
 	h, a, b := twoNodes(t, st, newHistModel())
-	onA := newRecSub()
-	sid := startSession(t, a, onA)
-	done := runTurn(t, a, onA, textTurn(sid, "hello"))
-	onB := newRecSub()
-	subscribe(t, b, onB, sid)
-	onB.waitTerminal(t, done.TurnID)
+	sid, onB := followedTurn(t, a, b, "hello")
 	deleteNow(t, a, sid)
 	onB.waitCount(t, msp.NotifySessionDeleteCompleted, 1)
 	waitForgotten(t, a, sid)

@@ -76,56 +76,22 @@ func TestErasureCutShortReadsBackErasing(t *testing.T) {
 	}
 }
 
-// A fenced commit (records, or AtHead, as the session layer writes) that
-// lands between the tombstone and the log's purge overwrites the
-// tombstone with a live row. If the erasure is then cut short, the row
-// must still read back Erasing, never as a live session whose log has
-// gone.
-func TestCommitBeforeTheLogsPurgeDoesNotReviveTheRow(t *testing.T) {
+// eraseWhileAFencedCommitLands erases session "x" of a new store while,
+// at the log's purge, another writer of it (a leader whose lease lapsed,
+// fenced only by the head) commits a live row over the tombstone. Then
+// logPurge does the log's purge, or not, and answers for it; every other
+// purge answers others. It returns the store and DeleteSession's error.
+func eraseWhileAFencedCommitLands(t *testing.T, logPurge func(s *msjs.Store, filter string) error, others error) (*msjs.Store, error) {
+	t.Helper()
 	srv := startServer(t, t.TempDir())
 	s := connect(t, srv.ClientURL(), msjs.Options{})
 	at := time.Unix(1_700_000_000, 0).UTC()
 	row := &store.Session{ID: "x", CreatedAt: at, UpdatedAt: at, State: []byte(`{"owner":"alice"}`)}
 	mustCommit(t, s, store.Batch{SessionID: "x", Session: row,
 		Records: []store.Record{{Seq: 1, Method: "m", Params: []byte(`1`)}}})
-	cut := errors.New("purge cut short")
-	msjs.FailPurges(s, func(filter string) error {
-		if filter == msjs.LogFilter(s, "x") {
-			// Another writer of the session (a leader whose lease lapsed,
-			// fenced only by the head) commits now, after the tombstone.
-			later := *row
-			later.UpdatedAt = at.Add(time.Second)
-			head := int64(1)
-			if err := s.Commit(t.Context(), store.Batch{SessionID: "x", Session: &later, AtHead: &head}); err != nil {
-				t.Errorf("the concurrent commit: %v", err)
-			}
-			return nil // the log goes
-		}
-		return cut // the ledger's purge, or the row's, is cut short
-	})
-	if err := s.DeleteSession(t.Context(), "x"); !errors.Is(err, cut) {
-		t.Fatalf("DeleteSession = %v, want the purge's failure", err)
-	}
-	got, err := s.Session(t.Context(), "x")
-	head, herr := s.Head(t.Context(), "x")
-	if err == nil && !got.Erasing {
-		t.Errorf("after an erasure cut short past the log's purge: Session = live (Erasing false), Head = %d, %v: a live session whose log has gone", head, herr)
-	}
-}
-
-// As above, but the log's purge lands and its answer is lost: the erasure
-// hears a failure, yet the log has gone, so the row must read Erasing.
-func TestCommitBeforeALostLogPurgeDoesNotReviveTheRow(t *testing.T) {
-	srv := startServer(t, t.TempDir())
-	s := connect(t, srv.ClientURL(), msjs.Options{})
-	at := time.Unix(1_700_000_000, 0).UTC()
-	row := &store.Session{ID: "x", CreatedAt: at, UpdatedAt: at, State: []byte(`{"owner":"alice"}`)}
-	mustCommit(t, s, store.Batch{SessionID: "x", Session: row,
-		Records: []store.Record{{Seq: 1, Method: "m", Params: []byte(`1`)}}})
-	lost := errors.New("purge log: context deadline exceeded")
 	msjs.FailPurges(s, func(filter string) error {
 		if filter != msjs.LogFilter(s, "x") {
-			return nil
+			return others
 		}
 		later := *row
 		later.UpdatedAt = at.Add(time.Second)
@@ -133,17 +99,47 @@ func TestCommitBeforeALostLogPurgeDoesNotReviveTheRow(t *testing.T) {
 		if err := s.Commit(t.Context(), store.Batch{SessionID: "x", Session: &later, AtHead: &head}); err != nil {
 			t.Errorf("the concurrent commit: %v", err)
 		}
+		return logPurge(s, filter)
+	})
+	return s, s.DeleteSession(t.Context(), "x")
+}
+
+// wantErasing fails unless session "x" reads back Erasing (or gone),
+// never as a live session whose log has gone.
+func wantErasing(t *testing.T, s *msjs.Store, after string) {
+	t.Helper()
+	got, err := s.Session(t.Context(), "x")
+	head, herr := s.Head(t.Context(), "x")
+	if err == nil && !got.Erasing {
+		t.Errorf("after %s: Session = live (Erasing false), Head = %d, %v: a live session whose log has gone", after, head, herr)
+	}
+}
+
+// A fenced commit (records, or AtHead, as the session layer writes) that
+// lands between the tombstone and the log's purge overwrites the
+// tombstone with a live row. If the erasure is then cut short, the row
+// must still read back Erasing.
+func TestCommitBeforeTheLogsPurgeDoesNotReviveTheRow(t *testing.T) {
+	cut := errors.New("purge cut short")
+	s, err := eraseWhileAFencedCommitLands(t, func(*msjs.Store, string) error { return nil }, cut) // the log goes; the ledger's or the row's purge is cut short
+	if !errors.Is(err, cut) {
+		t.Fatalf("DeleteSession = %v, want the purge's failure", err)
+	}
+	wantErasing(t, s, "an erasure cut short past the log's purge")
+}
+
+// As above, but the log's purge lands and its answer is lost: the erasure
+// hears a failure, yet the log has gone, so the row must read Erasing.
+func TestCommitBeforeALostLogPurgeDoesNotReviveTheRow(t *testing.T) {
+	lost := errors.New("purge log: context deadline exceeded")
+	s, err := eraseWhileAFencedCommitLands(t, func(s *msjs.Store, filter string) error {
 		if err := msjs.PurgeNow(t.Context(), s, filter); err != nil {
 			t.Fatalf("purging the log: %v", err)
 		}
 		return lost // landed, but its answer did not come
-	})
-	if err := s.DeleteSession(t.Context(), "x"); !errors.Is(err, lost) {
+	}, nil)
+	if !errors.Is(err, lost) {
 		t.Fatalf("DeleteSession = %v, want the purge's failure", err)
 	}
-	got, err := s.Session(t.Context(), "x")
-	head, herr := s.Head(t.Context(), "x")
-	if err == nil && !got.Erasing {
-		t.Errorf("after a log purge that landed unheard: Session = live (Erasing false), Head = %d, %v: a live session whose log has gone", head, herr)
-	}
+	wantErasing(t, s, "a log purge that landed unheard")
 }
