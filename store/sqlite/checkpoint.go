@@ -74,9 +74,17 @@ func (s *Store) openCheckpoints(ctx context.Context, path string) error {
 // reported Blocked, and the next truncation empties the log.
 const truncateWait = 100 * time.Millisecond
 
-// notePagesWritten adds the pages the last commit wrote to the log, and
-// asks for a checkpoint every s.checkpointPages. Writer goroutine only,
-// between transactions.
+// countPagesWritten adds the pages the last commit wrote to the log.
+// Writer goroutine only, right after the COMMIT.
+func (s *Store) countPagesWritten() {
+	n := s.takePagesWritten()
+	s.walPages += n
+	s.groupPages += n
+}
+
+// notePagesWritten, after countPagesWritten and the answers, asks for a
+// checkpoint every s.checkpointPages. Writer goroutine only, between
+// transactions.
 //
 // SQLite starts the log over from its beginning only when a write begins
 // with every frame copied into the database file, and a checkpoint beside
@@ -88,9 +96,6 @@ func (s *Store) notePagesWritten() {
 	if s.ckptRan.Swap(false) {
 		_ = s.checkpoint(CheckpointTail)
 	}
-	n := s.takePagesWritten()
-	s.walPages += n
-	s.groupPages += n
 	if s.walPages < s.checkpointPages {
 		return
 	}

@@ -21,6 +21,10 @@ type commitReq struct {
 	ctx  context.Context
 	b    store.Batch
 	done chan error // buffered: the writer never blocks on a caller
+	// displaced is set once an urgent batch has displaced this one from a
+	// group: it is not displaced again (writer goroutine only), or while
+	// notices kept coming it might never be written.
+	displaced bool
 }
 
 // Commit implements store.Store. It returns when the batch is durable or
@@ -171,17 +175,20 @@ func (s *Store) commitGroup(group []*commitReq, urgent *chan *commitReq) (displa
 	s.groupPages = 0
 	for s.writeGroup(g) {
 	}
-	// Answered as soon as the COMMIT returns: the log's bookkeeping, and
-	// the checkpoint's tail it may copy (milliseconds), need not delay
-	// them.
+	if g.committed {
+		s.countPagesWritten()
+	}
+	// The observer runs before the answers (a caller answered finds its
+	// group counted); the checkpoint's tail (milliseconds) waits until
+	// after them.
+	if s.onCommit != nil {
+		s.onCommit(GroupCommit{Batches: len(g.reqs), Took: time.Since(began), Pages: s.groupPages})
+	}
 	for i, r := range g.reqs {
 		r.done <- g.errs[i]
 	}
 	if g.committed {
 		s.notePagesWritten()
-	}
-	if s.onCommit != nil {
-		s.onCommit(GroupCommit{Batches: len(g.reqs), Took: time.Since(began), Pages: s.groupPages})
 	}
 	return g.displaced
 }
@@ -205,12 +212,15 @@ type pendingGroup struct {
 // not for the rest of a group of up to maxGroup admissions and then a
 // group of its own. It reports whether it did.
 func (g *pendingGroup) letUrgentIn(s *Store, i int) bool {
-	if g.urgent == nil || *g.urgent == nil || len(*g.urgent) == 0 || g.reqs[i].b.Urgent {
+	if g.urgent == nil || *g.urgent == nil || len(*g.urgent) == 0 || g.reqs[i].b.Urgent || g.reqs[i].displaced {
 		return false
 	}
 	queue := g.urgent
-	g.urgent = nil // once: a group written again keeps its batches
+	g.urgent = nil // once
 	g.displaced = slices.Clone(g.reqs[i:])
+	for _, r := range g.displaced {
+		r.displaced = true
+	}
 	g.reqs = s.take(g.reqs[:i], queue, max(s.maxGroup, i+1))
 	g.errs = append(g.errs[:i], make([]error, len(g.reqs)-i)...)
 	s.urgentUntil = time.Now().Add(urgentSpell)
@@ -264,6 +274,10 @@ func (s *Store) writeGroup(g *pendingGroup) (again bool) {
 				if _, err := s.w.rollback.ExecContext(ctx); err != nil && !rolledBackAlready(err) {
 					return fail(err)
 				}
+				// Written again as it is: letting urgent batches in now
+				// would displace the batches that failed, forget their
+				// answers and write them again in the next group.
+				g.urgent = nil
 				return true
 			}
 			continue // a stale sequence: nothing of it was written
