@@ -35,9 +35,11 @@
 // fsync per Commit. Batches marked Urgent (retry notices) wait in a queue
 // of their own that the writer empties first. One that arrives while a
 // group is being written joins that group at the next batch, in place of
-// the batches not yet written, which go first in the next group: a burst
-// of new turns delays a notice by one batch and a commit, not by the rest
-// of a group of up to 256 and then a group of its own. For 100 ms after
+// the batches not yet written, which go first in the next group (a batch
+// is displaced at most once, so admissions land while notices keep
+// coming): a burst of new turns delays a notice by one batch and a
+// commit, not by the rest of a group of up to 256 and then a group of its
+// own. For 100 ms after
 // an urgent batch, a group takes at most 32 other batches besides the
 // urgent ones, so that while notices keep coming (many turns backing off
 // at once) that group is a small one.
