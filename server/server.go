@@ -118,6 +118,7 @@ type Server struct {
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	wg       sync.WaitGroup
+	shutDown bool           // Shutdown has begun: no connection joins wg (guarded by mu)
 	workers  *workpool.Pool // handle the frames of every connection
 }
 
@@ -310,8 +311,9 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	// is served on a goroutine of its own, so that this one returns and
 	// net/http lets go of the request, its headers and the stack that
 	// parsed them: an idle connection keeps only what it needs.
-	c := s.open(session.WithPrincipal(context.WithoutCancel(r.Context()), principal), t, log)
-	go s.serveConn(c)
+	if c := s.open(session.WithPrincipal(context.WithoutCancel(r.Context()), principal), t, log); c != nil {
+		go s.serveConn(c)
+	}
 }
 
 // ServeStdio serves one connection of NDJSON frames on r and w until r
@@ -324,16 +326,26 @@ func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) {
 }
 
 func (s *Server) run(ctx context.Context, t transport, log *slog.Logger) {
-	s.serveConn(s.open(ctx, t, log))
+	if c := s.open(ctx, t, log); c != nil {
+		s.serveConn(c)
+	}
 }
 
 // open registers a new connection, living within ctx, so that Shutdown
 // sees it from now on; one opened while the server drains is told to go
-// away at once.
+// away at once, and one opened once Shutdown has begun is closed and nil
+// returned.
 func (s *Server) open(ctx context.Context, t transport, log *slog.Logger) *conn {
+	s.mu.Lock()
+	if s.shutDown {
+		// Shutdown is waiting for s.wg: nothing may join it now. The
+		// connection got past the front door just before it closed.
+		s.mu.Unlock()
+		_ = t.Close("server shutting down", false)
+		return nil
+	}
 	c := newConn(s, t, log)
 	c.begin(ctx)
-	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -367,6 +379,7 @@ func (s *Server) Drain() { s.draining.Store(true) }
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.mu.Lock()
+	s.shutDown = true
 	for c := range s.conns {
 		c.goAway("server shutting down")
 	}

@@ -78,7 +78,7 @@ func TestResendIsIdempotent(t *testing.T) {
 // reporting a failure that might hide a write.
 func TestLostServerIsOutcomeUnknown(t *testing.T) {
 	srv := startServer(t, t.TempDir())
-	s := connect(t, srv.ClientURL(), msjs.Options{Timeout: 100 * time.Millisecond, CommitTimeout: 500 * time.Millisecond})
+	s := connect(t, srv.ClientURL(), msjs.Options{Timeout: 5 * time.Second, CommitTimeout: 500 * time.Millisecond})
 	mustCommit(t, s, store.Batch{Commands: []store.Command{{ID: "before", Digest: "d"}}})
 	shutdown(srv)
 	for _, b := range []store.Batch{
@@ -96,7 +96,7 @@ func TestLostServerIsOutcomeUnknown(t *testing.T) {
 // once the server is gone (/readyz reports it).
 func TestHealthFollowsTheConnection(t *testing.T) {
 	srv := startServer(t, t.TempDir())
-	s := connect(t, srv.ClientURL(), msjs.Options{Timeout: 100 * time.Millisecond, CommitTimeout: 500 * time.Millisecond})
+	s := connect(t, srv.ClientURL(), msjs.Options{Timeout: 5 * time.Second, CommitTimeout: 500 * time.Millisecond})
 	var _ store.Health = s
 	if err := s.Healthy(); err != nil {
 		t.Fatalf("connected: %v", err)
@@ -119,7 +119,7 @@ func TestHealthFollowsTheStreamsQuorum(t *testing.T) {
 		t.Skip("starts a three-node cluster")
 	}
 	servers := startClusterServers(t)
-	opts := msjs.Options{Stream: "QUORUM", Subject: "quorum", Replicas: 3, Timeout: 200 * time.Millisecond, CommitTimeout: time.Second}
+	opts := msjs.Options{Stream: "QUORUM", Subject: "quorum", Replicas: 3, Timeout: 5 * time.Second, CommitTimeout: time.Second}
 	s := connect(t, servers[0].ClientURL(), opts)
 	batch := func(seq int64) store.Batch {
 		return store.Batch{SessionID: "secret-session", Records: []store.Record{{Seq: seq, Method: "m", Params: []byte(`{}`)}}}
