@@ -198,7 +198,7 @@ type pendingGroup struct {
 	reqs []*commitReq
 	errs []error // what became of each of reqs
 	// urgent is the writer's urgent queue until the group has let urgent
-	// batches in (once): nil after that.
+	// batches in, or must be written again: nil after that.
 	urgent *chan *commitReq
 	// displaced are batches taken for the group and left for the next one
 	// when urgent batches came while it was written.
@@ -210,21 +210,20 @@ type pendingGroup struct {
 // written its next ones, in place of reqs[i:], which wait for the next
 // group: a retry notice waits for the batch being written and the commit,
 // not for the rest of a group of up to maxGroup admissions and then a
-// group of its own. It reports whether it did.
-func (g *pendingGroup) letUrgentIn(s *Store, i int) bool {
-	if g.urgent == nil || *g.urgent == nil || len(*g.urgent) == 0 || g.reqs[i].b.Urgent || g.reqs[i].displaced {
-		return false
+// group of its own.
+func (g *pendingGroup) letUrgentIn(s *Store, i int) {
+	if g.urgent == nil || len(*g.urgent) == 0 || g.reqs[i].b.Urgent || g.reqs[i].displaced {
+		return
 	}
-	queue := g.urgent
-	g.urgent = nil // once
+	urgent := s.take(nil, g.urgent, max(s.maxGroup-i, 1)) // at least one: only the writer takes
+	g.urgent = nil                                        // once
 	g.displaced = slices.Clone(g.reqs[i:])
 	for _, r := range g.displaced {
 		r.displaced = true
 	}
-	g.reqs = s.take(g.reqs[:i], queue, max(s.maxGroup, i+1))
-	g.errs = append(g.errs[:i], make([]error, len(g.reqs)-i)...)
+	g.reqs = append(g.reqs[:i], urgent...)
+	g.errs = append(g.errs[:i], make([]error, len(urgent))...)
 	s.urgentUntil = time.Now().Add(urgentSpell)
-	return true
 }
 
 // writeGroup makes one attempt at writing the batches of g that have not
@@ -254,8 +253,8 @@ func (s *Store) writeGroup(g *pendingGroup) (again bool) {
 		if s.beforeBatch != nil {
 			s.beforeBatch(i)
 		}
-		if i > 0 && g.letUrgentIn(s, i) && i == len(g.reqs) {
-			break // defensive: the queue held a batch, so take finds one
+		if i > 0 {
+			g.letUrgentIn(s, i)
 		}
 		r := g.reqs[i]
 		if g.errs[i] != nil {
