@@ -82,8 +82,8 @@ func TestPrincipalsSeeOnlyTheirOwn(t *testing.T) {
 	d := startDaemon(t, daemon.Config{Auth: auth.Config{TokensFile: tokensFile(t, "alice "+aliceToken, "bob "+bobToken)}})
 	ctx := testCtx(t)
 	alice := dial(t, d.URL(), client.Options{Token: aliceToken})
-	alice2 := dial(t, d.URL(), client.Options{Token: aliceToken, Capabilities: []string{"sessionListStream"}})
-	bob := dial(t, d.URL(), client.Options{Token: bobToken, Capabilities: []string{"sessionListStream"}})
+	alice2 := dialListening(t, d.URL(), client.Options{Token: aliceToken})
+	bob := dialListening(t, d.URL(), client.Options{Token: bobToken})
 
 	start, err := alice.StartSession(ctx)
 	if err != nil {

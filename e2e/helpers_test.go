@@ -83,6 +83,24 @@ type checkedClient struct {
 	checker *msp.FrameChecker
 }
 
+// dialListening dials a connection granted sessionListStream and returns
+// once the server has taken its initialized notification: the server reads
+// a connection's frames in order, so the answer to a request sent after it
+// proves the connection is indexed for list news. Without that round trip
+// a session another connection starts at once may be announced before this
+// one is listening, and missed, as a real client would miss it.
+func dialListening(t *testing.T, url string, opts client.Options) *checkedClient {
+	t.Helper()
+	opts.Capabilities = append(opts.Capabilities, "sessionListStream")
+	c := dial(t, url, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Call(ctx, msp.MethodSessionList, struct{}{}, nil); err != nil {
+		t.Fatalf("session/list after initialized: %v", err)
+	}
+	return c
+}
+
 func dial(t *testing.T, url string, opts client.Options) *checkedClient {
 	t.Helper()
 	cc := &checkedClient{t: t, checker: validator.NewFrameChecker()}

@@ -212,7 +212,7 @@ func TestRenameAndListStream(t *testing.T) {
 	d := startDaemon(t, daemon.Config{})
 	ctx := testCtx(t)
 	tab := dial(t, d.URL(), client.Options{})
-	other := dial(t, d.URL(), client.Options{Capabilities: []string{"sessionListStream"}})
+	other := dialListening(t, d.URL(), client.Options{})
 	if got := other.Init.GrantedCapabilities; len(got) != 1 || got[0] != "sessionListStream" {
 		t.Fatalf("granted %v", got)
 	}
