@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"mspd/daemon"
+	"mspd/internal/gcheadroom"
 	"mspd/modelretry"
 	"mspd/provider/demo"
 	"mspd/server"
@@ -67,6 +68,7 @@ func serve(args []string, stderr io.Writer) int {
 	var stdio bool
 	var jitter, logLevel, logFormat string
 	var shutdownTimeout time.Duration
+	var gcHeadroomMiB int
 	var origins, allowedHosts stringList
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7700", "`address` for WebSocket /msp and the ops endpoints")
 	fs.StringVar(&cfg.DataDir, "data", "mspd-data", "`directory` of the SQLite store (and of the embedded NATS server's files)")
@@ -120,6 +122,7 @@ func serve(args []string, stderr io.Writer) int {
 	fs.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "allow listening on a non-loopback address with no authentication configured")
 	fs.BoolVar(&cfg.Server.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the listener (behind the Host check and the token, as /msp; needs authentication off loopback)")
 	fs.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long running turns may finish before the rest stop, to resume as a new attempt in the next process (a second signal stops at once)")
+	fs.IntVar(&gcHeadroomMiB, "gc-headroom-mib", 64, "garbage the heap may gather above what is live before a collection, while less than this is live (MiB; 0: Go's GOGC=100; ignored when GOGC is set)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	if err := fs.Parse(args); err != nil {
@@ -158,6 +161,9 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	cfg.Logger = logger
 
+	if os.Getenv("GOGC") == "" && gcHeadroomMiB > 0 {
+		defer gcheadroom.Start(uint64(gcHeadroomMiB) << 20).Stop()
+	}
 	sig := watchSignals()
 	defer sig.stop()
 	ctx := sig.run

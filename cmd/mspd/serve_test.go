@@ -34,7 +34,7 @@ func TestServeRefusesOutOfRangeValues(t *testing.T) {
 		{"write-timeout", "-1s"}, {"default-max-tokens", "-5"}, {"retry-initial-backoff", "0s"},
 		{"retry-max-backoff", "0s"}, {"retry-max-server-delay", "0s"}, {"retry-budget-ratio", "0"},
 		{"lease-ttl", "0s"}, {"max-output-tokens", "-1"},
-		{"shutdown-timeout", "-1s"}, {"demo-faults", "1.5"}, {"demo-faults", "-0.1"},
+		{"shutdown-timeout", "-1s"}, {"demo-faults", "1.5"}, {"demo-faults", "-0.1"}, {"gc-headroom-mib", "-1"},
 		// 0 would silently be the default, while a negative value means off.
 		{"retry-budget-tokens", "0"}, {"command-retention", "0s"},
 		{"jetstream-replicas", "0"}, {"jetstream-replicas", "-1"},
