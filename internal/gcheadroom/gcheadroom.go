@@ -39,8 +39,7 @@ type Tuner struct {
 	mu      sync.Mutex
 	stopped bool
 	percent int // the last percentage set
-	cycles  int // collections seen, for tests
-	tuned   chan struct{}
+	tuned   chan struct{} // closed, and replaced, at each adjustment
 }
 
 // Start begins tuning for headroom bytes and returns the tuner; Stop ends
@@ -89,7 +88,6 @@ func (t *Tuner) tune() {
 		debug.SetGCPercent(p)
 		t.percent = p
 	}
-	t.cycles++
 	close(t.tuned)
 	t.tuned = make(chan struct{})
 	t.arm()
