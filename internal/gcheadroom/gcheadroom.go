@@ -38,7 +38,7 @@ type Tuner struct {
 
 	mu      sync.Mutex
 	stopped bool
-	percent int // the last percentage set
+	percent int           // the last percentage set
 	tuned   chan struct{} // closed, and replaced, at each adjustment
 }
 
