@@ -29,7 +29,6 @@ type Pool struct {
 	idle    []*worker
 	closed  chan struct{}
 	closing sync.Once
-	waiting atomic.Int32 // len(idle), for tests
 	started atomic.Int64 // goroutines started and ended, for tests
 	ended   atomic.Int64
 	maxIdle int
@@ -64,7 +63,6 @@ func (p *Pool) Go(f func()) {
 		w := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
-		p.waiting.Store(int32(len(p.idle)))
 		p.mu.Unlock()
 		w.work <- f
 		return
@@ -124,7 +122,6 @@ func (p *Pool) park(w *worker) bool {
 		return false
 	}
 	p.idle = append(p.idle, w)
-	p.waiting.Store(int32(len(p.idle)))
 	return true
 }
 
@@ -138,6 +135,5 @@ func (p *Pool) unpark(w *worker) bool {
 		return false
 	}
 	p.idle = slices.Delete(p.idle, i, i+1)
-	p.waiting.Store(int32(len(p.idle)))
 	return true
 }

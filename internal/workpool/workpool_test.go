@@ -19,6 +19,13 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitingIn counts the goroutines of p waiting for work.
+func waitingIn(p *Pool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
+}
+
 // TestPoolKeepsItsGoroutines: work that follows other work runs on
 // the goroutine that ran it, with the stack it grew.
 func TestPoolKeepsItsGoroutines(t *testing.T) {
@@ -27,7 +34,7 @@ func TestPoolKeepsItsGoroutines(t *testing.T) {
 		done := make(chan struct{})
 		w.Go(func() { deepStack(64 << 10); close(done) })
 		<-done
-		waitUntil(t, "the worker waits again", func() bool { return w.waiting.Load() == 1 })
+		waitUntil(t, "the worker waits again", func() bool { return waitingIn(w) == 1 })
 		if n := w.started.Load(); n != 1 {
 			t.Fatalf("after %d frames one after another, %d goroutines started; want 1", i+1, n)
 		}
@@ -62,7 +69,7 @@ func TestPoolBoundsWhatWaits(t *testing.T) {
 	for range burst {
 		<-ran
 	}
-	waitUntil(t, "the burst's workers settle", func() bool { return w.waiting.Load() == maxIdle })
+	waitUntil(t, "the burst's workers settle", func() bool { return waitingIn(w) == maxIdle })
 
 	// Those waiting take the next frames: no goroutine starts.
 	done := make(chan struct{}, maxIdle)
@@ -99,7 +106,7 @@ func TestCloseEndsTheWaiting(t *testing.T) {
 	for range 3 {
 		<-ran
 	}
-	waitUntil(t, "three wait", func() bool { return p.waiting.Load() == 3 })
+	waitUntil(t, "three wait", func() bool { return waitingIn(p) == 3 })
 	p.Close()
 	waitUntil(t, "all end", func() bool { return p.ended.Load() == 3 })
 	p.Go(func() { ran <- struct{}{} })
