@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -81,10 +82,12 @@ func (r *runner) appendOn(ctx context.Context, store string) error {
 	// same machine; the sessions carry on from round to round.
 	var rates, bases, ratios, cpus, baseCPUs []float64
 	var busy, baseBusy, perGroup, basePerGroup, pages, basePages []float64
+	var clientCPUs, machine, baseMachine []float64
 	var total, size int
 	for round := range r.cfg.Rounds {
 		r.logf("  round %d of %d", round+1, r.cfg.Rounds)
-		cpu0 := serversCPU(srvs)
+		cpu0, client0 := serversCPU(srvs), selfCPU()
+		m0, _ := readMachineTicks()
 		var w0 writerStats
 		if store == "sqlite" {
 			var err error
@@ -96,7 +99,8 @@ func (r *runner) appendOn(ctx context.Context, store string) error {
 		if err != nil {
 			return err
 		}
-		cpu := serversCPU(srvs) - cpu0
+		cpu, client := serversCPU(srvs)-cpu0, selfCPU()-client0
+		m1, _ := readMachineTicks()
 		total, size = events, paramBytes/max(events, 1)
 		if store == "sqlite" {
 			w1, err := mspdWriter(ctx, srvs[0])
@@ -113,11 +117,14 @@ func (r *runner) appendOn(ctx context.Context, store string) error {
 			return fmt.Errorf("plain SQLite baseline: %w", err)
 		}
 		baseCPU := selfCPU() - self0
+		m2, _ := readMachineTicks()
+		machine, baseMachine = append(machine, busyPercent(m0, m1)), append(baseMachine, busyPercent(m1, m2))
 		baseBusy, basePerGroup = append(baseBusy, 100*bw.busy.Seconds()/baseTook.Seconds()), append(basePerGroup, float64(bw.batches)/float64(max(bw.groups, 1)))
 		basePages = append(basePages, float64(bw.pages)/float64(max(bw.batches, 1)))
 		rate := float64(total) / elapsed.Seconds()
 		rates, bases, ratios = append(rates, rate), append(bases, base), append(ratios, rate/base)
 		cpus, baseCPUs = append(cpus, perItem(cpu, total)), append(baseCPUs, perItem(baseCPU, total))
+		clientCPUs = append(clientCPUs, perItem(client, total))
 	}
 	if r.cfg.Profile != "" && len(srvs) == 1 {
 		file := r.cfg.Profile + ".append-" + store
@@ -134,6 +141,10 @@ func (r *runner) appendOn(ctx context.Context, store string) error {
 			total, size, r.cfg.Rounds)})
 	r.add(Row{Scenario: scen, Figure: "server CPU per durable event", Value: median(cpus), Unit: "µs", Baseline: median(baseCPUs),
 		Note: "all of mspd's CPU (connections, turns, scripted provider, store) ÷ durable events; baseline: the benchmark process's CPU while plain SQLite commits as many rows; medians"})
+	r.add(Row{Scenario: scen, Figure: "client CPU per durable event", Value: median(clientCPUs), Unit: "µs",
+		Note: "all of the clients' CPU (this process) ÷ durable events; they share the machine with mspd; medians"})
+	r.add(Row{Scenario: scen, Figure: "machine CPU busy", Value: median(machine), Unit: "%", Baseline: median(baseMachine),
+		Note: "share of all cores' time not idle nor waiting for I/O (/proc/stat), kernel threads' work (writeback, the file system's journal) included; near 100% the round is CPU-bound; medians"})
 	if store == "sqlite" {
 		r.add(Row{Scenario: scen, Figure: "SQLite writer busy", Value: median(busy), Unit: "%", Baseline: median(baseBusy),
 			Note: "share of the round the one writer spent in group commits, fsync included (mspd's from /metrics); near 100% it is what the round waits for; medians"})
@@ -346,6 +357,7 @@ func (w *groupWriter) run() {
 		for _, p := range group {
 			p.done <- err
 		}
+		runtime.Gosched() // as store/sqlite's writer does: the callers answered run first
 	}
 }
 

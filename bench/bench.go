@@ -86,7 +86,9 @@ type Config struct {
 	// profiles named after it: a CPU profile of each turns run
 	// (Profile.turns<N>, taken while the turns run again after the
 	// measured rounds), of resumes (Profile.resume, likewise), of the
-	// append scenario on one node (Profile.append-<store>, likewise), and
+	// append scenario on one node (Profile.append-<store>, likewise), of
+	// the notice scenario's burst (Profile.notice-burst, while short
+	// bursts run again on its sessions), and
 	// the heap and goroutines with each idle count
 	// open (Profile.idle<N>.heap, .goroutine, and .txt: the heap with the
 	// runtime's memory statistics).

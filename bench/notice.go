@@ -178,7 +178,7 @@ func (r *runner) notice(ctx context.Context) error {
 		if srv, err = r.startServer(ctx); err != nil {
 			return err
 		}
-		s, err = run(srv.url, r.cfg.NoticeBurst, r.cfg.NoticeBurst, 0)
+		s, err = r.burst(ctx, srv)
 		srv.stop()
 		if err != nil {
 			return err
@@ -206,6 +206,37 @@ func (r *runner) notice(ctx context.Context) error {
 		r.latencyRows(burst, "fanned out→received", in.clock.latencies(s), "in-process; ns clock")
 	}
 	return nil
+}
+
+// burst runs the burst on srv and returns its notices; with a profile
+// asked for, it then profiles srv (Profile.notice-burst) while bursts of
+// the same size run again on the same sessions, each a 429 with a
+// backoff of a few milliseconds and a one-delta answer, so that the
+// profile is of the work the burst's notices wait behind (admissions,
+// notices, turns starting) rather than of answers streaming.
+func (r *runner) burst(ctx context.Context, srv *server) ([]noticeSample, error) {
+	n := r.cfg.NoticeBurst
+	ss, err := setupSessions(ctx, srv.url, n)
+	if err != nil {
+		return nil, err
+	}
+	defer closeSessions(ss)
+	s, err := runNotices(ctx, ss, n, 0, r.noticeScript)
+	if err != nil || r.cfg.Profile == "" {
+		return s, err
+	}
+	file := r.cfg.Profile + ".notice-burst"
+	short := func(j int) string {
+		ms := 1 + j%10
+		return scripted.Script(scripted.Step{Status: 429, ErrorKind: "rateLimited", RetryAfterMs: &ms}, scripted.Step{Text: "ok"})
+	}
+	if err := r.profile(ctx, srv, file, func(ctx context.Context) error {
+		_, err := runNotices(ctx, ss, n, 0, short)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // inProcessDaemon is an mspd in the benchmark's own process, on a

@@ -330,3 +330,43 @@ func fetch(ctx context.Context, url, file string) error {
 	}
 	return f.Close()
 }
+
+// machineTicks is the whole machine's CPU time from /proc/stat's first
+// line, in clock ticks: busy (user, nice, system, irq, softirq, steal) and
+// the total with idle and iowait. Kernel work on a process's behalf that
+// runs in threads of the kernel's own (writeback of the files it wrote,
+// the file system's journal) is in busy but in no process's schedstat.
+type machineTicks struct{ busy, total uint64 }
+
+func readMachineTicks() (machineTicks, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineTicks{}, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return machineTicks{}, errors.New("malformed /proc/stat")
+	}
+	var t machineTicks
+	for i, v := range f[1:9] { // user nice system idle iowait irq softirq steal
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return machineTicks{}, err
+		}
+		t.total += n
+		if i != 3 && i != 4 {
+			t.busy += n
+		}
+	}
+	return t, nil
+}
+
+// busyPercent is the share of the machine's CPU time between a and b that
+// was busy, or 0 when /proc/stat could not be read.
+func busyPercent(a, b machineTicks) float64 {
+	if b.total <= a.total {
+		return 0
+	}
+	return 100 * float64(b.busy-a.busy) / float64(b.total-a.total)
+}

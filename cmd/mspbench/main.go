@@ -65,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.ClusterNodes, "cluster-nodes", 3, "cluster: mspd nodes on JetStream (2 or more)")
 	fs.IntVar(&cfg.ClusterReplicas, "cluster-replicas", 0, "cluster: JetStream replicas (default 3, or 1 on 2 nodes)")
 	fs.Var(&clusterSessions, "cluster-sessions", "cluster: session counts (default 100)")
-	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N>, PREFIX.resume and PREFIX.append-<store> (CPU), PREFIX.idle<N>.heap, .goroutine, .heap.txt (starts mspd with --pprof)")
+	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N>, PREFIX.resume, PREFIX.append-<store> and PREFIX.notice-burst (CPU), PREFIX.idle<N>.heap, .goroutine, .heap.txt (starts mspd with --pprof)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
 	if err := fs.Parse(args); err != nil {
 		return 2

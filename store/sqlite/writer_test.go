@@ -642,3 +642,43 @@ func TestCommitAnsweredBeforeTheCheckpointTail(t *testing.T) {
 		t.Fatalf("head %d, %v; want 2", head, err)
 	}
 }
+
+// Callers the writer has answered run before it takes its next group, so
+// that what they commit next joins that group rather than one of its own.
+// With one P the order is Go's alone: without the writer's yield an
+// answered caller waited until the writer blocked (in the next group's
+// fsync, or for want of work), and 8 callers' 30 rounds took 51–77
+// groups, against 33–35 with it.
+func TestAnsweredCallersJoinTheNextGroup(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ctx := context.Background()
+	const callers, rounds = 8, 30
+	var groups atomic.Int64
+	s, err := Open(filepath.Join(t.TempDir(), "mspd.db"), WithCommitObserver(func(GroupCommit) { groups.Add(1) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for i := range callers {
+		wg.Go(func() {
+			for seq := int64(1); seq <= rounds; seq++ {
+				b := store.Batch{SessionID: fmt.Sprintf("s%d", i), Records: []store.Record{{Seq: seq, Method: "m", Params: []byte(`{}`)}}}
+				if err := s.Commit(ctx, b); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// A group a round, and a few more while the callers start.
+	if n, most := groups.Load(), int64(rounds+rounds/2); n > most {
+		t.Fatalf("%d commits from %d callers took %d groups; want at most %d", callers*rounds, callers, n, most)
+	}
+}
