@@ -116,6 +116,17 @@ func TestProcReadings(t *testing.T) {
 	if _, err := raiseFileLimit(); err != nil {
 		t.Fatal(err)
 	}
+	m, err := readMachineTicks()
+	if err != nil || m.total == 0 || m.busy > m.total {
+		t.Fatalf("readMachineTicks = %+v, %v", m, err)
+	}
+	later := machineTicks{busy: m.busy + 30, total: m.total + 40}
+	if got := busyPercent(m, later); got != 75 {
+		t.Fatalf("busyPercent = %v, want 75", got)
+	}
+	if got := busyPercent(machineTicks{}, later); got != 0 {
+		t.Fatalf("busyPercent from a failed reading = %v, want 0", got)
+	}
 }
 
 // Durable events are counted by their cursors: a sub-position is a delta

@@ -338,6 +338,7 @@ func fetch(ctx context.Context, url, file string) error {
 // the file system's journal) is in busy but in no process's schedstat.
 type machineTicks struct{ busy, total uint64 }
 
+// readMachineTicks reads the machine's CPU time so far.
 func readMachineTicks() (machineTicks, error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -363,9 +364,9 @@ func readMachineTicks() (machineTicks, error) {
 }
 
 // busyPercent is the share of the machine's CPU time between a and b that
-// was busy, or 0 when /proc/stat could not be read.
+// was busy, or 0 when /proc/stat could not be read for either.
 func busyPercent(a, b machineTicks) float64 {
-	if b.total <= a.total {
+	if a.total == 0 || b.total <= a.total {
 		return 0
 	}
 	return 100 * float64(b.busy-a.busy) / float64(b.total-a.total)
