@@ -149,13 +149,19 @@ func (r *runner) notice(ctx context.Context) error {
 		}
 		return d
 	}
-	run := func(url string, sessions, turns int, rate float64) ([]noticeSample, error) {
+	// run runs turns on new sessions, then, when set, then on the same
+	// sessions before they close.
+	run := func(url string, sessions, turns int, rate float64, then func([]session) error) ([]noticeSample, error) {
 		ss, err := setupSessions(ctx, url, sessions)
 		if err != nil {
 			return nil, err
 		}
 		defer closeSessions(ss)
-		return runNotices(ctx, ss, turns, rate, r.noticeScript)
+		s, err := runNotices(ctx, ss, turns, rate, r.noticeScript)
+		if err == nil && then != nil {
+			err = then(ss)
+		}
+		return s, err
 	}
 
 	srv, err := r.startServer(ctx)
@@ -168,7 +174,7 @@ func (r *runner) notice(ctx context.Context) error {
 		return err
 	}
 	r.latencyRows("idle server", "turn/start → reply", replies, "one turn at a time; separate process")
-	s, err := run(srv.url, n, turns, rate)
+	s, err := run(srv.url, n, turns, rate, nil)
 	srv.stop()
 	if err != nil {
 		return err
@@ -178,7 +184,11 @@ func (r *runner) notice(ctx context.Context) error {
 		if srv, err = r.startServer(ctx); err != nil {
 			return err
 		}
-		s, err = r.burst(ctx, srv)
+		var profile func([]session) error
+		if r.cfg.Profile != "" {
+			profile = func(ss []session) error { return r.profileBurst(ctx, srv, ss) }
+		}
+		s, err = run(srv.url, r.cfg.NoticeBurst, r.cfg.NoticeBurst, 0, profile)
 		srv.stop()
 		if err != nil {
 			return err
@@ -191,7 +201,7 @@ func (r *runner) notice(ctx context.Context) error {
 		return err
 	}
 	defer in.close()
-	if s, err = run(in.d.URL(), n, turns, rate); err != nil {
+	if s, err = run(in.d.URL(), n, turns, rate, nil); err != nil {
 		return err
 	}
 	r.latencyRows(steady, "fanned out→received", in.clock.latencies(s), "in-process; ns clock")
@@ -200,7 +210,7 @@ func (r *runner) notice(ctx context.Context) error {
 		if in, err = r.inProcess(ctx); err != nil {
 			return err
 		}
-		if s, err = run(in.d.URL(), r.cfg.NoticeBurst, r.cfg.NoticeBurst, 0); err != nil {
+		if s, err = run(in.d.URL(), r.cfg.NoticeBurst, r.cfg.NoticeBurst, 0, nil); err != nil {
 			return err
 		}
 		r.latencyRows(burst, "fanned out→received", in.clock.latencies(s), "in-process; ns clock")
@@ -208,35 +218,20 @@ func (r *runner) notice(ctx context.Context) error {
 	return nil
 }
 
-// burst runs the burst on srv and returns its notices; with a profile
-// asked for, it then profiles srv (Profile.notice-burst) while bursts of
-// the same size run again on the same sessions, each a 429 with a
-// backoff of a few milliseconds and a one-delta answer, so that the
-// profile is of the work the burst's notices wait behind (admissions,
-// notices, turns starting) rather than of answers streaming.
-func (r *runner) burst(ctx context.Context, srv *server) ([]noticeSample, error) {
-	n := r.cfg.NoticeBurst
-	ss, err := setupSessions(ctx, srv.url, n)
-	if err != nil {
-		return nil, err
-	}
-	defer closeSessions(ss)
-	s, err := runNotices(ctx, ss, n, 0, r.noticeScript)
-	if err != nil || r.cfg.Profile == "" {
-		return s, err
-	}
-	file := r.cfg.Profile + ".notice-burst"
+// profileBurst profiles srv (Profile.notice-burst) while bursts run again
+// on the burst's sessions ss, each turn a 429 with a backoff of a few
+// milliseconds and a one-delta answer, so that the profile is of the work
+// the burst's notices wait behind (admissions, notices, turns starting)
+// rather than of answers streaming.
+func (r *runner) profileBurst(ctx context.Context, srv *server, ss []session) error {
 	short := func(j int) string {
 		ms := 1 + j%10
 		return scripted.Script(scripted.Step{Status: 429, ErrorKind: "rateLimited", RetryAfterMs: &ms}, scripted.Step{Text: "ok"})
 	}
-	if err := r.profile(ctx, srv, file, func(ctx context.Context) error {
-		_, err := runNotices(ctx, ss, n, 0, short)
+	return r.profile(ctx, srv, r.cfg.Profile+".notice-burst", func(ctx context.Context) error {
+		_, err := runNotices(ctx, ss, len(ss), 0, short)
 		return err
-	}); err != nil {
-		return nil, err
-	}
-	return s, nil
+	})
 }
 
 // inProcessDaemon is an mspd in the benchmark's own process, on a
