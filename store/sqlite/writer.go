@@ -193,10 +193,10 @@ func (s *Store) commitGroup(group []*commitReq, urgent *chan *commitReq) (displa
 	}
 	// The callers just answered wait on this goroutine's P, where Go puts
 	// what a channel send wakes, and would run only once the writer
-	// blocks: in the next group's fsync, a group's write later (3.4 ms
-	// a wait in a trace of 100 sessions appending, before this). Yielding lets them
-	// run first, so their next batches join the next group and a retry
-	// notice reaches its reader a commit sooner (BENCHMARKS.md).
+	// blocks: in the next group's fsync, a group's write later (3.4 ms a
+	// wait in a trace of 100 sessions appending, before this). Yielding
+	// lets them run first, so their next batches join the next group and
+	// a retry notice reaches its reader a commit sooner (BENCHMARKS.md).
 	runtime.Gosched()
 	return g.displaced
 }
