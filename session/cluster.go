@@ -239,7 +239,7 @@ func (s *session) ingest(n Notification, pos Position) {
 	if deletion {
 		s.fanOutLocked(n)
 		if _, erased := Erased(n); erased {
-			s.deleted = true
+			s.deleted, s.farewell = true, &n
 			go s.m.forget(s) // m.mu is not taken under s.mu
 			return
 		}

@@ -442,18 +442,16 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 		s.cancel()
 	}
 	worker := s.workerDone
-	subs := make([]Subscriber, 0, len(s.subs))
-	for sub := range s.subs {
-		subs = append(subs, sub)
-	}
 	s.mu.Unlock()
 	if worker != nil {
 		<-worker // the running turn writes nothing more
 	}
 	done := msp.SessionDeleteCompletedParams{CommandID: commandID, Outcome: msp.DeleteCompleted, SessionID: s.id}
+	erased := true
 	if err := m.store.DeleteSession(ctx, s.id); err != nil {
 		m.log.Error("deleting session", "session", s.id, "err", err)
 		done.Outcome, done.Reason, done.PhysicalChange = msp.DeleteFailed, "storageFailure", "possible"
+		erased = false
 		// Back before anyone is told, so that a command sent on the news
 		// finds it; what the revived turn writes follows the news.
 		if m.unmark(ctx, s) {
@@ -467,6 +465,18 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 		return
 	}
 	n := Notification{Method: msp.NotifySessionDeleteCompleted, Frame: msp.EncodeNotification(msp.NotifySessionDeleteCompleted, raw, m.now().UnixMilli())}
+	// The subscribers as they are now: a subscription that was catching
+	// up meanwhile registers either before this, and is told here, or
+	// after, and is told by the farewell.
+	s.mu.Lock()
+	if erased {
+		s.farewell = &n
+	}
+	subs := make([]Subscriber, 0, len(s.subs)+1)
+	for sub := range s.subs {
+		subs = append(subs, sub)
+	}
+	s.mu.Unlock()
 	told := map[Subscriber]bool{}
 	for _, sub := range append(subs, caller) {
 		if sub != nil && !told[sub] {

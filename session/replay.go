@@ -56,6 +56,11 @@ func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) e
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.farewell != nil {
+		// Erased while it caught up, after the subscribers were told.
+		sub.Deliver(*s.farewell)
+		return nil
+	}
 	r.lost = s.deltas.lost // more may have been let go meanwhile
 	deliver := func(n Notification) error { sub.Deliver(n); return nil }
 	if err := r.records(ctx, s.head, true, deliver); err != nil {

@@ -47,6 +47,7 @@ type session struct {
 	broken      bool                 // the log refused the scheduler's writes for good
 	deleted     bool                 // session/delete is erasing it: nothing more is written
 	eraseFailed bool                 // deleted, but its erasure failed and may have got part of the way
+	farewell    *Notification        // the session/deleteCompleted that erased it, for subscriptions that register after it
 	workerDone  chan struct{}        // closed when the running worker stops
 	launched    bool                 // the active turn was launched with its admission and waits for its worker
 	stopDue     string               // the active turn, stopped (turn/interrupt, turn/cancel) before its worker took it

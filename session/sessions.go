@@ -101,7 +101,7 @@ func (m *Manager) opened(owner string, sub Subscriber, started *msp.Session, res
 	if err := json.Unmarshal(resp, &res); err != nil {
 		return nil, nil, msp.ErrInternal("stored result unreadable: %v", err)
 	}
-	return resp, m.attachAfter(sub, res.Session.SessionID, res.ViewCursor), nil
+	return resp, m.attachAfter(sub, nil, res.Session.SessionID, res.ViewCursor), nil
 }
 
 // resolveModel picks the provider and model of a new session.
@@ -166,7 +166,7 @@ func (m *Manager) ResumeSession(ctx context.Context, sub Subscriber, raw json.Ra
 	if p.Cursor != nil {
 		after = *p.Cursor
 	}
-	return res, m.attachAfter(sub, s.id, after), nil
+	return res, m.attachAfter(sub, s, s.id, after), nil
 }
 
 // ReadSession serves session/read: a point-in-time read that never

@@ -10,19 +10,39 @@ import (
 )
 
 // attachAfter returns a function that subscribes sub to a session after a
-// cursor, logging (not failing) when that cannot be done.
-func (m *Manager) attachAfter(sub Subscriber, sessionID, after string) func(context.Context) {
+// cursor, logging (not failing) when that cannot be done. s is the session
+// as the request found it (nil for one the request made): should it be
+// erased before sub is registered, sub hears so as its subscribers did.
+func (m *Manager) attachAfter(sub Subscriber, s *session, sessionID, after string) func(context.Context) {
 	return func(ctx context.Context) {
-		if err := m.Subscribe(ctx, sub, sessionID, &after); err != nil && ctx.Err() == nil {
-			m.log.Warn("auto-subscribe failed", "session", sessionID, "err", err)
-			// The client was told it is subscribed: it must not wait for
-			// events that will never come. A connection that can be
-			// dropped is, and its client resumes by cursor.
-			if a, ok := sub.(Aborter); ok {
-				a.Abort("subscribing failed: " + err.Error())
-			}
+		err := m.Subscribe(ctx, sub, sessionID, &after)
+		if err == nil || ctx.Err() != nil || s != nil && s.toldErased(sub) {
+			return
+		}
+		m.log.Warn("auto-subscribe failed", "session", sessionID, "err", err)
+		// The client was told it is subscribed: it must not wait for
+		// events that will never come. A connection that can be
+		// dropped is, and its client resumes by cursor.
+		if a, ok := sub.(Aborter); ok {
+			a.Abort("subscribing failed: " + err.Error())
 		}
 	}
+}
+
+// toldErased delivers the session/deleteCompleted that erased s to sub,
+// once an erasure under way has ended, and reports whether s was erased:
+// a subscription that failed because its session went meanwhile ends as
+// the others did, with the news, rather than with its connection cut.
+func (s *session) toldErased(sub Subscriber) bool {
+	s.erasing.Lock()
+	defer s.erasing.Unlock()
+	s.mu.Lock()
+	n := s.farewell
+	s.mu.Unlock()
+	if n != nil {
+		sub.Deliver(*n)
+	}
+	return n != nil
 }
 
 // Aborter is a Subscriber that can be cut off (a connection), so that its
@@ -88,7 +108,7 @@ func (m *Manager) ViewSubscribe(ctx context.Context, sub Subscriber, sessionID s
 	if after != nil {
 		from = *after
 	}
-	return head, m.attachAfter(sub, s.id, from), nil
+	return head, m.attachAfter(sub, s, s.id, from), nil
 }
 
 // Unsubscribe serves view/unsubscribe; it is idempotent.
