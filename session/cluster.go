@@ -237,7 +237,11 @@ func (s *session) ingest(n Notification, pos Position) {
 		return // a half-erased session hears only of a deletion sent again
 	}
 	if deletion {
-		s.fanOutLocked(n)
+		for sub := range s.subs {
+			if !s.m.listeners.takes(sub, s.owner) { // told as list news
+				sub.Deliver(n)
+			}
+		}
 		if _, erased := Erased(n); erased {
 			s.deleted, s.farewell = true, &n
 			go s.m.forget(s) // m.mu is not taken under s.mu

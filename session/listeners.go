@@ -57,6 +57,15 @@ func (l *listeners) has(owner string) bool {
 	return len(l.by[owner]) > 0
 }
 
+// takes tells whether sub takes owner's list news, and so hears a
+// deletion of one of owner's sessions that way.
+func (l *listeners) takes(sub Subscriber, owner string) bool {
+	l.mu.Lock()
+	p, ok := l.of[sub]
+	l.mu.Unlock()
+	return ok && p == owner && sub.Broadcasts()
+}
+
 // deliver sends n to owner's connections that take list news, but those
 // told already.
 func (l *listeners) deliver(owner string, told func(Subscriber) bool, n Notification) {

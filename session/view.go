@@ -16,7 +16,7 @@ import (
 func (m *Manager) attachAfter(sub Subscriber, s *session, sessionID, after string) func(context.Context) {
 	return func(ctx context.Context) {
 		err := m.Subscribe(ctx, sub, sessionID, &after)
-		if err == nil || ctx.Err() != nil || s != nil && s.toldErased(sub) {
+		if err == nil || ctx.Err() != nil || s != nil && s.toldErased(ctx, sub) {
 			return
 		}
 		m.log.Warn("auto-subscribe failed", "session", sessionID, "err", err)
@@ -29,20 +29,43 @@ func (m *Manager) attachAfter(sub Subscriber, s *session, sessionID, after strin
 	}
 }
 
-// toldErased delivers the session/deleteCompleted that erased s to sub,
-// once an erasure under way has ended, and reports whether s was erased:
-// a subscription that failed because its session went meanwhile ends as
-// the others did, with the news, rather than with its connection cut.
-func (s *session) toldErased(sub Subscriber) bool {
+// toldErased tells sub of the erasure of s, once an erasure under way
+// has ended, and reports whether s was erased: a subscription that failed
+// because its session went meanwhile ends as the others did, with the
+// news, rather than with its connection cut. A follower may find the log
+// gone before the leader's news arrives: sub then waits for it among the
+// subscribers.
+func (s *session) toldErased(ctx context.Context, sub Subscriber) bool {
 	s.erasing.Lock()
 	defer s.erasing.Unlock()
 	s.mu.Lock()
-	n := s.farewell
+	follower := !s.leader && s.farewell == nil && !s.deleted
 	s.mu.Unlock()
-	if n != nil {
-		sub.Deliver(*n)
+	gone := false
+	if follower {
+		_, erasing, err := s.m.readState(ctx, s.id)
+		gone = isNotFound(err) || err == nil && erasing
 	}
-	return n != nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.farewell != nil:
+		s.sayFarewell(sub)
+		return true
+	case gone && !s.deleted:
+		s.subs[sub] = struct{}{} // ingest tells it
+		return true
+	}
+	return false
+}
+
+// sayFarewell tells sub, which subscribed after the subscribers were told,
+// that s is erased, unless sub hears it as list news. s.farewell must be
+// set and s.mu held.
+func (s *session) sayFarewell(sub Subscriber) {
+	if !s.m.listeners.takes(sub, s.owner) {
+		sub.Deliver(*s.farewell)
+	}
 }
 
 // Aborter is a Subscriber that can be cut off (a connection), so that its
