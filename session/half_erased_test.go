@@ -336,3 +336,42 @@ func waitForgotten(t *testing.T, m *Manager, sid string) {
 		runtime.Gosched()
 	}
 }
+
+// TestDeletionSentAgainToAnUnsettledFollowerFinishes: a follower whose
+// read of the row failed when it was told of a failed deletion is unsure
+// the session is whole. When its leader has gone, a deletion sent to it
+// again is its to run, and it finishes the erasure rather than answer
+// that the session is not found.
+func TestDeletionSentAgainToAnUnsettledFollowerFinishes(t *testing.T) {
+	st := newCutShortErasure(t)
+	bStore := flakyRows{cutShortErasure: st, fail: new(atomic.Bool), failed: make(chan struct{}), once: new(atomic.Bool)}
+	h := newMemHub()
+	a := h.startNode(t, "a", st, newHistModel())
+	b := h.startNode(t, "b", bStore, newHistModel())
+	t.Cleanup(b.Close)
+	sid, onB := followedTurn(t, a, b, "a secret the user erases")
+
+	bStore.fail.Store(true)
+	deleteNow(t, a, sid) // cut short: half-erased; b's settle read fails
+	<-bStore.failed
+	bStore.fail.Store(false) // the store is back
+	a.Close()                // and the leader gone
+
+	ctx := context.Background()
+	del := msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}
+	_, erase, err := b.DeleteSession(ctx, nil, mustJSON(del))
+	if err != nil {
+		t.Fatalf("session/delete sent again to the follower: %v", err)
+	}
+	if erase != nil {
+		erase(ctx)
+	}
+	if !st.finished.Load() {
+		t.Fatal("the deletion sent again did not finish the erasure")
+	}
+	got := onB.waitCount(t, msp.NotifySessionDeleteCompleted, 2)
+	if p := params[msp.SessionDeleteCompletedParams](t, got[1].Frame); p.Outcome != msp.DeleteCompleted || p.CommandID != del.CommandID {
+		t.Fatalf("the follower's reader was told %s, want the deletion completed", got[1].Frame)
+	}
+	waitForgotten(t, b, sid)
+}
