@@ -235,18 +235,7 @@ func (f flakyRows) Session(ctx context.Context, id string) (store.Session, error
 func TestFollowerServesNothingOfASessionItIsUnsureIsWhole(t *testing.T) {
 	st := newCutShortErasure(t)
 	st.logKept = true // tombstoned, nothing purged yet
-	bStore := flakyRows{cutShortErasure: st, fail: new(atomic.Bool), failed: make(chan struct{}), once: new(atomic.Bool)}
-	h := newMemHub()
-	a := h.startNode(t, "a", st, newHistModel())
-	t.Cleanup(a.Close)
-	b := h.startNode(t, "b", bStore, newHistModel())
-	t.Cleanup(b.Close)
-	sid, _ := followedTurn(t, a, b, "a secret the user erases")
-
-	bStore.fail.Store(true)
-	deleteNow(t, a, sid) // cut short: half-erased; b's settle read fails
-	<-bStore.failed
-	bStore.fail.Store(false) // the store is back
+	_, b, sid, _ := unsettledFollower(t, st)
 
 	ctx := context.Background()
 	from := durableCursor(sid, 0)
@@ -344,18 +333,8 @@ func waitForgotten(t *testing.T, m *Manager, sid string) {
 // that the session is not found.
 func TestDeletionSentAgainToAnUnsettledFollowerFinishes(t *testing.T) {
 	st := newCutShortErasure(t)
-	bStore := flakyRows{cutShortErasure: st, fail: new(atomic.Bool), failed: make(chan struct{}), once: new(atomic.Bool)}
-	h := newMemHub()
-	a := h.startNode(t, "a", st, newHistModel())
-	b := h.startNode(t, "b", bStore, newHistModel())
-	t.Cleanup(b.Close)
-	sid, onB := followedTurn(t, a, b, "a secret the user erases")
-
-	bStore.fail.Store(true)
-	deleteNow(t, a, sid) // cut short: half-erased; b's settle read fails
-	<-bStore.failed
-	bStore.fail.Store(false) // the store is back
-	a.Close()                // and the leader gone
+	a, b, sid, onB := unsettledFollower(t, st)
+	a.Close() // the leader gone
 
 	ctx := context.Background()
 	del := msp.SessionDeleteParams{CommandID: cmdID(), SessionID: sid}
@@ -374,4 +353,23 @@ func TestDeletionSentAgainToAnUnsettledFollowerFinishes(t *testing.T) {
 		t.Fatalf("the follower's reader was told %s, want the deletion completed", got[1].Frame)
 	}
 	waitForgotten(t, b, sid)
+}
+
+// unsettledFollower has node a lead and node b follow a session, then cuts
+// its erasure on a short while b's read of the row, on the news, fails:
+// b is unsure the session is whole. The store is back when it returns.
+func unsettledFollower(t *testing.T, st cutShortErasure) (a, b *Manager, sid string, onB *recSub) {
+	t.Helper()
+	bStore := flakyRows{cutShortErasure: st, fail: new(atomic.Bool), failed: make(chan struct{}), once: new(atomic.Bool)}
+	h := newMemHub()
+	a = h.startNode(t, "a", st, newHistModel())
+	t.Cleanup(a.Close)
+	b = h.startNode(t, "b", bStore, newHistModel())
+	t.Cleanup(b.Close)
+	sid, onB = followedTurn(t, a, b, "a secret the user erases")
+	bStore.fail.Store(true)
+	deleteNow(t, a, sid) // cut short: half-erased; b's settle read fails
+	<-bStore.failed
+	bStore.fail.Store(false)
+	return a, b, sid, onB
 }
