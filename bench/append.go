@@ -189,7 +189,7 @@ func appendRound(ctx context.Context, ss []session, turns int) (events, paramByt
 	start := time.Now()
 	err = parallel(ctx, len(ss), len(ss), func(ctx context.Context, i int) error {
 		c := ss[i].c
-		ctx, stop := c.bound(ctx)
+		ctx, stop := c.bound(ctx) // one watch a session for the round, not one a frame
 		defer stop()
 		for range turns {
 			if err := c.sendTurn(ctx, ss[i].id, script); err != nil {

@@ -114,11 +114,13 @@ func (c *mspConn) read(ctx context.Context) ([]byte, error) {
 	return c.buf.Bytes(), nil
 }
 
-// bound returns a context for a run of calls on c that ctx bounds: when
-// ctx ends, c is closed, as coder/websocket closes a connection whose read
-// or write outlives its context. The library arms a context.AfterFunc on
-// every call given a context that can end, which was a quarter of the
-// append clients' CPU; this one is armed once, and stop disarms it.
+// bound returns a context for a run of calls on c that ctx bounds. run
+// never ends itself: when ctx ends before stop, c is closed (even between
+// calls), as coder/websocket closes a connection whose read or write
+// outlives its context. Given a context that can end, the library arms a
+// context.AfterFunc for every frame it reads or writes, which was a
+// quarter of the append clients' CPU; this watch is armed once. stop
+// disarms it, and reports false when c is being or has been closed.
 func (c *mspConn) bound(ctx context.Context) (run context.Context, stop func() bool) {
 	return context.WithoutCancel(ctx), context.AfterFunc(ctx, c.close)
 }
