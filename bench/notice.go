@@ -149,8 +149,8 @@ func (r *runner) notice(ctx context.Context) error {
 		}
 		return d
 	}
-	// run runs turns on new sessions and then, when it is set, then on
-	// the same sessions before they close.
+	// run runs turns on new sessions; then, when set, runs on the same
+	// sessions before they close.
 	run := func(url string, sessions, turns int, rate float64, then func([]session) error) ([]noticeSample, error) {
 		ss, err := setupSessions(ctx, url, sessions)
 		if err != nil {

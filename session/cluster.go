@@ -238,9 +238,7 @@ func (s *session) ingest(n Notification, pos Position) {
 	}
 	if deletion {
 		for sub := range s.subs {
-			if !s.m.listeners.takes(sub, s.owner) { // told as list news
-				sub.Deliver(n)
-			}
+			s.tellDeletion(sub, n)
 		}
 		if _, erased := Erased(n); erased {
 			s.deleted, s.farewell = true, &n

@@ -60,11 +60,14 @@ func (s *session) toldErased(ctx context.Context, sub Subscriber) bool {
 }
 
 // sayFarewell tells sub, which subscribed after the subscribers were told,
-// that s is erased, unless sub hears it as list news. s.farewell must be
-// set and s.mu held.
-func (s *session) sayFarewell(sub Subscriber) {
+// that s is erased. s.farewell must be set and s.mu held.
+func (s *session) sayFarewell(sub Subscriber) { s.tellDeletion(sub, *s.farewell) }
+
+// tellDeletion delivers n, the session/deleteCompleted of s, to sub,
+// unless sub hears it as list news.
+func (s *session) tellDeletion(sub Subscriber, n Notification) {
 	if !s.m.listeners.takes(sub, s.owner) {
-		sub.Deliver(*s.farewell)
+		sub.Deliver(n)
 	}
 }
 
