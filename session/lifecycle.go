@@ -447,11 +447,9 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 		<-worker // the running turn writes nothing more
 	}
 	done := msp.SessionDeleteCompletedParams{CommandID: commandID, Outcome: msp.DeleteCompleted, SessionID: s.id}
-	erased := true
 	if err := m.store.DeleteSession(ctx, s.id); err != nil {
 		m.log.Error("deleting session", "session", s.id, "err", err)
 		done.Outcome, done.Reason, done.PhysicalChange = msp.DeleteFailed, "storageFailure", "possible"
-		erased = false
 		// Back before anyone is told, so that a command sent on the news
 		// finds it; what the revived turn writes follows the news.
 		if m.unmark(ctx, s) {
@@ -469,7 +467,7 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 	// up meanwhile registers either before this, and is told here, or
 	// after, and is told by the farewell.
 	s.mu.Lock()
-	if erased {
+	if done.Outcome == msp.DeleteCompleted {
 		s.farewell = &n
 	}
 	subs := make([]Subscriber, 0, len(s.subs)+1)

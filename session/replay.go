@@ -58,7 +58,7 @@ func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) e
 	defer s.mu.Unlock()
 	if s.farewell != nil {
 		// Erased while it caught up, after the subscribers were told.
-		s.sayFarewell(sub)
+		s.tellDeletion(sub, *s.farewell)
 		return nil
 	}
 	r.lost = s.deltas.lost // more may have been let go meanwhile

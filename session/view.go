@@ -50,7 +50,7 @@ func (s *session) toldErased(ctx context.Context, sub Subscriber) bool {
 	defer s.mu.Unlock()
 	switch {
 	case s.farewell != nil:
-		s.sayFarewell(sub)
+		s.tellDeletion(sub, *s.farewell)
 		return true
 	case gone && !s.deleted:
 		s.subs[sub] = struct{}{} // ingest tells it
@@ -59,12 +59,10 @@ func (s *session) toldErased(ctx context.Context, sub Subscriber) bool {
 	return false
 }
 
-// sayFarewell tells sub, which subscribed after the subscribers were told,
-// that s is erased. s.farewell must be set and s.mu held.
-func (s *session) sayFarewell(sub Subscriber) { s.tellDeletion(sub, *s.farewell) }
-
 // tellDeletion delivers n, the session/deleteCompleted of s, to sub,
-// unless sub hears it as list news.
+// unless sub hears it as list news. It tells a follower's subscribers,
+// and those that register once the leader's have been told (from
+// s.farewell). s.mu is held.
 func (s *session) tellDeletion(sub Subscriber, n Notification) {
 	if !s.m.listeners.takes(sub, s.owner) {
 		sub.Deliver(n)
