@@ -26,10 +26,11 @@ type mspConn struct {
 	nextID int
 }
 
-// dialMSP opens a connection and sends initialize, opting out of
-// session/started: every session/start is broadcast to every connection
-// past its handshake, which would make setting up N sessions cost N²
-// frames. The initialized notification is left to the caller (sendReady).
+// dialMSP opens a connection and sends initialize, asking for retry
+// notices as turn/modelRetryScheduled (the notice scenario times them) and
+// opting out of session/started: every session/start is broadcast to every
+// connection past its handshake, which would make setting up N sessions
+// cost N² frames. The initialized notification is left to the caller (sendReady).
 func dialMSP(ctx context.Context, url string) (*mspConn, error) {
 	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
@@ -39,7 +40,8 @@ func dialMSP(ctx context.Context, url string) (*mspConn, error) {
 	c := &mspConn{ws: ws}
 	params := msp.InitializeParams{
 		ClientInfo:   msp.ClientInfo{Name: "mspbench", Version: "1"},
-		Capabilities: &msp.ClientCapabilities{OptOutNotificationMethods: []string{msp.NotifySessionStarted}},
+		Capabilities: &msp.ClientCapabilities{OptOutNotificationMethods: []string{msp.NotifySessionStarted},
+			RequestedCapabilities: []string{"modelRetryScheduled"}},
 	}
 	if _, err := c.call(ctx, msp.MethodInitialize, params); err != nil {
 		ws.CloseNow()

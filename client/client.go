@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,12 @@ func (n Notification) Cursor() string {
 	return h.ViewCursor
 }
 
+// CapabilityModelRetryScheduled asks the server for model-layer retry
+// notices as turn/modelRetryScheduled, with their attempt, system,
+// errorKind and httpStatus members; without it they come as
+// turn/retryScheduled with a reason in words.
+const CapabilityModelRetryScheduled = "modelRetryScheduled"
+
 // Options configure Dial.
 type Options struct {
 	// ClientName is clientInfo.name (default "mspd_client").
@@ -47,8 +54,15 @@ type Options struct {
 	// OptOut lists notification methods the server should not send.
 	OptOut []string
 	// Capabilities lists the capabilities to request, e.g.
-	// "sessionListStream" for news of the session list.
+	// "sessionListStream" for news of the session list. Dial adds
+	// "modelRetryScheduled" unless StableRetryNotices is set.
 	Capabilities []string
+	// StableRetryNotices leaves out the capability modelRetryScheduled, so
+	// the server renders model-layer retry notices as turn/retryScheduled,
+	// as every client that does not ask for them gets them.
+	StableRetryNotices bool
+	// ExperimentalAPI opts into MSP's experimental surface at initialize.
+	ExperimentalAPI bool
 	// OnFrame, when set, sees every inbound frame before it is handled
 	// (tests validate each against the schema).
 	OnFrame func(frame []byte)
@@ -141,8 +155,13 @@ func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
 		name = "mspd_client"
 	}
 	params := msp.InitializeParams{ClientInfo: msp.ClientInfo{Name: name, Version: "0.1.0"}}
-	if len(opts.OptOut) > 0 || len(opts.Capabilities) > 0 {
-		params.Capabilities = &msp.ClientCapabilities{OptOutNotificationMethods: opts.OptOut, RequestedCapabilities: opts.Capabilities}
+	capabilities := opts.Capabilities
+	if !opts.StableRetryNotices {
+		capabilities = append(slices.Clip(capabilities), CapabilityModelRetryScheduled)
+	}
+	if len(opts.OptOut) > 0 || len(capabilities) > 0 || opts.ExperimentalAPI {
+		params.Capabilities = &msp.ClientCapabilities{ExperimentalAPI: opts.ExperimentalAPI,
+			OptOutNotificationMethods: opts.OptOut, RequestedCapabilities: capabilities}
 	}
 	if err := c.Call(ctx, msp.MethodInitialize, params, &c.Init); err != nil {
 		c.Close()

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,7 +16,6 @@ import (
 	"mspd/daemon"
 	"mspd/provider/scripted"
 	"mspd/schema/msp"
-	"mspd/server"
 )
 
 // pageAll reads a session's whole log with view/page.
@@ -213,7 +213,7 @@ func TestRenameAndListStream(t *testing.T) {
 	ctx := testCtx(t)
 	tab := dial(t, d.URL(), client.Options{})
 	other := dialListening(t, d.URL(), client.Options{})
-	if got := other.Init.GrantedCapabilities; len(got) != 1 || got[0] != "sessionListStream" {
+	if got := other.Init.GrantedCapabilities; !slices.Equal(got, []string{"sessionListStream", "modelRetryScheduled"}) {
 		t.Fatalf("granted %v", got)
 	}
 	quiet := dial(t, d.URL(), client.Options{})
@@ -300,42 +300,59 @@ func TestSetModelOverTheWire(t *testing.T) {
 	}
 }
 
-// TestLegacyRetryNotices: with --legacy-retry-notices, a connection that
-// did not ask for modelRetryScheduled gets each provider backoff as
-// turn/retryScheduled (same record: attempt fields and cursor, a reason in
-// words), live and from view/page; one that asked gets the native notice.
-func TestLegacyRetryNotices(t *testing.T) {
-	d := startDaemon(t, daemon.Config{Server: server.Config{LegacyRetryNotices: true}})
+// TestRetryNoticesRenderedPerConnection: by default — as a client built on
+// the upstream SDK connects, asking for nothing — a connection gets each
+// provider backoff as turn/retryScheduled (the same record: attempt fields
+// and cursor, a reason in words), live and from view/page; one that asked
+// for modelRetryScheduled, or opted into the experimental API, gets the
+// notice as recorded.
+func TestRetryNoticesRenderedPerConnection(t *testing.T) {
+	d := startDaemon(t, daemon.Config{})
 	ctx := testCtx(t)
-	legacy := dial(t, d.URL(), client.Options{})
-	native := dial(t, d.URL(), client.Options{Capabilities: []string{"modelRetryScheduled"}})
-	sid := newSession(t, legacy)
-	if _, err := native.Resume(ctx, sid, nil); err != nil {
-		t.Fatal(err)
+	stable := dial(t, d.URL(), client.Options{StableRetryNotices: true})
+	native := dial(t, d.URL(), client.Options{})
+	experimental := dial(t, d.URL(), client.Options{StableRetryNotices: true, ExperimentalAPI: true})
+	if stable.Init.ExperimentalAPI || !experimental.Init.ExperimentalAPI {
+		t.Fatalf("experimentalApi echoed %v and %v, want false and true", stable.Init.ExperimentalAPI, experimental.Init.ExperimentalAPI)
 	}
-	ack, err := legacy.StartTurn(ctx, sid, scripted.Script(scripted.Step{Status: 429, RetryAfterMs: new(5)}, scripted.Step{Text: "ok"}))
+	if slices.Contains(stable.Init.GrantedCapabilities, "modelRetryScheduled") || !slices.Contains(native.Init.GrantedCapabilities, "modelRetryScheduled") {
+		t.Fatalf("granted %v and %v", stable.Init.GrantedCapabilities, native.Init.GrantedCapabilities)
+	}
+	sid := newSession(t, stable)
+	for _, c := range []*checkedClient{native, experimental} {
+		if _, err := c.Resume(ctx, sid, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ack, err := stable.StartTurn(ctx, sid, scripted.Script(scripted.Step{Status: 429, RetryAfterMs: new(5)}, scripted.Step{Text: "ok"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := legacy.WaitTurn(ctx, ack.TurnID)
-	if err != nil {
-		t.Fatal(err)
+	seen := map[*checkedClient][]client.Notification{}
+	for _, c := range []*checkedClient{stable, native, experimental} {
+		if seen[c], err = c.WaitTurn(ctx, ack.TurnID); err != nil {
+			t.Fatal(err)
+		}
 	}
-	fresh, err := native.WaitTurn(ctx, ack.TurnID)
-	if err != nil {
-		t.Fatal(err)
+	if old := seen[stable]; len(only(old, msp.NotifyTurnModelRetryScheduled)) != 0 || len(only(old, msp.NotifyTurnRetryScheduled)) != 1 {
+		t.Fatalf("default connection got %s", compact(methods(old)))
 	}
-	if len(only(old, msp.NotifyTurnModelRetryScheduled)) != 0 || len(only(old, msp.NotifyTurnRetryScheduled)) != 1 {
-		t.Fatalf("legacy connection got %s", compact(methods(old)))
+	for _, c := range []*checkedClient{native, experimental} {
+		if got := seen[c]; len(only(got, msp.NotifyTurnModelRetryScheduled)) != 1 || len(only(got, msp.NotifyTurnRetryScheduled)) != 0 {
+			t.Fatalf("a connection that asked got %s", compact(methods(got)))
+		}
 	}
-	got := decode[msp.TurnRetryScheduledParams](t, only(old, msp.NotifyTurnRetryScheduled)[0])
-	want := decode[msp.TurnModelRetryScheduledParams](t, only(fresh, msp.NotifyTurnModelRetryScheduled)[0])
+	got := decode[msp.TurnRetryScheduledParams](t, only(seen[stable], msp.NotifyTurnRetryScheduled)[0])
+	want := decode[msp.TurnModelRetryScheduledParams](t, only(seen[native], msp.NotifyTurnModelRetryScheduled)[0])
 	if got.Reason != "scripted · rate limited (HTTP 429)" || got.Attempt != want.Attempt || got.NextAttempt != want.NextAttempt ||
 		got.MaxAttempts != want.MaxAttempts || got.RetryDelayMs != want.RetryDelayMs || got.ViewCursor != want.ViewCursor {
-		t.Fatalf("legacy notice %+v\nnative %+v", got, want)
+		t.Fatalf("stable notice %+v\nas recorded %+v", got, want)
 	}
-	page := pageAll(t, ctx, legacy, sid)
+	page := pageAll(t, ctx, stable, sid)
 	if s := jsonText(page); strings.Contains(s, msp.NotifyTurnModelRetryScheduled) || !strings.Contains(s, `"method":"`+msp.NotifyTurnRetryScheduled+`"`) {
-		t.Fatalf("view/page for the legacy connection: %s", s)
+		t.Fatalf("view/page for the default connection: %s", s)
+	}
+	if s := jsonText(pageAll(t, ctx, native, sid)); !strings.Contains(s, `"method":"`+msp.NotifyTurnModelRetryScheduled+`"`) {
+		t.Fatalf("view/page for a connection that asked: %s", s)
 	}
 }

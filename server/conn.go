@@ -30,7 +30,7 @@ type conn struct {
 	initialized atomic.Bool     // initialize succeeded
 	ready       atomic.Bool     // the client sent initialized
 	listStream  atomic.Bool     // granted sessionListStream: takes session-list news
-	legacy      atomic.Bool     // gets model retry notices as turn/retryScheduled
+	retries     atomic.Int32    // a retryRendering: how model retry notices are sent
 	busy        atomic.Bool     // a request is being handled on the read loop
 	isWedged    atomic.Bool     // closed because its peer does not read
 	ctx         context.Context // ends with the connection: bounds waits for room
@@ -238,10 +238,14 @@ func (c *conn) push(frame []byte) error {
 	return err
 }
 
+// retryRendering is how the connection is sent model-layer retry notices,
+// set by initialize before any notification can flow.
+func (c *conn) retryRendering() retryRendering { return retryRendering(c.retries.Load()) }
+
 // Deliver implements session.Subscriber.
 func (c *conn) Deliver(n session.Notification) {
-	if c.legacy.Load() {
-		n = legacyNotice(n)
+	if c.retryRendering() == retryAsStable {
+		n = stableNotice(n)
 	}
 	// Broadcasts and the view/gap a replay reports are never dropped.
 	if n.SessionID == "" || msp.Protected(n.Method) {
@@ -265,8 +269,8 @@ func (c *conn) Deliver(n session.Notification) {
 
 // Replay implements session.Subscriber.
 func (c *conn) Replay(ctx context.Context, n session.Notification) error {
-	if c.legacy.Load() {
-		n = legacyNotice(n)
+	if c.retryRendering() == retryAsStable {
+		n = stableNotice(n)
 	}
 	if c.optedOut(n.Method) {
 		return nil

@@ -144,8 +144,8 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 			return nil, nil, e
 		}
 		res, err := mgr.Page(ctx, p)
-		if err == nil && c.legacy.Load() {
-			legacyPage(&res)
+		if err == nil && c.retryRendering() == retryAsStable {
+			stablePage(&res)
 		}
 		return res, nil, err
 	case msp.MethodModelList:
@@ -230,8 +230,12 @@ func (h *handler) initialize(params json.RawMessage) (any, func(context.Context)
 	}
 	c := h.c
 	granted := []string{}
-	legacy := c.srv.cfg.LegacyRetryNotices
+	retries, experimental := retryAsStable, false
 	if p.Capabilities != nil {
+		experimental = p.Capabilities.ExperimentalAPI
+		if experimental {
+			retries = retryAsModel
+		}
 		optOut := make(map[string]bool, len(p.Capabilities.OptOutNotificationMethods))
 		for _, m := range p.Capabilities.OptOutNotificationMethods {
 			optOut[m] = true
@@ -242,19 +246,19 @@ func (h *handler) initialize(params json.RawMessage) (any, func(context.Context)
 			case CapabilitySessionListStream:
 				c.listStream.Store(true)
 			case CapabilityModelRetryScheduled:
-				legacy = false
+				retries = retryAsModel
 			default:
 				continue // unknown capabilities are not granted
 			}
 			granted = append(granted, capability)
 		}
 	}
-	c.legacy.Store(legacy)
+	c.retries.Store(int32(retries))
 	c.initialized.Store(true)
 	c.log.Debug("initialized", "client", p.ClientInfo.Name, "version", p.ClientInfo.Version)
 	cfg := &c.srv.cfg
 	return msp.InitializeResult{
-		ExperimentalAPI:     false,
+		ExperimentalAPI:     experimental,
 		GrantedCapabilities: granted,
 		MuseHome:            cfg.Home,
 		PlatformFamily:      platformFamily(),

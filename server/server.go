@@ -76,10 +76,6 @@ type Config struct {
 	// and localhost, while no credential is configured: the guard against
 	// DNS rebinding (see Handler).
 	AllowedHosts []string
-	// LegacyRetryNotices delivers model-layer retry notices as
-	// turn/retryScheduled to connections that did not request the
-	// capability modelRetryScheduled (upstream SDKs skip the former).
-	LegacyRetryNotices bool
 	// Models answers model/list; nil serves an empty catalog.
 	Models ModelLister
 	// Metrics are what /metrics serves; the server adds its own counts and

@@ -111,7 +111,6 @@ func serve(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Server.WriteTimeout, "write-timeout", 10*time.Second, "a frame write slower than this closes the connection")
 	fs.StringVar(&cfg.Server.Fingerprint, "fingerprint", "", "schema fingerprint to report (default: the embedded schema's sha256)")
 	fs.StringVar(&cfg.Server.AuthToken, "auth-token", "", "require this token to open /msp (Authorization: Bearer, or ?access_token= from a browser); set it through MSPD_AUTH_TOKEN to keep it out of ps")
-	fs.BoolVar(&cfg.Server.LegacyRetryNotices, "legacy-retry-notices", false, "deliver model-layer retry notices as turn/retryScheduled to connections that did not request the modelRetryScheduled capability (for clients built on upstream SDKs)")
 	fs.Var(&origins, "origin", "extra allowed browser `origin` pattern for /msp (repeatable; the server's own host is always allowed)")
 	fs.StringVar(&cfg.Auth.TokensFile, "auth-tokens", "", "`file` of \"principal token\" lines: each token opens /msp as its principal, who sees only its own sessions (re-read on SIGHUP)")
 	fs.StringVar(&cfg.Auth.JWT.KeyFile, "auth-jwt-key-file", "", "PEM `file` of the public keys (RSA, ECDSA, Ed25519) that sign JWT bearer tokens; the principal is the sub claim (re-read on SIGHUP)")

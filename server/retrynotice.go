@@ -8,20 +8,34 @@ import (
 	"mspd/session"
 )
 
-// Clients built on the upstream SDK know turn/retryScheduled but skip
-// mspd's turn/modelRetryScheduled, so they show nothing while a provider
-// backs off. With Config.LegacyRetryNotices, a connection that did not ask
-// for the capability modelRetryScheduled gets each model-layer notice as a
-// turn/retryScheduled: the same record (attempt fields, cursor, source
-// range) rendered with a reason in words. Nothing is recorded twice.
+// turn/modelRetryScheduled is MSP's experimental surface: clients built on
+// the upstream SDK skip it as an unknown method, so they would show nothing
+// while a provider backs off. turn/retryScheduled is the stable surface
+// every client knows. So a connection gets each model-layer notice as a
+// turn/retryScheduled — the same durable record (attempt fields, cursor,
+// source range) rendered with a reason in words — unless it asked for the
+// capability modelRetryScheduled or opted into the experimental API at
+// initialize. Nothing is recorded twice: one record, one cursor, two
+// renderings chosen per connection.
 
 // CapabilityModelRetryScheduled is the capability a client requests to get
 // turn/modelRetryScheduled as is.
 const CapabilityModelRetryScheduled = "modelRetryScheduled"
 
-// legacyNotice renders a model-layer retry notice as turn/retryScheduled;
+// retryRendering is how a connection is sent model-layer retry notices.
+type retryRendering int32
+
+const (
+	// retryAsStable renders them as turn/retryScheduled, the default.
+	retryAsStable retryRendering = iota
+	// retryAsModel sends turn/modelRetryScheduled as recorded, to a
+	// connection that asked for it.
+	retryAsModel
+)
+
+// stableNotice renders a model-layer retry notice as turn/retryScheduled;
 // any other notification passes unchanged.
-func legacyNotice(n session.Notification) session.Notification {
+func stableNotice(n session.Notification) session.Notification {
 	if n.Method != msp.NotifyTurnModelRetryScheduled {
 		return n
 	}
@@ -32,7 +46,7 @@ func legacyNotice(n session.Notification) session.Notification {
 	if err := json.Unmarshal(n.Frame, &f); err != nil {
 		return n
 	}
-	params, ok := legacyParams(f.Params)
+	params, ok := stableParams(f.Params)
 	if !ok {
 		return n
 	}
@@ -41,9 +55,9 @@ func legacyNotice(n session.Notification) session.Notification {
 	return n
 }
 
-// legacyParams turns turn/modelRetryScheduled params into
+// stableParams turns turn/modelRetryScheduled params into
 // turn/retryScheduled params.
-func legacyParams(raw json.RawMessage) (json.RawMessage, bool) {
+func stableParams(raw json.RawMessage) (json.RawMessage, bool) {
 	var p msp.TurnModelRetryScheduledParams
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, false
@@ -60,14 +74,14 @@ func legacyParams(raw json.RawMessage) (json.RawMessage, bool) {
 	return out, err == nil
 }
 
-// legacyPage renders the model-layer notices of a view/page result the
+// stablePage renders the model-layer notices of a view/page result the
 // same way.
-func legacyPage(res *msp.ViewPageResult) {
+func stablePage(res *msp.ViewPageResult) {
 	for i, e := range res.Events {
 		if e.Method != msp.NotifyTurnModelRetryScheduled {
 			continue
 		}
-		if params, ok := legacyParams(e.Params); ok {
+		if params, ok := stableParams(e.Params); ok {
 			res.Events[i] = msp.ViewEvent{Method: msp.NotifyTurnRetryScheduled, Params: params}
 		}
 	}
