@@ -39,7 +39,7 @@ func dialMSP(ctx context.Context, url string) (*mspConn, error) {
 	ws.SetReadLimit(-1)
 	c := &mspConn{ws: ws}
 	params := msp.InitializeParams{
-		ClientInfo:   msp.ClientInfo{Name: "mspbench", Version: "1"},
+		ClientInfo: msp.ClientInfo{Name: "mspbench", Version: "1"},
 		Capabilities: &msp.ClientCapabilities{OptOutNotificationMethods: []string{msp.NotifySessionStarted},
 			RequestedCapabilities: []string{"modelRetryScheduled"}},
 	}

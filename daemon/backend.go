@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"mspd/internal/datadir"
 	"net"
 	"net/url"
 	"os"
@@ -111,6 +112,18 @@ func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error
 	}
 	connOpts := []nats.Option{nats.Name("mspd " + node), nats.MaxReconnects(-1)}
 	if b.Embedded {
+		// The embedded server keeps its JetStream files in dir: a second
+		// process on them would serve a split half of the sessions and
+		// overwrite the first's files. Locked before anything is opened,
+		// as the SQLite store locks its directory.
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fail(err)
+		}
+		held, err := datadir.Lock(dir)
+		if err != nil {
+			return fail(err)
+		}
+		closers = append(closers, held.Unlock)
 		srv, token, err := startNATS(b, node, filepath.Join(dir, "nats"))
 		if err != nil {
 			return fail(err)

@@ -16,10 +16,23 @@ import (
 // one that is streaming a turn: the second exits at once, non-zero, with a
 // one-line message naming the directory and the first's PID, and the
 // first's turn completes untouched. Once the first is killed, the directory
-// is free again.
+// is free again. So in every store mode that keeps files there: SQLite's,
+// and JetStream's with the NATS server embedded (its files under --data).
 func TestDataDirInUse(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		args []string
+	}{
+		{"sqlite", nil},
+		{"jetstream-embedded", []string{"--store", "jetstream", "--nats-embedded", "--nats-listen", "127.0.0.1:0"}},
+	} {
+		t.Run(mode.name, func(t *testing.T) { testDataDirInUse(t, mode.args) })
+	}
+}
+
+func testDataDirInUse(t *testing.T, args []string) {
 	dataDir := t.TempDir()
-	p1 := startProcess(t, dataDir)
+	p1 := startProcess(t, dataDir, args...)
 	ctx := testCtx(t) // after the first start, which may build mspd
 	c := dial(t, p1.url, client.Options{})
 	start, err := c.StartSession(ctx)
@@ -48,7 +61,7 @@ func TestDataDirInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	second := exec.CommandContext(ctx, bin, "serve", "--listen", "127.0.0.1:0", "--data", dataDir, "--provider", "scripted")
+	second := exec.CommandContext(ctx, bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--data", dataDir, "--provider", "scripted"}, args...)...)
 	stderr, err := second.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +108,7 @@ func TestDataDirInUse(t *testing.T) {
 
 	// The OS drops the lock with its holder: after kill -9, mspd starts.
 	p1.kill()
-	p3 := startProcess(t, dataDir)
+	p3 := startProcess(t, dataDir, args...)
 	c3 := dial(t, p3.url, client.Options{})
 	res, err := c3.Resume(ctx, sid, nil)
 	if err != nil {

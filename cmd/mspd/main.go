@@ -22,11 +22,11 @@ import (
 	"time"
 
 	"mspd/daemon"
+	"mspd/internal/datadir"
 	"mspd/internal/gcheadroom"
 	"mspd/modelretry"
 	"mspd/provider/demo"
 	"mspd/server"
-	"mspd/store/sqlite"
 )
 
 func main() {
@@ -168,7 +168,7 @@ func serve(args []string, stderr io.Writer) int {
 	ctx := sig.run
 	d, err := newDaemon(ctx, cfg)
 	if err != nil {
-		var locked *sqlite.LockedError
+		var locked *datadir.LockedError
 		if errors.As(err, &locked) {
 			fmt.Fprintf(stderr, "mspd: %v; stop it or use another --data\n", locked)
 			return 1

@@ -57,10 +57,11 @@
 // Two processes on one store would each believe the other's running turns
 // were left by a crash and settle them, then fight over every sequence
 // number. So Open first takes an exclusive OS lock (flock(2), through
-// github.com/gofrs/flock) on LockFile in the database's directory, without
-// waiting, and writes its PID into it; a second Open gets a *LockedError
-// naming the directory and that PID. Close releases the lock, and the OS
-// does when the process dies, so a restart after kill -9 just works.
+// mspd/internal/datadir) on datadir.LockFile in the database's directory,
+// without waiting, and writes its PID into it; a second Open gets a
+// *datadir.LockedError naming the directory and that PID. Close releases
+// the lock, and the OS does when the process dies, so a restart after
+// kill -9 just works.
 //
 // SQLite's own PRAGMA locking_mode=EXCLUSIVE would not do: it is held per
 // connection, so the writer would lock out this store's own read pool (and

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"mspd/internal/datadir"
 	"mspd/store/sqlite"
 )
 
@@ -24,10 +25,10 @@ func TestSecondOpenIsLocked(t *testing.T) {
 			s.Close()
 			t.Fatalf("second Open of %s succeeded while the first store is open", name)
 		}
-		if !errors.Is(err, sqlite.ErrLocked) {
+		if !errors.Is(err, datadir.ErrLocked) {
 			t.Fatalf("second Open of %s = %v, want ErrLocked", name, err)
 		}
-		var le *sqlite.LockedError
+		var le *datadir.LockedError
 		if !errors.As(err, &le) || le.Dir != dir || le.PID != os.Getpid() {
 			t.Fatalf("second Open of %s = %#v, want a *LockedError for %s held by pid %d", name, err, dir, os.Getpid())
 		}
@@ -63,15 +64,8 @@ func TestFailedOpenReleasesLock(t *testing.T) {
 			s.Close()
 			t.Fatal("Open of a file from a newer schema succeeded")
 		}
-		if errors.Is(err, sqlite.ErrLocked) || !strings.Contains(err.Error(), "newer") {
+		if errors.Is(err, datadir.ErrLocked) || !strings.Contains(err.Error(), "newer") {
 			t.Fatalf("Open = %v, want the newer-schema error", err)
 		}
-	}
-}
-
-func TestLockedErrorWithoutPID(t *testing.T) {
-	err := &sqlite.LockedError{Dir: "/x/mspd-data"}
-	if got, want := err.Error(), "data directory /x/mspd-data is in use by another mspd"; got != want {
-		t.Fatalf("Error() = %q, want %q", got, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mspd/internal/datadir"
 	"os"
 	"path/filepath"
 	"slices"
@@ -149,7 +150,7 @@ func WithReadConns(n int) Option {
 
 // Store is a store.Store on one SQLite file. Create it with Open.
 type Store struct {
-	lock *dirLock // held from before the file is opened until after it is closed
+	lock *datadir.Held // held from before the file is opened until after it is closed
 
 	wdb *sql.DB   // holds the single writer connection
 	wc  *sql.Conn // pinned, so the writer's prepared statements stay valid
@@ -207,7 +208,8 @@ type writeStmts struct {
 //
 // Before touching the file it locks the directory (see the package doc):
 // while a store is open on a directory, Open on the same directory fails at
-// once with a *LockedError (errors.Is ErrLocked). Close releases the lock.
+// once with a *datadir.LockedError (errors.Is datadir.ErrLocked). Close
+// releases the lock.
 func Open(path string, opts ...Option) (*Store, error) {
 	cfg := config{busyTimeout: 5 * time.Second, maxGroup: 256, ckptPages: DefaultCheckpointPages, readConns: 4}
 	for _, o := range opts {
@@ -227,19 +229,19 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
-	lock, err := lockDir(filepath.Dir(abs))
+	lock, err := datadir.Lock(filepath.Dir(abs))
 	if err != nil {
 		return nil, err
 	}
 	if err := createPrivate(abs); err != nil {
-		_ = lock.unlock()
+		_ = lock.Unlock()
 		return nil, err
 	}
 	s := &Store{lock: lock, maxGroup: cfg.maxGroup, checkpointPages: cfg.ckptPages, onCommit: cfg.onCommit, heads: make(map[string]int64), onCheckpoint: cfg.onCheckpoint}
 	if err := s.open(abs, cfg); err != nil {
 		s.closeCheckpoints()
 		s.closeDBs()
-		_ = lock.unlock()
+		_ = lock.Unlock()
 		return nil, err
 	}
 	s.reqs = make(chan *commitReq, cfg.maxGroup)
@@ -595,7 +597,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	<-s.writerDone
 	s.closeCheckpoints()
-	return errors.Join(s.closeDBs(), s.lock.unlock())
+	return errors.Join(s.closeDBs(), s.lock.Unlock())
 }
 
 // closeDBs closes whatever open managed to set up.
