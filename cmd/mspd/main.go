@@ -61,6 +61,21 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 2
 }
 
+// parseFlags parses a subcommand's flags. When parsing ends the command,
+// ok is false and status is the exit status: 0 after --help or -h printed
+// the usage (asking for help is a success, as with flag.ExitOnError), 2
+// for a usage error, which the flag set has already reported.
+func parseFlags(fs *flag.FlagSet, args []string) (status int, ok bool) {
+	switch err := fs.Parse(args); {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		return 0, false
+	default:
+		return 2, false
+	}
+}
+
 func serve(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -124,8 +139,8 @@ func serve(args []string, stderr io.Writer) int {
 	fs.IntVar(&gcHeadroomMiB, "gc-headroom-mib", 64, "garbage the heap may gather above what is live before a collection, while less than this is live (MiB; 0: Go's GOGC=100; ignored when GOGC is set)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	if fs.NArg() > 0 {
 		// Parsing stopped there: every flag after it would be ignored

@@ -116,3 +116,25 @@ func TestServeZeroMeansNone(t *testing.T) {
 		t.Errorf("MSPD_DEMO_WORD_DELAY=0s: the daemon got %v, a pause", cfg.Demo.WordDelay)
 	}
 }
+
+// TestHelpIsASuccess: --help and -h print the command's usage and exit 0,
+// as flag.ExitOnError does, for every subcommand; a flag that does not
+// exist is still a usage error.
+func TestHelpIsASuccess(t *testing.T) {
+	for _, cmd := range [][]string{nil, {"serve"}, {"sessions"}, {"tail"}, {"validate"}} {
+		for _, help := range []string{"--help", "-h"} {
+			var out bytes.Buffer
+			args := append(append([]string(nil), cmd...), help)
+			if code := run(args, strings.NewReader(""), &out, &out); code != 0 || !strings.Contains(strings.ToLower(out.String()), "usage") {
+				t.Errorf("mspd %s: exit %d, want 0 with the usage:\n%s", strings.Join(args, " "), code, out.String())
+			}
+		}
+		args := append(append([]string(nil), cmd...), "--no-such-flag")
+		if cmd != nil && cmd[0] == "validate" {
+			args = append(args, "extra") // validate takes one argument, not flags
+		}
+		if code := run(args, strings.NewReader(""), io.Discard, io.Discard); code != 2 {
+			t.Errorf("mspd %s: exit %d, want 2", strings.Join(args, " "), code)
+		}
+	}
+}

@@ -22,8 +22,8 @@ func sessionsCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: mspd sessions [flags]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	if fs.NArg() > 0 || opts.Limit < 0 {
 		fs.Usage()

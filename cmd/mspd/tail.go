@@ -86,8 +86,8 @@ func tailCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "       mspd tail --all [flags]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	if fs.NArg() > 1 || (opts.All && fs.NArg() > 0) {
 		fs.Usage()

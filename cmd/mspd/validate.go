@@ -14,8 +14,13 @@ import (
 // upstream transcript lines {"dir": ..., "raw": "<frame>"}. It prints a
 // line per bad frame and exits 1 if there was any.
 func validate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	const usage = "usage: mspd validate FILE|-"
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fmt.Fprintln(stdout, usage)
+		return 0
+	}
 	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: mspd validate FILE|-")
+		fmt.Fprintln(stderr, usage)
 		return 2
 	}
 	in := stdin
