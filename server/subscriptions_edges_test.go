@@ -34,7 +34,7 @@ func (p *pausingStore) arm(sid string) {
 	p.mu.Unlock()
 }
 
-func (p *pausingStore) Records(ctx context.Context, sid string, after int64, limit int) ([]store.Record, error) {
+func (p *pausingStore) Records(ctx context.Context, sid string, after int64, limit store.Limit) ([]store.Record, error) {
 	recs, err := p.Store.Records(ctx, sid, after, limit)
 	p.mu.Lock()
 	hold := p.session != "" && p.session == sid

@@ -207,7 +207,7 @@ func (m *Manager) lead(ctx context.Context, id string) error {
 // s.mu must be held.
 func (s *session) catchUpLocked(ctx context.Context, from int64) error {
 	for from < s.head {
-		recs, err := s.m.store.Records(ctx, s.id, from, int(min(s.head-from, 256)))
+		recs, err := s.m.store.Records(ctx, s.id, from, logPage(int(min(s.head-from, 256))))
 		if err != nil {
 			return msp.ErrInternal("reading session log: %v", err)
 		}

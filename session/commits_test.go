@@ -178,7 +178,7 @@ type failingReads struct {
 	fail atomic.Bool
 }
 
-func (f *failingReads) Records(ctx context.Context, id string, after int64, limit int) ([]store.Record, error) {
+func (f *failingReads) Records(ctx context.Context, id string, after int64, limit store.Limit) ([]store.Record, error) {
 	if f.fail.Load() {
 		return nil, errors.New("store unavailable")
 	}

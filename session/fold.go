@@ -15,57 +15,102 @@ import (
 // folded is what a pass over a session's log recovers.
 type folded struct {
 	history    []provider.Message
-	items      []msp.Item
+	items      []msp.Item // kept when the fold's spec asks for them
+	itemBytes  []int      // each item's size encoded, as its last record holds it
+	encoded    int        // the sum of itemBytes
+	over       bool       // the items outgrew the spec's budget: the fold stopped there
 	open       map[string]msp.Item
 	openAt     map[string]int64 // an open item's last record (its text is saved through it)
 	attemptEnd int64            // the last record that ended an attempt (a retry notice, a terminal)
 	cumulative msp.CumulativeTokenUsage
 }
 
-// fold replays a session's log from the start, through record through
-// (0: to its end).
-func fold(ctx context.Context, st store.Store, id string, through int64) (folded, error) {
+// foldSpec says how far a fold goes and what it keeps.
+type foldSpec struct {
+	through int64 // the last record folded; 0: the log's end
+	// items keeps the items (for a resume, a read or a fork); a load
+	// needs only the history, the open items and the totals.
+	items bool
+	// budget, with items, stops the fold once the items encode to more
+	// than this many bytes: they are past the history budget, and
+	// reading on would hold the log's items only to drop them.
+	budget int
+}
+
+// sizedItem decodes an item and keeps the size of its encoding: the
+// history budget is counted from the records, not by encoding the items
+// again.
+type sizedItem struct {
+	msp.Item
+	size int
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (s *sizedItem) UnmarshalJSON(b []byte) error {
+	s.size = len(b)
+	return json.Unmarshal(b, &s.Item)
+}
+
+// fold replays a session's log from the start, as spec says, a page of
+// at most ReadBytes at a time.
+func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded, error) {
 	f := folded{open: make(map[string]msp.Item), openAt: make(map[string]int64)}
-	index := make(map[string]int)
+	index := make(map[string]int) // each item's place in f.items
 	var after int64
 	for {
-		recs, err := st.Records(ctx, id, after, 1000)
-		if err != nil {
+		recs, err := st.Records(ctx, id, after, logPage(1000))
+		if err != nil || len(recs) == 0 {
 			return f, err
 		}
 		for _, r := range recs {
-			if through > 0 && r.Seq > through {
+			if spec.through > 0 && r.Seq > spec.through {
 				return f, nil
 			}
 			after = r.Seq
 			switch r.Method {
 			case msp.NotifyItemStarted, msp.NotifyItemUpdated, msp.NotifyItemCompleted:
-				var p msp.ItemParams
+				var p struct {
+					Item sizedItem `json:"item"`
+				}
 				if err := json.Unmarshal(r.Params, &p); err != nil {
 					return f, fmt.Errorf("record %d: %w", r.Seq, err)
 				}
-				i, seen := index[p.Item.ItemID]
-				if seen {
-					f.items[i] = p.Item
-				} else {
-					index[p.Item.ItemID] = len(f.items)
-					f.items = append(f.items, p.Item)
+				it := p.Item.Item
+				i, seen := index[it.ItemID]
+				if !seen {
+					i = len(index)
+					index[it.ItemID] = i
+				}
+				if spec.items {
+					if seen {
+						f.items[i] = it
+						f.encoded -= f.itemBytes[i]
+						f.itemBytes[i] = p.Item.size
+					} else {
+						f.items = append(f.items, it)
+						f.itemBytes = append(f.itemBytes, p.Item.size)
+					}
+					f.encoded += p.Item.size
+					if spec.budget > 0 && f.encoded > spec.budget {
+						f.over = true
+						return f, nil
+					}
 				}
 				switch r.Method {
 				case msp.NotifyItemStarted:
-					f.open[p.Item.ItemID], f.openAt[p.Item.ItemID] = p.Item, r.Seq
+					f.open[it.ItemID], f.openAt[it.ItemID] = it, r.Seq
 					continue
 				case msp.NotifyItemUpdated:
 					// An answer that opened on an ephemeral event is
 					// first seen here, when its text is saved.
-					if _, ok := f.open[p.Item.ItemID]; ok || !seen {
-						f.open[p.Item.ItemID], f.openAt[p.Item.ItemID] = p.Item, r.Seq
+					if _, ok := f.open[it.ItemID]; ok || !seen {
+						f.open[it.ItemID], f.openAt[it.ItemID] = it, r.Seq
 					}
 					continue
 				}
-				delete(f.open, p.Item.ItemID)
-				delete(f.openAt, p.Item.ItemID)
-				if m, ok := historyMessage(p.Item); ok {
+				delete(f.open, it.ItemID)
+				delete(f.openAt, it.ItemID)
+				if m, ok := historyMessage(it); ok {
 					f.history = append(f.history, m)
 				}
 			case msp.NotifySessionTokenUsage:
@@ -79,9 +124,6 @@ func fold(ctx context.Context, st store.Store, id string, through int64) (folded
 					f.attemptEnd = r.Seq // a retry notice or a terminal ends the attempt before it
 				}
 			}
-		}
-		if len(recs) < 1000 {
-			return f, nil
 		}
 	}
 }

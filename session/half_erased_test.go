@@ -55,7 +55,7 @@ func (c cutShortErasure) Head(ctx context.Context, id string) (int64, error) {
 	return c.Store.Head(ctx, id)
 }
 
-func (c cutShortErasure) Records(ctx context.Context, id string, after int64, limit int) ([]store.Record, error) {
+func (c cutShortErasure) Records(ctx context.Context, id string, after int64, limit store.Limit) ([]store.Record, error) {
 	if c.logPurged() {
 		return nil, nil
 	}

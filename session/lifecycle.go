@@ -210,7 +210,7 @@ func (m *Manager) forkCut(ctx context.Context, s *session, at *msp.ForkCutPoint)
 	s.mu.Unlock()
 	count := 0
 	for after := int64(0); after < head; {
-		recs, err := m.store.Records(ctx, s.id, after, min(int(head-after), 1000))
+		recs, err := m.store.Records(ctx, s.id, after, logPage(min(int(head-after), 1000)))
 		if err != nil {
 			return 0, 0, msp.ErrInternal("reading session log: %v", err)
 		}
@@ -249,7 +249,7 @@ func (m *Manager) forkCut(ctx context.Context, s *session, at *msp.ForkCutPoint)
 func (m *Manager) copyLog(ctx context.Context, from, to string, through int64) error {
 	const batch = 500
 	for after := int64(0); after < through; {
-		recs, err := m.store.Records(ctx, from, after, min(int(through-after), batch))
+		recs, err := m.store.Records(ctx, from, after, logPage(min(int(through-after), batch)))
 		if err != nil {
 			return err
 		}

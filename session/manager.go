@@ -297,6 +297,19 @@ func frameBudget(maxFrame int) int { return maxFrame - min(64<<10, maxFrame/4) }
 
 func (m *Manager) frameBudget() int { return frameBudget(m.cfg.MaxFrameBytes) }
 
+// ReadBytes bounds every read of a session's log that serves a client:
+// one store read returns at most this many bytes of params past its
+// first record, which comes whatever its size (store.Limit). A view/page
+// ends early at it, with the cursor to go on from; a subscription's
+// replay, the folds of a load, a resume, a read and a fork, a fork's cut
+// and its copy all page through the log by it. So a request holds at most
+// this much of the log at a time, or one record when that is larger, plus
+// what it builds from it (a fold's items are bounded by HistoryBudget).
+const ReadBytes = 4 << 20
+
+// logPage is a read of up to rows records within ReadBytes.
+func logPage(rows int) store.Limit { return store.Limit{Rows: rows, Bytes: ReadBytes} }
+
 // Listen registers sub, a connection of principal, for news of that
 // principal's session list (taken when sub.Broadcasts() says so); Detach
 // undoes it.
@@ -494,7 +507,7 @@ func (s *session) refreshLocked(ctx context.Context) error {
 		return msp.ErrInternal("loading session: %v", err)
 	}
 	s.sub = 0
-	f, err := fold(ctx, m.store, s.id, 0)
+	f, err := fold(ctx, m.store, s.id, foldSpec{})
 	if err != nil {
 		return msp.ErrInternal("loading session log: %v", err)
 	}

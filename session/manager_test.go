@@ -419,7 +419,7 @@ func (c *crashStore) Commit(ctx context.Context, b store.Batch) error {
 
 func records(t *testing.T, st store.Store, sid string) []store.Record {
 	t.Helper()
-	recs, err := st.Records(context.Background(), sid, 0, 10000)
+	recs, err := st.Records(context.Background(), sid, 0, store.Limit{Rows: 10000, Bytes: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,12 +16,12 @@ type logReads struct {
 	n atomic.Int64
 }
 
-func (c *logReads) Records(ctx context.Context, id string, after int64, limit int) ([]store.Record, error) {
+func (c *logReads) Records(ctx context.Context, id string, after int64, limit store.Limit) ([]store.Record, error) {
 	c.n.Add(1)
 	return c.Store.Records(ctx, id, after, limit)
 }
 
-func (c *logReads) RecordsBefore(ctx context.Context, id string, before int64, limit int) ([]store.Record, error) {
+func (c *logReads) RecordsBefore(ctx context.Context, id string, before int64, limit store.Limit) ([]store.Record, error) {
 	c.n.Add(1)
 	return c.Store.RecordsBefore(ctx, id, before, limit)
 }

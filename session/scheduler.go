@@ -363,9 +363,12 @@ func (s *session) turnUsage(ctx context.Context, a pendingTurn) (*msp.TokenUsage
 	var sum *msp.TokenUsage
 	after := max(a.StartSeq-1, 0)
 	for {
-		recs, err := s.m.store.Records(ctx, s.id, after, 1000)
+		recs, err := s.m.store.Records(ctx, s.id, after, logPage(1000))
 		if err != nil {
 			return nil, err
+		}
+		if len(recs) == 0 {
+			return sum, nil
 		}
 		for _, r := range recs {
 			after = r.Seq
@@ -386,9 +389,6 @@ func (s *session) turnUsage(ctx context.Context, a pendingTurn) (*msp.TokenUsage
 			sum.OutputTokens += p.Usage.OutputTokens
 			sum.CachedTokens += p.Usage.CachedTokens
 			sum.ReasoningTokens += p.Usage.ReasoningTokens
-		}
-		if len(recs) < 1000 {
-			return sum, nil
 		}
 	}
 }

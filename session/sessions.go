@@ -248,13 +248,20 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 // inlineHistory folds a session's items through record through for a
 // resume, a read or a fork, with the items still open as streamed so far
 // (live); past the history budget the history is left for the client to
-// page. whole is false when a follower's items are the log's alone,
-// because some of what streamed after it may be missing.
+// page (mode none, historyBudget). The fold stops once its items outgrow
+// the budget, and the items are measured by their records' sizes, the
+// open ones alone encoded again: so a history too large to inline is
+// never held whole. whole is false when a follower's items are the log's
+// alone, because some of what streamed after it may be missing.
 func (m *Manager) inlineHistory(ctx context.Context, id string, through int64, live streamed) (h msp.SessionHistory, whole bool, err error) {
 	none := msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: msp.NoneHistoryBudget, Snapshot: json.RawMessage("null")}
-	f, err := fold(ctx, m.store, id, through)
+	budget := m.cfg.HistoryBudget
+	f, err := fold(ctx, m.store, id, foldSpec{through: through, items: true, budget: budget})
 	if err != nil {
 		return none, false, msp.ErrInternal("reading session log: %v", err)
+	}
+	if f.over {
+		return none, true, nil
 	}
 	open, whole := live.open, true
 	var tails map[string]string
@@ -263,25 +270,38 @@ func (m *Manager) inlineHistory(ctx context.Context, id string, through int64, l
 			open, tails = nil, nil
 		}
 	}
+	// Each open item's text streamed on past its record: it is measured
+	// as it now stands.
+	resize := func(i int) {
+		n, _ := msp.Marshal(f.items[i])
+		f.encoded += len(n) - f.itemBytes[i]
+		f.itemBytes[i] = len(n)
+	}
 	for i := range f.items {
 		it := &f.items[i]
+		changed := false
 		if it.Status == msp.ItemInProgress {
 			if tail, ok := tails[it.ItemID]; ok {
 				text := deref(it.Text) + tail
-				it.Text = &text
+				it.Text, changed = &text, true
 			}
 		}
 		if o, ok := open[it.ItemID]; ok {
 			if it.Status == msp.ItemInProgress && o.Revision >= it.Revision {
-				it.Text = o.Text
+				it.Text, changed = o.Text, true
 			}
 			delete(open, it.ItemID)
 		}
+		if changed {
+			resize(i)
+		}
 	}
 	for _, it := range open {
-		f.items = append(f.items, it) // items stream one at a time: it is the last
+		f.items, f.itemBytes = append(f.items, it), append(f.itemBytes, 0) // items stream one at a time: it is the last
+		resize(len(f.items) - 1)
 	}
-	if encoded, err := msp.Marshal(f.items); err != nil || len(encoded) > m.cfg.HistoryBudget {
+	// The array's brackets and commas.
+	if f.encoded+len(f.items)+1 > budget {
 		return none, whole, nil
 	}
 	if f.items == nil {

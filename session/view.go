@@ -163,6 +163,10 @@ func (s *session) page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageR
 	s.mu.Unlock()
 	res := msp.ViewPageResult{Events: []msp.ViewEvent{}}
 	backward := p.Direction == msp.Backward
+	// The store stops reading at the page's bytes, so a page never holds
+	// more of the log than it may send; withinBudget then fits the events'
+	// envelopes to the frame.
+	lim := store.Limit{Rows: p.Limit, Bytes: min(ReadBytes, s.m.frameBudget())}
 	var recs []store.Record
 	var err error
 	if backward {
@@ -177,7 +181,7 @@ func (s *session) page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageR
 				before = c.seq + 1
 			}
 		}
-		recs, err = s.m.store.RecordsBefore(ctx, s.id, before, p.Limit)
+		recs, err = s.m.store.RecordsBefore(ctx, s.id, before, lim)
 	} else {
 		var after int64
 		if p.Cursor != nil {
@@ -187,7 +191,7 @@ func (s *session) page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageR
 			}
 			after = c.seq
 		}
-		recs, err = s.m.store.Records(ctx, s.id, after, p.Limit)
+		recs, err = s.m.store.Records(ctx, s.id, after, lim)
 	}
 	if err != nil {
 		return res, msp.ErrInternal("reading session log: %v", err)

@@ -108,6 +108,24 @@ type Batch struct {
 	Urgent bool
 }
 
+// Limit bounds one read of a session's log: at most Rows records, holding
+// at most Bytes bytes of Params in all. A store stops reading once the next
+// record would take the read past either bound, so a read holds about
+// Bytes of the log however large its records are. The first record is
+// returned whatever its size: a read always makes progress, and a record
+// larger than Bytes comes alone. Rows <= 0 reads nothing; Bytes <= 0 reads
+// one record.
+type Limit struct {
+	Rows  int
+	Bytes int
+}
+
+// Admits reports whether a read that has taken count records, holding
+// used bytes of Params, may take one more holding size bytes.
+func (l Limit) Admits(count, used, size int) bool {
+	return count < l.Rows && (count == 0 || used+size <= l.Bytes)
+}
+
 // SessionKey is a position in the newest-first session listing.
 type SessionKey struct {
 	UpdatedAt time.Time
@@ -118,20 +136,23 @@ type SessionKey struct {
 // callers fan records out only after that. All methods are safe for
 // concurrent use.
 //
-// Methods taking a limit return nothing for limit <= 0. Results belong to
-// the caller, and a store keeps no reference to a committed Batch's slices.
+// Methods taking a limit return nothing for limit <= 0 (a Limit's Rows).
+// Results belong to the caller, and a store keeps no reference to a
+// committed Batch's slices.
 type Store interface {
 	// Commit writes b atomically, or returns an error and writes nothing.
 	// A ctx that is done before the write begins makes Commit return its
 	// error; once the write has begun, Commit waits for its outcome, so an
 	// error never hides a write.
 	Commit(ctx context.Context, b Batch) error
-	// Records returns up to limit records of a session with Seq > after,
-	// ascending. An unknown session has no records.
-	Records(ctx context.Context, sessionID string, after int64, limit int) ([]Record, error)
-	// RecordsBefore returns the last up to limit records with Seq < before,
-	// ascending: the page that ends just below before.
-	RecordsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]Record, error)
+	// Records returns the records of a session with Seq > after,
+	// ascending, as many as lim admits from the first on. An unknown
+	// session has no records.
+	Records(ctx context.Context, sessionID string, after int64, lim Limit) ([]Record, error)
+	// RecordsBefore returns the records with Seq < before, ascending, as
+	// many as lim admits counting back from the last: the page that ends
+	// just below before.
+	RecordsBefore(ctx context.Context, sessionID string, before int64, lim Limit) ([]Record, error)
 	// Head returns the Seq of a session's last record, 0 when it has none.
 	Head(ctx context.Context, sessionID string) (int64, error)
 	// Session returns a session's row, or ErrNotFound.

@@ -39,7 +39,7 @@ func (s *Store) PruneCommands(ctx context.Context, before time.Time, limit int) 
 	}
 	cutoff := store.ClampUnixNanos(before)
 	var old []entry
-	err = s.scan(ctx, s.subj.commands(), 0, func(m storedMsg) (bool, error) {
+	err = s.scan(ctx, s.subj.commands(), 0, nil, func(m storedMsg) (bool, error) {
 		created, err := headerInt(m, hdrCreated)
 		if err != nil {
 			return false, err

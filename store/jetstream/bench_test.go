@@ -46,7 +46,7 @@ func BenchmarkRecordsTail(b *testing.B) {
 	}
 	b.Run("Records", func(b *testing.B) {
 		for b.Loop() {
-			rs, err := s.Records(b.Context(), "a", 990, 100)
+			rs, err := s.Records(b.Context(), "a", 990, store.Limit{Rows: 100, Bytes: 1 << 30})
 			if err != nil || len(rs) != 10 {
 				b.Fatalf("Records = %d, %v", len(rs), err)
 			}

@@ -60,7 +60,7 @@ func TestReplicasSurviveAStoppedServer(t *testing.T) {
 	})
 	mustCommit(t, s, batch(21))
 
-	recs, err := s.Records(t.Context(), "s", 0, 100)
+	recs, err := s.Records(t.Context(), "s", 0, store.Limit{Rows: 100, Bytes: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,10 @@ type getRequest struct {
 	LastFor string `json:"last_by_subj,omitempty"`
 	NextFor string `json:"next_by_subj,omitempty"`
 	Batch   int    `json:"batch,omitempty"`
+	// MaxBytes ends a batch once it has carried this much (subjects,
+	// headers and payloads), after the message that reaches it; 0 is
+	// the server's default, its max_pending (64 MiB).
+	MaxBytes int `json:"max_bytes,omitempty"`
 }
 
 // get reads one message. With one replica the direct get is answered by
@@ -126,8 +130,10 @@ func fromDirect(msg *nats.Msg) (storedMsg, error) {
 // direct-get batches; with several replicas, when a replica reports the end
 // it asks the leader whether anything follows, so a scan misses no write
 // acknowledged before it started. Each batch is read in isolation from
-// atomic commits, so a scan never sees part of a Commit.
-func (s *Store) scan(ctx context.Context, filter string, from uint64, fn func(storedMsg) (bool, error)) error {
+// atomic commits, so a scan never sees part of a Commit. maxBytes, when
+// not nil, tells before each batch how many bytes it may carry, so that a
+// read bounded by bytes is not sent a batch's worth past its bound.
+func (s *Store) scan(ctx context.Context, filter string, from uint64, maxBytes func() int, fn func(storedMsg) (bool, error)) error {
 	// Short reads, the common case (a subscriber catching up), go as
 	// single gets: a batch makes the server count what remains first,
 	// which costs more than several gets.
@@ -153,7 +159,11 @@ func (s *Store) scan(ctx context.Context, filter string, from uint64, fn func(st
 		}
 	}
 	for {
-		more, next, stopped, err := s.directBatch(ctx, filter, from, fn)
+		limit := 0
+		if maxBytes != nil {
+			limit = max(maxBytes(), 1)
+		}
+		more, next, stopped, err := s.directBatch(ctx, filter, from, limit, fn)
 		if err != nil || stopped {
 			return err
 		}
@@ -170,13 +180,14 @@ func (s *Store) scan(ctx context.Context, filter string, from uint64, fn func(st
 	}
 }
 
-// directBatch runs one direct-get batch of up to scanChunk messages. It
-// returns whether the replica has more, the sequence to continue from, and
-// whether fn stopped the scan.
-func (s *Store) directBatch(ctx context.Context, filter string, from uint64, fn func(storedMsg) (bool, error)) (more bool, next uint64, stopped bool, err error) {
+// directBatch runs one direct-get batch of up to scanChunk messages and
+// maxBytes bytes (0: the server's default). It returns whether the replica
+// has more, the sequence to continue from, and whether fn stopped the
+// scan.
+func (s *Store) directBatch(ctx context.Context, filter string, from uint64, maxBytes int, fn func(storedMsg) (bool, error)) (more bool, next uint64, stopped bool, err error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	body, err := json.Marshal(getRequest{Seq: from, NextFor: filter, Batch: scanChunk})
+	body, err := json.Marshal(getRequest{Seq: from, NextFor: filter, Batch: scanChunk, MaxBytes: maxBytes})
 	if err != nil {
 		return false, from, false, err
 	}

@@ -36,7 +36,7 @@ func TestServerGuardRefusesStaleHead(t *testing.T) {
 			t.Fatalf("commit on a stale head (%d messages) = %v, want ErrConflict", len(b.Records)+len(b.Commands), err)
 		}
 	}
-	rs, err := s.Records(t.Context(), "s", 0, 10)
+	rs, err := s.Records(t.Context(), "s", 0, store.Limit{Rows: 10, Bytes: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}

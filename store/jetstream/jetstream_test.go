@@ -81,7 +81,7 @@ func TestConcurrentWritersGuard(t *testing.T) {
 		}
 	}
 	for _, s := range writers {
-		rs, err := s.Records(t.Context(), "s", 0, rounds*size+10)
+		rs, err := s.Records(t.Context(), "s", 0, store.Limit{Rows: rounds*size + 10, Bytes: 1 << 30})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +117,7 @@ func TestRecordsAcrossPages(t *testing.T) {
 	}
 	for _, after := range []int64{0, 1, 30, 31, 32, 33, 63, 64, 65, 150, 299, 300} {
 		for _, limit := range []int{1, 5, 40, 280, 1000} {
-			rs, err := s.Records(t.Context(), "b", after, limit)
+			rs, err := s.Records(t.Context(), "b", after, store.Limit{Rows: limit, Bytes: 1 << 30})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,7 +129,7 @@ func TestRecordsAcrossPages(t *testing.T) {
 					t.Fatalf("Records(after %d, limit %d)[%d] = %d %s", after, limit, i, r.Seq, r.Params)
 				}
 			}
-			before, err := s.RecordsBefore(t.Context(), "a", after+1, limit)
+			before, err := s.RecordsBefore(t.Context(), "a", after+1, store.Limit{Rows: limit, Bytes: 1 << 30})
 			if err != nil {
 				t.Fatal(err)
 			}

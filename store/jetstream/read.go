@@ -15,44 +15,56 @@ import (
 
 // Records implements store.Store; see the package doc for how it finds
 // the record after the cursor.
-func (s *Store) Records(ctx context.Context, sessionID string, after int64, limit int) ([]store.Record, error) {
+func (s *Store) Records(ctx context.Context, sessionID string, after int64, lim store.Limit) ([]store.Record, error) {
 	done, err := s.enter()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	return s.records(ctx, sessionID, after, limit)
+	if lim.Rows <= 0 {
+		return nil, nil
+	}
+	var rs []store.Record
+	used := 0
+	err = s.each(ctx, sessionID, after, lim.Rows, func() int { return lim.Bytes - used }, func(r store.Record) bool {
+		if !lim.Admits(len(rs), used, len(r.Params)) {
+			return false
+		}
+		rs, used = append(rs, r), used+len(r.Params)
+		return true
+	})
+	return rs, err
 }
 
-func (s *Store) records(ctx context.Context, sessionID string, after int64, limit int) ([]store.Record, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
-	target := max(after, 0) + 1
-	at, err := s.seek(ctx, sessionID, target)
+// each hands fn the records of a session after seq after, ascending, up
+// to rows of them, until fn returns false. room tells how many bytes of
+// records the read has room for now, so that no batch brings much more.
+// The stream cannot tell a message's size before sending it, so fn may be
+// handed one record past a bound, which it drops.
+func (s *Store) each(ctx context.Context, sessionID string, after int64, rows int, room func() int, fn func(store.Record) bool) error {
+	at, err := s.seek(ctx, sessionID, max(after, 0)+1)
 	if errors.Is(err, errNoMsg) {
-		return nil, nil
+		return nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: records of %q: %w", sessionID, err)
+		return fmt.Errorf("jetstream: records of %q: %w", sessionID, err)
 	}
-	rs := make([]store.Record, 1, min(limit, scanChunk))
-	rs[0] = at.Record
-	if limit == 1 {
-		return rs, nil
+	if !fn(at.Record) || rows == 1 {
+		return nil
 	}
-	err = s.scan(ctx, s.subj.log(sessionID), at.stream+1, func(m storedMsg) (bool, error) {
+	n := 1
+	err = s.scan(ctx, s.subj.log(sessionID), at.stream+1, room, func(m storedMsg) (bool, error) {
 		r, err := decodeRecord(m)
 		if err != nil {
 			return false, err
 		}
-		rs = append(rs, r.Record)
-		return len(rs) < limit, nil
+		n++
+		return fn(r.Record) && n < rows, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: records of %q: %w", sessionID, err)
+		return fmt.Errorf("jetstream: records of %q: %w", sessionID, err)
 	}
-	return rs, nil
+	return nil
 }
 
 // seek finds a session's record target, or errNoMsg when the log ends
@@ -78,24 +90,57 @@ func (s *Store) seek(ctx context.Context, sessionID string, target int64) (posit
 	}
 }
 
-// RecordsBefore implements store.Store. Seqs are dense, so the page that
-// ends below before starts at before-limit: it is a forward read.
-func (s *Store) RecordsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]store.Record, error) {
+// RecordsBefore implements store.Store. The stream reads forward only,
+// so it reads back in spans, each forward from its start: the first is
+// the record just below before, and each span after is as many records
+// as the room left would hold were they as large as those read so far,
+// up to four times as many as read so far. Of the span that meets the
+// bound it keeps the records nearest before that fit, dropping the others
+// as it reads, so it holds about the bound however long the span.
+func (s *Store) RecordsBefore(ctx context.Context, sessionID string, before int64, lim store.Limit) ([]store.Record, error) {
 	done, err := s.enter()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if limit <= 0 || before <= 1 {
+	if lim.Rows <= 0 || before <= 1 {
 		return nil, nil
 	}
 	h, err := s.head(ctx, sessionID) // before may lie past the end
 	if err != nil {
 		return nil, err
 	}
-	before = min(before, h.seq+1)
-	from := max(before-int64(limit), 1)
-	return s.records(ctx, sessionID, from-1, int(before-from))
+	hi := min(before, h.seq+1) // the spans read so far start at hi
+	from := max(hi-int64(lim.Rows), 1)
+	var out []store.Record // ascending; nearest before last
+	used := 0
+	for span := int64(1); hi > from; {
+		lo := max(hi-span, from)
+		var kept []store.Record // the span's records that fit, ascending
+		spanUsed, full := 0, false
+		err := s.each(ctx, sessionID, lo-1, int(hi-lo), func() int { return lim.Bytes - used }, func(r store.Record) bool {
+			kept, spanUsed = append(kept, r), spanUsed+len(r.Params)
+			for len(kept) > 0 && !lim.Admits(len(out)+len(kept)-1, used+spanUsed-len(r.Params), len(r.Params)) {
+				spanUsed -= len(kept[0].Params)
+				kept[0] = store.Record{} // let go of its params now
+				kept, full = kept[1:], true
+			}
+			return true
+		})
+		if err != nil {
+			return nil, err
+		}
+		out, used = append(kept, out...), used+spanUsed
+		if full || len(kept) < int(hi-lo) {
+			break // the bound is met, or the log is shorter than its head said (erased since)
+		}
+		hi = lo
+		span = int64(len(out)) * 4
+		if room := lim.Bytes - used; used > 0 {
+			span = min(span, max(int64(room)*int64(len(out))/int64(used), 1))
+		}
+	}
+	return out, nil
 }
 
 // Head implements store.Store.
@@ -204,7 +249,7 @@ func (s *Store) BusySessions(ctx context.Context) ([]store.Session, error) {
 // (see scan); the later one wins.
 func (s *Store) rows(ctx context.Context, keep func(storedMsg) bool) ([]store.Session, error) {
 	last := map[string]storedMsg{}
-	err := s.scan(ctx, s.subj.rows(), 0, func(m storedMsg) (bool, error) {
+	err := s.scan(ctx, s.subj.rows(), 0, nil, func(m storedMsg) (bool, error) {
 		last[m.subject] = m
 		return true, nil
 	})

@@ -192,7 +192,7 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 type readStmts struct {
-	records, recordsBefore, head *sql.Stmt
+	records, recordsBefore, params, head *sql.Stmt
 	session, sessions, sessionsAfter,
 	busy, command *sql.Stmt
 }
@@ -395,10 +395,16 @@ func (s *Store) prepareWrites(ctx context.Context) error {
 func (s *Store) prepareReads(ctx context.Context) error {
 	r := &s.r
 	return prepareAll(ctx, s.rdb, []prep{
-		{&r.records, `SELECT seq, method, CAST(params AS BLOB) FROM events
+		// octet_length reads a value's size from its record header,
+		// without loading it: a read learns a record's size before it
+		// takes its params (see inlineParams).
+		{&r.records, `SELECT seq, method, octet_length(params),
+			CASE WHEN octet_length(params) <= ? THEN CAST(params AS BLOB) END FROM events
 			WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`},
-		{&r.recordsBefore, `SELECT seq, method, CAST(params AS BLOB) FROM events
+		{&r.recordsBefore, `SELECT seq, method, octet_length(params),
+			CASE WHEN octet_length(params) <= ? THEN CAST(params AS BLOB) END FROM events
 			WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?`},
+		{&r.params, `SELECT CAST(params AS BLOB) FROM events WHERE session_id = ? AND seq = ?`},
 		{&r.head, `SELECT seq FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1`},
 		{&r.session, `SELECT ` + sessionCols + ` FROM sessions WHERE id = ?`},
 		{&r.sessions, `SELECT ` + sessionCols + ` FROM sessions
@@ -410,45 +416,96 @@ func (s *Store) prepareReads(ctx context.Context) error {
 	})
 }
 
+// inlineParams is the largest params a records query returns with its
+// row. Larger ones come back as their size alone, and are read one by one
+// once the read knows they fit its bound: a read stops before a large
+// record it has no room for without loading it, and loads at most
+// inlineParams past its bound.
+const inlineParams = 64 << 10
+
 // Records implements store.Store.
-func (s *Store) Records(ctx context.Context, sessionID string, after int64, limit int) ([]store.Record, error) {
-	if limit <= 0 {
+func (s *Store) Records(ctx context.Context, sessionID string, after int64, lim store.Limit) ([]store.Record, error) {
+	if lim.Rows <= 0 {
 		return nil, nil
 	}
-	rows, err := s.r.records.QueryContext(ctx, sessionID, after, limit)
+	rows, err := s.r.records.QueryContext(ctx, inlineParams, sessionID, after, lim.Rows)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: records: %w", err)
 	}
-	return scanRecords(rows, limit)
+	return s.readRecords(ctx, sessionID, rows, lim)
 }
 
 // RecordsBefore implements store.Store.
-func (s *Store) RecordsBefore(ctx context.Context, sessionID string, before int64, limit int) ([]store.Record, error) {
-	if limit <= 0 {
+func (s *Store) RecordsBefore(ctx context.Context, sessionID string, before int64, lim store.Limit) ([]store.Record, error) {
+	if lim.Rows <= 0 {
 		return nil, nil
 	}
-	// Descending with a limit finds the page's start without counting;
-	// the page is then put back in log order.
-	rows, err := s.r.recordsBefore.QueryContext(ctx, sessionID, before, limit)
+	// Descending with a limit finds the page's start without counting,
+	// and meets the records nearest before first, as the bound counts
+	// them; the page is then put back in log order.
+	rows, err := s.r.recordsBefore.QueryContext(ctx, inlineParams, sessionID, before, lim.Rows)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: records before: %w", err)
 	}
-	rs, err := scanRecords(rows, limit)
-	for i, j := 0, len(rs)-1; i < j; i, j = i+1, j-1 {
-		rs[i], rs[j] = rs[j], rs[i]
-	}
+	rs, err := s.readRecords(ctx, sessionID, rows, lim)
+	slices.Reverse(rs)
 	return rs, err
 }
 
-func scanRecords(rows *sql.Rows, limit int) ([]store.Record, error) {
+// readRecords takes the rows of a records query while lim admits them,
+// and then the params of those too large to come with their row.
+func (s *Store) readRecords(ctx context.Context, sessionID string, rows *sql.Rows, lim store.Limit) ([]store.Record, error) {
+	rs, large, err := scanRecords(rows, lim)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range large {
+		params, found, err := s.recordParams(ctx, sessionID, rs[i].Seq)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return rs[:i], nil // erased since: the read ends where the log did
+		}
+		rs[i].Params = params
+	}
+	return rs, nil
+}
+
+// recordParams reads one record's params; found is false when the record
+// is gone.
+func (s *Store) recordParams(ctx context.Context, sessionID string, seq int64) (params json.RawMessage, found bool, err error) {
+	rows, err := s.r.params.QueryContext(ctx, sessionID, seq)
+	if err != nil {
+		return nil, false, fmt.Errorf("sqlite: record params: %w", err)
+	}
 	defer rows.Close()
-	rs := make([]store.Record, 0, min(limit, 256))
+	if !rows.Next() {
+		return nil, false, rows.Err()
+	}
+	// RawBytes, as in scanRecords: the driver's copy of the blob, taken
+	// as is (Row.Scan refuses RawBytes).
+	var raw sql.RawBytes
+	if err := rows.Scan(&raw); err != nil {
+		return nil, false, fmt.Errorf("sqlite: record params: %w", err)
+	}
+	return json.RawMessage(raw), true, rows.Close()
+}
+
+// scanRecords takes rows while lim admits them, and returns the indexes
+// of the records whose params are still to be read (larger than
+// inlineParams). It stops stepping at the first row lim refuses.
+func scanRecords(rows *sql.Rows, lim store.Limit) (rs []store.Record, large []int, err error) {
+	defer rows.Close()
+	rs = make([]store.Record, 0, min(lim.Rows, 256))
 	// Scan's targets escape: declared once, not once a row.
 	var (
 		seq    int64
 		method string
+		size   sql.NullInt64
 		params sql.RawBytes
 	)
+	used := 0
 	for rows.Next() {
 		// The driver copies each blob out of SQLite into a slice of its
 		// own (modernc.org/sqlite's columnBlob makes one per row), and
@@ -459,15 +516,23 @@ func scanRecords(rows *sql.Rows, limit int) ([]store.Record, error) {
 		// reused its buffer would fail. A TEXT value would instead land
 		// in a buffer database/sql reuses, hence the CAST in the query
 		// (rows written by other tools may hold TEXT).
-		if err := rows.Scan(&seq, &method, &params); err != nil {
-			return nil, fmt.Errorf("sqlite: scan record: %w", err)
+		if err := rows.Scan(&seq, &method, &size, &params); err != nil {
+			return nil, nil, fmt.Errorf("sqlite: scan record: %w", err)
 		}
+		n := int(size.Int64) // NULL params: none
+		if !lim.Admits(len(rs), used, n) {
+			break
+		}
+		if n > inlineParams {
+			large = append(large, len(rs))
+		}
+		used += n
 		rs = append(rs, store.Record{Seq: seq, Method: method, Params: json.RawMessage(params)})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: records: %w", err)
+		return nil, nil, fmt.Errorf("sqlite: records: %w", err)
 	}
-	return rs, nil
+	return rs, large, nil
 }
 
 // Head implements store.Store.

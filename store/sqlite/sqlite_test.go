@@ -170,7 +170,7 @@ func TestSurvivesSIGKILL(t *testing.T) {
 		if head < seq {
 			t.Errorf("%s: head %d after SIGKILL, but seq %d was acknowledged", id, head, seq)
 		}
-		rs, err := s.Records(ctx, id, 0, int(head)+1)
+		rs, err := s.Records(ctx, id, 0, store.Limit{Rows: int(head) + 1, Bytes: 1 << 30})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +278,7 @@ func BenchmarkRecords(b *testing.B) {
 	}
 	var after int64
 	for b.Loop() {
-		rs, err := s.Records(ctx, "s", after, page)
+		rs, err := s.Records(ctx, "s", after, store.Limit{Rows: page, Bytes: 1 << 30})
 		if err != nil {
 			b.Fatal(err)
 		}

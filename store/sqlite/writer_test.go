@@ -375,7 +375,7 @@ func TestRowsWrittenByOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rs, err := s.Records(ctx, "t", 0, 10)
+	rs, err := s.Records(ctx, "t", 0, store.Limit{Rows: 10, Bytes: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -64,6 +65,9 @@ func Run(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 		{"Read", []subtest{
 			{"RecordsAfter", h.readRecordsAfter},
 			{"RecordsBefore", h.readRecordsBefore},
+			{"RecordsWithinBytes", h.readRecordsWithinBytes},
+			{"RecordsBeforeWithinBytes", h.readRecordsBeforeWithinBytes},
+			{"PagingByBytes", h.readPagingByBytes},
 			{"Head", h.readHead},
 			{"ParamsByteIdentical", h.readParamsByteIdentical},
 		}},
@@ -209,9 +213,12 @@ func describe(b store.Batch) string {
 		b.SessionID, strings.Join(seqs, " "), b.Session != nil, len(b.Commands))
 }
 
+// rows is a Limit of rows alone: no byte bound a test reaches.
+func rows(n int) store.Limit { return store.Limit{Rows: n, Bytes: math.MaxInt} }
+
 func records(t *testing.T, s store.Store, id string, after int64, limit int) []store.Record {
 	t.Helper()
-	rs, err := s.Records(t.Context(), id, after, limit)
+	rs, err := s.Records(t.Context(), id, after, rows(limit))
 	if err != nil {
 		t.Fatalf("Records(%q, %d, %d): %v", id, after, limit, err)
 	}
@@ -703,17 +710,156 @@ func (h harness) readRecordsBefore(t *testing.T) {
 		{11, -1, nil},
 	}
 	for _, c := range cases {
-		got, err := s.RecordsBefore(t.Context(), "s", c.before, c.limit)
+		got, err := s.RecordsBefore(t.Context(), "s", c.before, rows(c.limit))
 		if err != nil {
 			t.Fatalf("RecordsBefore(%d, %d): %v", c.before, c.limit, err)
 		}
 		wantRecords(t, fmt.Sprintf("RecordsBefore(before %d, limit %d)", c.before, c.limit), got, c.want)
 	}
-	got, err := s.RecordsBefore(t.Context(), "nope", 10, 10)
+	got, err := s.RecordsBefore(t.Context(), "nope", 10, rows(10))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantRecords(t, "RecordsBefore of an unknown session", got, nil)
+}
+
+// sized is record seq with params of exactly n bytes (n >= 16).
+func sized(seq int64, n int) store.Record {
+	head := fmt.Sprintf(`{"n":%d,"p":"`, seq)
+	return store.Record{Seq: seq, Method: "test/sized", Params: raw(head + strings.Repeat("x", n-len(head)-2) + `"}`)}
+}
+
+// boundedLog writes a log whose records' params take, in bytes: 100, 100,
+// 100, 5000, 100, 100, 200000, 100 (seqs 1 to 8). The 200000-byte record
+// is past what a store might read along with its row (SQLite's
+// inlineParams).
+func boundedLog(t *testing.T, s store.Store) []store.Record {
+	t.Helper()
+	var log []store.Record
+	for i, n := range []int{100, 100, 100, 5000, 100, 100, 200000, 100} {
+		log = append(log, sized(int64(i+1), n))
+	}
+	mustCommit(t, s, store.Batch{SessionID: "s", Records: log})
+	return log
+}
+
+// A read bounded by bytes takes records while their params fit the bound,
+// stops before the first that would go past it, and always takes the
+// first, however large.
+func (h harness) readRecordsWithinBytes(t *testing.T) {
+	s := h.fresh(t)
+	log := boundedLog(t, s)
+	cases := []struct {
+		after       int64
+		rows, bytes int
+		want        []store.Record // log[i:j] as seqs i+1..j
+	}{
+		{0, 100, 300, log[0:3]},   // exactly the bound
+		{0, 100, 299, log[0:2]},   // one byte short of the third
+		{3, 100, 300, log[3:4]},   // larger than the bound: alone
+		{4, 100, 300, log[4:6]},   // stops before a large record it has no room for
+		{6, 100, 300, log[6:7]},   // which comes alone when first
+		{0, 100, 5300, log[0:4]},  // the large one fits after three
+		{0, 2, 1 << 30, log[0:2]}, // rows still bound
+		{0, 100, 0, log[0:1]},     // no bytes: one record
+		{1, 100, -1, log[1:2]},    // likewise
+		{0, 100, 1 << 30, log[:]}, // everything fits
+		{7, 100, 300, log[7:8]},   // the end
+		{8, 100, 300, nil},        // past the end
+		{0, 0, 1 << 30, nil},      // no rows
+	}
+	for _, c := range cases {
+		got, err := s.Records(t.Context(), "s", c.after, store.Limit{Rows: c.rows, Bytes: c.bytes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRecords(t, fmt.Sprintf("Records(after %d, %d rows, %d bytes)", c.after, c.rows, c.bytes), got, c.want)
+	}
+}
+
+// Backward, the bound counts from the record nearest before.
+func (h harness) readRecordsBeforeWithinBytes(t *testing.T) {
+	s := h.fresh(t)
+	log := boundedLog(t, s)
+	cases := []struct {
+		before      int64
+		rows, bytes int
+		want        []store.Record
+	}{
+		{9, 100, 300, log[7:8]},     // the 200000-byte record before it does not fit
+		{8, 100, 300, log[6:7]},     // larger than the bound: alone
+		{7, 100, 300, log[4:6]},     // stops before the 5000-byte record
+		{4, 100, 300, log[0:3]},     // exactly the bound
+		{4, 100, 250, log[1:3]},     // the nearest two
+		{5, 100, 0, log[3:4]},       // no bytes: one record
+		{9, 3, 1 << 30, log[5:8]},   // rows still bound
+		{100, 100, 1 << 30, log[:]}, // everything fits, from past the end
+		{8, 100, 205300, log[2:7]},  // the large one and four below it
+		{1, 100, 300, nil},          // nothing before the first
+	}
+	for _, c := range cases {
+		got, err := s.RecordsBefore(t.Context(), "s", c.before, store.Limit{Rows: c.rows, Bytes: c.bytes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRecords(t, fmt.Sprintf("RecordsBefore(before %d, %d rows, %d bytes)", c.before, c.rows, c.bytes), got, c.want)
+	}
+}
+
+// Pages bounded by bytes, in either direction, hold as many records as
+// fit, and together every record exactly once, in a log long enough for
+// a store's reads in several round trips.
+func (h harness) readPagingByBytes(t *testing.T) {
+	s := h.fresh(t)
+	var log []store.Record
+	for i := range int64(600) {
+		n := 100
+		if i%97 == 50 {
+			n = 3000 // now and then one larger than a page
+		}
+		log = append(log, sized(i+1, n))
+	}
+	mustCommit(t, s, store.Batch{SessionID: "s", Records: log})
+	const bound = 2500 // 25 small records
+	lim := store.Limit{Rows: 1000, Bytes: bound}
+	// fits is how many records from the start of rs a page may hold.
+	fits := func(rs []store.Record) int {
+		n, used := 0, 0
+		for n < len(rs) && lim.Admits(n, used, len(rs[n].Params)) {
+			used += len(rs[n].Params)
+			n++
+		}
+		return n
+	}
+	var forward []store.Record
+	for after := int64(0); ; {
+		page, err := s.Records(t.Context(), "s", after, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		wantRecords(t, fmt.Sprintf("forward page after %d", after), page, log[after:after+int64(fits(log[after:]))])
+		forward = append(forward, page...)
+		after = page[len(page)-1].Seq
+	}
+	wantRecords(t, "every forward page", forward, log)
+	var backward []store.Record
+	for before := int64(len(log) + 1); before > 1; {
+		page, err := s.RecordsBefore(t.Context(), "s", before, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev := slices.Clone(log[:before-1])
+		slices.Reverse(rev)
+		want := slices.Clone(rev[:fits(rev)])
+		slices.Reverse(want)
+		wantRecords(t, fmt.Sprintf("backward page before %d", before), page, want)
+		backward = append(slices.Clone(page), backward...)
+		before = page[0].Seq
+	}
+	wantRecords(t, "every backward page", backward, log)
 }
 
 func (h harness) readHead(t *testing.T) {
@@ -760,7 +906,7 @@ func (h harness) readParamsByteIdentical(t *testing.T) {
 		Commands:  []store.Command{{ID: "c", Digest: "sha256:ab", Response: resp}},
 	})
 	wantRecords(t, "Records", records(t, s, "s", 0, 100), want)
-	before, err := s.RecordsBefore(t.Context(), "s", 100, 100)
+	before, err := s.RecordsBefore(t.Context(), "s", 100, rows(100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1331,7 +1477,7 @@ func (h harness) concurrentReads(t *testing.T) {
 					return
 				default:
 				}
-				rs, err := s.Records(t.Context(), "s", 0, batches*size)
+				rs, err := s.Records(t.Context(), "s", 0, rows(batches*size))
 				if err != nil {
 					errc <- err
 					return
@@ -1378,14 +1524,14 @@ func wantErased(t *testing.T, s store.Store) {
 	if _, err := s.Session(t.Context(), "gone"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Session(gone) after DeleteSession: %v, want ErrNotFound", err)
 	}
-	if got, err := s.Records(t.Context(), "gone", 0, 10); err != nil || len(got) != 0 {
+	if got, err := s.Records(t.Context(), "gone", 0, rows(10)); err != nil || len(got) != 0 {
 		t.Fatalf("Records(gone) after DeleteSession = %d records, %v", len(got), err)
 	}
 	if h, err := s.Head(t.Context(), "gone"); err != nil || h != 0 {
 		t.Fatalf("Head(gone) after DeleteSession = %d, %v", h, err)
 	}
 	wantCommands(t, s, []string{"gone-batch", "gone-named"}, []string{"kept-batch", "kept-named", "no-session"})
-	if got, err := s.Records(t.Context(), "kept", 0, 10); err != nil || len(got) != 3 {
+	if got, err := s.Records(t.Context(), "kept", 0, rows(10)); err != nil || len(got) != 3 {
 		t.Fatalf("Records(kept) = %d records, %v; the other session must stay whole", len(got), err)
 	}
 	if _, err := s.Session(t.Context(), "kept"); err != nil {
