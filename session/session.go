@@ -126,7 +126,7 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 		if err != nil {
 			return fmt.Errorf("encoding session state: %w", err)
 		}
-		batch.Session = &store.Session{ID: s.id, CreatedAt: st.CreatedAt, UpdatedAt: now, Busy: st.busy(), State: raw}
+		batch.Session = &store.Session{ID: s.id, Owner: st.Owner, CreatedAt: st.CreatedAt, UpdatedAt: now, Busy: st.busy(), State: raw}
 		if len(evs) == 0 {
 			// Fenced like records: a leader that lost the session to
 			// another node cannot overwrite the row that node writes.

@@ -85,7 +85,7 @@ func (m *Manager) commitNew(ctx context.Context, a *admission, id string, st sta
 	if err != nil {
 		return err
 	}
-	row := store.Session{ID: id, CreatedAt: st.CreatedAt, UpdatedAt: st.UpdatedAt, State: stRaw}
+	row := store.Session{ID: id, Owner: st.Owner, CreatedAt: st.CreatedAt, UpdatedAt: st.UpdatedAt, State: stRaw}
 	return m.store.Commit(ctx, store.Batch{SessionID: id, Session: &row, Commands: []store.Command{a.entry(res, false)}})
 }
 
@@ -310,38 +310,27 @@ func (m *Manager) ListSessions(ctx context.Context, raw json.RawMessage) (msp.Se
 		}
 		after = &k
 	}
-	// Only the caller's own sessions are listed; the scan goes on past
-	// other principals' rows until the page is full.
-	owner := PrincipalFrom(ctx)
-	res := msp.SessionListResult{Sessions: []msp.Session{}}
-	var last store.SessionKey // the last session returned
-	batch := max(limit+1, 64)
-	for {
-		rows, err := m.store.Sessions(ctx, after, batch)
-		if err != nil {
-			return msp.SessionListResult{}, msp.ErrInternal("listing sessions: %v", err)
-		}
-		for _, row := range rows {
-			after = &store.SessionKey{UpdatedAt: row.UpdatedAt, ID: row.ID}
-			var st state
-			if err := json.Unmarshal(row.State, &st); err != nil {
-				return res, msp.ErrInternal("session %s state unreadable: %v", row.ID, err)
-			}
-			if st.Owner != owner {
-				continue
-			}
-			if len(res.Sessions) == limit {
-				c := encodeListCursor(last)
-				res.NextCursor = &c
-				return res, nil
-			}
-			res.Sessions = append(res.Sessions, st.wire(row.ID, m.cfg.LogPath))
-			last = *after
-		}
-		if len(rows) < batch {
-			return res, nil
-		}
+	// Only the caller's own sessions are listed: the store reads them
+	// alone, through its owner index. One more than the page tells whether
+	// another follows.
+	rows, err := m.store.Sessions(ctx, PrincipalFrom(ctx), after, limit+1)
+	if err != nil {
+		return msp.SessionListResult{}, msp.ErrInternal("listing sessions: %v", err)
 	}
+	res := msp.SessionListResult{Sessions: make([]msp.Session, 0, min(len(rows), limit))}
+	for i, row := range rows {
+		if i == limit {
+			c := encodeListCursor(store.SessionKey{UpdatedAt: rows[i-1].UpdatedAt, ID: rows[i-1].ID})
+			res.NextCursor = &c
+			break
+		}
+		var st state
+		if err := json.Unmarshal(row.State, &st); err != nil {
+			return msp.SessionListResult{}, msp.ErrInternal("session %s state unreadable: %v", row.ID, err)
+		}
+		res.Sessions = append(res.Sessions, st.wire(row.ID, m.cfg.LogPath))
+	}
+	return res, nil
 }
 
 // SessionModel returns the provider and model a session uses.

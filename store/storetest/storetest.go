@@ -71,6 +71,7 @@ func Run(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 			{"UpsertAndNotFound", h.sessionUpsert},
 			{"ListNewestFirst", h.sessionList},
 			{"ListPaging", h.sessionListPaging},
+			{"ListByOwner", h.sessionListByOwner},
 			{"Busy", h.sessionBusy},
 		}},
 		{"Command", []subtest{
@@ -258,7 +259,7 @@ func seqsOf(rs []store.Record) string {
 
 func wantSession(t *testing.T, got, want store.Session) {
 	t.Helper()
-	if got.ID != want.ID || !got.CreatedAt.Equal(want.CreatedAt) || !got.UpdatedAt.Equal(want.UpdatedAt) ||
+	if got.ID != want.ID || got.Owner != want.Owner || !got.CreatedAt.Equal(want.CreatedAt) || !got.UpdatedAt.Equal(want.UpdatedAt) ||
 		got.Busy != want.Busy || !bytes.Equal(got.State, want.State) {
 		t.Fatalf("session = %+v (state %q), want %+v (state %q)", got, got.State, want, want.State)
 	}
@@ -320,7 +321,7 @@ func (h harness) commitRecordsWithoutRow(t *testing.T) {
 	mustCommit(t, s, store.Batch{SessionID: "s", Records: recs(1, 2)})
 	wantHead(t, s, "s", 2)
 	wantNoSession(t, s, "s")
-	list, err := s.Sessions(t.Context(), nil, 10)
+	list, err := s.Sessions(t.Context(), "", nil, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -855,7 +856,7 @@ func sessionFixture(t *testing.T, s store.Store) []string {
 func (h harness) sessionList(t *testing.T) {
 	s := h.fresh(t)
 	want := sessionFixture(t, s)
-	got, err := s.Sessions(t.Context(), nil, 100)
+	got, err := s.Sessions(t.Context(), "", nil, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -866,7 +867,7 @@ func (h harness) sessionList(t *testing.T) {
 		wantSession(t, g, *sess(g.ID, g.UpdatedAt))
 	}
 	for _, limit := range []int{0, -1} {
-		got, err := s.Sessions(t.Context(), nil, limit)
+		got, err := s.Sessions(t.Context(), "", nil, limit)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -876,7 +877,7 @@ func (h harness) sessionList(t *testing.T) {
 	}
 	// Updating a row moves it to the front.
 	mustCommit(t, s, store.Batch{Session: sess("i", at(time.Hour))})
-	got, err = s.Sessions(t.Context(), nil, 2)
+	got, err = s.Sessions(t.Context(), "", nil, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -895,7 +896,7 @@ func (h harness) sessionListPaging(t *testing.T) {
 			if pages > len(want) {
 				t.Fatalf("limit %d: paging does not end; so far %v", limit, all)
 			}
-			page, err := s.Sessions(t.Context(), after, limit)
+			page, err := s.Sessions(t.Context(), "", after, limit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -928,12 +929,103 @@ func (h harness) sessionListPaging(t *testing.T) {
 		{store.SessionKey{UpdatedAt: at(-time.Hour), ID: "z"}, nil},
 	}
 	for _, c := range cases {
-		page, err := s.Sessions(t.Context(), &c.key, 3)
+		page, err := s.Sessions(t.Context(), "", &c.key, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(ids(page), c.want) {
 			t.Fatalf("Sessions(after %v/%q) = %v, want %v", c.key.UpdatedAt, c.key.ID, ids(page), c.want)
+		}
+	}
+}
+
+// Each owner lists its own rows only, newest first and paged, whatever
+// the others hold: interleaved in time with its rows, under ids that sort
+// among its own, and owners whose names are no plain token.
+func (h harness) sessionListByOwner(t *testing.T) {
+	s := h.fresh(t)
+	owners := []string{"", "alice", "bob", "carol.x y*>", "alice\x00"}
+	want := map[string][]string{}
+	for i := range 40 {
+		owner := owners[i%len(owners)]
+		id := fmt.Sprintf("s%02d", i)
+		row := sess(id, at(time.Duration(i%7)*time.Second))
+		row.Owner = owner
+		mustCommit(t, s, store.Batch{SessionID: id, Session: row})
+		got, err := s.Session(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantSession(t, got, *row)
+		want[owner] = append(want[owner], id)
+	}
+	order := func(owner string) []string {
+		rows := map[string]time.Duration{}
+		for _, id := range want[owner] {
+			var n int
+			fmt.Sscanf(id, "s%d", &n)
+			rows[id] = time.Duration(n%7) * time.Second
+		}
+		ids := slices.Clone(want[owner])
+		slices.SortFunc(ids, func(x, y string) int {
+			if rows[x] != rows[y] {
+				return -int(rows[x] - rows[y])
+			}
+			return -strings.Compare(x, y)
+		})
+		return ids
+	}
+	for _, owner := range append(owners, "nobody") {
+		w := order(owner)
+		for _, limit := range []int{1, 3, 100} {
+			var all []string
+			var after *store.SessionKey
+			for pages := 0; ; pages++ {
+				if pages > len(w)+1 {
+					t.Fatalf("owner %q limit %d: paging does not end; so far %v", owner, limit, all)
+				}
+				page, err := s.Sessions(t.Context(), owner, after, limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(page) == 0 {
+					break
+				}
+				for _, row := range page {
+					if row.Owner != owner {
+						t.Fatalf("Sessions(%q) listed %s of %q", owner, row.ID, row.Owner)
+					}
+				}
+				all = append(all, ids(page)...)
+				last := page[len(page)-1]
+				after = &store.SessionKey{UpdatedAt: last.UpdatedAt, ID: last.ID}
+			}
+			if !slices.Equal(all, w) {
+				t.Fatalf("Sessions(%q) limit %d = %v, want %v", owner, limit, all, w)
+			}
+		}
+	}
+	// A row updated moves to the front of its owner's listing only; a
+	// deleted one leaves it.
+	first := want["bob"][0]
+	row := sess(first, at(time.Hour))
+	row.Owner = "bob"
+	mustCommit(t, s, store.Batch{Session: row})
+	if err := s.DeleteSession(t.Context(), want["alice"][0]); err != nil {
+		t.Fatal(err)
+	}
+	gone := want["alice"][0]
+	for owner, w := range map[string][]string{
+		"bob":   append([]string{first}, slices.DeleteFunc(order("bob"), func(id string) bool { return id == first })...),
+		"alice": slices.DeleteFunc(order("alice"), func(id string) bool { return id == gone }),
+		"":      order(""),
+	} {
+		got, err := s.Sessions(t.Context(), owner, nil, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids(got), w) {
+			t.Fatalf("Sessions(%q) after an update and a deletion = %v, want %v", owner, ids(got), w)
 		}
 	}
 }
@@ -1192,7 +1284,7 @@ func (h harness) durabilityReopen(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantSession(t, got, *row)
-		list, err := s.Sessions(t.Context(), nil, 10)
+		list, err := s.Sessions(t.Context(), "", nil, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
