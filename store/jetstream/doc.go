@@ -131,9 +131,14 @@
 //
 // # Listing, pruning, deleting
 //
-// Sessions reads one owner's index (a scan of mspd.own.<owner>.*, headers
-// only), sorts it in memory and reads the page's rows, one get each:
-// O(that owner's sessions + limit), whatever other owners hold. The entry
+// Sessions reads one owner's index (the entries on mspd.own.<owner>.*,
+// headers only), sorts it in memory and reads the page's rows, one get
+// each: O(that owner's sessions + limit), whatever other owners hold. The
+// leader names the entry subjects first (stream info with that filter,
+// from its per-subject index); up to 16 are read one get each, which finds
+// a subject's last message without walking the stream, more by a scan of
+// the filter. Bob's one session beside alice's 4,000 lists in 0.22–0.27
+// ms, as with no one beside him (BenchmarkSessionsBesideOthers). The entry
 // is written in the batch of its row, so the two never disagree but for a
 // Commit landing between the scan and the gets (the row read then is the
 // newer). Rows from before the index (no Mspd-Owner header) are indexed by

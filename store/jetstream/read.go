@@ -162,7 +162,7 @@ func (s *Store) Sessions(ctx context.Context, owner string, after *store.Session
 	if limit <= 0 {
 		return nil, nil
 	}
-	entries, err := s.lastOn(ctx, s.subj.ownedBy(owner))
+	entries, err := s.ownerIndex(ctx, owner)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: sessions: %w", err)
 	}
@@ -264,6 +264,44 @@ func (s *Store) rows(ctx context.Context, keep func(storedMsg) bool) ([]store.Se
 	return out, nil
 }
 
+// ownerIndex reads an owner's index entries, by subject. The leader
+// names the entry subjects (from its per-subject index, whatever else the
+// stream holds); a few are then read one get each, which finds a
+// subject's last message without walking the stream, and many by a scan.
+func (s *Store) ownerIndex(ctx context.Context, owner string) (map[string]storedMsg, error) {
+	filter := s.subj.ownedBy(owner)
+	subjects, err := s.subjectsOn(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
+	if len(subjects) > singleGets {
+		return s.lastOn(ctx, filter)
+	}
+	entries := make(map[string]storedMsg, len(subjects))
+	for subject := range subjects {
+		m, err := s.get(ctx, getRequest{LastFor: subject})
+		if errors.Is(err, errNoMsg) {
+			continue // deleted since
+		}
+		if err != nil {
+			return nil, err
+		}
+		entries[subject] = m
+	}
+	return entries, nil
+}
+
+// subjectsOn asks the stream leader which subjects filter matches.
+func (s *Store) subjectsOn(ctx context.Context, filter string) (map[string]uint64, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, err
+	}
+	return info.State.Subjects, nil
+}
+
 // lastOn reads the last message of each subject filter matches, by
 // subject. Those are rolled-up subjects (rows, index entries): a message
 // read from a lagging replica may be followed by its successor from the
@@ -291,14 +329,12 @@ func (s *Store) dropDeleted(ctx context.Context, filter string, rows map[string]
 	if !s.verify || len(rows) == 0 {
 		return nil
 	}
-	ctx, cancel := s.timeout(ctx)
-	defer cancel()
-	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+	held, err := s.subjectsOn(ctx, filter)
 	if err != nil {
 		return err
 	}
 	for subject := range rows {
-		if _, ok := info.State.Subjects[subject]; !ok {
+		if _, ok := held[subject]; !ok {
 			delete(rows, subject)
 		}
 	}
