@@ -43,7 +43,7 @@ func (s *session) toldErased(ctx context.Context, sub Subscriber) bool {
 	s.mu.Unlock()
 	gone := false
 	if follower {
-		_, erasing, err := s.m.readState(ctx, s.id)
+		_, erasing, err := s.m.readState(ctx, s.key, s.id)
 		gone = isNotFound(err) || err == nil && erasing
 	}
 	s.mu.Lock()
@@ -177,7 +177,7 @@ func (s *session) page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageR
 				before = c.seq + 1
 			}
 		}
-		recs, err = s.m.store.RecordsBefore(ctx, s.id, before, p.Limit)
+		recs, err = s.m.store.RecordsBefore(ctx, s.key, before, p.Limit)
 	} else {
 		var after int64
 		if p.Cursor != nil {
@@ -187,7 +187,7 @@ func (s *session) page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageR
 			}
 			after = c.seq
 		}
-		recs, err = s.m.store.Records(ctx, s.id, after, p.Limit)
+		recs, err = s.m.store.Records(ctx, s.key, after, p.Limit)
 	}
 	if err != nil {
 		return res, msp.ErrInternal("reading session log: %v", err)

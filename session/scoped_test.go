@@ -1,0 +1,199 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"mspd/schema/msp"
+	"mspd/store"
+)
+
+// startAs starts a session of the given id as ctx's principal.
+func startAs(t *testing.T, m *Manager, ctx context.Context, id string) (msp.SessionStartResult, error) {
+	t.Helper()
+	raw, _, err := m.StartSession(ctx, newRecSub(), mustJSON(msp.SessionStartParams{CommandID: cmdID(), SessionID: id}))
+	var res msp.SessionStartResult
+	if err == nil {
+		err = json.Unmarshal(raw, &res)
+	}
+	return res, err
+}
+
+// turnAs runs one turn of session id as ctx's principal to its end.
+func turnAs(t *testing.T, m *Manager, ctx context.Context, id, text string) {
+	t.Helper()
+	sub := newRecSub()
+	_, attach, err := m.ResumeSession(ctx, sub, mustJSON(msp.SessionResumeParams{SessionID: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	attach(ctx)
+	ack, launch, err := m.StartTurn(ctx, nil, mustJSON(textTurn(id, text)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	launch()
+	var res msp.TurnStartResult
+	if err := json.Unmarshal(ack, &res); err != nil {
+		t.Fatal(err)
+	}
+	sub.waitTerminal(t, res.TurnID)
+}
+
+// userTexts is what a session's history holds of its user messages.
+func userTexts(t *testing.T, m *Manager, ctx context.Context, id string) []string {
+	t.Helper()
+	raw, _, err := m.ResumeSession(ctx, newRecSub(), mustJSON(msp.SessionResumeParams{SessionID: id}))
+	if err != nil {
+		t.Fatalf("resume %s: %v", id, err)
+	}
+	var snap msp.SessionSnapshot
+	if err := json.Unmarshal(raw, &snap); err != nil {
+		t.Fatal(err)
+	}
+	if snap.Session.SessionID != id {
+		t.Fatalf("resume of %s answers for session %s", id, snap.Session.SessionID)
+	}
+	var texts []string
+	for _, it := range snap.History.Items {
+		if it.Kind == msp.ItemUserMessage {
+			texts = append(texts, deref(it.Text))
+		}
+	}
+	return texts
+}
+
+// TestSessionIDsAreScopedByPrincipal: a sessionId names a session of the
+// caller's own. Bob's session/start of the id alice's session has is
+// answered as for an id nobody uses — his own session of that id — and
+// the two never meet: turns, resume, list, delete.
+func TestSessionIDsAreScopedByPrincipal(t *testing.T) {
+	m := newManager(t, openStore(t), newHistModel(), mgrOpts{})
+	alice := WithPrincipal(context.Background(), "alice")
+	bob := WithPrincipal(context.Background(), "bob")
+	x, fresh := uuid.NewString(), uuid.NewString()
+	if _, err := startAs(t, m, alice, x); err != nil {
+		t.Fatal(err)
+	}
+	// Bob starts alice's id as he starts one nobody has.
+	for _, id := range []string{x, fresh} {
+		res, err := startAs(t, m, bob, id)
+		if err != nil || res.Session.SessionID != id || res.ViewCursor != durableCursor(id, 0) {
+			t.Fatalf("bob's start of %s: %+v, %v; want his new session of that id", id, res, err)
+		}
+	}
+	// Each principal's own id, started again, is refused alike.
+	for _, ctx := range []context.Context{alice, bob} {
+		_, err := startAs(t, m, ctx, x)
+		var me *msp.Error
+		if !errors.As(err, &me) || me.Data.Kind != msp.KindCommandRejected {
+			t.Fatalf("%s's second start of %s: %v, want session_id_conflict", PrincipalFrom(ctx), x, err)
+		}
+	}
+	turnAs(t, m, alice, x, "alice's")
+	turnAs(t, m, bob, x, "bob's")
+	if got := userTexts(t, m, alice, x); len(got) != 1 || got[0] != "alice's" {
+		t.Fatalf("alice's %s holds %q", x, got)
+	}
+	if got := userTexts(t, m, bob, x); len(got) != 1 || got[0] != "bob's" {
+		t.Fatalf("bob's %s holds %q", x, got)
+	}
+	list := func(ctx context.Context) []string {
+		res, err := m.ListSessions(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, s := range res.Sessions {
+			ids = append(ids, s.SessionID)
+		}
+		return ids
+	}
+	if got := list(alice); len(got) != 1 || got[0] != x {
+		t.Fatalf("alice lists %v, want [%s]", got, x)
+	}
+	if got := list(bob); len(got) != 2 {
+		t.Fatalf("bob lists %v, want %s and %s", got, x, fresh)
+	}
+	// Bob deletes his: alice's stays whole, his reads as an id nobody uses.
+	_, erase, err := m.DeleteSession(bob, nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: x}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	erase(bob)
+	_, _, err = m.ResumeSession(bob, newRecSub(), mustJSON(msp.SessionResumeParams{SessionID: x}))
+	wantNotFound(t, "resume of a deleted session", err)
+	if got := userTexts(t, m, alice, x); len(got) != 1 || got[0] != "alice's" {
+		t.Fatalf("alice's %s after bob's deletion holds %q", x, got)
+	}
+	// A fork is the forker's: kept under its scope, listed for it alone.
+	raw, _, err := m.ForkSession(alice, newRecSub(), mustJSON(msp.SessionForkParams{CommandID: cmdID(), SessionID: x}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var forked msp.SessionSnapshot
+	if err := json.Unmarshal(raw, &forked); err != nil {
+		t.Fatal(err)
+	}
+	if got := userTexts(t, m, alice, forked.Session.SessionID); len(got) != 1 || got[0] != "alice's" {
+		t.Fatalf("alice's fork holds %q", got)
+	}
+	_, _, err = m.ResumeSession(bob, newRecSub(), mustJSON(msp.SessionResumeParams{SessionID: forked.Session.SessionID}))
+	wantNotFound(t, "bob's resume of alice's fork", err)
+}
+
+// TestUnscopedSessionsStayTheirOwners: a session started before sessions
+// were scoped is kept under its bare id; its owner still reaches it there
+// (and cannot start its id again), lists it under that id, and another
+// principal is answered as for an id nobody uses.
+func TestUnscopedSessionsStayTheirOwners(t *testing.T) {
+	st := openStore(t)
+	x := uuid.NewString()
+	now := time.Now()
+	raw, err := json.Marshal(state{CreatedAt: now, UpdatedAt: now, Owner: "alice", Name: "old"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(context.Background(), store.Batch{SessionID: x, Session: &store.Session{ID: x, Owner: "alice", CreatedAt: now, UpdatedAt: now, State: raw}}); err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, st, newHistModel(), mgrOpts{})
+	alice := WithPrincipal(context.Background(), "alice")
+	bob := WithPrincipal(context.Background(), "bob")
+
+	_, _, err = m.ResumeSession(bob, newRecSub(), mustJSON(msp.SessionResumeParams{SessionID: x}))
+	wantNotFound(t, "resume", err)
+	turnAs(t, m, alice, x, "still mine")
+	if got := userTexts(t, m, alice, x); len(got) != 1 || got[0] != "still mine" {
+		t.Fatalf("alice's old session holds %q", got)
+	}
+	if _, err := startAs(t, m, alice, x); err == nil {
+		t.Fatal("alice started her old session's id again")
+	}
+	res, err := m.ListSessions(alice, nil)
+	if err != nil || len(res.Sessions) != 1 || res.Sessions[0].SessionID != x || res.Sessions[0].Name != "old" {
+		t.Fatalf("alice lists %+v, %v; want her old session %s", res.Sessions, err, x)
+	}
+	if _, err := m.store.Session(context.Background(), x); err != nil {
+		t.Fatalf("the old session moved: %v", err)
+	}
+	if res, err := startAs(t, m, bob, x); err != nil || res.Session.SessionID != x {
+		t.Fatalf("bob's start of alice's old id: %+v, %v; want his own", res, err)
+	}
+	_, erase, err := m.DeleteSession(alice, nil, mustJSON(msp.SessionDeleteParams{CommandID: cmdID(), SessionID: x}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	erase(alice)
+	if _, err := m.store.Session(context.Background(), x); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("alice's old session after its deletion: %v", err)
+	}
+	if got := userTexts(t, m, bob, x); len(got) != 0 {
+		t.Fatalf("bob's session %s holds %q", x, got)
+	}
+}
