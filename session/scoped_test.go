@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +35,9 @@ func turnAs(t *testing.T, m *Manager, ctx context.Context, id, text string) {
 		t.Fatal(err)
 	}
 	attach(ctx)
-	ack, launch, err := m.StartTurn(ctx, nil, mustJSON(textTurn(id, text)))
+	p := textTurn(id, text)
+	p.CommandID = cmdID()
+	ack, launch, err := m.StartTurn(ctx, nil, mustJSON(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,5 +199,50 @@ func TestUnscopedSessionsStayTheirOwners(t *testing.T) {
 	}
 	if got := userTexts(t, m, bob, x); len(got) != 0 {
 		t.Fatalf("bob's session %s holds %q", x, got)
+	}
+}
+
+// TestClusterKeepsPrincipalsSessionsApart: on two nodes, alice's session
+// X and bob's are leased, led and followed apart: each has its own
+// leader, a turn forwarded to bob's leader runs on his, and a follower's
+// reader of one hears that session's events alone, named by X.
+func TestClusterKeepsPrincipalsSessionsApart(t *testing.T) {
+	st := openStore(t)
+	h, a, b := twoNodes(t, st, newHistModel())
+	alice := WithPrincipal(context.Background(), "alice")
+	bob := WithPrincipal(context.Background(), "bob")
+	x := uuid.NewString()
+	if _, err := startAs(t, a, alice, x); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := startAs(t, b, bob, x); err != nil {
+		t.Fatal(err)
+	}
+	turnAs(t, a, alice, x, "alice's") // a leads alice's X
+	turnAs(t, b, bob, x, "bob's")     // b leads bob's
+	for who, want := range map[string]string{"alice": "a", "bob": "b"} {
+		if leader, _ := (memNode{h, "a"}).Leader(context.Background(), sessionKey(who, x)); leader != want {
+			t.Fatalf("%s's %s is led by %q, want %q", who, x, leader, want)
+		}
+	}
+	// Alice's reader on b follows her session; bob's turn, forwarded
+	// from a to b, reaches it not.
+	onB := newRecSub()
+	from := durableCursor(x, 0)
+	if err := b.Subscribe(alice, onB, x, &from); err != nil {
+		t.Fatal(err)
+	}
+	turnAs(t, a, bob, x, "bob's again")
+	turnAs(t, b, alice, x, "alice's again")
+	if got := userTexts(t, a, bob, x); !slices.Equal(got, []string{"bob's", "bob's again"}) {
+		t.Fatalf("bob's %s holds %q", x, got)
+	}
+	if got := userTexts(t, b, alice, x); !slices.Equal(got, []string{"alice's", "alice's again"}) {
+		t.Fatalf("alice's %s holds %q", x, got)
+	}
+	for _, n := range onB.all() {
+		if n.SessionID != x || strings.Contains(string(n.Frame), "bob's") {
+			t.Fatalf("alice's reader on b got %s of session %q: %s", n.Method, n.SessionID, n.Frame)
+		}
 	}
 }
