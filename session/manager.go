@@ -460,9 +460,9 @@ func (m *Manager) load(ctx context.Context, key, id string) (s *session, release
 	return l.s, sync.OnceFunc(unpin), nil
 }
 
-// read builds session id from its row and log, kept under key. On a
-// cluster, a session this node does not lead follows its leader's events
-// from the start.
+// read builds the session kept under key from its row and log; id, what
+// the caller named it, names it in a refusal. On a cluster, a session
+// this node does not lead follows its leader's events from the start.
 func (m *Manager) read(ctx context.Context, key, id string) (*session, error) {
 	s := &session{id: id, key: key, m: m, subs: make(map[Subscriber]struct{}), gapsDue: make(map[Subscriber]dueGap), floors: make(map[Subscriber]cursor),
 		open: make(map[string]*openItem), leader: m.cfg.Cluster == nil}
@@ -479,7 +479,10 @@ func (m *Manager) read(ctx context.Context, key, id string) (*session, error) {
 		}
 		return nil, err
 	}
-	s.owner = s.st.Owner
+	// Named as its owner names it, whoever asked: a request naming its
+	// key as an id (another principal's, refused by acquire) must not
+	// give it that name on the wire.
+	s.owner, s.id = s.st.Owner, wireID(s.st.Owner, key)
 	return s, nil
 }
 

@@ -84,6 +84,10 @@ func TestSessionIDsAreScopedByPrincipal(t *testing.T) {
 	if _, err := startAs(t, m, alice, x); err != nil {
 		t.Fatal(err)
 	}
+	// Her key, named as an id by the principal whose ids are keys, is
+	// refused as her session's id is.
+	_, _, err := m.ResumeSession(context.Background(), newRecSub(), mustJSON(msp.SessionResumeParams{SessionID: sessionKey("alice", x)}))
+	wantNotFound(t, "resume by key", err)
 	// Bob starts alice's id as he starts one nobody has.
 	for _, id := range []string{x, fresh} {
 		res, err := startAs(t, m, bob, id)
