@@ -250,3 +250,45 @@ func TestClusterKeepsPrincipalsSessionsApart(t *testing.T) {
 		}
 	}
 }
+
+// TestScopedSessionResumesAfterRestart: a principal's busy session, kept
+// under its scoped key, is recovered by the next process under its own
+// sessionId: its turn resumes, and its events name it as before.
+func TestScopedSessionResumesAfterRestart(t *testing.T) {
+	st := openStore(t)
+	model := newHistModel()
+	alice := WithPrincipal(context.Background(), "alice")
+	m1 := newManager(t, st, model, mgrOpts{})
+	x := uuid.NewString()
+	if _, err := startAs(t, m1, alice, x); err != nil {
+		t.Fatal(err)
+	}
+	p := textTurn(x, "crash")
+	p.CommandID = cmdID()
+	raw, launch, err := m1.StartTurn(alice, nil, mustJSON(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	launch()
+	var ack msp.TurnStartResult
+	if err := json.Unmarshal(raw, &ack); err != nil {
+		t.Fatal(err)
+	}
+	model.waitStarted(t, "crash")
+	m1.Close()
+
+	m2 := newManager(t, st, model, mgrOpts{})
+	sub := newRecSub()
+	from := durableCursor(x, 0)
+	if err := m2.Subscribe(alice, sub, x, &from); err != nil {
+		t.Fatal(err)
+	}
+	if c := sub.waitTerminal(t, ack.TurnID); c.Terminal != msp.TerminalCompleted {
+		t.Fatalf("the resumed turn ended %+v", c)
+	}
+	for _, n := range sub.all() {
+		if n.SessionID != x || !strings.HasPrefix(n.Cursor, "v:"+x+":") {
+			t.Fatalf("%s names session %q at %s, want %s", n.Method, n.SessionID, n.Cursor, x)
+		}
+	}
+}
