@@ -469,7 +469,7 @@ func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 		return nil // the same stream as jetstream-r3
 	}
 	st := t.writers[0]
-	all, err := st.Sessions(ctx, nil, r.cfg.StoreRows+1<<20)
+	all, err := st.Sessions(ctx, "", nil, r.cfg.StoreRows+1<<20)
 	if err != nil {
 		return err
 	}
@@ -490,7 +490,7 @@ func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 		run    func() error
 	}{
 		{"BusySessions", func() error { _, err := st.BusySessions(ctx); return err }},
-		{"Sessions, first page of 50", func() error { _, err := st.Sessions(ctx, nil, 50); return err }},
+		{"Sessions, first page of 50", func() error { _, err := st.Sessions(ctx, "", nil, 50); return err }},
 	} {
 		var took []float64
 		for range scanRepeats {

@@ -24,7 +24,9 @@ import (
 // attempt, as after a restart.
 
 // Cluster is what a manager needs of the other nodes; nil means this
-// node is the only one (it leads every session).
+// node is the only one (it leads every session). It names a session by
+// its key (sessionKey), not by its sessionId, which two principals'
+// sessions may share.
 type Cluster interface {
 	// Node names this node.
 	Node() string
@@ -116,7 +118,11 @@ func (m *Manager) forward(ctx context.Context, sessionID, method string, raw jso
 	if c == nil {
 		return nil, false, nil
 	}
-	if exists, err := m.checkOwner(ctx, sessionID); err != nil {
+	key, err := m.keyOf(ctx, sessionID)
+	if err != nil {
+		return nil, true, err
+	}
+	if exists, err := m.checkOwner(ctx, key, sessionID); err != nil {
 		if !exists && isNotFound(err) {
 			// Nothing to lead: the command answers it here (a replay
 			// of a session's deletion finds its ack in the ledger).
@@ -124,12 +130,14 @@ func (m *Manager) forward(ctx context.Context, sessionID, method string, raw jso
 		}
 		return nil, true, err
 	}
-	leader, err := c.Claim(ctx, sessionID)
+	// Leases are the store's keys: alice's session X and bob's are led
+	// apart. The leader resolves the key again from the principal.
+	leader, err := c.Claim(ctx, key)
 	if err != nil {
 		return nil, true, unavailable("finding the leader of session %s: %v", sessionID, err)
 	}
 	if leader == c.Node() {
-		return nil, false, m.lead(ctx, sessionID)
+		return nil, false, m.lead(ctx, key, sessionID)
 	}
 	if ctx.Value(forwardedKey{}) != nil {
 		return nil, true, unavailable("this node no longer leads session %s", sessionID)
@@ -156,11 +164,11 @@ func unavailable(format string, args ...any) *msp.Error {
 	return e
 }
 
-// lead makes a loaded session that this node now holds the lease of its
-// writer: it stops following, catches up from the store and, when a turn
-// was left running by the node that led it before, resumes it.
-func (m *Manager) lead(ctx context.Context, id string) error {
-	s, release, err := m.load(ctx, id)
+// lead makes session id, kept under key, whose lease this node now holds
+// its writer: it stops following, catches up from the store and, when a
+// turn was left running by the node that led it before, resumes it.
+func (m *Manager) lead(ctx context.Context, key, id string) error {
+	s, release, err := m.load(ctx, key, id)
 	if err != nil {
 		if isNotFound(err) {
 			return nil // the command answers it
@@ -194,7 +202,7 @@ func (m *Manager) lead(ctx context.Context, id string) error {
 	if err != nil {
 		// Still a follower: the caller lets go of the lease, and this
 		// node or another tries again.
-		s.unfollow = m.cfg.Cluster.Follow(id, s.ingest)
+		s.unfollow = m.cfg.Cluster.Follow(key, s.ingest)
 		s.mu.Unlock()
 		return err
 	}
@@ -207,7 +215,7 @@ func (m *Manager) lead(ctx context.Context, id string) error {
 // s.mu must be held.
 func (s *session) catchUpLocked(ctx context.Context, from int64) error {
 	for from < s.head {
-		recs, err := s.m.store.Records(ctx, s.id, from, logPage(int(min(s.head-from, 256))))
+		recs, err := s.m.store.Records(ctx, s.key, from, logPage(int(min(s.head-from, 256))))
 		if err != nil {
 			return msp.ErrInternal("reading session log: %v", err)
 		}
@@ -230,6 +238,7 @@ func (s *session) catchUpLocked(ctx context.Context, from int64) error {
 // view/gap.
 func (s *session) ingest(n Notification, pos Position) {
 	seq, sub := pos.Seq, pos.Sub
+	n.SessionID = s.id // the cluster names it by its key
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	deletion := n.Method == msp.NotifySessionDeleteCompleted
@@ -326,7 +335,7 @@ func (s *session) freshLocked(ctx context.Context) error {
 	if s.leader || !s.stale {
 		return nil
 	}
-	st, erasing, err := s.m.readState(ctx, s.id)
+	st, erasing, err := s.m.readState(ctx, s.key, s.id)
 	if isNotFound(err) || err == nil && erasing {
 		s.halfErasedLocked() // or erased: the news was missed
 		return msp.ErrSessionNotFound(s.id)
@@ -363,7 +372,7 @@ func (s *session) letGoLocked() {
 	}
 	if s.leader {
 		s.leader = false
-		c.Release(s.id)
+		c.Release(s.key)
 	}
 }
 
@@ -372,11 +381,11 @@ func (s *session) letGoLocked() {
 func (m *Manager) forget(s *session) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	l := m.sessions[s.id]
+	l := m.sessions[s.key]
 	if l != nil && l.s != s {
 		return // a newer load holds the lease or the following now
 	}
-	delete(m.sessions, s.id)
+	delete(m.sessions, s.key)
 	s.mu.Lock()
 	s.letGoLocked()
 	s.mu.Unlock()
@@ -386,7 +395,7 @@ func (m *Manager) forget(s *session) {
 // followers. s.mu must be held.
 func (s *session) publishLocked(n Notification, at Position) {
 	if c := s.m.cfg.Cluster; c != nil && s.leader {
-		c.Publish(s.id, n, at)
+		c.Publish(s.key, n, at)
 	}
 }
 
@@ -407,12 +416,13 @@ func (m *Manager) adoptOrphans(ctx context.Context) {
 		if err != nil || leader != c.Node() {
 			continue
 		}
-		if err := m.lead(ctx, row.ID); err != nil {
-			m.log.Warn("taking a session over", "session", row.ID, "err", err)
+		id := wireID(row.Owner, row.ID)
+		if err := m.lead(ctx, row.ID, id); err != nil {
+			m.log.Warn("taking a session over", "session", id, "err", err)
 			c.Release(row.ID)
 			continue
 		}
-		m.log.Info("took a session over", "session", row.ID)
+		m.log.Info("took a session over", "session", id)
 	}
 }
 

@@ -163,7 +163,8 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 			FirstUserPrompt: src.st.FirstUserPrompt, Name: src.st.Name, TurnCount: turns}
 		src.mu.Unlock()
 		id := newID()
-		if err := m.copyLog(ctx, src.id, id, cut); err != nil {
+		key := sessionKey(owner, id)
+		if err := m.copyLog(ctx, src.key, key, cut); err != nil {
 			return nil, msp.ErrInternal("copying the log: %v", err)
 		}
 		now := m.now()
@@ -178,7 +179,7 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 			ViewCursor:      durableCursor(id, cut),
 		}
 		if !p.ExcludeItems {
-			if snap.History, _, err = m.inlineHistory(ctx, id, cut, streamed{}); err != nil {
+			if snap.History, _, err = m.inlineHistory(ctx, key, cut, streamed{}); err != nil {
 				return nil, err
 			}
 		}
@@ -188,7 +189,7 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 		}
 		// The row and the ledger entry land together: until then the
 		// copied records belong to no session anyone can see.
-		if err := m.commitNew(ctx, a, id, st, res); err != nil {
+		if err := m.commitNew(ctx, a, key, st, res); err != nil {
 			return nil, msp.ErrInternal("creating the fork: %v", err)
 		}
 		started = &wire
@@ -210,7 +211,7 @@ func (m *Manager) forkCut(ctx context.Context, s *session, at *msp.ForkCutPoint)
 	s.mu.Unlock()
 	count := 0
 	for after := int64(0); after < head; {
-		recs, err := m.store.Records(ctx, s.id, after, logPage(min(int(head-after), 1000)))
+		recs, err := m.store.Records(ctx, s.key, after, logPage(min(int(head-after), 1000)))
 		if err != nil {
 			return 0, 0, msp.ErrInternal("reading session log: %v", err)
 		}
@@ -244,8 +245,9 @@ func (m *Manager) forkCut(ctx context.Context, s *session, at *msp.ForkCutPoint)
 	return 0, 0, e
 }
 
-// copyLog copies records 1..through of session from into session to,
-// each with its new identities and the rest of its bytes as recorded.
+// copyLog copies records 1..through of the session kept under from into
+// the one under to, each with its new identities (to's sessionId, which
+// its records carry) and the rest of its bytes as recorded.
 func (m *Manager) copyLog(ctx context.Context, from, to string, through int64) error {
 	const batch = 500
 	for after := int64(0); after < through; {
@@ -391,8 +393,8 @@ func (m *Manager) DeleteSession(ctx context.Context, sub Subscriber, raw json.Ra
 func (m *Manager) unmark(ctx context.Context, s *session) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	row, rowErr := m.store.Session(ctx, s.id)
-	head, headErr := m.store.Head(ctx, s.id)
+	row, rowErr := m.store.Session(ctx, s.key)
+	head, headErr := m.store.Head(ctx, s.key)
 	if rowErr == nil && !row.Erasing && headErr == nil && head == s.head {
 		s.deleted, s.eraseFailed = false, false
 		return true
@@ -447,7 +449,7 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 		<-worker // the running turn writes nothing more
 	}
 	done := msp.SessionDeleteCompletedParams{CommandID: commandID, Outcome: msp.DeleteCompleted, SessionID: s.id}
-	if err := m.store.DeleteSession(ctx, s.id); err != nil {
+	if err := m.store.DeleteSession(ctx, s.key); err != nil {
 		m.log.Error("deleting session", "session", s.id, "err", err)
 		done.Outcome, done.Reason, done.PhysicalChange = msp.DeleteFailed, "storageFailure", "possible"
 		// Back before anyone is told, so that a command sent on the news
@@ -484,7 +486,7 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 	}
 	m.listeners.deliver(owner, func(sub Subscriber) bool { return told[sub] }, n)
 	if c := m.cfg.Cluster; c != nil {
-		c.Publish(s.id, n, Position{}) // the followers' subscribers
+		c.Publish(s.key, n, Position{}) // the followers' subscribers
 		c.PublishList(owner, n)
 	}
 }

@@ -40,7 +40,7 @@ func TestWalkingSessionsWhileOneLoads(t *testing.T) {
 	m = newManager(t, held, newHistModel(), mgrOpts{})
 	loaded := make(chan error, 1)
 	go func() {
-		_, release, err := m.load(context.Background(), sid)
+		_, release, err := m.load(context.Background(), sid, sid)
 		if err == nil {
 			release()
 		}

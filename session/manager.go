@@ -349,10 +349,14 @@ func (m *Manager) acquireErasable(ctx context.Context, id string) (s *session, r
 }
 
 func (m *Manager) acquireAs(ctx context.Context, id string, erasing bool) (s *session, release func(), err error) {
-	if _, err := m.checkOwner(ctx, id); err != nil {
+	key, err := m.keyOf(ctx, id)
+	if err != nil {
 		return nil, nil, err
 	}
-	s, release, err = m.load(ctx, id)
+	if _, err := m.checkOwner(ctx, key, id); err != nil {
+		return nil, nil, err
+	}
+	s, release, err = m.load(ctx, key, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -383,10 +387,11 @@ func (m *Manager) acquireAs(ctx context.Context, id string, erasing bool) (s *se
 // that does not exist (neither a load and replay of the whole log, nor, on
 // a cluster, a lease claimed and a follow begun), nor takes longer.
 // exists is false when the store has no such session; a session still
-// loading is let through, and acquire checks it once loaded.
-func (m *Manager) checkOwner(ctx context.Context, id string) (exists bool, err error) {
+// loading is let through, and acquire checks it once loaded. key is where
+// the session of id is kept (keyOf).
+func (m *Manager) checkOwner(ctx context.Context, key, id string) (exists bool, err error) {
 	m.mu.Lock()
-	l, resident := m.sessions[id]
+	l, resident := m.sessions[key]
 	m.mu.Unlock()
 	if resident {
 		select {
@@ -398,7 +403,7 @@ func (m *Manager) checkOwner(ctx context.Context, id string) (exists bool, err e
 		}
 		return true, nil
 	}
-	st, _, err := m.readState(ctx, id)
+	st, _, err := m.readState(ctx, key, id)
 	if err != nil {
 		return !isNotFound(err), err
 	}
@@ -408,10 +413,11 @@ func (m *Manager) checkOwner(ctx context.Context, id string) (exists bool, err e
 	return true, nil
 }
 
-// readState reads a session's state from its row in the store; erasing
-// tells that its erasure was cut short (store.Session.Erasing).
-func (m *Manager) readState(ctx context.Context, id string) (st state, erasing bool, err error) {
-	row, err := m.store.Session(ctx, id)
+// readState reads the state of session id from its row in the store,
+// under key; erasing tells that its erasure was cut short
+// (store.Session.Erasing).
+func (m *Manager) readState(ctx context.Context, key, id string) (st state, erasing bool, err error) {
+	row, err := m.store.Session(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return st, false, msp.ErrSessionNotFound(id)
 	} else if err != nil {
@@ -423,14 +429,14 @@ func (m *Manager) readState(ctx context.Context, id string) (st state, erasing b
 	return st, row.Erasing, nil
 }
 
-// load returns a session whoever owns it, loading it from the store once,
-// pinned in memory until release is called.
-func (m *Manager) load(ctx context.Context, id string) (s *session, release func(), err error) {
+// load returns session id, kept under key, whoever owns it, loading it
+// from the store once, pinned in memory until release is called.
+func (m *Manager) load(ctx context.Context, key, id string) (s *session, release func(), err error) {
 	m.mu.Lock()
-	l, ok := m.sessions[id]
+	l, ok := m.sessions[key]
 	if !ok {
 		l = &loading{done: make(chan struct{})}
-		m.sessions[id] = l
+		m.sessions[key] = l
 	}
 	l.pins++
 	m.mu.Unlock()
@@ -444,11 +450,11 @@ func (m *Manager) load(ctx context.Context, id string) (s *session, release func
 		// Loaded for every caller waiting on it, so not cut short when
 		// this one's request ends; published under m.mu, which Close,
 		// CancelRunning and forget walk the entries under.
-		s, err := m.read(context.WithoutCancel(ctx), id)
+		s, err := m.read(context.WithoutCancel(ctx), key, id)
 		m.mu.Lock()
 		l.s, l.err = s, err
 		if err != nil {
-			delete(m.sessions, id) // let a later call try again
+			delete(m.sessions, key) // let a later call try again
 		}
 		m.mu.Unlock()
 		close(l.done)
@@ -467,17 +473,18 @@ func (m *Manager) load(ctx context.Context, id string) (s *session, release func
 	return l.s, sync.OnceFunc(unpin), nil
 }
 
-// read builds a session from its row and log. On a cluster, a session
+// read builds the session kept under key from its row and log; id, what
+// the caller named it, names it in a refusal. On a cluster, a session
 // this node does not lead follows its leader's events from the start.
-func (m *Manager) read(ctx context.Context, id string) (*session, error) {
-	s := &session{id: id, m: m, subs: make(map[Subscriber]struct{}), gapsDue: make(map[Subscriber]dueGap), floors: make(map[Subscriber]cursor),
+func (m *Manager) read(ctx context.Context, key, id string) (*session, error) {
+	s := &session{id: id, key: key, m: m, subs: make(map[Subscriber]struct{}), gapsDue: make(map[Subscriber]dueGap), floors: make(map[Subscriber]cursor),
 		open: make(map[string]*openItem), leader: m.cfg.Cluster == nil}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.leader {
 		// Following starts before the head is read, so that nothing
 		// appended meanwhile is missed; ingest waits for s.mu.
-		s.unfollow = m.cfg.Cluster.Follow(id, s.ingest)
+		s.unfollow = m.cfg.Cluster.Follow(key, s.ingest)
 	}
 	if err := s.refreshLocked(ctx); err != nil {
 		if s.unfollow != nil {
@@ -485,7 +492,10 @@ func (m *Manager) read(ctx context.Context, id string) (*session, error) {
 		}
 		return nil, err
 	}
-	s.owner = s.st.Owner
+	// Named as its owner names it, whoever asked: a request naming its
+	// key as an id (another principal's, refused by acquire) must not
+	// give it that name on the wire.
+	s.owner, s.id = s.st.Owner, wireID(s.st.Owner, key)
 	return s, nil
 }
 
@@ -493,7 +503,7 @@ func (m *Manager) read(ctx context.Context, id string) (*session, error) {
 // s.mu must be held.
 func (s *session) refreshLocked(ctx context.Context) error {
 	m := s.m
-	st, erasing, err := m.readState(ctx, s.id)
+	st, erasing, err := m.readState(ctx, s.key, s.id)
 	if err != nil {
 		return err
 	}
@@ -503,11 +513,11 @@ func (s *session) refreshLocked(ctx context.Context) error {
 		return nil
 	}
 	s.queued.Store(int32(len(s.st.Queue)))
-	if s.head, err = m.store.Head(ctx, s.id); err != nil {
+	if s.head, err = m.store.Head(ctx, s.key); err != nil {
 		return msp.ErrInternal("loading session: %v", err)
 	}
 	s.sub = 0
-	f, err := fold(ctx, m.store, s.id, foldSpec{})
+	f, err := fold(ctx, m.store, s.key, foldSpec{})
 	if err != nil {
 		return msp.ErrInternal("loading session log: %v", err)
 	}
@@ -539,9 +549,10 @@ func (m *Manager) recover(ctx context.Context) error {
 		return fmt.Errorf("session: listing busy sessions: %w", err)
 	}
 	for _, row := range rows {
-		s, release, err := m.load(ctx, row.ID)
+		id := wireID(row.Owner, row.ID)
+		s, release, err := m.load(ctx, row.ID, id)
 		if err != nil {
-			return fmt.Errorf("session: recovering %s: %w", row.ID, err)
+			return fmt.Errorf("session: recovering %s: %w", id, err)
 		}
 		s.mu.Lock()
 		err = s.recoverLocked(ctx)
@@ -551,9 +562,9 @@ func (m *Manager) recover(ctx context.Context) error {
 		}
 		release()
 		if err != nil {
-			return fmt.Errorf("session: recovering %s: %w", row.ID, err)
+			return fmt.Errorf("session: recovering %s: %w", id, err)
 		}
-		m.log.Info("resuming the turns of a previous process", "session", row.ID)
+		m.log.Info("resuming the turns of a previous process", "session", id)
 	}
 	return nil
 }

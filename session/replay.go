@@ -100,7 +100,7 @@ func (s *session) itemOpenAfter(ctx context.Context, seq int64) (bool, error) {
 func (s *session) lastSays(ctx context.Context, seq int64, decide func(method string) (yes, settled bool)) (bool, error) {
 	const batch = 64
 	for before := seq + 1; before > 1; {
-		recs, err := s.m.store.RecordsBefore(ctx, s.id, before, logPage(batch))
+		recs, err := s.m.store.RecordsBefore(ctx, s.key, before, logPage(batch))
 		if err != nil {
 			return false, msp.ErrInternal("reading session log: %v", err)
 		}
@@ -176,7 +176,7 @@ func (r *replay) emit(n Notification, at cursor, send func(Notification) error) 
 func (r *replay) records(ctx context.Context, through int64, withDeltas bool, send func(Notification) error) error {
 	const batch = 256
 	for r.pos.seq < through {
-		recs, err := r.s.m.store.Records(ctx, r.s.id, r.pos.seq, logPage(int(min(through-r.pos.seq, batch))))
+		recs, err := r.s.m.store.Records(ctx, r.s.key, r.pos.seq, logPage(int(min(through-r.pos.seq, batch))))
 		if err != nil {
 			return msp.ErrInternal("reading session log: %v", err)
 		}

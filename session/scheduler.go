@@ -363,7 +363,7 @@ func (s *session) turnUsage(ctx context.Context, a pendingTurn) (*msp.TokenUsage
 	var sum *msp.TokenUsage
 	after := max(a.StartSeq-1, 0)
 	for {
-		recs, err := s.m.store.Records(ctx, s.id, after, logPage(1000))
+		recs, err := s.m.store.Records(ctx, s.key, after, logPage(1000))
 		if err != nil {
 			return nil, err
 		}

@@ -24,7 +24,8 @@ import (
 // mu serialises every append and fan-out, so subscribers see events in
 // cursor order.
 type session struct {
-	id    string
+	id    string // its sessionId, on the wire
+	key   string // where the store and the cluster keep it (sessionKey)
 	owner string // the principal it belongs to; never changes
 	m     *Manager
 
@@ -105,7 +106,7 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 	// A retry notice is what a user watches a countdown for, and its
 	// backoff starts only once it is written: it goes ahead of a burst of
 	// other writes (this session has no other commit in flight).
-	batch := store.Batch{SessionID: s.id, Commands: cmds, Urgent: slices.ContainsFunc(evs, isRetryNotice)}
+	batch := store.Batch{SessionID: s.key, Commands: cmds, Urgent: slices.ContainsFunc(evs, isRetryNotice)}
 	batch.Records = make([]store.Record, len(evs))
 	for i, ev := range evs {
 		seq := s.head + int64(i) + 1
@@ -126,7 +127,7 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 		if err != nil {
 			return fmt.Errorf("encoding session state: %w", err)
 		}
-		batch.Session = &store.Session{ID: s.id, CreatedAt: st.CreatedAt, UpdatedAt: now, Busy: st.busy(), State: raw}
+		batch.Session = &store.Session{ID: s.key, Owner: st.Owner, CreatedAt: st.CreatedAt, UpdatedAt: now, Busy: st.busy(), State: raw}
 		if len(evs) == 0 {
 			// Fenced like records: a leader that lost the session to
 			// another node cannot overwrite the row that node writes.

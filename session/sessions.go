@@ -39,15 +39,21 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 		if err != nil {
 			return nil, err
 		}
-		id := p.SessionID
+		id, key := p.SessionID, ""
 		if id == "" {
 			id = newID()
+			key = sessionKey(owner, id)
 		} else {
+			// The id is the caller's own: another principal's session of
+			// that id is another session, and tells nothing here.
+			if key, err = m.keyOf(ctx, id); err != nil {
+				return nil, err
+			}
 			// Two starts naming one new sessionId: one creates it, the
 			// other is refused.
-			release := m.ledger.lock("session:" + id)
+			release := m.ledger.lock("session:" + key)
 			defer release()
-			if _, err := m.store.Session(ctx, id); err == nil {
+			if _, err := m.store.Session(ctx, key); err == nil {
 				return nil, a.reject(ctx, m.store, msp.ErrCommandRejected(p.CommandID, msp.ReasonSessionIDConflict, "session %s already exists", id))
 			} else if !errors.Is(err, store.ErrNotFound) {
 				return nil, msp.ErrInternal("checking session: %v", err)
@@ -66,7 +72,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 		if err != nil {
 			return nil, msp.ErrInternal("encoding result: %v", err)
 		}
-		if err := m.commitNew(ctx, a, id, st, res); err != nil {
+		if err := m.commitNew(ctx, a, key, st, res); err != nil {
 			return nil, msp.ErrInternal("creating session: %v", err)
 		}
 		started = &wire
@@ -78,15 +84,15 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 	return m.opened(owner, sub, started, resp)
 }
 
-// commitNew writes a new session's row with the ledger entry of the
-// command that made it, in one commit.
-func (m *Manager) commitNew(ctx context.Context, a *admission, id string, st state, res json.RawMessage) error {
+// commitNew writes the row of a new session, kept under key, with the
+// ledger entry of the command that made it, in one commit.
+func (m *Manager) commitNew(ctx context.Context, a *admission, key string, st state, res json.RawMessage) error {
 	stRaw, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
-	row := store.Session{ID: id, CreatedAt: st.CreatedAt, UpdatedAt: st.UpdatedAt, State: stRaw}
-	return m.store.Commit(ctx, store.Batch{SessionID: id, Session: &row, Commands: []store.Command{a.entry(res, false)}})
+	row := store.Session{ID: key, Owner: st.Owner, CreatedAt: st.CreatedAt, UpdatedAt: st.UpdatedAt, State: stRaw}
+	return m.store.Commit(ctx, store.Batch{SessionID: key, Session: &row, Commands: []store.Command{a.entry(res, false)}})
 }
 
 // opened announces a session just made (started is nil for a replay) with
@@ -226,14 +232,14 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	if !inline {
 		return snap, nil
 	}
-	h, whole, err := m.inlineHistory(ctx, s.id, at.seq, live)
+	h, whole, err := m.inlineHistory(ctx, s.key, at.seq, live)
 	if err == nil && !whole {
 		// Some of what streamed may be missing: the items stand where the
 		// log does before the hole, and a subscription from there replays
 		// the rest and reports the hole itself.
 		at = cursor{session: s.id, seq: min(at.seq, max(live.lost.seq, 1))}
 		snap.ViewCursor = at.String()
-		h, _, err = m.inlineHistory(ctx, s.id, at.seq, streamed{})
+		h, _, err = m.inlineHistory(ctx, s.key, at.seq, streamed{})
 	}
 	if err != nil {
 		return snap, err
@@ -245,18 +251,18 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	return snap, nil
 }
 
-// inlineHistory folds a session's items through record through for a
-// resume, a read or a fork, with the items still open as streamed so far
-// (live); past the history budget the history is left for the client to
-// page (mode none, historyBudget). The fold stops once its items outgrow
-// the budget, and the items are measured by their records' sizes, the
-// open ones alone encoded again: so a history too large to inline is
-// never held whole. whole is false when a follower's items are the log's
-// alone, because some of what streamed after it may be missing.
-func (m *Manager) inlineHistory(ctx context.Context, id string, through int64, live streamed) (h msp.SessionHistory, whole bool, err error) {
+// inlineHistory folds the items of the session kept under key through
+// record through for a resume, a read or a fork, with the items still open
+// as streamed so far (live); past the history budget the history is left
+// for the client to page (mode none, historyBudget). The fold stops once
+// its items outgrow the budget, and the items are measured by their
+// records' sizes, the open ones alone encoded again: so a history too large
+// to inline is never held whole. whole is false when a follower's items are
+// the log's alone, because some of what streamed after it may be missing.
+func (m *Manager) inlineHistory(ctx context.Context, key string, through int64, live streamed) (h msp.SessionHistory, whole bool, err error) {
 	none := msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: msp.NoneHistoryBudget, Snapshot: json.RawMessage("null")}
 	budget := m.cfg.HistoryBudget
-	f, err := fold(ctx, m.store, id, foldSpec{through: through, items: true, budget: budget})
+	f, err := fold(ctx, m.store, key, foldSpec{through: through, items: true, budget: budget})
 	if err != nil {
 		return none, false, msp.ErrInternal("reading session log: %v", err)
 	}
@@ -330,38 +336,27 @@ func (m *Manager) ListSessions(ctx context.Context, raw json.RawMessage) (msp.Se
 		}
 		after = &k
 	}
-	// Only the caller's own sessions are listed; the scan goes on past
-	// other principals' rows until the page is full.
-	owner := PrincipalFrom(ctx)
-	res := msp.SessionListResult{Sessions: []msp.Session{}}
-	var last store.SessionKey // the last session returned
-	batch := max(limit+1, 64)
-	for {
-		rows, err := m.store.Sessions(ctx, after, batch)
-		if err != nil {
-			return msp.SessionListResult{}, msp.ErrInternal("listing sessions: %v", err)
-		}
-		for _, row := range rows {
-			after = &store.SessionKey{UpdatedAt: row.UpdatedAt, ID: row.ID}
-			var st state
-			if err := json.Unmarshal(row.State, &st); err != nil {
-				return res, msp.ErrInternal("session %s state unreadable: %v", row.ID, err)
-			}
-			if st.Owner != owner {
-				continue
-			}
-			if len(res.Sessions) == limit {
-				c := encodeListCursor(last)
-				res.NextCursor = &c
-				return res, nil
-			}
-			res.Sessions = append(res.Sessions, st.wire(row.ID, m.cfg.LogPath))
-			last = *after
-		}
-		if len(rows) < batch {
-			return res, nil
-		}
+	// Only the caller's own sessions are listed: the store reads them
+	// alone, through its owner index. One more than the page tells whether
+	// another follows.
+	rows, err := m.store.Sessions(ctx, PrincipalFrom(ctx), after, limit+1)
+	if err != nil {
+		return msp.SessionListResult{}, msp.ErrInternal("listing sessions: %v", err)
 	}
+	res := msp.SessionListResult{Sessions: make([]msp.Session, 0, min(len(rows), limit))}
+	for i, row := range rows {
+		if i == limit {
+			c := encodeListCursor(store.SessionKey{UpdatedAt: rows[i-1].UpdatedAt, ID: rows[i-1].ID})
+			res.NextCursor = &c
+			break
+		}
+		var st state
+		if err := json.Unmarshal(row.State, &st); err != nil {
+			return msp.SessionListResult{}, msp.ErrInternal("session %s state unreadable: %v", row.ID, err)
+		}
+		res.Sessions = append(res.Sessions, st.wire(wireID(row.Owner, row.ID), m.cfg.LogPath))
+	}
+	return res, nil
 }
 
 // SessionModel returns the provider and model a session uses.

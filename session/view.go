@@ -43,7 +43,7 @@ func (s *session) toldErased(ctx context.Context, sub Subscriber) bool {
 	s.mu.Unlock()
 	gone := false
 	if follower {
-		_, erasing, err := s.m.readState(ctx, s.id)
+		_, erasing, err := s.m.readState(ctx, s.key, s.id)
 		gone = isNotFound(err) || err == nil && erasing
 	}
 	s.mu.Lock()
@@ -181,7 +181,7 @@ func (s *session) page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageR
 				before = c.seq + 1
 			}
 		}
-		recs, err = s.m.store.RecordsBefore(ctx, s.id, before, lim)
+		recs, err = s.m.store.RecordsBefore(ctx, s.key, before, lim)
 	} else {
 		var after int64
 		if p.Cursor != nil {
@@ -191,7 +191,7 @@ func (s *session) page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageR
 			}
 			after = c.seq
 		}
-		recs, err = s.m.store.Records(ctx, s.id, after, lim)
+		recs, err = s.m.store.Records(ctx, s.key, after, lim)
 	}
 	if err != nil {
 		return res, msp.ErrInternal("reading session log: %v", err)

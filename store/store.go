@@ -39,7 +39,11 @@ type Record struct {
 // nanoseconds (years 1678 to 2262); reads return instants equal under
 // time.Time.Equal, not necessarily in the same Location.
 type Session struct {
-	ID        string
+	ID string
+	// Owner is the principal the session belongs to ("" on a server
+	// without per-user authentication). Sessions lists one owner's rows.
+	// A session keeps its owner for life.
+	Owner     string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	// Busy is true while the session has a running or queued turn; the
@@ -53,6 +57,20 @@ type Session struct {
 	// finishes it. Sessions and BusySessions leave it out. A store whose
 	// erasure is one transaction never returns it.
 	Erasing bool
+}
+
+// LegacyOwner is the owner of a row written before Session.Owner existed:
+// the session layer kept it as the "owner" member of the state, and a
+// store upgrading such rows takes it from there ("" when the state has
+// none or is not a JSON object).
+func LegacyOwner(state json.RawMessage) string {
+	var st struct {
+		Owner string `json:"owner"`
+	}
+	if json.Unmarshal(state, &st) != nil {
+		return ""
+	}
+	return st.Owner
 }
 
 // Command is one entry of the commandId ledger: the first admission of a
@@ -157,10 +175,12 @@ type Store interface {
 	Head(ctx context.Context, sessionID string) (int64, error)
 	// Session returns a session's row, or ErrNotFound.
 	Session(ctx context.Context, id string) (Session, error)
-	// Sessions lists up to limit sessions ordered by UpdatedAt descending
-	// (then ID descending), strictly after the key when it is non-nil. The
-	// key need not name an existing session.
-	Sessions(ctx context.Context, after *SessionKey, limit int) ([]Session, error)
+	// Sessions lists up to limit sessions of owner ordered by UpdatedAt
+	// descending (then ID descending), strictly after the key when it is
+	// non-nil. The key need not name an existing session. It reads that
+	// owner's rows only, through an index: its cost does not grow with
+	// other owners' sessions.
+	Sessions(ctx context.Context, owner string, after *SessionKey, limit int) ([]Session, error)
 	// BusySessions returns every session whose row is marked Busy, in no
 	// particular order.
 	BusySessions(ctx context.Context) ([]Session, error)

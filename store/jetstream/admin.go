@@ -139,7 +139,9 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if purged != nil {
 		return fmt.Errorf("jetstream: delete session %q: %w", id, purged)
 	}
-	for _, filter := range []string{s.subj.commandsOf(id), s.subj.row(id)} {
+	// The index entry goes before the row, so that no entry outlives its
+	// row; it is found under whatever owner.
+	for _, filter := range []string{s.subj.commandsOf(id), s.subj.ownedAny(id), s.subj.row(id)} {
 		if err := s.purge(ctx, filter); err != nil {
 			return fmt.Errorf("jetstream: delete session %q: %w", id, err)
 		}
@@ -147,7 +149,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	return nil
 }
 
-// markErasing replaces a session's row by its tombstone, unless it has
+// markErasing replaces a session's row (and its index entry) by its tombstone, unless it has
 // none (nothing to mark: the session is gone, or never was) or is marked.
 func (s *Store) markErasing(ctx context.Context, id string) error {
 	m, err := s.get(ctx, getRequest{LastFor: s.subj.row(id)})
@@ -164,7 +166,7 @@ func (s *Store) markErasing(ctx context.Context, id string) error {
 	row.Busy, row.Erasing = false, true
 	msg := rowMsg(s.subj.row(id), &row)
 	msg.Header.Set(jetstream.MsgIDHeader, "mspd-"+nuid.Next())
-	return s.publish(ctx, []*nats.Msg{msg})
+	return s.publish(ctx, []*nats.Msg{msg, indexMsg(s.subj.owned(row.Owner, id), &row)})
 }
 
 func (s *Store) purge(ctx context.Context, filter string) error {

@@ -7,6 +7,7 @@ import (
 
 	"mspd/store"
 	msjs "mspd/store/jetstream"
+	"mspd/store/storetest"
 )
 
 // BenchmarkCommit commits a turn-sized batch — three records, the row and
@@ -59,4 +60,12 @@ func BenchmarkRecordsTail(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkSessionsBesideOthers lists bob's one session beside alice's
+// thousands, on one server.
+func BenchmarkSessionsBesideOthers(b *testing.B) {
+	storetest.BenchSessionsBesideOthers(b, func(b *testing.B) store.Store {
+		return connect(b, startServer(b, b.TempDir()).ClientURL(), msjs.Options{})
+	}, 0, 4000)
 }

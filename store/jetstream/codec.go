@@ -19,6 +19,9 @@ const (
 	hdrUpdated = "Mspd-Updated" // Unix nanoseconds, rows
 	hdrBusy    = "Mspd-Busy"    // "1" on busy rows
 	hdrErasing = "Mspd-Erasing" // "1" on the row of a session being erased
+	// hdrOwner is a row's owner, as a subject token; a row without it was
+	// written before the owner index existed (see backfillOwners).
+	hdrOwner = "Mspd-Owner"
 )
 
 // storedMsg is a message as read back from the stream.
@@ -61,6 +64,19 @@ func decodeRecord(m storedMsg) (positioned, error) {
 // rowMsg encodes a session row; the state blob is the payload. The row
 // rolls up its subject, so the stream keeps only a session's last row.
 func rowMsg(subject string, r *store.Session) *nats.Msg {
+	m := keyMsg(subject, r)
+	m.Header.Set(hdrOwner, token(r.Owner))
+	m.Data = append([]byte(nil), r.State...)
+	return m
+}
+
+// indexMsg encodes a row's entry in its owner's index: the row's headers,
+// by which a listing sorts and filters, without its state. Rolled up too,
+// and always written in the batch that writes the row.
+func indexMsg(subject string, r *store.Session) *nats.Msg { return keyMsg(subject, r) }
+
+// keyMsg is a rolled-up message carrying what a listing needs of a row.
+func keyMsg(subject string, r *store.Session) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Header.Set("Nats-Rollup", "sub")
 	created, _ := store.UnixNanos(r.CreatedAt) // validated by Commit
@@ -73,7 +89,6 @@ func rowMsg(subject string, r *store.Session) *nats.Msg {
 	if r.Erasing {
 		m.Header.Set(hdrErasing, "1")
 	}
-	m.Data = append([]byte(nil), r.State...)
 	return m
 }
 
@@ -86,14 +101,28 @@ func decodeRow(id string, m storedMsg) (store.Session, error) {
 	if err != nil {
 		return store.Session{}, err
 	}
+	owner, err := rowOwner(m)
+	if err != nil {
+		return store.Session{}, err
+	}
 	return store.Session{
 		ID:        id,
+		Owner:     owner,
 		CreatedAt: time.Unix(0, created).UTC(),
 		UpdatedAt: time.Unix(0, updated).UTC(),
 		Busy:      m.header.Get(hdrBusy) == "1",
 		State:     m.data,
 		Erasing:   m.header.Get(hdrErasing) == "1",
 	}, nil
+}
+
+// rowOwner reads a row's owner: its header, or for a row written before
+// there was one, its state.
+func rowOwner(m storedMsg) (string, error) {
+	if t := m.header.Values(hdrOwner); len(t) > 0 {
+		return untoken(t[0])
+	}
+	return store.LegacyOwner(m.data), nil
 }
 
 // commandMsg encodes a ledger entry: the digest, length-prefixed, a byte

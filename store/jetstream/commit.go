@@ -109,7 +109,7 @@ func validate(b store.Batch) error {
 	}
 	n := len(b.Records) + len(b.Commands)
 	if b.Session != nil {
-		n++
+		n += 2 // the row and its index entry
 	}
 	if n > maxBatch {
 		return fmt.Errorf("jetstream: invalid batch: %d messages, one atomic publish takes at most %d", n, maxBatch)
@@ -137,14 +137,15 @@ func conflictsWithin(b store.Batch) error {
 	return nil
 }
 
-// messages encodes a batch, guards included: the first record (or, in a
+// messages encodes a batch, guards included (a row goes with its entry in
+// its owner's index): the first record (or, in a
 // batch without records fenced by AtHead, the row) expects the session's
 // last record to be h (so no other writer appended since the head was
 // read), every ledger entry expects its command id to be absent.
 // The first message carries a message id, so that sending the batch again
 // after a lost answer is recognised as a duplicate if it had landed.
 func (s *Store) messages(b store.Batch, h headPos, now time.Time) []*nats.Msg {
-	msgs := make([]*nats.Msg, 0, len(b.Records)+1+len(b.Commands))
+	msgs := make([]*nats.Msg, 0, len(b.Records)+2+len(b.Commands))
 	for i, r := range b.Records {
 		m := recordMsg(s.subj.logPage(b.SessionID, r.Seq), r)
 		if i == 0 {
@@ -157,7 +158,7 @@ func (s *Store) messages(b store.Batch, h headPos, now time.Time) []*nats.Msg {
 		if len(b.Records) == 0 && b.AtHead != nil {
 			expect(m, h.stream, s.subj.log(b.SessionID)) // as a first record would
 		}
-		msgs = append(msgs, m)
+		msgs = append(msgs, m, indexMsg(s.subj.owned(b.Session.Owner, b.Session.ID), b.Session))
 	}
 	for _, c := range b.Commands {
 		created := store.ClampUnixNanos(now)

@@ -23,15 +23,17 @@
 //
 //	mspd.log.<session>.<page>      a record; page = (seq-1)/32
 //	mspd.row.<session>             the session row, rolled up (Nats-Rollup: sub) so only the last stays
+//	mspd.own.<owner>.<session>     the row's entry in its owner's index, rolled up likewise
 //	mspd.cmd.<command>.<session>   a ledger entry; "=" as session for a command of no session
 //
 // Ids become subject tokens: ids of ASCII letters, digits, '-' and '_'
 // stand for themselves, anything else (and "") is "=" plus its base64url
 // encoding, so no id reaches into another's subjects and "a" never matches
-// "ab". A record's payload is its method, length-prefixed, then its params,
+// "ab"; owners likewise. A record's payload is its method, length-prefixed, then its params,
 // both returned byte for byte; its dense seq is the Mspd-Seq header. Rows
-// carry Mspd-Created, Mspd-Updated and Mspd-Busy headers and the state as
-// payload; ledger entries carry Mspd-Created and the digest, IsError and
+// carry Mspd-Owner, Mspd-Created, Mspd-Updated and Mspd-Busy headers and
+// the state as payload; an index entry carries the same headers but the
+// owner's, and no payload; ledger entries carry Mspd-Created and the digest, IsError and
 // response as payload.
 //
 // One stream rather than a stream plus KV buckets because a Commit must be
@@ -43,8 +45,8 @@
 //
 // # Commit
 //
-// A Commit is one atomic batch: every record, the row and every ledger
-// entry become messages of one batch (Nats-Batch-Id, Nats-Batch-Sequence,
+// A Commit is one atomic batch: every record, the row with its index entry
+// and every ledger entry become messages of one batch (Nats-Batch-Id, Nats-Batch-Sequence,
 // Nats-Batch-Commit on the last), which the server applies entirely or not
 // at all, and which readers never see half of (the server isolates reads
 // from batch commits). A lone message goes as a plain publish.
@@ -129,8 +131,22 @@
 //
 // # Listing, pruning, deleting
 //
-// Sessions and BusySessions read every row (a scan of mspd.row.*) and sort
-// in memory: O(sessions) per call, where SQLite uses an index.
+// Sessions reads one owner's index (the entries on mspd.own.<owner>.*,
+// headers only), sorts it in memory and reads the page's rows, one get
+// each: O(that owner's sessions + limit), whatever other owners hold. The
+// leader names the entry subjects first (stream info with that filter,
+// from its per-subject index); up to 16 are read one get each, which finds
+// a subject's last message without walking the stream, more by a scan of
+// the filter. Bob's one session beside alice's 4,000 lists in 0.22–0.27
+// ms, as with no one beside him (BenchmarkSessionsBesideOthers). The entry
+// is written in the batch of its row, so the two never disagree but for a
+// Commit landing between the scan and the gets (the row read then is the
+// newer). Rows from before the index (no Mspd-Owner header) are indexed by
+// Open, their owner taken from their state (store.LegacyOwner): every node
+// of a deployment must run a version that writes the index, or the rows an
+// older one writes keep a stale entry until the next Open. BusySessions
+// reads every row (a scan of mspd.row.*): O(sessions), where SQLite uses
+// an index.
 //
 // PruneCommands goes by CreatedAt, which the caller may set, so it reads
 // the ledger's entries (O(ledger), bounded by the retention window), picks
@@ -140,7 +156,8 @@
 // a pruned id must be reusable at once.
 //
 // DeleteSession purges mspd.log.<session>.*, then mspd.cmd.*.<session>,
-// then mspd.row.<session>: three purges, not one atomic step. First it
+// then mspd.own.*.<session>, then mspd.row.<session>: four purges, not one
+// atomic step. First it
 // replaces the row by a tombstone (Mspd-Erasing), so a deletion cut short
 // reads back as store.Session.Erasing, left out of listings, never as a
 // live session whose log has gone; a second DeleteSession finishes it.
@@ -152,7 +169,8 @@
 //
 // # Other differences from store/sqlite
 //
-// A Commit holds at most 1000 messages (the server's max_batch_size) and
+// A Commit holds at most 1000 messages (the server's max_batch_size; a row
+// counts two, with its index entry) and
 // each record, row or ledger entry at most the server's max_payload (1 MB
 // by default); larger ones fail and write nothing. Ids are limited by
 // the subject length the server accepts. Two processes on one stream are

@@ -46,7 +46,7 @@ func TestErasureCutShortReadsBackErasing(t *testing.T) {
 			t.Fatalf("%s: Head = %d, %v; want 0 (the log was purged)", when, head, err)
 		}
 		for name, list := range map[string]func() ([]store.Session, error){
-			"Sessions":     func() ([]store.Session, error) { return s.Sessions(t.Context(), nil, 10) },
+			"Sessions":     func() ([]store.Session, error) { return s.Sessions(t.Context(), "", nil, 10) },
 			"BusySessions": func() ([]store.Session, error) { return s.BusySessions(t.Context()) },
 		} {
 			rows, err := list()

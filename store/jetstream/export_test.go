@@ -6,6 +6,7 @@ import (
 
 	"mspd/store"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -43,4 +44,22 @@ func LogFilter(s *Store, id string) string { return s.subj.log(id) }
 // lands though its caller hears a failure (its answer lost).
 func PurgeNow(ctx context.Context, s *Store, filter string) error {
 	return s.stream.Purge(ctx, jetstream.WithPurgeSubject(filter))
+}
+
+// CommitLegacyRow writes row as a store from before the owner index did:
+// without its owner header and without an index entry.
+func CommitLegacyRow(ctx context.Context, s *Store, row *store.Session) error {
+	m := rowMsg(s.subj.row(row.ID), row)
+	m.Header.Del(hdrOwner)
+	return s.publish(ctx, []*nats.Msg{m})
+}
+
+// RowAt reads a session's row and its stream sequence.
+func RowAt(ctx context.Context, s *Store, id string) (store.Session, uint64, error) {
+	m, err := s.get(ctx, getRequest{LastFor: s.subj.row(id)})
+	if err != nil {
+		return store.Session{}, 0, err
+	}
+	row, err := decodeRow(id, m)
+	return row, m.seq, err
 }

@@ -120,15 +120,17 @@ var _ store.Store = (*Store)(nil)
 const maxBatchesInFlight = 16
 
 // Open creates the stream described by opts on js, or updates an existing
-// one to it, and returns a Store on it. The connection stays the caller's.
+// one to it, indexes the owners of rows written before there was an owner
+// index (see backfillOwners), and returns a Store on it. The connection
+// stays the caller's.
 func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	created, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
-	st, err := js.CreateOrUpdateStream(ctx, streamConfig(opts))
+	st, err := js.CreateOrUpdateStream(created, streamConfig(opts))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: create stream %s: %w", opts.Stream, err)
 	}
@@ -136,7 +138,7 @@ func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, er
 	if err != nil {
 		return nil, err
 	}
-	return &Store{
+	s := &Store{
 		replies: replies,
 		js:      js,
 		nc:      js.Conn(),
@@ -146,7 +148,12 @@ func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, er
 		api:     apiPrefix(js.Options()),
 		verify:  opts.Replicas > 1,
 		batches: make(chan struct{}, maxBatchesInFlight),
-	}, nil
+	}
+	if err := s.backfillOwners(ctx); err != nil {
+		_ = replies.close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // Connect dials the NATS server at url (a comma-separated list of URLs is

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -193,9 +194,11 @@ func (s *Store) Session(ctx context.Context, id string) (store.Session, error) {
 	return decodeRow(id, m)
 }
 
-// Sessions implements store.Store. There is no index by UpdatedAt: it
-// reads every row and sorts them, O(sessions) per page.
-func (s *Store) Sessions(ctx context.Context, after *store.SessionKey, limit int) ([]store.Session, error) {
+// Sessions implements store.Store. It reads the owner's index (the
+// entries on <p>.own.<owner>.*, headers alone), sorts them, and reads the
+// rows of the page one get each: O(owner's sessions + limit), whatever the
+// other owners hold.
+func (s *Store) Sessions(ctx context.Context, owner string, after *store.SessionKey, limit int) ([]store.Session, error) {
 	done, err := s.enter()
 	if err != nil {
 		return nil, err
@@ -204,22 +207,58 @@ func (s *Store) Sessions(ctx context.Context, after *store.SessionKey, limit int
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := s.rows(ctx, nil)
+	entries, err := s.ownerIndex(ctx, owner)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("jetstream: sessions: %w", err)
 	}
-	slices.SortFunc(rows, func(a, b store.Session) int {
+	keys := make([]store.SessionKey, 0, len(entries))
+	for subject, m := range entries {
+		if m.header.Get(hdrErasing) == "1" {
+			continue
+		}
+		id, err := s.subj.ownedID(subject)
+		if err != nil {
+			return nil, err
+		}
+		updated, err := headerInt(m, hdrUpdated)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, store.SessionKey{UpdatedAt: time.Unix(0, updated), ID: id})
+	}
+	slices.SortFunc(keys, func(a, b store.SessionKey) int {
 		return compareKeys(b.UpdatedAt.UnixNano(), b.ID, a.UpdatedAt.UnixNano(), a.ID)
 	})
 	if after != nil {
-		// Newest first: skip the rows at or above the key.
+		// Newest first: skip the entries at or above the key.
 		key, i := store.ClampUnixNanos(after.UpdatedAt), 0
-		for i < len(rows) && compareKeys(rows[i].UpdatedAt.UnixNano(), rows[i].ID, key, after.ID) >= 0 {
+		for i < len(keys) && compareKeys(keys[i].UpdatedAt.UnixNano(), keys[i].ID, key, after.ID) >= 0 {
 			i++
 		}
-		rows = rows[i:]
+		keys = keys[i:]
 	}
-	return rows[:min(limit, len(rows))], nil
+	out := make([]store.Session, 0, min(limit, len(keys)))
+	for _, k := range keys {
+		if len(out) == limit {
+			break
+		}
+		m, err := s.get(ctx, getRequest{LastFor: s.subj.row(k.ID)})
+		if errors.Is(err, errNoMsg) {
+			continue // deleted since the index was read
+		}
+		if err != nil {
+			return nil, fmt.Errorf("jetstream: sessions: %w", err)
+		}
+		row, err := decodeRow(k.ID, m)
+		if err != nil {
+			return nil, err
+		}
+		if row.Erasing || row.Owner != owner {
+			continue
+		}
+		out = append(out, row)
+	}
+	return out, nil
 }
 
 // compareKeys orders (updatedAt, id) pairs ascending.
@@ -248,15 +287,8 @@ func (s *Store) BusySessions(ctx context.Context) ([]store.Session, error) {
 // from a lagging replica may be followed by its successor from the leader
 // (see scan); the later one wins.
 func (s *Store) rows(ctx context.Context, keep func(storedMsg) bool) ([]store.Session, error) {
-	last := map[string]storedMsg{}
-	err := s.scan(ctx, s.subj.rows(), 0, nil, func(m storedMsg) (bool, error) {
-		last[m.subject] = m
-		return true, nil
-	})
+	last, err := s.lastOn(ctx, s.subj.rows())
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: sessions: %w", err)
-	}
-	if err := s.dropDeleted(ctx, last); err != nil {
 		return nil, fmt.Errorf("jetstream: sessions: %w", err)
 	}
 	out := make([]store.Session, 0, len(last))
@@ -277,22 +309,77 @@ func (s *Store) rows(ctx context.Context, keep func(storedMsg) bool) ([]store.Se
 	return out, nil
 }
 
-// dropDeleted removes, with several replicas, the rows that a lagging
-// replica still served although the leader has deleted them: the leader
-// lists the row subjects it holds, after the scan, so a deletion
+// ownerIndex reads an owner's index entries, by subject. The leader
+// names the entry subjects (from its per-subject index, whatever else the
+// stream holds); a few are then read one get each, which finds a
+// subject's last message without walking the stream, and many by a scan.
+func (s *Store) ownerIndex(ctx context.Context, owner string) (map[string]storedMsg, error) {
+	filter := s.subj.ownedBy(owner)
+	subjects, err := s.subjectsOn(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
+	if len(subjects) > singleGets {
+		return s.lastOn(ctx, filter)
+	}
+	entries := make(map[string]storedMsg, len(subjects))
+	for subject := range subjects {
+		m, err := s.get(ctx, getRequest{LastFor: subject})
+		if errors.Is(err, errNoMsg) {
+			continue // deleted since
+		}
+		if err != nil {
+			return nil, err
+		}
+		entries[subject] = m
+	}
+	return entries, nil
+}
+
+// subjectsOn asks the stream leader which subjects filter matches.
+func (s *Store) subjectsOn(ctx context.Context, filter string) (map[string]uint64, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, err
+	}
+	return info.State.Subjects, nil
+}
+
+// lastOn reads the last message of each subject filter matches, by
+// subject. Those are rolled-up subjects (rows, index entries): a message
+// read from a lagging replica may be followed by its successor from the
+// leader (see scan), and the later one wins.
+func (s *Store) lastOn(ctx context.Context, filter string) (map[string]storedMsg, error) {
+	last := map[string]storedMsg{}
+	err := s.scan(ctx, filter, 0, nil, func(m storedMsg) (bool, error) {
+		last[m.subject] = m
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.dropDeleted(ctx, filter, last); err != nil {
+		return nil, err
+	}
+	return last, nil
+}
+
+// dropDeleted removes, with several replicas, the messages on filter that
+// a lagging replica still served although the leader has deleted them:
+// the leader lists the subjects it holds, after the scan, so a deletion
 // acknowledged before the scan began is seen.
-func (s *Store) dropDeleted(ctx context.Context, rows map[string]storedMsg) error {
+func (s *Store) dropDeleted(ctx context.Context, filter string, rows map[string]storedMsg) error {
 	if !s.verify || len(rows) == 0 {
 		return nil
 	}
-	ctx, cancel := s.timeout(ctx)
-	defer cancel()
-	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(s.subj.rows()))
+	held, err := s.subjectsOn(ctx, filter)
 	if err != nil {
 		return err
 	}
 	for subject := range rows {
-		if _, ok := info.State.Subjects[subject]; !ok {
+		if _, ok := held[subject]; !ok {
 			delete(rows, subject)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // logPage is how many consecutive records of a session share one subject.
@@ -16,6 +17,7 @@ const logPage = 32
 //
 //	<p>.log.<session>.<page>  records; page = (seq-1)/logPage
 //	<p>.row.<session>         the session row (rolled up: only the last kept)
+//	<p>.own.<owner>.<session> the row's entry in its owner's index (rolled up)
 //	<p>.cmd.<command>.<session> ledger entries ("=" as session: none)
 //
 // Ids become tokens (see token), so no id can reach into another's subjects.
@@ -32,6 +34,17 @@ func (s subjects) row(session string) string { return s.prefix + ".row." + token
 
 // rows matches every session row.
 func (s subjects) rows() string { return s.prefix + ".row.*" }
+
+// owned is a session's entry in its owner's index.
+func (s subjects) owned(owner, session string) string {
+	return s.prefix + ".own." + token(owner) + "." + token(session)
+}
+
+// ownedBy matches every entry of an owner's index.
+func (s subjects) ownedBy(owner string) string { return s.prefix + ".own." + token(owner) + ".*" }
+
+// ownedAny matches a session's index entry under whatever owner.
+func (s subjects) ownedAny(session string) string { return s.prefix + ".own.*." + token(session) }
 
 func (s subjects) command(id, session string) string {
 	return s.prefix + ".cmd." + token(id) + "." + token(session)
@@ -53,6 +66,17 @@ func (s subjects) rowID(subject string) (string, error) {
 		return "", fmt.Errorf("jetstream: %q is not a row subject", subject)
 	}
 	return untoken(subject[len(head):])
+}
+
+// ownedID recovers the session id from an index subject.
+func (s subjects) ownedID(subject string) (string, error) {
+	head := s.prefix + ".own."
+	rest, ok := strings.CutPrefix(subject, head)
+	i := strings.LastIndexByte(rest, '.')
+	if !ok || i < 0 {
+		return "", fmt.Errorf("jetstream: %q is not an index subject", subject)
+	}
+	return untoken(rest[i+1:])
 }
 
 // token turns an id into one subject token. Ids made only of ASCII letters,

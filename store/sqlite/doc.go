@@ -72,11 +72,13 @@
 // # Schema
 //
 // events(session_id, seq) is a WITHOUT ROWID table clustered on its key, so
-// a read after a cursor is one range scan; sessions is indexed for the
-// newest-first listing and for the busy sessions; commands is the ledger,
+// a read after a cursor is one range scan; sessions is indexed by (owner,
+// updated_at, id) for each owner's newest-first listing, which reads no
+// other owner's rows, and for the busy sessions; commands is the ledger,
 // indexed by created_at so PruneCommands deletes the oldest entries without
 // a scan. Times are stored as Unix nanoseconds, JSON as BLOBs returned byte
 // for byte. PRAGMA user_version holds the schema version; Open migrates an
 // older file forward in one transaction (version 2 added commands.created_at,
-// set to the migration time for the entries already there).
+// set to the migration time for the entries already there; version 4 added
+// sessions.owner, taken from each row's state as store.LegacyOwner does).
 package sqlite

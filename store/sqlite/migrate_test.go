@@ -5,9 +5,12 @@ import (
 	"database/sql"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"mspd/store"
 )
 
 // rawConn opens path without the store, for building and inspecting files.
@@ -111,8 +114,94 @@ func TestPruneUsesIndex(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := rawConn(t, path).QueryContext(context.Background(),
-		`EXPLAIN QUERY PLAN SELECT rowid FROM commands WHERE created_at < ? ORDER BY created_at LIMIT ?`, 1, 1)
+	plan := queryPlan(t, path, `SELECT rowid FROM commands WHERE created_at < ? ORDER BY created_at LIMIT ?`, 1, 1)
+	if !strings.Contains(plan, "commands_by_created") || strings.Contains(plan, "TEMP B-TREE") {
+		t.Fatalf("prune plan does not walk commands_by_created:\n%s", plan)
+	}
+}
+
+// A version 3 file's rows gain their owner from their state, so that each
+// principal's listing still finds its sessions; rows whose state names
+// none (or is no JSON object) belong to the empty owner.
+func TestMigrateOwnersFromVersion3(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "mspd.db")
+	c := rawConn(t, path+"?_pragma=journal_mode(WAL)")
+	if err := migrate(ctx, c, 3, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]string{
+		"a1": `{"createdAt":"x","owner":"alice","turnCount":1}`,
+		"a2": `{"owner":"alice"}`,
+		"b1": `{"owner":"bob"}`,
+		"n1": `{"turnCount":0}`,
+		"n2": `{"owner":5}`,
+		"n3": `not json`,
+	}
+	updated := map[string]int64{"a1": 1, "a2": 2, "b1": 3, "n1": 4, "n2": 5, "n3": 6}
+	for id, st := range states {
+		if _, err := c.ExecContext(ctx, `INSERT INTO sessions (id, created_at, updated_at, busy, state) VALUES (?, 0, ?, 0, ?)`,
+			id, updated[id], []byte(st)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for owner, want := range map[string][]string{"alice": {"a2", "a1"}, "bob": {"b1"}, "": {"n3", "n2", "n1"}} {
+		got, err := s.Sessions(ctx, owner, nil, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, row := range got {
+			if row.Owner != owner {
+				t.Fatalf("Sessions(%q) listed %s of %q", owner, row.ID, row.Owner)
+			}
+			if want := store.LegacyOwner(row.State); want != row.Owner {
+				t.Fatalf("row %s migrated to owner %q, store.LegacyOwner reads %q", row.ID, row.Owner, want)
+			}
+			ids = append(ids, row.ID)
+		}
+		if !slices.Equal(ids, want) {
+			t.Fatalf("Sessions(%q) after migration = %v, want %v", owner, ids, want)
+		}
+	}
+}
+
+// An owner's listing walks sessions_by_owner, in its order: it reads none
+// of the other owners' rows, and sorts nothing.
+func TestSessionsUseOwnerIndex(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mspd.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []struct {
+		query string
+		args  []any
+	}{
+		{`SELECT id FROM sessions WHERE owner = ? ORDER BY updated_at DESC, id DESC LIMIT ?`, []any{"bob", 1}},
+		{`SELECT id FROM sessions WHERE owner = ? AND (updated_at, id) < (?, ?) ORDER BY updated_at DESC, id DESC LIMIT ?`, []any{"bob", 1, "x", 1}},
+	} {
+		plan := queryPlan(t, path, q.query, q.args...)
+		if !strings.Contains(plan, "sessions_by_owner") || strings.Contains(plan, "TEMP B-TREE") {
+			t.Fatalf("listing plan does not walk sessions_by_owner:\n%s", plan)
+		}
+	}
+}
+
+// queryPlan is EXPLAIN QUERY PLAN of query on the file at path.
+func queryPlan(t *testing.T, path, query string, args ...any) string {
+	t.Helper()
+	rows, err := rawConn(t, path).QueryContext(context.Background(), `EXPLAIN QUERY PLAN `+query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +215,5 @@ func TestPruneUsesIndex(t *testing.T) {
 		}
 		plan.WriteString(detail + "\n")
 	}
-	if !strings.Contains(plan.String(), "commands_by_created") || strings.Contains(plan.String(), "TEMP B-TREE") {
-		t.Fatalf("prune plan does not walk commands_by_created:\n%s", plan.String())
-	}
+	return plan.String()
 }

@@ -46,6 +46,18 @@ func migrations(now int64) [][]string {
 			`ALTER TABLE commands ADD COLUMN session_id TEXT`,
 			`CREATE INDEX commands_by_session ON commands (session_id) WHERE session_id IS NOT NULL`,
 		},
+		{
+			// The owner of a session, so that a principal's listing reads
+			// its own rows through sessions_by_owner and no one else's.
+			// Rows from before version 4 kept it in their state only
+			// (store.LegacyOwner reads it alike).
+			`ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT ''`,
+			`UPDATE sessions SET owner = json_extract(CAST(state AS TEXT), '$.owner')
+				WHERE json_valid(CAST(state AS TEXT)) AND json_type(CAST(state AS TEXT), '$.owner') = 'text'`,
+			`CREATE INDEX sessions_by_owner ON sessions (owner, updated_at DESC, id DESC)`,
+			// Nothing lists across owners any more.
+			`DROP INDEX sessions_by_updated`,
+		},
 	}
 }
 
@@ -364,7 +376,7 @@ func prepareAll(ctx context.Context, p interface {
 	return nil
 }
 
-const sessionCols = `id, created_at, updated_at, busy, state`
+const sessionCols = `id, owner, created_at, updated_at, busy, state`
 
 func (s *Store) prepareWrites(ctx context.Context) error {
 	w := &s.w
@@ -376,8 +388,8 @@ func (s *Store) prepareWrites(ctx context.Context) error {
 		{&w.rollback, `ROLLBACK`},
 		{&w.head, `SELECT seq FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1`},
 		{&w.insertEvent, `INSERT INTO events (session_id, seq, method, params) VALUES (?, ?, ?, ?)`},
-		{&w.upsertSession, `INSERT INTO sessions (` + sessionCols + `) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,
+		{&w.upsertSession, `INSERT INTO sessions (` + sessionCols + `) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, created_at = excluded.created_at,
 				updated_at = excluded.updated_at, busy = excluded.busy, state = excluded.state`},
 		// DO NOTHING turns a duplicate id into zero rows affected, which the
 		// writer reports as ErrConflict without parsing driver errors.
@@ -407,10 +419,11 @@ func (s *Store) prepareReads(ctx context.Context) error {
 		{&r.params, `SELECT CAST(params AS BLOB) FROM events WHERE session_id = ? AND seq = ?`},
 		{&r.head, `SELECT seq FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1`},
 		{&r.session, `SELECT ` + sessionCols + ` FROM sessions WHERE id = ?`},
+		// Both walk sessions_by_owner: one owner's rows, newest first.
 		{&r.sessions, `SELECT ` + sessionCols + ` FROM sessions
-			ORDER BY updated_at DESC, id DESC LIMIT ?`},
+			WHERE owner = ? ORDER BY updated_at DESC, id DESC LIMIT ?`},
 		{&r.sessionsAfter, `SELECT ` + sessionCols + ` FROM sessions
-			WHERE (updated_at, id) < (?, ?) ORDER BY updated_at DESC, id DESC LIMIT ?`},
+			WHERE owner = ? AND (updated_at, id) < (?, ?) ORDER BY updated_at DESC, id DESC LIMIT ?`},
 		{&r.busy, `SELECT ` + sessionCols + ` FROM sessions WHERE busy ORDER BY id`},
 		{&r.command, `SELECT id, digest, response, is_error, created_at FROM commands WHERE id = ?`},
 	})
@@ -560,7 +573,7 @@ func scanSession(sc scanner) (store.Session, error) {
 		created, updated int64
 		state            []byte
 	)
-	if err := sc.Scan(&ss.ID, &created, &updated, &ss.Busy, &state); err != nil {
+	if err := sc.Scan(&ss.ID, &ss.Owner, &created, &updated, &ss.Busy, &state); err != nil {
 		return store.Session{}, err
 	}
 	ss.CreatedAt = time.Unix(0, created).UTC()
@@ -582,7 +595,7 @@ func (s *Store) Session(ctx context.Context, id string) (store.Session, error) {
 }
 
 // Sessions implements store.Store.
-func (s *Store) Sessions(ctx context.Context, after *store.SessionKey, limit int) ([]store.Session, error) {
+func (s *Store) Sessions(ctx context.Context, owner string, after *store.SessionKey, limit int) ([]store.Session, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -591,11 +604,11 @@ func (s *Store) Sessions(ctx context.Context, after *store.SessionKey, limit int
 		err  error
 	)
 	if after == nil {
-		rows, err = s.r.sessions.QueryContext(ctx, limit)
+		rows, err = s.r.sessions.QueryContext(ctx, owner, limit)
 	} else {
 		// A key outside the representable range sorts before or after
 		// everything stored; clamping keeps that meaning.
-		rows, err = s.r.sessionsAfter.QueryContext(ctx, store.ClampUnixNanos(after.UpdatedAt), after.ID, limit)
+		rows, err = s.r.sessionsAfter.QueryContext(ctx, owner, store.ClampUnixNanos(after.UpdatedAt), after.ID, limit)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: sessions: %w", err)

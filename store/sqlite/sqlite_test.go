@@ -368,3 +368,13 @@ func TestFilesPrivate(t *testing.T) {
 		t.Errorf("an existing database's mode became %v, %v; want it kept (0640)", st.Mode().Perm(), err)
 	}
 }
+
+// BenchmarkSessionsBesideOthers lists bob's one session beside alice's
+// thousands.
+func BenchmarkSessionsBesideOthers(b *testing.B) {
+	storetest.BenchSessionsBesideOthers(b, func(b *testing.B) store.Store {
+		s := openAt(b, b.TempDir())
+		b.Cleanup(func() { s.Close() })
+		return s
+	}, 0, 4000)
+}

@@ -426,7 +426,7 @@ func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64
 	if r := b.Session; r != nil {
 		created, _ := store.UnixNanos(r.CreatedAt) // validated by Commit
 		updated, _ := store.UnixNanos(r.UpdatedAt)
-		if _, err := s.w.upsertSession.ExecContext(ctx, r.ID, created, updated, r.Busy, []byte(r.State)); err != nil {
+		if _, err := s.w.upsertSession.ExecContext(ctx, r.ID, r.Owner, created, updated, r.Busy, []byte(r.State)); err != nil {
 			return 0, true, fmt.Errorf("sqlite: upsert session %q: %w", r.ID, err)
 		}
 	}

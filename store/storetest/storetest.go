@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 			{"UpsertAndNotFound", h.sessionUpsert},
 			{"ListNewestFirst", h.sessionList},
 			{"ListPaging", h.sessionListPaging},
+			{"ListByOwner", h.sessionListByOwner},
 			{"Busy", h.sessionBusy},
 		}},
 		{"Command", []subtest{
@@ -265,7 +266,7 @@ func seqsOf(rs []store.Record) string {
 
 func wantSession(t *testing.T, got, want store.Session) {
 	t.Helper()
-	if got.ID != want.ID || !got.CreatedAt.Equal(want.CreatedAt) || !got.UpdatedAt.Equal(want.UpdatedAt) ||
+	if got.ID != want.ID || got.Owner != want.Owner || !got.CreatedAt.Equal(want.CreatedAt) || !got.UpdatedAt.Equal(want.UpdatedAt) ||
 		got.Busy != want.Busy || !bytes.Equal(got.State, want.State) {
 		t.Fatalf("session = %+v (state %q), want %+v (state %q)", got, got.State, want, want.State)
 	}
@@ -327,7 +328,7 @@ func (h harness) commitRecordsWithoutRow(t *testing.T) {
 	mustCommit(t, s, store.Batch{SessionID: "s", Records: recs(1, 2)})
 	wantHead(t, s, "s", 2)
 	wantNoSession(t, s, "s")
-	list, err := s.Sessions(t.Context(), nil, 10)
+	list, err := s.Sessions(t.Context(), "", nil, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1001,7 +1002,7 @@ func sessionFixture(t *testing.T, s store.Store) []string {
 func (h harness) sessionList(t *testing.T) {
 	s := h.fresh(t)
 	want := sessionFixture(t, s)
-	got, err := s.Sessions(t.Context(), nil, 100)
+	got, err := s.Sessions(t.Context(), "", nil, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1012,7 +1013,7 @@ func (h harness) sessionList(t *testing.T) {
 		wantSession(t, g, *sess(g.ID, g.UpdatedAt))
 	}
 	for _, limit := range []int{0, -1} {
-		got, err := s.Sessions(t.Context(), nil, limit)
+		got, err := s.Sessions(t.Context(), "", nil, limit)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1022,7 +1023,7 @@ func (h harness) sessionList(t *testing.T) {
 	}
 	// Updating a row moves it to the front.
 	mustCommit(t, s, store.Batch{Session: sess("i", at(time.Hour))})
-	got, err = s.Sessions(t.Context(), nil, 2)
+	got, err = s.Sessions(t.Context(), "", nil, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1041,7 +1042,7 @@ func (h harness) sessionListPaging(t *testing.T) {
 			if pages > len(want) {
 				t.Fatalf("limit %d: paging does not end; so far %v", limit, all)
 			}
-			page, err := s.Sessions(t.Context(), after, limit)
+			page, err := s.Sessions(t.Context(), "", after, limit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1074,12 +1075,106 @@ func (h harness) sessionListPaging(t *testing.T) {
 		{store.SessionKey{UpdatedAt: at(-time.Hour), ID: "z"}, nil},
 	}
 	for _, c := range cases {
-		page, err := s.Sessions(t.Context(), &c.key, 3)
+		page, err := s.Sessions(t.Context(), "", &c.key, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(ids(page), c.want) {
 			t.Fatalf("Sessions(after %v/%q) = %v, want %v", c.key.UpdatedAt, c.key.ID, ids(page), c.want)
+		}
+	}
+}
+
+// Each owner lists its own rows only, newest first and paged, whatever
+// the others hold: interleaved in time with its rows, under ids that sort
+// among its own, and owners whose names are no plain token.
+func (h harness) sessionListByOwner(t *testing.T) {
+	s := h.fresh(t)
+	owners := []string{"", "alice", "bob", "carol.x y*>", "alice\x00"}
+	want := map[string][]string{}
+	for i := range 60 {
+		owner := owners[i%len(owners)]
+		if i >= 40 {
+			owner = "alice" // more than the others: a store may read a large index otherwise
+		}
+		id := fmt.Sprintf("s%02d", i)
+		row := sess(id, at(time.Duration(i%7)*time.Second))
+		row.Owner = owner
+		mustCommit(t, s, store.Batch{SessionID: id, Session: row})
+		got, err := s.Session(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantSession(t, got, *row)
+		want[owner] = append(want[owner], id)
+	}
+	order := func(owner string) []string {
+		rows := map[string]time.Duration{}
+		for _, id := range want[owner] {
+			var n int
+			fmt.Sscanf(id, "s%d", &n)
+			rows[id] = time.Duration(n%7) * time.Second
+		}
+		ids := slices.Clone(want[owner])
+		slices.SortFunc(ids, func(x, y string) int {
+			if rows[x] != rows[y] {
+				return -int(rows[x] - rows[y])
+			}
+			return -strings.Compare(x, y)
+		})
+		return ids
+	}
+	for _, owner := range append(owners, "nobody") {
+		w := order(owner)
+		for _, limit := range []int{1, 3, 100} {
+			var all []string
+			var after *store.SessionKey
+			for pages := 0; ; pages++ {
+				if pages > len(w)+1 {
+					t.Fatalf("owner %q limit %d: paging does not end; so far %v", owner, limit, all)
+				}
+				page, err := s.Sessions(t.Context(), owner, after, limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(page) == 0 {
+					break
+				}
+				for _, row := range page {
+					if row.Owner != owner {
+						t.Fatalf("Sessions(%q) listed %s of %q", owner, row.ID, row.Owner)
+					}
+				}
+				all = append(all, ids(page)...)
+				last := page[len(page)-1]
+				after = &store.SessionKey{UpdatedAt: last.UpdatedAt, ID: last.ID}
+			}
+			if !slices.Equal(all, w) {
+				t.Fatalf("Sessions(%q) limit %d = %v, want %v", owner, limit, all, w)
+			}
+		}
+	}
+	// A row updated moves to the front of its owner's listing only; a
+	// deleted one leaves it.
+	first := want["bob"][0]
+	row := sess(first, at(time.Hour))
+	row.Owner = "bob"
+	mustCommit(t, s, store.Batch{Session: row})
+	if err := s.DeleteSession(t.Context(), want["alice"][0]); err != nil {
+		t.Fatal(err)
+	}
+	gone := want["alice"][0]
+	for owner, w := range map[string][]string{
+		"bob":   append([]string{first}, slices.DeleteFunc(order("bob"), func(id string) bool { return id == first })...),
+		"alice": slices.DeleteFunc(order("alice"), func(id string) bool { return id == gone }),
+		"":      order(""),
+	} {
+		got, err := s.Sessions(t.Context(), owner, nil, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids(got), w) {
+			t.Fatalf("Sessions(%q) after an update and a deletion = %v, want %v", owner, ids(got), w)
 		}
 	}
 }
@@ -1338,7 +1433,7 @@ func (h harness) durabilityReopen(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantSession(t, got, *row)
-		list, err := s.Sessions(t.Context(), nil, 10)
+		list, err := s.Sessions(t.Context(), "", nil, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1570,4 +1665,44 @@ func (h harness) deleteSurvivesReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantErased(t, h.openAt(t, dir))
+}
+
+// BenchSessionsBesideOthers measures one owner's first page of one
+// session (bob's session/list, limit 1) beside another owner's others
+// rows, for each count in others: with an owner index its cost does not
+// grow with them. open opens an empty store, which the benchmark fills.
+func BenchSessionsBesideOthers(b *testing.B, open func(b *testing.B) store.Store, others ...int) {
+	for _, n := range others {
+		b.Run(fmt.Sprintf("others=%d", n), func(b *testing.B) {
+			s := open(b)
+			row := func(id, owner string, i int) *store.Session {
+				return &store.Session{ID: id, Owner: owner, CreatedAt: at(0), UpdatedAt: at(time.Duration(i) * time.Millisecond),
+					State: raw(`{"owner":"` + owner + `","name":"a session of a busy owner"}`)}
+			}
+			mustCommitB(b, s, store.Batch{Session: row("bob-1", "bob", 0)})
+			// Written 16 at a time: a store that groups commits groups them.
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 16)
+			for i := range n {
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					mustCommitB(b, s, store.Batch{Session: row(fmt.Sprintf("alice-%05d", i), "alice", i+1)})
+				})
+			}
+			wg.Wait()
+			for b.Loop() {
+				got, err := s.Sessions(b.Context(), "bob", nil, 1)
+				if err != nil || len(got) != 1 {
+					b.Fatalf("Sessions(bob) = %v, %v", ids(got), err)
+				}
+			}
+		})
+	}
+}
+
+func mustCommitB(b *testing.B, s store.Store, batch store.Batch) {
+	if err := s.Commit(b.Context(), batch); err != nil {
+		b.Error(err)
+	}
 }
