@@ -159,23 +159,23 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 			return nil, err
 		}
 		src.mu.Lock()
-		st := state{Owner: owner, ProviderID: src.st.ProviderID, ModelID: src.st.ModelID, WorkspaceRoot: src.st.WorkspaceRoot,
+		st := state{Owner: owner, CursorEpoch: newEpoch(), ProviderID: src.st.ProviderID, ModelID: src.st.ModelID, WorkspaceRoot: src.st.WorkspaceRoot,
 			FirstUserPrompt: src.st.FirstUserPrompt, Name: src.st.Name, TurnCount: turns}
 		src.mu.Unlock()
 		id := newID()
-		if err := m.copyLog(ctx, src.id, id, cut); err != nil {
+		if err := m.copyLog(ctx, src.id, id, st.CursorEpoch, cut); err != nil {
 			return nil, msp.ErrInternal("copying the log: %v", err)
 		}
 		now := m.now()
 		st.CreatedAt, st.UpdatedAt = now, now
-		st.ForkedFrom = &msp.ForkProvenance{CommandID: p.CommandID, CutCursor: durableCursor(src.id, cut),
+		st.ForkedFrom = &msp.ForkProvenance{CommandID: p.CommandID, CutCursor: src.durable(cut),
 			CutExplicit: p.CutPoint != nil, SessionID: src.id}
 		wire := st.wire(id, m.cfg.LogPath)
 		snap := msp.SessionSnapshot{
 			History:         msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: msp.NoneExcluded, Snapshot: json.RawMessage("null")},
 			PendingRequests: []msp.PendingRequest{},
 			Session:         wire,
-			ViewCursor:      durableCursor(id, cut),
+			ViewCursor:      durableCursor(id, st.CursorEpoch, cut),
 		}
 		if !p.ExcludeItems {
 			if snap.History, _, err = m.inlineHistory(ctx, id, cut, streamed{}); err != nil {
@@ -244,9 +244,10 @@ func (m *Manager) forkCut(ctx context.Context, s *session, at *msp.ForkCutPoint)
 	return 0, 0, e
 }
 
-// copyLog copies records 1..through of session from into session to,
-// each with its new identities and the rest of its bytes as recorded.
-func (m *Manager) copyLog(ctx context.Context, from, to string, through int64) error {
+// copyLog copies records 1..through of session from into session to, of
+// cursor epoch epoch, each with its new identities and the rest of its
+// bytes as recorded.
+func (m *Manager) copyLog(ctx context.Context, from, to, epoch string, through int64) error {
 	const batch = 500
 	for after := int64(0); after < through; {
 		recs, err := m.store.Records(ctx, from, after, logPage(min(int(through-after), batch)))
@@ -258,7 +259,7 @@ func (m *Manager) copyLog(ctx context.Context, from, to string, through int64) e
 		}
 		out := make([]store.Record, len(recs))
 		for i, r := range recs {
-			params, err := rehead(r.Params, to, r.Seq)
+			params, err := rehead(r.Params, to, epoch, r.Seq)
 			if err != nil {
 				return fmt.Errorf("record %d: %w", r.Seq, err)
 			}
@@ -273,13 +274,14 @@ func (m *Manager) copyLog(ctx context.Context, from, to string, through int64) e
 }
 
 // rehead gives a recorded view event the identities of its copy in
-// session id at seq — sessionId, viewCursor, sourceRange — keeping every
-// other member's bytes, in order, as they were.
-func rehead(params json.RawMessage, id string, seq int64) (json.RawMessage, error) {
+// session id (of cursor epoch epoch) at seq — sessionId, viewCursor,
+// sourceRange — keeping every other member's bytes, in order, as they
+// were.
+func rehead(params json.RawMessage, id, epoch string, seq int64) (json.RawMessage, error) {
 	pos := msp.RecordPosition{ID: newID(), Sequence: seq}
 	header := map[string]any{
 		"sessionId":   id,
-		"viewCursor":  durableCursor(id, seq),
+		"viewCursor":  durableCursor(id, epoch, seq),
 		"sourceRange": msp.SourceRange{First: pos, Last: pos, Stream: msp.StreamRef{ID: id, Kind: "session"}},
 	}
 	dec := json.NewDecoder(bytes.NewReader(params))

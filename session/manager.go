@@ -485,7 +485,7 @@ func (m *Manager) read(ctx context.Context, id string) (*session, error) {
 		}
 		return nil, err
 	}
-	s.owner = s.st.Owner
+	s.owner, s.epoch = s.st.Owner, s.st.CursorEpoch
 	return s, nil
 }
 

@@ -14,7 +14,11 @@ type state struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// Owner is the principal that started the session: the only one that
 	// sees it.
-	Owner           string    `json:"owner,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	// CursorEpoch names this incarnation of the session id in its
+	// cursors; minted when the session is made, it never changes. Empty
+	// for a session made before epochs.
+	CursorEpoch     string    `json:"cursorEpoch,omitempty"`
 	UpdatedAt       time.Time `json:"updatedAt"`
 	ModelID         *string   `json:"modelId,omitempty"`
 	ProviderID      *string   `json:"providerId,omitempty"`
