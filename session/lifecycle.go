@@ -147,7 +147,7 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 	defer release()
 	owner := PrincipalFrom(ctx)
 	var started *msp.Session
-	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionFork, raw, func(a *admission) (json.RawMessage, error) {
+	resp, _, err := m.ledger.runCreating(ctx, p.CommandID, msp.MethodSessionFork, raw, func(a *admission) (json.RawMessage, error) {
 		cut, turns, err := m.forkCut(ctx, src, p.CutPoint)
 		if err != nil {
 			var me *msp.Error
@@ -159,7 +159,7 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 			return nil, err
 		}
 		src.mu.Lock()
-		st := state{Owner: owner, CursorEpoch: newEpoch(), ProviderID: src.st.ProviderID, ModelID: src.st.ModelID, WorkspaceRoot: src.st.WorkspaceRoot,
+		st := state{Owner: owner, CursorEpoch: newEpoch(), MadeBy: a.maker(p.CommandID), ProviderID: src.st.ProviderID, ModelID: src.st.ModelID, WorkspaceRoot: src.st.WorkspaceRoot,
 			FirstUserPrompt: src.st.FirstUserPrompt, Name: src.st.Name, TurnCount: turns}
 		src.mu.Unlock()
 		id := newID()
@@ -359,8 +359,19 @@ func (m *Manager) DeleteSession(ctx context.Context, sub Subscriber, raw json.Ra
 		if err != nil {
 			return nil, msp.ErrInternal("encoding ack: %v", err)
 		}
-		// Kept apart from the session (no session id): it outlives it.
-		if err := m.store.Commit(ctx, store.Batch{Commands: []store.Command{a.entry(res, false)}}); err != nil {
+		cmds := []store.Command{a.entry(res, false)}
+		if left, err := m.leftForMaker(ctx, s); err != nil {
+			return nil, err
+		} else if left != nil {
+			cmds = append(cmds, *left)
+		}
+		// Kept apart from the session (no session id): they outlive it.
+		err = m.store.Commit(ctx, store.Batch{Commands: cmds})
+		if errors.Is(err, store.ErrConflict) && len(cmds) > 1 {
+			// Another deletion of s, acknowledged meanwhile, left it.
+			err = m.store.Commit(ctx, store.Batch{Commands: cmds[:1]})
+		}
+		if err != nil {
 			return nil, msp.ErrInternal("recording the deletion: %v", err)
 		}
 		return res, nil
@@ -379,6 +390,29 @@ func (m *Manager) DeleteSession(ctx context.Context, sub Subscriber, raw json.Ra
 	}
 	owner := PrincipalFrom(ctx)
 	return resp, func(ctx context.Context) { m.erase(context.WithoutCancel(ctx), s, owner, p.CommandID, sub) }, nil
+}
+
+// leftForMaker is the ledger entry a deletion of s leaves for the command
+// that made s, written with the deletion's ack so that it is there before
+// that command's own entry is erased; nil when s does not know its maker
+// (an older build made it) or an earlier deletion, which failed, left it.
+func (m *Manager) leftForMaker(ctx context.Context, s *session) (*store.Command, error) {
+	s.mu.Lock()
+	mk := s.st.MadeBy
+	s.mu.Unlock()
+	if mk == nil {
+		return nil, nil
+	}
+	c, err := mk.erased(s.id)
+	if err != nil {
+		return nil, msp.ErrInternal("encoding the deletion: %v", err)
+	}
+	if _, err := m.store.Command(ctx, c.ID); err == nil {
+		return nil, nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, msp.ErrInternal("ledger: %v", err)
+	}
+	return &c, nil
 }
 
 // unmark takes back the deletion of a session whose erasure failed, if

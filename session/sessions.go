@@ -32,7 +32,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 	}
 	owner := PrincipalFrom(ctx)
 	var started *msp.Session
-	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionStart, raw, func(a *admission) (json.RawMessage, error) {
+	resp, _, err := m.ledger.runCreating(ctx, p.CommandID, msp.MethodSessionStart, raw, func(a *admission) (json.RawMessage, error) {
 		// Resolved only for a new command: a replay gets its recorded
 		// answer even after the configured providers changed.
 		providerID, modelID, err := m.resolveModel(p)
@@ -54,7 +54,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 			}
 		}
 		now := m.now()
-		st := state{CreatedAt: now, UpdatedAt: now, Owner: owner, CursorEpoch: newEpoch()}
+		st := state{CreatedAt: now, UpdatedAt: now, Owner: owner, CursorEpoch: newEpoch(), MadeBy: a.maker(p.CommandID)}
 		st.ProviderID, st.ModelID = optional(providerID), optional(modelID)
 		root := p.WorkspaceRoot
 		if root == "" && len(p.WorkspaceRoots) > 0 {

@@ -18,7 +18,10 @@ type state struct {
 	// CursorEpoch names this incarnation of the session id in its
 	// cursors; minted when the session is made, it never changes. Empty
 	// for a session made before epochs.
-	CursorEpoch     string    `json:"cursorEpoch,omitempty"`
+	CursorEpoch string `json:"cursorEpoch,omitempty"`
+	// MadeBy is the command that made the session (nil for a session
+	// an older build made): its deletion answers that command's replays.
+	MadeBy          *maker    `json:"madeBy,omitempty"`
 	UpdatedAt       time.Time `json:"updatedAt"`
 	ModelID         *string   `json:"modelId,omitempty"`
 	ProviderID      *string   `json:"providerId,omitempty"`
