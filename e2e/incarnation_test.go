@@ -11,6 +11,19 @@ import (
 	"mspd/schema/msp"
 )
 
+// bothStores runs check against an mspd on SQLite (in process) and one on
+// JetStream (an embedded NATS server, a real process).
+func bothStores(t *testing.T, check func(t *testing.T, ctx context.Context, url string)) {
+	t.Run("sqlite", func(t *testing.T) {
+		d := startDaemon(t, daemon.Config{})
+		check(t, testCtx(t), d.URL())
+	})
+	t.Run("jetstream", func(t *testing.T) {
+		p := startProcess(t, t.TempDir(), "--store", "jetstream", "--nats-embedded", "--nats-listen", "127.0.0.1:0")
+		check(t, testCtx(t), p.url)
+	})
+}
+
 // deleteOverTheWire deletes sid on c and waits for its erasure's news.
 func deleteOverTheWire(t *testing.T, ctx context.Context, c *checkedClient, sid string) {
 	t.Helper()
@@ -46,9 +59,11 @@ func wantErr(t *testing.T, what string, err error, kind, reason string) {
 // (it used to be taken as a position in the new session, whose first turn
 // the resume then silently skipped).
 func TestCursorOfADeletedIncarnationOverTheWire(t *testing.T) {
-	d := startDaemon(t, daemon.Config{})
-	ctx := testCtx(t)
-	c := dial(t, d.URL(), client.Options{})
+	bothStores(t, incarnationCursors)
+}
+
+func incarnationCursors(t *testing.T, ctx context.Context, url string) {
+	c := dial(t, url, client.Options{})
 	sid := client.NewCommandID() // a UUID
 	start := func() {
 		t.Helper()
@@ -75,7 +90,7 @@ func TestCursorOfADeletedIncarnationOverTheWire(t *testing.T) {
 		}
 	}
 
-	other := dial(t, d.URL(), client.Options{})
+	other := dial(t, url, client.Options{})
 	_, err := other.Resume(ctx, sid, &old)
 	wantErr(t, "session/resume after "+old, err, msp.KindNotFound, msp.ReasonMissingAnchor)
 	_, err = other.CallRaw(ctx, msp.MethodViewSubscribe, msp.ViewSubscribeParams{SessionID: sid, After: &old})
@@ -93,9 +108,11 @@ func TestCursorOfADeletedIncarnationOverTheWire(t *testing.T) {
 // naming the session, and makes no session — neither one of a new id (a
 // server-minted id) nor the named one again (a client-chosen id).
 func TestStartReplayedAfterDeleteOverTheWire(t *testing.T) {
-	d := startDaemon(t, daemon.Config{})
-	ctx := testCtx(t)
-	c := dial(t, d.URL(), client.Options{})
+	bothStores(t, startReplayedAfterDelete)
+}
+
+func startReplayedAfterDelete(t *testing.T, ctx context.Context, url string) {
+	c := dial(t, url, client.Options{})
 	for name, p := range map[string]msp.SessionStartParams{
 		"server-minted id": {CommandID: client.NewCommandID()},
 		"client-chosen id": {CommandID: client.NewCommandID(), SessionID: client.NewCommandID()},
