@@ -207,12 +207,15 @@ func assertCursorsIncrease(t *testing.T, ns []client.Notification) {
 }
 
 // cursorPos reads a cursor's position. Clients treat cursors as opaque;
-// the tests know mspd's format (v:<session>:<seq>[.<n>]).
+// the tests know mspd's format (v:<session>:[<epoch>-]<seq>[.<n>]).
 func cursorPos(t *testing.T, c string) [2]int64 {
 	t.Helper()
 	i := strings.LastIndexByte(c, ':')
 	var seq, sub int64
 	pos := c[i+1:]
+	if _, at, ok := strings.Cut(pos, "-"); ok {
+		pos = at
+	}
 	s, d, _ := strings.Cut(pos, ".")
 	if err := json.Unmarshal([]byte(s), &seq); err != nil {
 		t.Fatalf("cursor %q: %v", c, err)
@@ -223,6 +226,19 @@ func cursorPos(t *testing.T, c string) [2]int64 {
 		}
 	}
 	return [2]int64{seq, sub}
+}
+
+// withSeq is the cursor of durable record seq of the session (and
+// incarnation) cursor c names.
+func withSeq(c string, seq int64) string {
+	i := strings.LastIndexByte(c, ':')
+	epoch, _, ok := strings.Cut(c[i+1:], "-")
+	if !ok {
+		epoch = ""
+	} else {
+		epoch += "-"
+	}
+	return c[:i+1] + epoch + strconv.FormatInt(seq, 10)
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

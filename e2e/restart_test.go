@@ -301,9 +301,8 @@ func TestKilledMidTurn(t *testing.T) {
 	w.until(ctx, terminalOf(first.CommandID))
 	resumed := durableOnly(w.seen[from:])
 	// The cursor was inside the cut answer, whose later deltas died: a
-	// gap. The answer opened on an ephemeral event: if the kill came
-	// before its text was first saved (a second in), nothing of it is in
-	// the log; if after, it closes as failed with that text. Then the
+	// gap. The answer closes as failed (with the text saved, if the kill
+	// came after its text was first saved, a second in). Then the
 	// notice, then the new attempt (whose stream is gone if it finished
 	// before the client was back: its item arrives whole).
 	opened := only(w.seen[:from], msp.NotifyItemStarted)
@@ -438,6 +437,75 @@ func TestKilledAtRandomPoints(t *testing.T) {
 		if done := w.terminal(ctx, id); done.Terminal != msp.TerminalCompleted {
 			t.Errorf("turn %s ended %s", id, jsonText(done))
 		}
+	}
+	w.checkLog(ctx)
+}
+
+// TestKilledMidStreamClosesTheOpenAnswer kills the server (SIGKILL) while
+// an answer streams, a moment after it opened on an ephemeral item/started
+// (before its text was first saved, so the log holds nothing of it), and
+// restarts it: the answer the client saw open is closed, failed, durably
+// and before the restart's retry notice, and the new attempt's answer
+// follows the notice. The client resuming by cursor gets that closing, and
+// view/page shows it in that order.
+func TestKilledMidStreamClosesTheOpenAnswer(t *testing.T) {
+	dataDir := t.TempDir()
+	p1 := startProcess(t, dataDir)
+	ctx := testCtx(t) // after the first start, which may build mspd
+	w := watchNewSession(ctx, t, p1.url)
+	turn := slowTurn(w.sid, 0, streaming, scripted.Step{Text: "second try"})
+	if _, err := w.c.StartTurnWith(ctx, turn); err != nil {
+		t.Fatal(err)
+	}
+	var cut string
+	for deltas := 0; deltas < 5; {
+		switch n := w.next(ctx); n.Method {
+		case msp.NotifyItemStarted:
+			cut = decode[msp.ItemParams](t, n).Item.ItemID
+		case msp.NotifyItemDelta:
+			deltas++
+		}
+	}
+	p1.kill()
+
+	p2 := startProcess(t, dataDir)
+	w.attach(ctx, p2.url)
+	from := len(w.seen)
+	w.until(ctx, terminalOf(turn.CommandID))
+	told := slices.ContainsFunc(w.seen[from:], func(n client.Notification) bool {
+		if n.Method != msp.NotifyItemCompleted {
+			return false
+		}
+		it := decode[msp.ItemParams](t, n).Item
+		return it.ItemID == cut && it.Status == msp.ItemFailed
+	})
+	if !told {
+		t.Errorf("the resumed client was not told the answer %s it saw open failed: %s", cut, compact(methods(w.seen[from:])))
+	}
+
+	closed, notice, next := -1, -1, -1
+	for i, e := range pageAll(t, ctx, w.c, w.sid) {
+		switch e.Method {
+		case msp.NotifyItemCompleted:
+			var p msp.ItemParams
+			if err := json.Unmarshal(e.Params, &p); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case p.Item.ItemID == cut:
+				if p.Item.Status != msp.ItemFailed || closed >= 0 {
+					t.Errorf("the cut answer closes (again?) as %s", p.Item.Status)
+				}
+				closed = i
+			case p.Item.Kind == msp.ItemAgentMessage && next < 0:
+				next = i
+			}
+		case msp.NotifyTurnRetryScheduled:
+			notice = i
+		}
+	}
+	if closed < 0 || !(closed < notice && notice < next) {
+		t.Fatalf("view/page after the restart: the cut answer closed at %d, the retry notice at %d, the new attempt's answer at %d; want them in that order", closed, notice, next)
 	}
 	w.checkLog(ctx)
 }

@@ -95,12 +95,16 @@ func TestSubscribeReplaysThenLive(t *testing.T) {
 	sid := runTurns(t, ctx, owner, 1)
 
 	watcher := dial(t, d.URL(), client.Options{OptOut: []string{msp.NotifyItemDelta}})
-	after := "v:" + sid + ":2"
+	var snap msp.SessionSnapshot
+	if err := watcher.Call(ctx, msp.MethodSessionRead, msp.SessionReadParams{SessionID: sid}, &snap); err != nil {
+		t.Fatal(err)
+	}
+	after := withSeq(snap.ViewCursor, 2)
 	var res msp.ViewCursorResult
 	if err := watcher.Call(ctx, msp.MethodViewSubscribe, msp.ViewSubscribeParams{SessionID: sid, After: &after}, &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.ViewCursor != "v:"+sid+":6" { // one turn and the session's name
+	if res.ViewCursor != withSeq(snap.ViewCursor, 6) { // one turn and the session's name
 
 		t.Fatalf("head %s", res.ViewCursor)
 	}

@@ -64,8 +64,8 @@ func TestFloodOfPagesToAClientThatDoesNotRead(t *testing.T) {
 	const pages = 40
 	for i := range pages {
 		// Two records from the start of a turn: its 1 MiB user message.
-		after := itoa(3 * (i % 4))
-		frames = append(frames, `{"jsonrpc":"2.0","id":`+itoa(100+i)+`,"method":"view/page","params":{"sessionId":"`+sid+`","cursor":"v:`+sid+`:`+after+`","limit":2}}`)
+		after := cursorAt(t, m, sid, int64(3*(i%4)))
+		frames = append(frames, `{"jsonrpc":"2.0","id":`+itoa(100+i)+`,"method":"view/page","params":{"sessionId":"`+sid+`","cursor":"`+after+`","limit":2}}`)
 	}
 	tr := newFlood(frames...)
 	c := newConn(srv, tr, slog.New(slog.DiscardHandler))

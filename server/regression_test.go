@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -110,6 +111,22 @@ func startWithTurnsText(t *testing.T, m *session.Manager, head func(string) int6
 		}
 	}
 	return sid
+}
+
+// cursorAt is the cursor of durable record seq of session sid: its head's,
+// of the same incarnation, at seq.
+func cursorAt(t *testing.T, m *session.Manager, sid string, seq int64) string {
+	t.Helper()
+	head, err := m.Head(context.Background(), sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.LastIndexByte(head, ':')
+	epoch, _, ok := strings.Cut(head[i+1:], "-")
+	if ok {
+		return head[:i+1] + epoch + "-" + strconv.FormatInt(seq, 10)
+	}
+	return head[:i+1] + strconv.FormatInt(seq, 10)
 }
 
 // waitIdle waits until no turn of m runs: the turns launched so far have
@@ -287,7 +304,7 @@ func TestResubscribeDuringHoleKeepsCursorOrder(t *testing.T) {
 	sid := startWithTurns(t, m, head, c, 1) // c1, c2 queued; the rest dropped, the newest kept as the tail
 
 	// What the handler does: admit the subscription, reply, then attach.
-	after := "v:" + sid + ":0"
+	after := cursorAt(t, m, sid, 0)
 	_, attach, err := m.ViewSubscribe(context.Background(), c, sid, &after)
 	if err != nil {
 		t.Fatal(err)
@@ -340,9 +357,13 @@ func TestResubscribeDuringHoleKeepsCursorOrder(t *testing.T) {
 	}
 }
 
+// short is a cursor's position: what follows its session and epoch.
 func short(cursor string) string {
 	if i := strings.LastIndexByte(cursor, ':'); i >= 0 {
-		return cursor[i+1:]
+		cursor = cursor[i+1:]
+	}
+	if _, pos, ok := strings.Cut(cursor, "-"); ok {
+		return pos
 	}
 	return cursor
 }
@@ -388,7 +409,7 @@ func keepAliveDuringLongRequest(t *testing.T) {
 	for _, f := range []string{
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":{"name":"t","version":"1"}}}`,
 		`{"jsonrpc":"2.0","method":"initialized"}`,
-		`{"jsonrpc":"2.0","id":2,"method":"view/subscribe","params":{"sessionId":"` + sid + `","after":"v:` + sid + `:0"}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"view/subscribe","params":{"sessionId":"` + sid + `","after":"` + cursorAt(t, m, sid, 0) + `"}}`,
 	} {
 		if err := ws.Write(ctx, websocket.MessageText, []byte(f)); err != nil {
 			t.Fatal(err)

@@ -264,8 +264,8 @@ func (s *session) ingest(n Notification, pos Position) {
 		go s.m.settle(s)
 		return
 	}
-	at := cursor{session: s.id, seq: seq, sub: sub}
-	if !(cursor{session: s.id, seq: s.head, sub: s.sub}).before(at) {
+	at := s.at(seq, sub)
+	if !s.at(s.head, s.sub).before(at) {
 		return // already seen
 	}
 	through := seq - 1 // the records before a durable event
@@ -276,7 +276,7 @@ func (s *session) ingest(n Notification, pos Position) {
 		// Messages were dropped: whatever ephemeral events came among the
 		// records to catch up are gone too, and nothing says whether any
 		// did. Readers are told before the first of those records.
-		s.missedLocked(cursor{session: s.id, seq: s.head, sub: s.sub}, cursor{session: s.id, seq: through - 1, sub: math.MaxInt64})
+		s.missedLocked(s.at(s.head, s.sub), s.at(through-1, math.MaxInt64))
 		head := s.head
 		s.head = through
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -291,7 +291,7 @@ func (s *session) ingest(n Notification, pos Position) {
 	}
 	if sub > 0 {
 		if sub > s.sub+1 {
-			s.missedLocked(cursor{session: s.id, seq: seq, sub: s.sub}, cursor{session: s.id, seq: seq, sub: sub - 1})
+			s.missedLocked(s.at(seq, s.sub), s.at(seq, sub-1))
 		}
 		s.sub = sub
 		s.deltas.add(at, n.Method, n.Frame)
@@ -300,7 +300,7 @@ func (s *session) ingest(n Notification, pos Position) {
 	}
 	if pos.Prev > s.sub && seq == s.head+1 {
 		// The last ephemeral events before this record never came.
-		s.missedLocked(cursor{session: s.id, seq: s.head, sub: s.sub}, cursor{session: s.id, seq: s.head, sub: pos.Prev})
+		s.missedLocked(s.at(s.head, s.sub), s.at(s.head, pos.Prev))
 	}
 	s.head, s.sub = seq, 0
 	switch n.Method {

@@ -203,7 +203,7 @@ func TestFailedAttachAborts(t *testing.T) {
 	sid := startSession(t, m, sub)
 	runTurn(t, m, sub, textTurn(sid, "hello"))
 	late := &abortSub{recSub: newRecSub()}
-	from := durableCursor(sid, 1)
+	from := cursorIn(t, m.store, sid, 1)
 	_, attach, err := m.ResumeSession(context.Background(), late, mustJSON(msp.SessionResumeParams{CommandID: cmdID(), SessionID: sid, Cursor: &from}))
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +254,7 @@ func TestNoEphemeralPositionAtALoadedHead(t *testing.T) {
 	if err := s.emit(ctx, msp.NotifyItemStarted, p); err != nil {
 		t.Fatal(err)
 	}
-	if want := durableCursor(sid, head+1); p.ViewCursor != want || p.SourceRange == nil {
+	if want := cursorIn(t, st, sid, head+1); p.ViewCursor != want || p.SourceRange == nil {
 		t.Fatalf("an answer opened at the loaded head: cursor %s, sourceRange %v; want durable %s", p.ViewCursor, p.SourceRange, want)
 	}
 	// The head has moved: the next answer opens at a sub-position of it.
@@ -262,7 +262,7 @@ func TestNoEphemeralPositionAtALoadedHead(t *testing.T) {
 	if err := s.emit(ctx, msp.NotifyItemStarted, p); err != nil {
 		t.Fatal(err)
 	}
-	if want := (cursor{session: sid, seq: head + 1, sub: 1}).String(); p.ViewCursor != want || p.SourceRange != nil {
+	if want := s.at(head+1, 1).String(); p.ViewCursor != want || p.SourceRange != nil {
 		t.Fatalf("the next answer: cursor %s, sourceRange %v; want ephemeral %s", p.ViewCursor, p.SourceRange, want)
 	}
 }

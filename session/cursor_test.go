@@ -1,10 +1,35 @@
 package session
 
 import (
+	"context"
+	"encoding/json"
 	"math"
 	"strings"
 	"testing"
+
+	"mspd/store"
 )
+
+// cursorIn is the cursor of durable record seq of session sid as st holds
+// it: of its incarnation's epoch.
+func cursorIn(t testing.TB, st store.Store, sid string, seq int64) string {
+	t.Helper()
+	return cursorAs(t, st, "", sid, seq)
+}
+
+// cursorAs is cursorIn for principal's session sid, kept under its key.
+func cursorAs(t testing.TB, st store.Store, principal, sid string, seq int64) string {
+	t.Helper()
+	row, err := st.Session(context.Background(), sessionKey(principal, sid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s state
+	if err := json.Unmarshal(row.State, &s); err != nil {
+		t.Fatal(err)
+	}
+	return durableCursor(sid, s.CursorEpoch, seq)
+}
 
 func TestCursorRoundTrip(t *testing.T) {
 	tests := []struct {
@@ -23,6 +48,12 @@ func TestCursorRoundTrip(t *testing.T) {
 		{"v:v:s:1:2", cursor{session: "v:s:1", seq: 2}},
 		{"v:a.b:5", cursor{session: "a.b", seq: 5}},
 		{"v:1.2:5.6", cursor{session: "1.2", seq: 5, sub: 6}},
+		// An incarnation's epoch leads the position.
+		{"v:s:0123456789ab-0", cursor{session: "s", epoch: "0123456789ab", seq: 0}},
+		{"v:s:0123456789ab-42", cursor{session: "s", epoch: "0123456789ab", seq: 42}},
+		{"v:s:0123456789ab-7.3", cursor{session: "s", epoch: "0123456789ab", seq: 7, sub: 3}},
+		{"v:a:b:ffffffffffff-3", cursor{session: "a:b", epoch: "ffffffffffff", seq: 3}},
+		{"v:a-b:0123456789ab-3", cursor{session: "a-b", epoch: "0123456789ab", seq: 3}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.text, func(t *testing.T) {
@@ -38,8 +69,16 @@ func TestCursorRoundTrip(t *testing.T) {
 			}
 		})
 	}
-	if got := durableCursor("s", 12); got != "v:s:12" {
+	if got := durableCursor("s", "", 12); got != "v:s:12" {
 		t.Errorf("durableCursor = %q", got)
+	}
+	if got := durableCursor("s", "0123456789ab", 12); got != "v:s:0123456789ab-12" {
+		t.Errorf("durableCursor = %q", got)
+	}
+	for range 3 {
+		if e := newEpoch(); !validEpoch(e) {
+			t.Errorf("newEpoch minted %q, which parsing refuses", e)
+		}
 	}
 }
 
@@ -73,6 +112,16 @@ func TestParseCursorRejects(t *testing.T) {
 		"v:s:1.9223372036854775808",
 		"v:s:1:",
 		"v:s:١",
+		"v:s:-1",
+		"v:s:0123456789ab-",
+		"v:s:0123456789ab-01",
+		"v:s:0123456789ab-1-2",
+		"v:s:0123456789AB-1",
+		"v:s:0123456789a-1",
+		"v:s:0123456789abc-1",
+		"v:s:0123456789ag-1",
+		"v:s:0123456789ab.1",
+		"v:s:1.0123456789ab-2",
 	} {
 		t.Run(text, func(t *testing.T) {
 			if c, err := parseCursor(text); err == nil {
@@ -93,6 +142,7 @@ func FuzzParseCursor(f *testing.F) {
 	f.Add("v:s:01", "x.y", int64(0), int64(9))
 	f.Add("v:s:1.", ":", int64(math.MaxInt64), int64(math.MaxInt64))
 	f.Add("v::1", "v:s:1", int64(-1), int64(-5))
+	f.Add("v:s:0123456789ab-1.2", "s", int64(1), int64(2))
 	f.Fuzz(func(t *testing.T, text, session string, seq, sub int64) {
 		if c, err := parseCursor(text); err == nil {
 			if got := c.String(); got != text {
@@ -105,13 +155,14 @@ func FuzzParseCursor(f *testing.F) {
 		if session == "" || seq < 0 || sub < 0 {
 			return // not a cursor mspd mints
 		}
-		c := cursor{session: session, seq: seq, sub: sub}
-		back, err := parseCursor(c.String())
-		if err != nil {
-			t.Fatalf("parseCursor(%q) of %+v: %v", c.String(), c, err)
-		}
-		if back != c {
-			t.Fatalf("round trip of %+v gave %+v", c, back)
+		for _, c := range []cursor{{session: session, seq: seq, sub: sub}, {session: session, epoch: newEpoch(), seq: seq, sub: sub}} {
+			back, err := parseCursor(c.String())
+			if err != nil {
+				t.Fatalf("parseCursor(%q) of %+v: %v", c.String(), c, err)
+			}
+			if back != c {
+				t.Fatalf("round trip of %+v gave %+v", c, back)
+			}
 		}
 	})
 }

@@ -66,7 +66,7 @@ func TestAttachRacingADeletionHearsIt(t *testing.T) {
 			if tc.during {
 				watcher.hook = deleteIt
 			}
-			from := durableCursor(sid, 0)
+			from := cursorIn(t, on.store, sid, 0)
 			_, attach, err := on.ResumeSession(ctx, watcher, mustJSON(msp.SessionResumeParams{CommandID: cmdID(), SessionID: sid, Cursor: &from}))
 			if err != nil {
 				t.Fatal(err)

@@ -292,7 +292,7 @@ func TestFollowerHoleAfterAnItemRecord(t *testing.T) {
 	_, b, sid, _, feed := loadedMidStream(t)
 	defer close(feed)
 	r := newRecSub()
-	from := durableCursor(sid, 1) // turn/started; the user's item is record 2
+	from := cursorIn(t, b.store, sid, 1) // turn/started; the user's item is record 2
 	if err := b.Subscribe(context.Background(), r, sid, &from); err != nil {
 		t.Fatal(err)
 	}

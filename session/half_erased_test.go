@@ -70,7 +70,7 @@ func wantGoneUntilErased(t *testing.T, m *Manager, st cutShortErasure, sid, when
 	ctx := context.Background()
 	_, err := m.ReadSession(ctx, mustJSON(msp.SessionReadParams{SessionID: sid}))
 	wantNotFound(t, "session/read "+when, err)
-	from := durableCursor(sid, 0)
+	from := durableCursor(sid, "", 0) // refused before its epoch matters
 	wantNotFound(t, "view/subscribe "+when, m.Subscribe(ctx, newRecSub(), sid, &from))
 	_, _, err = m.StartTurn(ctx, nil, mustJSON(textTurn(sid, "again")))
 	wantNotFound(t, "turn/start "+when, err)
@@ -238,7 +238,7 @@ func TestFollowerServesNothingOfASessionItIsUnsureIsWhole(t *testing.T) {
 	_, b, sid, _ := unsettledFollower(t, st)
 
 	ctx := context.Background()
-	from := durableCursor(sid, 0)
+	from := durableCursor(sid, "", 0) // refused before its epoch matters
 	if err := b.Subscribe(ctx, newRecSub(), sid, &from); err == nil {
 		t.Errorf("view/subscribe of the half-erased session on the follower was served")
 	}

@@ -57,16 +57,67 @@ func (a *admission) reject(ctx context.Context, st store.Store, e *msp.Error) er
 // and admit is not called; replayed reports which happened.
 func (l *ledger) run(ctx context.Context, id, method string, params json.RawMessage,
 	admit func(a *admission) (json.RawMessage, error)) (resp json.RawMessage, replayed bool, err error) {
+	return l.runAs(ctx, id, method, params, false, admit)
+}
+
+// runCreating is run for a command that makes a session (session/start,
+// session/fork). Its entry is erased with the session it made; a replay
+// after that is answered by the entry the deletion left in its place
+// (see maker.erased), not admitted again: its effect happens once.
+func (l *ledger) runCreating(ctx context.Context, id, method string, params json.RawMessage,
+	admit func(a *admission) (json.RawMessage, error)) (resp json.RawMessage, replayed bool, err error) {
+	return l.runAs(ctx, id, method, params, true, admit)
+}
+
+func (l *ledger) runAs(ctx context.Context, id, method string, params json.RawMessage, creating bool,
+	admit func(a *admission) (json.RawMessage, error)) (resp json.RawMessage, replayed bool, err error) {
 	a, release, err := l.open(ctx, id, method, params)
 	if err != nil {
 		return nil, false, err
 	}
 	defer release()
-	if resp, found, err := l.recorded(ctx, a.id, id, a.digest); found {
-		return resp, true, err
+	keys := []string{a.id}
+	if creating {
+		keys = append(keys, erasedKey(a.id))
+	}
+	for _, key := range keys {
+		if resp, found, err := l.recorded(ctx, key, id, a.digest); found {
+			return resp, true, err
+		}
 	}
 	resp, err = admit(a)
 	return resp, false, err
+}
+
+// maker is the command that made a session, kept in its state so that
+// its deletion can leave that command's answer to a replay.
+type maker struct {
+	Key       string `json:"key"` // its ledger key
+	CommandID string `json:"commandId"`
+	Digest    string `json:"digest"`
+}
+
+// maker is the command being admitted, as the session it makes keeps it.
+func (a *admission) maker(commandID string) *maker {
+	return &maker{Key: a.id, CommandID: commandID, Digest: a.digest}
+}
+
+// erasedKey is the ledger key of the answer a session's deletion leaves
+// to the command that made the session, whose own entry (key) goes with
+// the session.
+func erasedKey(key string) string { return "\x00erased\x00" + key }
+
+// erased is the ledger entry a deletion of session id leaves for the
+// command that made it: a rejection that says so, and nothing of the
+// session's content. It is kept apart from the session: it outlives it.
+func (mk *maker) erased(id string) (store.Command, error) {
+	e := msp.ErrCommandRejected(mk.CommandID, msp.ReasonSessionDeleted, "session %s, which command %s made, was deleted", id, mk.CommandID)
+	e.Data.SessionID = id
+	raw, err := msp.Marshal(e)
+	if err != nil {
+		return store.Command{}, err
+	}
+	return store.Command{ID: erasedKey(mk.Key), Digest: mk.Digest, Response: raw, IsError: true}, nil
 }
 
 // runAdmitFirst is run for a command whose admission, when it succeeds,

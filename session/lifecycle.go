@@ -147,7 +147,7 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 	defer release()
 	owner := PrincipalFrom(ctx)
 	var started *msp.Session
-	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionFork, raw, func(a *admission) (json.RawMessage, error) {
+	resp, _, err := m.ledger.runCreating(ctx, p.CommandID, msp.MethodSessionFork, raw, func(a *admission) (json.RawMessage, error) {
 		cut, turns, err := m.forkCut(ctx, src, p.CutPoint)
 		if err != nil {
 			var me *msp.Error
@@ -159,24 +159,24 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 			return nil, err
 		}
 		src.mu.Lock()
-		st := state{Owner: owner, ProviderID: src.st.ProviderID, ModelID: src.st.ModelID, WorkspaceRoot: src.st.WorkspaceRoot,
+		st := state{Owner: owner, CursorEpoch: newEpoch(), MadeBy: a.maker(p.CommandID), ProviderID: src.st.ProviderID, ModelID: src.st.ModelID, WorkspaceRoot: src.st.WorkspaceRoot,
 			FirstUserPrompt: src.st.FirstUserPrompt, Name: src.st.Name, TurnCount: turns}
 		src.mu.Unlock()
 		id := newID()
 		key := sessionKey(owner, id)
-		if err := m.copyLog(ctx, src.key, key, cut); err != nil {
+		if err := m.copyLog(ctx, src.key, key, id, st.CursorEpoch, cut); err != nil {
 			return nil, msp.ErrInternal("copying the log: %v", err)
 		}
 		now := m.now()
 		st.CreatedAt, st.UpdatedAt = now, now
-		st.ForkedFrom = &msp.ForkProvenance{CommandID: p.CommandID, CutCursor: durableCursor(src.id, cut),
+		st.ForkedFrom = &msp.ForkProvenance{CommandID: p.CommandID, CutCursor: src.durable(cut),
 			CutExplicit: p.CutPoint != nil, SessionID: src.id}
 		wire := st.wire(id, m.cfg.LogPath)
 		snap := msp.SessionSnapshot{
 			History:         msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: msp.NoneExcluded, Snapshot: json.RawMessage("null")},
 			PendingRequests: []msp.PendingRequest{},
 			Session:         wire,
-			ViewCursor:      durableCursor(id, cut),
+			ViewCursor:      durableCursor(id, st.CursorEpoch, cut),
 		}
 		if !p.ExcludeItems {
 			if snap.History, _, err = m.inlineHistory(ctx, key, cut, streamed{}); err != nil {
@@ -246,9 +246,10 @@ func (m *Manager) forkCut(ctx context.Context, s *session, at *msp.ForkCutPoint)
 }
 
 // copyLog copies records 1..through of the session kept under from into
-// the one under to, each with its new identities (to's sessionId, which
-// its records carry) and the rest of its bytes as recorded.
-func (m *Manager) copyLog(ctx context.Context, from, to string, through int64) error {
+// the one under to, whose sessionId is id and cursor epoch epoch, each
+// with its new identities (the sessionId and cursors its records carry)
+// and the rest of its bytes as recorded.
+func (m *Manager) copyLog(ctx context.Context, from, to, id, epoch string, through int64) error {
 	const batch = 500
 	for after := int64(0); after < through; {
 		recs, err := m.store.Records(ctx, from, after, logPage(min(int(through-after), batch)))
@@ -260,7 +261,7 @@ func (m *Manager) copyLog(ctx context.Context, from, to string, through int64) e
 		}
 		out := make([]store.Record, len(recs))
 		for i, r := range recs {
-			params, err := rehead(r.Params, to, r.Seq)
+			params, err := rehead(r.Params, id, epoch, r.Seq)
 			if err != nil {
 				return fmt.Errorf("record %d: %w", r.Seq, err)
 			}
@@ -275,13 +276,14 @@ func (m *Manager) copyLog(ctx context.Context, from, to string, through int64) e
 }
 
 // rehead gives a recorded view event the identities of its copy in
-// session id at seq — sessionId, viewCursor, sourceRange — keeping every
-// other member's bytes, in order, as they were.
-func rehead(params json.RawMessage, id string, seq int64) (json.RawMessage, error) {
+// session id (of cursor epoch epoch) at seq — sessionId, viewCursor,
+// sourceRange — keeping every other member's bytes, in order, as they
+// were.
+func rehead(params json.RawMessage, id, epoch string, seq int64) (json.RawMessage, error) {
 	pos := msp.RecordPosition{ID: newID(), Sequence: seq}
 	header := map[string]any{
 		"sessionId":   id,
-		"viewCursor":  durableCursor(id, seq),
+		"viewCursor":  durableCursor(id, epoch, seq),
 		"sourceRange": msp.SourceRange{First: pos, Last: pos, Stream: msp.StreamRef{ID: id, Kind: "session"}},
 	}
 	dec := json.NewDecoder(bytes.NewReader(params))
@@ -359,8 +361,19 @@ func (m *Manager) DeleteSession(ctx context.Context, sub Subscriber, raw json.Ra
 		if err != nil {
 			return nil, msp.ErrInternal("encoding ack: %v", err)
 		}
-		// Kept apart from the session (no session id): it outlives it.
-		if err := m.store.Commit(ctx, store.Batch{Commands: []store.Command{a.entry(res, false)}}); err != nil {
+		cmds := []store.Command{a.entry(res, false)}
+		if left, err := m.leftForMaker(ctx, s); err != nil {
+			return nil, err
+		} else if left != nil {
+			cmds = append(cmds, *left)
+		}
+		// Kept apart from the session (no session id): they outlive it.
+		err = m.store.Commit(ctx, store.Batch{Commands: cmds})
+		if errors.Is(err, store.ErrConflict) && len(cmds) > 1 {
+			// Another deletion of s, acknowledged meanwhile, left it.
+			err = m.store.Commit(ctx, store.Batch{Commands: cmds[:1]})
+		}
+		if err != nil {
 			return nil, msp.ErrInternal("recording the deletion: %v", err)
 		}
 		return res, nil
@@ -379,6 +392,29 @@ func (m *Manager) DeleteSession(ctx context.Context, sub Subscriber, raw json.Ra
 	}
 	owner := PrincipalFrom(ctx)
 	return resp, func(ctx context.Context) { m.erase(context.WithoutCancel(ctx), s, owner, p.CommandID, sub) }, nil
+}
+
+// leftForMaker is the ledger entry a deletion of s leaves for the command
+// that made s, written with the deletion's ack so that it is there before
+// that command's own entry is erased; nil when s does not know its maker
+// (an older build made it) or an earlier deletion, which failed, left it.
+func (m *Manager) leftForMaker(ctx context.Context, s *session) (*store.Command, error) {
+	s.mu.Lock()
+	mk := s.st.MadeBy
+	s.mu.Unlock()
+	if mk == nil {
+		return nil, nil
+	}
+	c, err := mk.erased(s.id)
+	if err != nil {
+		return nil, msp.ErrInternal("encoding the deletion: %v", err)
+	}
+	if _, err := m.store.Command(ctx, c.ID); err == nil {
+		return nil, nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, msp.ErrInternal("ledger: %v", err)
+	}
+	return &c, nil
 }
 
 // unmark takes back the deletion of a session whose erasure failed, if

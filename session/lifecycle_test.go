@@ -92,7 +92,7 @@ func TestForkCopiesTheLogAsRecorded(t *testing.T) {
 		}
 		var h msp.ViewHeader
 		json.Unmarshal(c.Params, &h)
-		if h.SessionID != fork.SessionID || h.ViewCursor != durableCursor(fork.SessionID, c.Seq) || h.SourceRange.Stream.ID != fork.SessionID {
+		if h.SessionID != fork.SessionID || h.ViewCursor != cursorIn(t, st, fork.SessionID, c.Seq) || h.SourceRange.Stream.ID != fork.SessionID {
 			t.Fatalf("copied event %d keeps the source's identities: %s", i, c.Params)
 		}
 	}

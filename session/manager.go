@@ -495,7 +495,7 @@ func (m *Manager) read(ctx context.Context, key, id string) (*session, error) {
 	// Named as its owner names it, whoever asked: a request naming its
 	// key as an id (another principal's, refused by acquire) must not
 	// give it that name on the wire.
-	s.owner, s.id = s.st.Owner, wireID(s.st.Owner, key)
+	s.owner, s.id, s.epoch = s.st.Owner, wireID(s.st.Owner, key), s.st.CursorEpoch
 	return s, nil
 }
 

@@ -257,7 +257,7 @@ func startSession(t *testing.T, m *Manager, sub Subscriber) string {
 // subscribe attaches sub to an existing session from its start.
 func subscribe(t *testing.T, m *Manager, sub Subscriber, sid string) {
 	t.Helper()
-	from := durableCursor(sid, 0)
+	from := cursorIn(t, m.store, sid, 0)
 	if err := m.Subscribe(context.Background(), sub, sid, &from); err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +469,7 @@ func TestRecoveryResumesAbandonedTurns(t *testing.T) {
 	}
 	m2 := newManager(t, st, model, mgrOpts{now: clock})
 	sub2 := newRecSub()
-	from := durableCursor(sid, int64(len(before)))
+	from := cursorIn(t, st, sid, int64(len(before)))
 	if err := m2.Subscribe(ctx, sub2, sid, &from); err != nil {
 		t.Fatal(err)
 	}

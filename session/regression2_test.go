@@ -125,7 +125,7 @@ func TestRefusedResumeKeepsTheSubscription(t *testing.T) {
 	sid := startSession(t, m, sub) // auto-subscribed
 
 	// A resume refused for its cursor (one from another session).
-	bad := durableCursor(newID(), 1)
+	bad := durableCursor(newID(), newEpoch(), 1)
 	_, _, err := m.ResumeSession(context.Background(), sub, mustJSON(msp.SessionResumeParams{CommandID: cmdID(), SessionID: sid, Cursor: &bad}))
 	var me *msp.Error
 	if !errors.As(err, &me) || me.Data.Reason != msp.ReasonMissingAnchor {

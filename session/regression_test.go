@@ -117,13 +117,14 @@ func TestOutboundFramesStayUnderTheFrameCap(t *testing.T) {
 // TestRecoveredItemMatchesItsDeltas: §5 item 15 — an item/completed
 // carries the full text, equal to the concatenated deltas unless
 // truncated is set. The answer opens on an ephemeral item/started, so a
-// crash mid-stream before its text was first saved leaves no record of it
-// and recovery writes nothing of it: nothing durable contradicts what was
-// streamed, and nothing is invented for an answer that may never have
-// opened. A reader resuming from its last delta's cursor is told of the
-// hole (view/gap after that cursor), then gets the retry notice and the
-// next attempt's answer, at cursors after its own: none handed out before
-// the crash comes again.
+// crash mid-stream before its text was first saved leaves no record of
+// it; recovery closes it as failed, truncated, by the id its attempt
+// gives it (turn.AnswerItemID), before the retry notice: a reader that
+// saw it open is not left with an open item for ever. A reader resuming
+// from its last delta's cursor is told of the hole (view/gap after that
+// cursor), then gets the closed answer, the retry notice and the next
+// attempt's answer, at cursors after its own: none handed out before the
+// crash comes again.
 func TestRecoveredItemMatchesItsDeltas(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
@@ -135,14 +136,17 @@ func TestRecoveredItemMatchesItsDeltas(t *testing.T) {
 	sid := startSession(t, m1, sub)
 	ack := startTurn(t, m1, textTurn(sid, "crash")) // streams "working", then hangs
 	model.waitStarted(t, "crash")
-	var last string
+	var last, cut string
 	for _, n := range sub.all() {
-		if n.Method == msp.NotifyItemDelta {
+		switch n.Method {
+		case msp.NotifyItemDelta:
 			last = n.Cursor
+		case msp.NotifyItemStarted:
+			cut = params[msp.ItemParams](t, n.Frame).Item.ItemID
 		}
 	}
-	if last == "" {
-		t.Fatal("no delta streamed")
+	if last == "" || cut == "" {
+		t.Fatal("no answer streamed")
 	}
 	cs.dead.Store(true) // the process dies
 	m1.Close()
@@ -157,12 +161,15 @@ func TestRecoveredItemMatchesItsDeltas(t *testing.T) {
 		t.Fatalf("resumed turn: %+v", done)
 	}
 	got := sub2.all()
-	want := []string{msp.NotifyViewGap, msp.NotifyTurnRetryScheduled}
-	if len(got) < 2 || !slices.Equal(methodsOf(got[:2]), want) {
+	want := []string{msp.NotifyViewGap, msp.NotifyItemCompleted, msp.NotifyTurnRetryScheduled}
+	if len(got) < 3 || !slices.Equal(methodsOf(got[:3]), want) {
 		t.Fatalf("after the crash the reader got %v, want %v first", methodsOf(got), want)
 	}
 	if g := params[msp.ViewGapParams](t, got[0].Frame); g.After != last || g.Next != got[1].Cursor {
 		t.Fatalf("gap %+v, want after %s, next %s", g, last, got[1].Cursor)
+	}
+	if it := params[msp.ItemParams](t, got[1].Frame).Item; it.ItemID != cut || it.Status != msp.ItemFailed || !it.Truncated || it.Kind != msp.ItemAgentMessage {
+		t.Fatalf("the cut answer closed as %+v, want %s failed and truncated", it, cut)
 	}
 	prev, _ := parseCursor(last)
 	for _, n := range got[1:] {
@@ -177,8 +184,9 @@ func TestRecoveredItemMatchesItsDeltas(t *testing.T) {
 		case msp.NotifyItemStarted, msp.NotifyItemUpdated:
 			t.Fatalf("the log holds a %s of an answer", r.Method)
 		case msp.NotifyItemCompleted:
-			if it := recordParams[msp.ItemParams](t, r).Item; it.Kind == msp.ItemAgentMessage && deref(it.Text) != "re: crash" {
-				t.Fatalf("an answer %q (%s) in the log; only the second attempt's should be", deref(it.Text), it.Status)
+			it := recordParams[msp.ItemParams](t, r).Item
+			if it.Kind == msp.ItemAgentMessage && it.ItemID != cut && deref(it.Text) != "re: crash" {
+				t.Fatalf("an answer %q (%s) in the log; only the cut one, closed, and the second attempt's should be", deref(it.Text), it.Status)
 			}
 		}
 	}

@@ -184,7 +184,7 @@ func (r *replay) records(ctx context.Context, through int64, withDeltas bool, se
 			return msp.ErrInternal("session log %s ends before %d", r.s.id, through)
 		}
 		for _, rec := range recs {
-			at := cursor{session: r.s.id, seq: rec.Seq}
+			at := r.s.at(rec.Seq, 0)
 			if withDeltas {
 				if err := r.deltasBefore(at, send); err != nil {
 					return err

@@ -142,9 +142,16 @@ func TestResumption(t *testing.T) {
 			"the server restarted during the backoff before attempt 2"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			r := resumption(pendingTurn{Checkpoint: tt.cp, StartedAt: started}, tt.inFlight, now, "the server restarted")
+			r, lost := resumption(pendingTurn{Checkpoint: tt.cp, StartedAt: started}, tt.inFlight, now, "the server restarted")
 			if r.Attempts != tt.made || r.Delay != tt.delay || r.Reason != tt.reason || !r.StartedAt.Equal(started) {
 				t.Fatalf("got %+v\nwant made %d, delay %v, reason %q", r, tt.made, tt.delay, tt.reason)
+			}
+			want := 0 // every case but those of a backoff cut an attempt in flight
+			if tt.delay == 0 {
+				want = tt.made
+			}
+			if lost != want {
+				t.Fatalf("lost attempt %d, want %d", lost, want)
 			}
 		})
 	}

@@ -125,7 +125,7 @@ func TestSubscribeMissesNoDelta(t *testing.T) {
 		model.feed <- "e"
 		full.waitCount(t, msp.NotifyItemDelta, 5)
 	}
-	start := durableCursor(sid, 0)
+	start := cursorIn(t, m.store, sid, 0)
 	if err := m.Subscribe(context.Background(), fromStart, sid, &start); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestPartlyKeptDeltasReportTheHole(t *testing.T) {
 	full.waitCount(t, msp.NotifyItemDelta, n)
 
 	late := newRecSub()
-	start := durableCursor(sid, 0)
+	start := cursorIn(t, m.store, sid, 0)
 	if err := m.Subscribe(context.Background(), late, sid, &start); err != nil {
 		t.Fatal(err)
 	}

@@ -275,8 +275,10 @@ func (m *Manager) abandonLocked(s *session, done msp.TurnCompletedParams, cause 
 
 // recoverLocked prepares what a previous process left running: its open
 // items close as failed (their deltas died with it; the text known is
-// kept), and its active turn is set to resume, the attempt that was in
-// flight counted. Queued turns stay queued. s.mu must be held.
+// kept), the lost attempt's answer among them even when it opened on an
+// ephemeral event and left no trace in the log, and its active turn is
+// set to resume, the attempt that was in flight counted. Queued turns
+// stay queued. s.mu must be held.
 func (s *session) recoverLocked(ctx context.Context) error {
 	return s.resumeLocked(ctx, s.m.stoppedNode)
 }
@@ -290,14 +292,33 @@ func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) st
 	}
 	var evs []event
 	inFlight := len(s.open) > 0
-	for _, oi := range s.open {
-		it := oi.item
+	closing := func(it msp.Item, text string) {
 		it.Revision++
 		it.Status = msp.ItemFailed
-		text := oi.text.String()
 		it.Text = &text
 		it.Truncated = true
+		it.RecordedAt = wireTime(s.m.now())
 		evs = append(evs, event{msp.NotifyItemCompleted, &msp.ItemParams{Item: it}})
+	}
+	for _, oi := range s.open {
+		closing(oi.item, oi.text.String())
+	}
+	var res *turn.Resumption
+	if a := s.st.Active; a != nil {
+		so, err := s.turnSoFar(ctx, *a)
+		if err != nil {
+			return err
+		}
+		r, lost := resumption(*a, inFlight, s.m.now(), stopped(*a))
+		r.Usage = so.usage
+		res = &r
+		// The lost attempt's answer may have opened on an ephemeral
+		// event, which died with the process: a client that saw it open
+		// is told it failed, as it is of a discarded attempt's.
+		if id := turn.AnswerItemID(a.TurnID, lost); lost > 0 && s.open[id] == nil && !so.closed[id] {
+			turnID, empty := a.TurnID, ""
+			closing(msp.Item{ItemID: id, Kind: msp.ItemAgentMessage, Revision: 1, Status: msp.ItemInProgress, TurnID: &turnID, Text: &empty}, "")
+		}
 	}
 	if len(evs) > 0 {
 		if err := s.appendLocked(ctx, evs, nil); err != nil {
@@ -305,15 +326,7 @@ func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) st
 		}
 		clear(s.open)
 	}
-	if a := s.st.Active; a != nil {
-		usage, err := s.turnUsage(ctx, *a)
-		if err != nil {
-			return err
-		}
-		res := resumption(*a, inFlight, s.m.now(), stopped(*a))
-		res.Usage = usage
-		s.resume = &res
-	}
+	s.resume = res
 	return nil
 }
 
@@ -327,7 +340,10 @@ func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) st
 // is waited out. The mark, not this node's clock, says which: clocks of
 // two nodes can disagree. A checkpoint without it (an older build's) goes
 // by the clock: the attempt counts once it was due.
-func resumption(a pendingTurn, inFlight bool, now time.Time, who string) turn.Resumption {
+//
+// lostAttempt is the number of the attempt cut off in flight, 0 when none
+// was.
+func resumption(a pendingTurn, inFlight bool, now time.Time, who string) (res turn.Resumption, lostAttempt int) {
 	cp := turn.Checkpoint{}
 	if a.Checkpoint != nil {
 		cp = *a.Checkpoint
@@ -344,51 +360,63 @@ func resumption(a pendingTurn, inFlight bool, now time.Time, who string) turn.Re
 			made++
 		}
 	}
-	res := turn.Resumption{Attempts: made, MaxTokens: cp.MaxTokens, StartedAt: a.StartedAt}
+	res = turn.Resumption{Attempts: made, MaxTokens: cp.MaxTokens, StartedAt: a.StartedAt}
 	if res.StartedAt.IsZero() {
 		res.StartedAt = now // admitted by an older build
 	}
 	if lost {
 		res.Reason = fmt.Sprintf("%s during attempt %d", who, made)
-	} else {
-		res.Reason = fmt.Sprintf("%s during the backoff before attempt %d", who, made+1)
-		res.Delay = cp.NextAt.Sub(now)
+		return res, made
 	}
-	return res
+	res.Reason = fmt.Sprintf("%s during the backoff before attempt %d", who, made+1)
+	res.Delay = cp.NextAt.Sub(now)
+	return res, 0
 }
 
-// turnUsage sums the usage the active turn's responses reported, from its
-// session/tokenUsage events; nil when none did.
-func (s *session) turnUsage(ctx context.Context, a pendingTurn) (*msp.TokenUsage, error) {
-	var sum *msp.TokenUsage
+// turnRecord is what the log holds of the active turn so far.
+type turnRecord struct {
+	usage  *msp.TokenUsage // the sum its responses reported; nil when none did
+	closed map[string]bool // the items it completed
+}
+
+// turnSoFar reads the active turn's records: the usage of its
+// session/tokenUsage events and the items it completed.
+func (s *session) turnSoFar(ctx context.Context, a pendingTurn) (turnRecord, error) {
+	so := turnRecord{closed: map[string]bool{}}
 	after := max(a.StartSeq-1, 0)
 	for {
 		recs, err := s.m.store.Records(ctx, s.key, after, logPage(1000))
 		if err != nil {
-			return nil, err
+			return so, err
 		}
 		if len(recs) == 0 {
-			return sum, nil
+			return so, nil
 		}
 		for _, r := range recs {
 			after = r.Seq
-			if r.Method != msp.NotifySessionTokenUsage {
-				continue
+			switch r.Method {
+			case msp.NotifyItemCompleted:
+				var p msp.ItemParams
+				if err := json.Unmarshal(r.Params, &p); err != nil {
+					return so, fmt.Errorf("record %d: %w", r.Seq, err)
+				}
+				so.closed[p.Item.ItemID] = true
+			case msp.NotifySessionTokenUsage:
+				var p msp.SessionTokenUsageParams
+				if err := json.Unmarshal(r.Params, &p); err != nil {
+					return so, fmt.Errorf("record %d: %w", r.Seq, err)
+				}
+				if p.TurnID != a.TurnID {
+					continue
+				}
+				if so.usage == nil {
+					so.usage = &msp.TokenUsage{}
+				}
+				so.usage.InputTokens += p.Usage.InputTokens
+				so.usage.OutputTokens += p.Usage.OutputTokens
+				so.usage.CachedTokens += p.Usage.CachedTokens
+				so.usage.ReasoningTokens += p.Usage.ReasoningTokens
 			}
-			var p msp.SessionTokenUsageParams
-			if err := json.Unmarshal(r.Params, &p); err != nil {
-				return nil, fmt.Errorf("record %d: %w", r.Seq, err)
-			}
-			if p.TurnID != a.TurnID {
-				continue
-			}
-			if sum == nil {
-				sum = &msp.TokenUsage{}
-			}
-			sum.InputTokens += p.Usage.InputTokens
-			sum.OutputTokens += p.Usage.OutputTokens
-			sum.CachedTokens += p.Usage.CachedTokens
-			sum.ReasoningTokens += p.Usage.ReasoningTokens
 		}
 	}
 }

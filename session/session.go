@@ -27,6 +27,7 @@ type session struct {
 	id    string // its sessionId, on the wire
 	key   string // where the store and the cluster keep it (sessionKey)
 	owner string // the principal it belongs to; never changes
+	epoch string // its cursors' epoch: its incarnation's (state.CursorEpoch); never changes
 	m     *Manager
 
 	mu          sync.Mutex
@@ -113,7 +114,7 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 		pos := msp.RecordPosition{ID: newID(), Sequence: seq}
 		h := ev.params.Header()
 		h.SessionID = s.id
-		h.ViewCursor = durableCursor(s.id, seq)
+		h.ViewCursor = s.durable(seq)
 		h.SourceRange = &msp.SourceRange{First: pos, Last: pos, Stream: msp.StreamRef{ID: s.id, Kind: "session"}}
 		raw, err := msp.Marshal(ev.params)
 		if err != nil {
@@ -280,7 +281,7 @@ func (s *session) startItemLocked(p *msp.ItemParams) error {
 // with a cursor handed out before or after it. s.mu must be held.
 func (s *session) nextEphemeralLocked() cursor {
 	s.sub++
-	return cursor{session: s.id, seq: s.head, sub: s.sub}
+	return s.at(s.head, s.sub)
 }
 
 // sendEphemeralLocked fans out an ephemeral event at at, keeps it for
@@ -388,7 +389,9 @@ func (s *session) saveTextLocked(oi *openItem, now time.Time) {
 // checkCursor resolves a client-supplied cursor of this session.
 func (s *session) checkCursor(c string) (cursor, error) {
 	cur, err := parseCursor(c)
-	if err != nil || cur.session != s.id {
+	if err != nil || cur.session != s.id || cur.epoch != s.epoch {
+		// A cursor of another incarnation of this session id (deleted
+		// and started again) names nothing in this one.
 		return cursor{}, msp.ErrMissingAnchor(s.id, c)
 	}
 	s.mu.Lock()
@@ -442,7 +445,7 @@ func (s *session) recordNotification(r store.Record) Notification {
 	return Notification{
 		SessionID: s.id,
 		Method:    r.Method,
-		Cursor:    durableCursor(s.id, r.Seq),
+		Cursor:    s.durable(r.Seq),
 		Frame:     msp.EncodeNotification(r.Method, r.Params, emitted.UnixMilli()),
 		Durable:   true,
 	}

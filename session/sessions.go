@@ -32,7 +32,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 	}
 	owner := PrincipalFrom(ctx)
 	var started *msp.Session
-	resp, _, err := m.ledger.run(ctx, p.CommandID, msp.MethodSessionStart, raw, func(a *admission) (json.RawMessage, error) {
+	resp, _, err := m.ledger.runCreating(ctx, p.CommandID, msp.MethodSessionStart, raw, func(a *admission) (json.RawMessage, error) {
 		// Resolved only for a new command: a replay gets its recorded
 		// answer even after the configured providers changed.
 		providerID, modelID, err := m.resolveModel(p)
@@ -60,7 +60,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 			}
 		}
 		now := m.now()
-		st := state{CreatedAt: now, UpdatedAt: now, Owner: owner}
+		st := state{CreatedAt: now, UpdatedAt: now, Owner: owner, CursorEpoch: newEpoch(), MadeBy: a.maker(p.CommandID)}
 		st.ProviderID, st.ModelID = optional(providerID), optional(modelID)
 		root := p.WorkspaceRoot
 		if root == "" && len(p.WorkspaceRoots) > 0 {
@@ -68,7 +68,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 		}
 		st.WorkspaceRoot = optional(root)
 		wire := st.wire(id, m.cfg.LogPath)
-		res, err := msp.Marshal(msp.SessionStartResult{Session: wire, ViewCursor: durableCursor(id, 0)})
+		res, err := msp.Marshal(msp.SessionStartResult{Session: wire, ViewCursor: durableCursor(id, st.CursorEpoch, 0)})
 		if err != nil {
 			return nil, msp.ErrInternal("encoding result: %v", err)
 		}
@@ -209,7 +209,7 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 		return msp.SessionSnapshot{}, err
 	}
 	wire := s.st.wire(s.id, m.cfg.LogPath)
-	at := cursor{session: s.id, seq: s.head}
+	at := s.at(s.head, 0)
 	var live streamed
 	if inline && s.leader {
 		live.open = make(map[string]msp.Item, len(s.open))
@@ -227,7 +227,7 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 		History:         msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: noneReason, Snapshot: json.RawMessage("null")},
 		PendingRequests: []msp.PendingRequest{},
 		Session:         wire,
-		ViewCursor:      durableCursor(s.id, at.seq),
+		ViewCursor:      s.durable(at.seq),
 	}
 	if !inline {
 		return snap, nil
@@ -237,7 +237,7 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 		// Some of what streamed may be missing: the items stand where the
 		// log does before the hole, and a subscription from there replays
 		// the rest and reports the hole itself.
-		at = cursor{session: s.id, seq: min(at.seq, max(live.lost.seq, 1))}
+		at = s.at(min(at.seq, max(live.lost.seq, 1)), 0)
 		snap.ViewCursor = at.String()
 		h, _, err = m.inlineHistory(ctx, s.key, at.seq, streamed{})
 	}

@@ -14,7 +14,14 @@ type state struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// Owner is the principal that started the session: the only one that
 	// sees it.
-	Owner           string    `json:"owner,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	// CursorEpoch names this incarnation of the session id in its
+	// cursors; minted when the session is made, it never changes. Empty
+	// for a session made before epochs.
+	CursorEpoch string `json:"cursorEpoch,omitempty"`
+	// MadeBy is the command that made the session (nil for a session
+	// an older build made): its deletion answers that command's replays.
+	MadeBy          *maker    `json:"madeBy,omitempty"`
 	UpdatedAt       time.Time `json:"updatedAt"`
 	ModelID         *string   `json:"modelId,omitempty"`
 	ProviderID      *string   `json:"providerId,omitempty"`

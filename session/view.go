@@ -84,7 +84,7 @@ func (m *Manager) Subscribe(ctx context.Context, sub Subscriber, sessionID strin
 		return err
 	}
 	defer release()
-	from := cursor{session: s.id}
+	from := s.at(0, 0)
 	if after != nil {
 		if from, err = s.checkCursor(*after); err != nil {
 			return err
@@ -106,7 +106,7 @@ func (m *Manager) Head(ctx context.Context, sessionID string) (string, error) {
 	defer release()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return durableCursor(s.id, s.head), nil
+	return s.durable(s.head), nil
 }
 
 // ViewSubscribe serves view/subscribe: it returns the head, and attach,
@@ -127,7 +127,7 @@ func (m *Manager) ViewSubscribe(ctx context.Context, sub Subscriber, sessionID s
 	}
 	s.detach(sub)
 	s.mu.Lock()
-	head, from := durableCursor(s.id, s.head), cursor{session: s.id, seq: s.head, sub: s.sub}.String()
+	head, from := s.durable(s.head), s.at(s.head, s.sub).String()
 	s.mu.Unlock()
 	if after != nil {
 		from = *after
@@ -205,10 +205,10 @@ func (s *session) page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageR
 	}
 	// nextCursor is null exactly at the end of the view.
 	if first, last := recs[0].Seq, recs[len(recs)-1].Seq; backward && first > 1 {
-		next := durableCursor(s.id, first)
+		next := s.durable(first)
 		res.NextCursor = &next
 	} else if !backward && last < head {
-		next := durableCursor(s.id, last)
+		next := s.durable(last)
 		res.NextCursor = &next
 	}
 	return res, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -354,7 +355,7 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) att
 			return
 		}
 		if item == nil {
-			if item, res.sinkErr = t.openItem(); res.sinkErr != nil {
+			if item, res.sinkErr = t.openItem(n); res.sinkErr != nil {
 				stop()
 				return
 			}
@@ -373,7 +374,7 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) att
 	}
 	if res.err == nil && ctx.Err() == nil && item == nil {
 		// A successful empty answer still gets its item.
-		if item, res.sinkErr = t.openItem(); res.sinkErr != nil {
+		if item, res.sinkErr = t.openItem(n); res.sinkErr != nil {
 			t.addUsage(resp.Usage, false)
 			return res
 		}
@@ -407,11 +408,24 @@ func refusedBeforeOutput(res attemptResult) bool {
 	return res.err != nil && res.text == "" && errors.As(res.err, &pe) && pe.HTTPStatus != 0 && !pe.Accepted
 }
 
-func (t *run) openItem() (*msp.Item, error) {
+// openItem opens attempt n's answer, under the id AnswerItemID gives it.
+func (t *run) openItem(n int) (*msp.Item, error) {
 	turnID, empty := t.spec.TurnID, ""
-	it := msp.Item{ItemID: uuid.Must(uuid.NewV7()).String(), Kind: msp.ItemAgentMessage, Revision: 1,
+	it := msp.Item{ItemID: AnswerItemID(turnID, n), Kind: msp.ItemAgentMessage, Revision: 1,
 		Status: msp.ItemInProgress, TurnID: &turnID, Text: &empty}
 	return &it, t.sink.Emit(t.emitCtx, msp.NotifyItemStarted, &msp.ItemParams{Item: it})
+}
+
+// answerSpace is the UUID namespace of answer item ids.
+var answerSpace = uuid.MustParse("6f1c2a94-3b5e-4d0a-9c71-8e2f5a0b4d13")
+
+// AnswerItemID is the id of the agentMessage item attempt n of turn turnID
+// streams its answer into. It is known before the attempt opens the item,
+// which it may do on an ephemeral event that a crash leaves no trace of:
+// the process that resumes the turn closes that item by this id, so a
+// client that saw it open does not keep it open for ever.
+func AnswerItemID(turnID string, attempt int) string {
+	return uuid.NewSHA1(answerSpace, []byte(turnID+"/"+strconv.Itoa(attempt))).String()
 }
 
 // closeItem holds the item's final state, to be written with what

@@ -51,6 +51,9 @@ const (
 	ReasonMissingRun        = "missing_run"
 	ReasonNotQueued         = "not_queued"
 	ReasonMissingAnchor     = "missingAnchor"
+	// ReasonSessionDeleted answers a replay of the command that made a
+	// session (session/start, session/fork) once that session is deleted.
+	ReasonSessionDeleted = "session_deleted"
 )
 
 // ErrorData is the data member of an MSP error; Kind is always set.
