@@ -60,7 +60,7 @@ func TestPrincipalsSeeOnlyTheirOwnSessions(t *testing.T) {
 		t.Fatalf("bob got alice's session/started: %+v", got)
 	}
 
-	from := cursorIn(t, m.store, sid, 0)
+	from := cursorAs(t, m.store, "alice", sid, 0)
 	_, _, err = m.ResumeSession(bob, bobConn, mustJSON(msp.SessionResumeParams{CommandID: cmdID(), SessionID: sid}))
 	wantNotFound(t, "session/resume", err)
 	_, err = m.ReadSession(bob, mustJSON(msp.SessionReadParams{SessionID: sid}))
