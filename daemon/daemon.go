@@ -144,10 +144,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	acfg := cfg.Auth
-	if acfg.Token == "" {
-		acfg.Token = cfg.Server.AuthToken
+	if cfg.Auth.Token == "" {
+		cfg.Auth.Token = cfg.Server.AuthToken
 	}
+	acfg := cfg.Auth
 	acfg.Logger = cfg.Logger
 	authn, err := auth.New(ctx, acfg)
 	if err != nil {
@@ -423,6 +423,9 @@ func (d *Daemon) Start() error {
 	if err := checkExposure(d.cfg.Listen, authenticated, d.cfg.InsecureNoAuth); err != nil {
 		return err
 	}
+	if err := checkSharedToken(d.cfg.Listen, d.cfg.Auth.Token); err != nil {
+		return err
+	}
 	if d.cfg.Server.Pprof && !authenticated && !isLoopback(d.cfg.Listen) {
 		return fmt.Errorf("refusing --pprof on %s without authentication: anyone who can reach it could profile the server; configure a token or listen on 127.0.0.1", d.cfg.Listen)
 	}
@@ -449,6 +452,19 @@ func checkExposure(listen string, authenticated, insecure bool) error {
 	}
 	return fmt.Errorf("refusing to listen on %s without authentication: anyone who can reach it could read every session and run turns on your API keys; "+
 		"set --auth-token, --auth-tokens or --auth-jwt-*, listen on 127.0.0.1, or pass --insecure-no-auth", listen)
+}
+
+// checkSharedToken refuses, on a non-loopback address, a shared token
+// weaker than the tokens file accepts: anyone who reaches the listener
+// could guess it.
+func checkSharedToken(listen, token string) error {
+	if token == "" || isLoopback(listen) {
+		return nil
+	}
+	if err := auth.CheckStrength(token); err != nil {
+		return fmt.Errorf("refusing --auth-token on %s: %w, the minimum of --auth-tokens files and of any token served beyond loopback (make one with: openssl rand -hex 32)", listen, err)
+	}
+	return nil
 }
 
 // isLoopback reports whether a listen address is on a loopback address
