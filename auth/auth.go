@@ -103,6 +103,11 @@ func (a *Authenticator) Enabled() bool {
 	return a.shared != "" || a.tokensFile != "" || a.jwt != nil
 }
 
+// PerUser reports whether credentials name principals of their own (a
+// tokens file, JWT): the server then serves several users, and hands none
+// of them its filesystem paths.
+func (a *Authenticator) PerUser() bool { return a.tokensFile != "" || a.jwt != nil }
+
 // Authenticate returns the principal r acts for, or a *Refusal.
 func (a *Authenticator) Authenticate(r *http.Request) (string, error) {
 	if !a.Enabled() {

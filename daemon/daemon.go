@@ -172,6 +172,13 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	st := be.store
+	// A server of several principals tells none of them where it keeps
+	// its files (or its NATS address): session.path and museHome are ""
+	// there, the value upstream reserves for "no path a client may use".
+	logPath, home := be.logPath, dir
+	if authn.PerUser() {
+		logPath, home = "", ""
+	}
 	now := time.Now
 	if cfg.Clock != nil {
 		now = cfg.Clock.Now
@@ -179,7 +186,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	scfg0 := session.Config{
 		Store:   st,
 		Runner:  runners,
-		LogPath: be.logPath,
+		LogPath: logPath,
 		Catalog: models{cat},
 		Now:     now,
 		// Events, pages and histories must fit the transports' frames.
@@ -208,7 +215,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if h, ok := st.(store.Health); ok {
 		scfg.Ready = h.Healthy
 	}
-	scfg.Home = dir
+	scfg.Home = home
 	scfg.Logger = cfg.Logger
 	scfg.Models = models{cat}
 	scfg.Auth = authn

@@ -38,7 +38,8 @@ type Config struct {
 	// Fingerprint is the schema fingerprint initialize reports; default
 	// the hash of the embedded schema.
 	Fingerprint string
-	// Home is reported as museHome: the server's data directory.
+	// Home is reported as museHome: the server's data directory, or ""
+	// on a server of several principals, which keeps its paths to itself.
 	Home string
 	// MaxFrameBytes bounds inbound frames (default 10 MiB).
 	MaxFrameBytes int64
