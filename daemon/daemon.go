@@ -488,9 +488,11 @@ func isLoopback(listen string) bool {
 	return err == nil && ip.Unmap().IsLoopback()
 }
 
-// ReloadAuth re-reads the tokens file and the JWT key file (on SIGHUP);
-// a file that does not load leaves the previous credentials in force.
-func (d *Daemon) ReloadAuth() error { return d.srv.Authenticator().Reload() }
+// ReloadAuth re-reads the tokens file and the JWT key file (on SIGHUP)
+// and closes the open connections whose credential it revoked (see
+// server.Server.ReloadAuth); a file that does not load leaves the
+// previous credentials in force.
+func (d *Daemon) ReloadAuth() error { return d.srv.ReloadAuth() }
 
 // Addr is the address the daemon listens on (after Start).
 func (d *Daemon) Addr() string { return d.ln.Addr().String() }
