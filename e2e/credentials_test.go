@@ -84,8 +84,8 @@ func TestRevokedConnectionClosedOnSIGHUP(t *testing.T) {
 
 // TestRevokedConnectionRunsNothing: frames a revoked principal sends right
 // after the reload, racing the close, are not executed: no session they
-// name is started and no turn runs on the session she had. Her other
-// principal's-worth of state is untouched, and a new token of hers sees it.
+// name is started and no turn runs on the session she had; bob's
+// connection goes on, and a new token of hers finds her session as it was.
 func TestRevokedConnectionRunsNothing(t *testing.T) {
 	path := tokensFile(t, "alice "+aliceToken, "bob "+bobToken)
 	d := startDaemon(t, daemon.Config{Auth: auth.Config{TokensFile: path}})
