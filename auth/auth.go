@@ -103,22 +103,29 @@ func (a *Authenticator) Enabled() bool {
 	return a.shared != "" || a.tokensFile != "" || a.jwt != nil
 }
 
-// Authenticate returns the principal r acts for, or a *Refusal.
-func (a *Authenticator) Authenticate(r *http.Request) (string, error) {
+// PerUser reports whether credentials name principals of their own (a
+// tokens file, JWT): the server then serves several users, and hands none
+// of them its filesystem paths.
+func (a *Authenticator) PerUser() bool { return a.tokensFile != "" || a.jwt != nil }
+
+// Authenticate returns the credential r presents, naming the principal
+// it acts for, or a *Refusal.
+func (a *Authenticator) Authenticate(r *http.Request) (Credential, error) {
 	if !a.Enabled() {
-		return "", nil
+		return Credential{}, nil
 	}
 	tok := RequestToken(r)
 	if tok == "" {
-		return "", refuse("no token")
+		return Credential{}, refuse("no token")
 	}
-	if p, ok := a.tokens.Load().lookup(sha256.Sum256([]byte(tok))); ok {
-		return p, nil
+	d := sha256.Sum256([]byte(tok))
+	if p, ok := a.tokens.Load().lookup(d); ok {
+		return Credential{Principal: p, kind: kindToken, digest: d}, nil
 	}
 	if a.jwt != nil && strings.Count(tok, ".") == 2 {
 		return a.jwt.verify(r.Context(), tok)
 	}
-	return "", refuse("unknown token")
+	return Credential{}, refuse("unknown token")
 }
 
 // RequestToken returns the token r presents: the bearer Authorization
@@ -139,7 +146,8 @@ func RequestToken(r *http.Request) string {
 
 // Reload re-reads the tokens file and the JWT key file. A file that does
 // not load leaves the previous set in force; the outcome is logged
-// (without tokens) and the error returned.
+// (without tokens) and the error returned. Credentials already handed
+// out are not touched: their holders ask Valid.
 func (a *Authenticator) Reload() error {
 	var errs []error
 	if a.tokensFile != "" {

@@ -102,6 +102,8 @@ func isLoopbackHost(host string) bool {
 
 func (j *jwks) reload() error { return nil } // fetched on its own schedule
 
+func (j *jwks) held() []verificationKey { return j.state.Load().keys }
+
 func (j *jwks) keys(ctx context.Context, kid string) ([]verificationKey, error) {
 	st := j.state.Load()
 	if j.now().Sub(st.fetched) > j.maxAge {

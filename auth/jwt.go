@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -105,6 +106,8 @@ func checkKey(key crypto.PublicKey) error {
 // keySource yields the keys a token with key id kid may be signed with.
 type keySource interface {
 	keys(ctx context.Context, kid string) ([]verificationKey, error)
+	// held are the keys held now, fetching none.
+	held() []verificationKey
 	reload() error
 }
 
@@ -112,6 +115,8 @@ type keySource interface {
 type jwtVerifier struct {
 	parser *jwt.Parser
 	src    keySource
+	now    func() time.Time
+	leeway time.Duration
 }
 
 func newJWTVerifier(ctx context.Context, cfg JWTConfig, log *slog.Logger) (*jwtVerifier, error) {
@@ -129,7 +134,7 @@ func newJWTVerifier(ctx context.Context, cfg JWTConfig, log *slog.Logger) (*jwtV
 	if cfg.Leeway == 0 {
 		cfg.Leeway = 30 * time.Second
 	}
-	v := &jwtVerifier{parser: jwt.NewParser(
+	v := &jwtVerifier{now: cfg.Now, leeway: cfg.Leeway, parser: jwt.NewParser(
 		jwt.WithValidMethods(algorithms),
 		jwt.WithIssuer(cfg.Issuer),
 		jwt.WithAudience(cfg.Audience),
@@ -150,16 +155,17 @@ func newJWTVerifier(ctx context.Context, cfg JWTConfig, log *slog.Logger) (*jwtV
 	return v, nil
 }
 
-// verify checks tok's signature and claims and returns its subject.
-func (v *jwtVerifier) verify(ctx context.Context, tok string) (string, error) {
+// verify checks tok's signature and claims and returns its credential:
+// the subject, until exp (plus the leeway), and the key that verified it.
+func (v *jwtVerifier) verify(ctx context.Context, tok string) (Credential, error) {
 	var claims jwt.RegisteredClaims
-	_, err := v.parser.ParseWithClaims(tok, &claims, func(t *jwt.Token) (any, error) {
+	var set jwt.VerificationKeySet
+	parsed, err := v.parser.ParseWithClaims(tok, &claims, func(t *jwt.Token) (any, error) {
 		kid, _ := t.Header["kid"].(string)
 		keys, err := v.src.keys(ctx, kid)
 		if err != nil {
 			return nil, err
 		}
-		var set jwt.VerificationKeySet
 		for _, k := range keys {
 			if k.accepts(t.Method.Alg()) {
 				set.Keys = append(set.Keys, k.key)
@@ -171,12 +177,36 @@ func (v *jwtVerifier) verify(ctx context.Context, tok string) (string, error) {
 		return set, nil
 	})
 	if err != nil {
-		return "", refuse(jwtReason(err))
+		return Credential{}, refuse(jwtReason(err))
 	}
 	if claims.Subject == "" {
-		return "", refuse("JWT without sub")
+		return Credential{}, refuse("JWT without sub")
 	}
-	return claims.Subject, nil
+	return Credential{Principal: claims.Subject, Expires: claims.ExpiresAt.Add(v.leeway), kind: kindJWT,
+		key: signingKey(parsed, tok, set.Keys)}, nil
+}
+
+// signingKey is the one of keys that verified t (whose text is tok): the
+// library tries each without saying which; with several (a signer
+// rotating), the signature is checked against each again.
+func signingKey(t *jwt.Token, tok string, keys []jwt.VerificationKey) crypto.PublicKey {
+	if len(keys) == 1 {
+		return keys[0]
+	}
+	signed := tok[:strings.LastIndexByte(tok, '.')]
+	for _, k := range keys {
+		if t.Method.Verify(signed, t.Signature, k) == nil {
+			return k
+		}
+	}
+	return nil
+}
+
+// holds reports whether a credential of this verifier is still accepted:
+// not expired, and its key still held (a reloaded key file may have
+// dropped it).
+func (v *jwtVerifier) holds(c Credential) bool {
+	return v.now().Before(c.Expires) && c.key != nil && holdsKey(v.src.held(), c.key)
 }
 
 func (v *jwtVerifier) reload() error { return v.src.reload() }

@@ -35,6 +35,8 @@ func (f *fileKeys) keys(context.Context, string) ([]verificationKey, error) {
 	return *f.set.Load(), nil
 }
 
+func (f *fileKeys) held() []verificationKey { return *f.set.Load() }
+
 func (f *fileKeys) reload() error {
 	keys, err := readKeyFile(f.path)
 	if err != nil {

@@ -11,9 +11,19 @@ import (
 	"unicode"
 )
 
-// minFileToken is the shortest token a tokens file may give: shorter ones
-// are guessable.
-const minFileToken = 16
+// MinTokenLength is the shortest token a tokens file may give, and the
+// shortest shared token a server listening beyond loopback takes:
+// shorter ones are guessable.
+const MinTokenLength = 16
+
+// CheckStrength refuses a token shorter than MinTokenLength. The error
+// says the minimum, never the token.
+func CheckStrength(token string) error {
+	if len(token) < MinTokenLength {
+		return fmt.Errorf("token shorter than %d characters", MinTokenLength)
+	}
+	return nil
+}
 
 // tokenSet maps token digests to principals. Tokens are kept only as
 // SHA-256 digests, so every comparison is of equal length and a lookup
@@ -100,8 +110,9 @@ func (s *tokenSet) parseLine(line string, n int) error {
 		return fmt.Errorf("want \"principal token\", found %d fields", len(fields))
 	case strings.IndexFunc(fields[0]+fields[1], unicode.IsControl) >= 0:
 		return errors.New("control character")
-	case len(fields[1]) < minFileToken:
-		return fmt.Errorf("token shorter than %d characters", minFileToken)
+	}
+	if err := CheckStrength(fields[1]); err != nil {
+		return err
 	}
 	if err := s.add(fields[0], fields[1]); err != nil {
 		return err

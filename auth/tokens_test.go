@@ -29,8 +29,8 @@ func newAuth(t *testing.T, cfg Config) *Authenticator {
 func wantPrincipal(t *testing.T, a *Authenticator, r *http.Request, principal string) {
 	t.Helper()
 	got, err := a.Authenticate(r)
-	if err != nil || got != principal {
-		t.Errorf("Authenticate = %q, %v; want %q", got, err, principal)
+	if err != nil || got.Principal != principal {
+		t.Errorf("Authenticate = %q, %v; want %q", got.Principal, err, principal)
 	}
 }
 
@@ -40,7 +40,7 @@ func wantRefusal(t *testing.T, a *Authenticator, r *http.Request, reason string)
 	p, err := a.Authenticate(r)
 	var ref *Refusal
 	if !errors.As(err, &ref) || ref.Reason != reason {
-		t.Errorf("Authenticate = %q, %v; want the refusal %q", p, err, reason)
+		t.Errorf("Authenticate = %q, %v; want the refusal %q", p.Principal, err, reason)
 	}
 }
 

@@ -144,10 +144,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	acfg := cfg.Auth
-	if acfg.Token == "" {
-		acfg.Token = cfg.Server.AuthToken
+	if cfg.Auth.Token == "" {
+		cfg.Auth.Token = cfg.Server.AuthToken
 	}
+	acfg := cfg.Auth
 	acfg.Logger = cfg.Logger
 	authn, err := auth.New(ctx, acfg)
 	if err != nil {
@@ -172,6 +172,13 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	st := be.store
+	// A server of several principals tells none of them where it keeps
+	// its files (or its NATS address): session.path and museHome are ""
+	// there, the value upstream reserves for "no path a client may use".
+	logPath, home := be.logPath, dir
+	if authn.PerUser() {
+		logPath, home = "", ""
+	}
 	now := time.Now
 	if cfg.Clock != nil {
 		now = cfg.Clock.Now
@@ -179,7 +186,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	scfg0 := session.Config{
 		Store:   st,
 		Runner:  runners,
-		LogPath: be.logPath,
+		LogPath: logPath,
 		Catalog: models{cat},
 		Now:     now,
 		// Events, pages and histories must fit the transports' frames.
@@ -208,7 +215,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if h, ok := st.(store.Health); ok {
 		scfg.Ready = h.Healthy
 	}
-	scfg.Home = dir
+	scfg.Home = home
 	scfg.Logger = cfg.Logger
 	scfg.Models = models{cat}
 	scfg.Auth = authn
@@ -423,6 +430,9 @@ func (d *Daemon) Start() error {
 	if err := checkExposure(d.cfg.Listen, authenticated, d.cfg.InsecureNoAuth); err != nil {
 		return err
 	}
+	if err := checkSharedToken(d.cfg.Listen, d.cfg.Auth.Token); err != nil {
+		return err
+	}
 	if d.cfg.Server.Pprof && !authenticated && !isLoopback(d.cfg.Listen) {
 		return fmt.Errorf("refusing --pprof on %s without authentication: anyone who can reach it could profile the server; configure a token or listen on 127.0.0.1", d.cfg.Listen)
 	}
@@ -451,6 +461,19 @@ func checkExposure(listen string, authenticated, insecure bool) error {
 		"set --auth-token, --auth-tokens or --auth-jwt-*, listen on 127.0.0.1, or pass --insecure-no-auth", listen)
 }
 
+// checkSharedToken refuses, on a non-loopback address, a shared token
+// weaker than the tokens file accepts: anyone who reaches the listener
+// could guess it.
+func checkSharedToken(listen, token string) error {
+	if token == "" || isLoopback(listen) {
+		return nil
+	}
+	if err := auth.CheckStrength(token); err != nil {
+		return fmt.Errorf("refusing --auth-token on %s: %w, the minimum of --auth-tokens files and of any token served beyond loopback (make one with: openssl rand -hex 32)", listen, err)
+	}
+	return nil
+}
+
 // isLoopback reports whether a listen address is on a loopback address
 // or localhost only (an empty host means every interface).
 func isLoopback(listen string) bool {
@@ -465,9 +488,11 @@ func isLoopback(listen string) bool {
 	return err == nil && ip.Unmap().IsLoopback()
 }
 
-// ReloadAuth re-reads the tokens file and the JWT key file (on SIGHUP);
-// a file that does not load leaves the previous credentials in force.
-func (d *Daemon) ReloadAuth() error { return d.srv.Authenticator().Reload() }
+// ReloadAuth re-reads the tokens file and the JWT key file (on SIGHUP)
+// and closes the open connections whose credential it revoked (see
+// server.Server.ReloadAuth); a file that does not load leaves the
+// previous credentials in force.
+func (d *Daemon) ReloadAuth() error { return d.srv.ReloadAuth() }
 
 // Addr is the address the daemon listens on (after Start).
 func (d *Daemon) Addr() string { return d.ln.Addr().String() }

@@ -104,7 +104,13 @@ func dialListening(t *testing.T, url string, opts client.Options) *checkedClient
 func dial(t *testing.T, url string, opts client.Options) *checkedClient {
 	t.Helper()
 	cc := &checkedClient{t: t, checker: validator.NewFrameChecker()}
-	opts.OnFrame = func(frame []byte) { cc.check("server", frame) }
+	seen := opts.OnFrame
+	opts.OnFrame = func(frame []byte) {
+		cc.check("server", frame)
+		if seen != nil {
+			seen(frame)
+		}
+	}
 	opts.OnSend = func(frame []byte) { cc.check("client", frame) }
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -95,7 +95,7 @@ func TestSessionIDsArePerPrincipal(t *testing.T) {
 	// Bob's start of alice's id is a start like any other.
 	for _, id := range []string{x, fresh} {
 		res := startAt(t, ctx, bob, id)
-		if res.Session.SessionID != id || res.ViewCursor != "v:"+id+":0" || res.Session.TurnCount != 0 || res.Session.Status != msp.SessionIdle {
+		if res.Session.SessionID != id || !strings.HasPrefix(res.ViewCursor, "v:"+id+":") || cursorPos(t, res.ViewCursor) != [2]int64{0, 0} || res.Session.TurnCount != 0 || res.Session.Status != msp.SessionIdle {
 			t.Fatalf("bob's start of %s: %+v, want a new idle session of that id", id, res)
 		}
 	}

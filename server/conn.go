@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"mspd/auth"
 	"mspd/schema/msp"
 	"mspd/session"
 )
@@ -40,9 +41,16 @@ type conn struct {
 	// and only read after: a lock-free read on every delivery.
 	optOut atomic.Pointer[map[string]bool]
 
+	// cred is what the connection authenticated with, set before it is
+	// registered; once credEnded is set (a reload revoked it, or it
+	// expired) no request is handled and the connection closes.
+	cred      auth.Credential
+	credEnded atomic.Bool
+
 	closeOnce sync.Once
 	done      chan struct{}
 	pings     *time.Timer // the keepalive; nil without one
+	expiry    *time.Timer // ends the connection when cred expires; nil if it never does
 }
 
 func newConn(srv *Server, t transport, log *slog.Logger) *conn {
@@ -205,12 +213,21 @@ func (c *conn) ping(p pinger, every time.Duration) {
 // frames, and the connection's context ends, so a handler waiting to
 // replay into a full outbox gives up instead of holding the connection.
 func (c *conn) shut(reason string, dead bool) {
+	c.end(func() { c.t.Close(reason, dead) })
+}
+
+// end is shut with closeTransport closing the transport: the first call
+// ends the connection, later ones do nothing.
+func (c *conn) end(closeTransport func()) {
 	c.closeOnce.Do(func() {
 		close(c.done)
 		if c.pings != nil {
 			c.pings.Stop()
 		}
-		c.t.Close(reason, dead)
+		if c.expiry != nil {
+			c.expiry.Stop()
+		}
+		closeTransport()
 		c.out.close()
 		if c.cancel != nil {
 			c.cancel()

@@ -30,6 +30,11 @@ func (h *handler) Handle(ctx context.Context, req *jsonrpc2.Request, id json.Raw
 	if req.Notif {
 		return // the gate handles notifications
 	}
+	if h.c.credEnded.Load() {
+		// Read before the close got through: refused, unanswered; the
+		// close status tells the client why (see credentialEnded).
+		return
+	}
 	h.c.busy.Store(true)
 	defer h.c.busy.Store(false)
 	params := json.RawMessage("{}")

@@ -38,7 +38,8 @@ type Config struct {
 	// Fingerprint is the schema fingerprint initialize reports; default
 	// the hash of the embedded schema.
 	Fingerprint string
-	// Home is reported as museHome: the server's data directory.
+	// Home is reported as museHome: the server's data directory, or ""
+	// on a server of several principals, which keeps its paths to itself.
 	Home string
 	// MaxFrameBytes bounds inbound frames (default 10 MiB).
 	MaxFrameBytes int64
@@ -273,7 +274,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "server is shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	principal, err := s.cfg.Auth.Authenticate(r)
+	cred, err := s.cfg.Auth.Authenticate(r)
 	if err != nil {
 		// The reason names what was wrong, never the token.
 		s.log.Warn("refused an unauthenticated connection", "reason", err, "remote", r.RemoteAddr)
@@ -299,15 +300,17 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(-1)
 	t := &wsTransport{c: ws, limit: s.cfg.MaxFrameBytes, cork: cw.cork}
 	log := s.log.With("remote", r.RemoteAddr)
-	if principal != "" {
-		log = log.With("principal", principal)
+	if cred.Principal != "" {
+		log = log.With("principal", cred.Principal)
 	}
-	// The connection outlives nothing but the server: Shutdown closes it.
-	// Its context carries the principal every request on it runs for. It
-	// is served on a goroutine of its own, so that this one returns and
-	// net/http lets go of the request, its headers and the stack that
-	// parsed them: an idle connection keeps only what it needs.
-	if c := s.open(session.WithPrincipal(context.WithoutCancel(r.Context()), principal), t, log); c != nil {
+	// The connection outlives nothing but the server and its credential:
+	// Shutdown closes it, and so do a reload that revokes the credential
+	// and its expiry. Its context carries the principal every request on
+	// it runs for. It is served on a goroutine of its own, so that this
+	// one returns and net/http lets go of the request, its headers and
+	// the stack that parsed them: an idle connection keeps only what it
+	// needs.
+	if c := s.open(session.WithPrincipal(context.WithoutCancel(r.Context()), cred.Principal), cred, t, log); c != nil {
 		go s.serveConn(c)
 	}
 }
@@ -316,22 +319,25 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 // ends or ctx is done (then r is closed, if it can be).
 func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) {
 	closer, _ := r.(io.Closer)
-	// stdio is the local user's own pipe: the single-user principal.
+	// stdio is the local user's own pipe: the single-user principal, with
+	// no credential to end.
 	ctx = session.WithPrincipal(ctx, "")
 	s.run(ctx, newLineTransport(r, w, closer, s.cfg.MaxFrameBytes), s.log.With("transport", "stdio"))
 }
 
+// run serves a connection without a credential (stdio) until it ends.
 func (s *Server) run(ctx context.Context, t transport, log *slog.Logger) {
-	if c := s.open(ctx, t, log); c != nil {
+	if c := s.open(ctx, auth.Credential{}, t, log); c != nil {
 		s.serveConn(c)
 	}
 }
 
-// open registers a new connection, living within ctx, so that Shutdown
-// sees it from now on; one opened while the server drains is told to go
-// away at once, and one opened once Shutdown has begun is closed and nil
-// returned.
-func (s *Server) open(ctx context.Context, t transport, log *slog.Logger) *conn {
+// open registers a new connection, living within ctx and holding cred, so
+// that Shutdown and ReloadAuth see it from now on; one opened while the
+// server drains is told to go away at once, one whose credential a reload
+// revoked meanwhile is closed as revoked, and one opened once Shutdown
+// has begun is closed and nil returned.
+func (s *Server) open(ctx context.Context, cred auth.Credential, t transport, log *slog.Logger) *conn {
 	s.mu.Lock()
 	if s.shutDown {
 		// Shutdown is waiting for s.wg: nothing may join it now. The
@@ -341,12 +347,20 @@ func (s *Server) open(ctx context.Context, t transport, log *slog.Logger) *conn 
 		return nil
 	}
 	c := newConn(s, t, log)
+	c.cred = cred
 	c.begin(ctx)
+	c.watchExpiry()
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.metrics.connsOpen.Add(1)
 	s.metrics.connsTotal.Add(1)
+	// A reload between the handshake and the registration did not see
+	// this connection; it sees the reloaded credentials now (the reload
+	// stored them before it took s.mu to look at the connections).
+	if !s.cfg.Auth.Valid(cred) {
+		c.credentialEnded(ReasonRevoked)
+	}
 	if s.draining.Load() {
 		c.goAway("server shutting down")
 	}

@@ -44,7 +44,8 @@ type Config struct {
 	Store store.Store
 	// Runner runs turns.
 	Runner TurnRunner
-	// LogPath is reported as every Session's path: where its log lives.
+	// LogPath is reported as every Session's path: where its log lives,
+	// or "" (no path a client may use) on a server of several principals.
 	LogPath string
 	// ProviderID and ModelID are the defaults a new session reports when
 	// there is no Catalog.

@@ -30,6 +30,9 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 			return nil, nil, msp.ErrInvalidParams("sessionId", "sessionId must be a UUID")
 		}
 	}
+	if err := checkWorkspaceRoots(p); err != nil {
+		return nil, nil, err
+	}
 	owner := PrincipalFrom(ctx)
 	var started *msp.Session
 	resp, _, err := m.ledger.runCreating(ctx, p.CommandID, msp.MethodSessionStart, raw, func(a *admission) (json.RawMessage, error) {
