@@ -194,18 +194,7 @@ func TestTokensFileReloadOnDaemon(t *testing.T) {
 // TestJWTUserAndServiceAccount: JWT users and tokens-file service
 // accounts on one server, each principal apart; an expired JWT is 401.
 func TestJWTUserAndServiceAccount(t *testing.T) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(t.TempDir(), "jwt.pem")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	key, keyFile := jwtSigningKey(t)
 	d := startDaemon(t, daemon.Config{Auth: auth.Config{
 		TokensFile: tokensFile(t, "ci "+aliceToken),
 		JWT:        auth.JWTConfig{KeyFile: keyFile, Issuer: "https://issuer.test", Audience: "mspd"},
@@ -237,4 +226,23 @@ func TestJWTUserAndServiceAccount(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("an expired JWT: %v, want 401", err)
 	}
+}
+
+// jwtSigningKey makes a P-256 key that signs the test's JWTs, and a PEM
+// file of its public half for --auth-jwt-key-file.
+func jwtSigningKey(t *testing.T) (*ecdsa.PrivateKey, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "jwt.pem")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return key, keyFile
 }

@@ -2,15 +2,9 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -147,18 +141,7 @@ func TestRevokedConnectionRunsNothing(t *testing.T) {
 // before, with StatusCredentialEnded and the expiry reason; a connection
 // whose token lasts longer stays open and serving.
 func TestJWTConnectionClosedAtExpiry(t *testing.T) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(t.TempDir(), "jwt.pem")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	key, keyFile := jwtSigningKey(t)
 	d := startDaemon(t, daemon.Config{Auth: auth.Config{
 		JWT: auth.JWTConfig{KeyFile: keyFile, Issuer: "https://issuer.test", Audience: "mspd", Leeway: time.Millisecond},
 	}})
