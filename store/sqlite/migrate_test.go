@@ -106,14 +106,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 
 // Pruning walks the created_at index rather than scanning the ledger.
 func TestPruneUsesIndex(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "mspd.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := freshFile(t)
 	plan := queryPlan(t, path, `SELECT rowid FROM commands WHERE created_at < ? ORDER BY created_at LIMIT ?`, 1, 1)
 	if !strings.Contains(plan, "commands_by_created") || strings.Contains(plan, "TEMP B-TREE") {
 		t.Fatalf("prune plan does not walk commands_by_created:\n%s", plan)
@@ -176,14 +169,7 @@ func TestMigrateOwnersFromVersion3(t *testing.T) {
 // An owner's listing walks sessions_by_owner, in its order: it reads none
 // of the other owners' rows, and sorts nothing.
 func TestSessionsUseOwnerIndex(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "mspd.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := freshFile(t)
 	for _, q := range []struct {
 		query string
 		args  []any
@@ -216,4 +202,19 @@ func queryPlan(t *testing.T, path, query string, args ...any) string {
 		plan.WriteString(detail + "\n")
 	}
 	return plan.String()
+}
+
+// freshFile is the path of a database Open made and closed again: the
+// current schema, empty.
+func freshFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "mspd.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
