@@ -211,7 +211,7 @@ func unanswered(frame []byte) bool {
 		return json.Unmarshal(rawMethod, &method) == nil
 	case hasID && !hasMethod:
 		_, ok := validID(rawID)
-		return ok
+		return ok && isResponse(env)
 	}
 	return false
 }

@@ -66,9 +66,14 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, ok
 		}
 	}
 	switch {
-	case !hasMethod && hasID:
+	case !hasMethod && hasID && isResponse(env):
 		// A response: mspd sends no requests, so there is nothing to match.
 		c.log.Debug("ignoring a response from the client", "id", string(rawID))
+		return nil, nil, false
+	case !hasMethod && hasID:
+		// Identified, so the sender waits for an answer (JSON-RPC 2.0 §5).
+		c.replyError(id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
+			"frame has an id but neither method (a request) nor result or error (a response)"))
 		return nil, nil, false
 	case !hasMethod:
 		c.replyError(nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, "frame has neither method nor id"))
@@ -94,6 +99,14 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, ok
 		return nil, nil, false
 	}
 	return &jsonrpc2.Request{Method: method, Params: &params}, id, true
+}
+
+// isResponse tells whether an envelope without a method is a response: it
+// carries a result or an error.
+func isResponse(env map[string]json.RawMessage) bool {
+	_, hasResult := env["result"]
+	_, hasError := env["error"]
+	return hasResult || hasError
 }
 
 // The JSON values (member names included) a request's params may hold,
