@@ -29,11 +29,11 @@ func newFlood(frames ...string) *floodTransport {
 	return &floodTransport{wedgedTransport: newWedged(frames...), drained: make(chan struct{})}
 }
 
-func (t *floodTransport) ReadFrame(ctx context.Context) ([]byte, error) {
+func (t *floodTransport) ReadFrame(ctx context.Context, in admitter) ([]byte, error) {
 	if len(t.in) == 0 {
 		t.once.Do(func() { close(t.drained) })
 	}
-	f, err := t.wedgedTransport.ReadFrame(ctx)
+	f, err := t.wedgedTransport.ReadFrame(ctx, in)
 	if err == nil {
 		t.read.Add(1)
 	}

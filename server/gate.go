@@ -16,18 +16,18 @@ import (
 // gate checks one inbound frame before the handler sees it: validation
 // happens here, on the raw bytes (params are never re-encoded), and every
 // bad frame gets a typed answer on an open connection. It returns the
-// request and its id as sent (the answer echoes it byte for byte), or
-// ok=false when the frame was answered (or was a notification) here.
-func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, ok bool) {
+// request and its id as sent (the answer echoes it byte for byte); or no
+// request and the refusal to answer it with (a nil id is answered as
+// null); or neither, for a frame that is not answered (a notification, a
+// response).
+func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, refusal *msp.Error) {
 	var env map[string]json.RawMessage
 	if err := json.Unmarshal(frame, &env); err != nil {
 		if json.Valid(frame) {
-			c.replyError(nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
-				"a frame must be one JSON object (batches are not part of MSP)"))
-		} else {
-			c.replyError(nil, msp.NewError(msp.CodeParseError, msp.KindParseError, "frame is not valid JSON: %v", err))
+			return nil, nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
+				"a frame must be one JSON object (batches are not part of MSP)")
 		}
-		return nil, nil, false
+		return nil, nil, msp.NewError(msp.CodeParseError, msp.KindParseError, "frame is not valid JSON: %v", err)
 	}
 	rawID, hasID := env["id"]
 	id, idOK := validID(rawID)
@@ -37,8 +37,7 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, ok
 		if !idOK {
 			id = nil
 		}
-		c.replyError(id, msp.NewError(msp.CodeParseError, msp.KindParseError, "frame is not valid UTF-8"))
-		return nil, nil, false
+		return nil, id, msp.NewError(msp.CodeParseError, msp.KindParseError, "frame is not valid UTF-8")
 	}
 	if hasID && !idOK {
 		// Echo an integer id this host cannot take (a negative one) so the
@@ -49,56 +48,48 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, ok
 				echo = n
 			}
 		}
-		c.replyError(echo, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
-			"id must be a string of at most %d bytes (UTF-8) or a non-negative integer", maxIDBytes))
-		return nil, nil, false
+		return nil, echo, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
+			"id must be a string of at most %d bytes (UTF-8) or a non-negative integer", maxIDBytes)
 	}
 	if string(env["jsonrpc"]) != `"2.0"` {
-		c.replyError(id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, `frame must carry "jsonrpc": "2.0"`))
-		return nil, nil, false
+		return nil, id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, `frame must carry "jsonrpc": "2.0"`)
 	}
 	rawMethod, hasMethod := env["method"]
 	var method string
 	if hasMethod {
 		if err := json.Unmarshal(rawMethod, &method); err != nil {
-			c.replyError(id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, "method must be a string"))
-			return nil, nil, false
+			return nil, id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, "method must be a string")
 		}
 	}
 	switch {
 	case !hasMethod && hasID && isResponse(env):
 		// A response: mspd sends no requests, so there is nothing to match.
 		c.log.Debug("ignoring a response from the client", "id", string(rawID))
-		return nil, nil, false
+		return nil, nil, nil
 	case !hasMethod && hasID:
 		// Identified, so the sender waits for an answer (JSON-RPC 2.0 §5).
-		c.replyError(id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
-			"frame has an id but neither method (a request) nor result or error (a response)"))
-		return nil, nil, false
+		return nil, id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
+			"frame has an id but neither method (a request) nor result or error (a response)")
 	case !hasMethod:
-		c.replyError(nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, "frame has neither method nor id"))
-		return nil, nil, false
+		return nil, nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, "frame has neither method nor id")
 	case !hasID:
 		c.notification(method)
-		return nil, nil, false
+		return nil, nil, nil
 	}
 	if e := c.admit(method); e != nil {
-		c.replyError(id, e)
-		return nil, nil, false
+		return nil, id, e
 	}
 	params, hasParams := env["params"]
 	if !hasParams {
 		params = json.RawMessage("{}")
 	}
 	if e := tooManyValues(params); e != nil {
-		c.replyError(id, e)
-		return nil, nil, false
+		return nil, id, e
 	}
 	if errs := c.srv.val.Params(method, params); len(errs) > 0 {
-		c.replyError(id, invalidParams(errs))
-		return nil, nil, false
+		return nil, id, invalidParams(errs)
 	}
-	return &jsonrpc2.Request{Method: method, Params: &params}, id, true
+	return &jsonrpc2.Request{Method: method, Params: &params}, id, nil
 }
 
 // isResponse tells whether an envelope without a method is a response: it

@@ -19,8 +19,9 @@ import (
 // NDJSON line.
 type transport interface {
 	// ReadFrame returns the next frame. A frame over the limit is consumed
-	// and reported as a *tooLargeError carrying its first bytes.
-	ReadFrame(ctx context.Context) ([]byte, error)
+	// and reported as a *tooLargeError carrying its first bytes. A frame
+	// that grows past freeFrameBytes is read on only once in admits it.
+	ReadFrame(ctx context.Context, in admitter) ([]byte, error)
 	// WriteFrame sends one frame.
 	WriteFrame(ctx context.Context, frame []byte) error
 	// Close ends the transport; reason is for the peer. A dead peer
@@ -53,23 +54,37 @@ type wsTransport struct {
 	cork *corkConn
 }
 
-func (t *wsTransport) ReadFrame(ctx context.Context) ([]byte, error) {
+func (t *wsTransport) ReadFrame(ctx context.Context, in admitter) ([]byte, error) {
 	// A binary message is read like a text one: if it is not a valid
 	// frame it is answered as such rather than dropping the connection.
 	_, r, err := t.c.Reader(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return readBounded(r, t.limit)
+	return readBounded(ctx, r, t.limit, in)
 }
 
 // readBounded reads a whole message, keeping at most limit bytes; beyond
-// that it drains the rest and reports a *tooLargeError.
-func readBounded(r io.Reader, limit int64) ([]byte, error) {
+// that it drains the rest and reports a *tooLargeError. Past
+// freeFrameBytes it waits for in (nil: admitted) before reading on.
+func readBounded(ctx context.Context, r io.Reader, limit int64, in admitter) ([]byte, error) {
 	var buf bytes.Buffer
-	n, err := io.Copy(&buf, io.LimitReader(r, limit+1))
+	free := min(limit, freeFrameBytes)
+	n, err := io.Copy(&buf, io.LimitReader(r, free+1))
 	if err != nil {
 		return nil, err
+	}
+	if n > free && free < limit {
+		if in != nil {
+			if err := in.admitLarge(ctx); err != nil {
+				return nil, err
+			}
+		}
+		more, err := io.Copy(&buf, io.LimitReader(r, limit-n+1))
+		if err != nil {
+			return nil, err
+		}
+		n += more
 	}
 	if n <= limit {
 		return buf.Bytes(), nil
@@ -266,9 +281,9 @@ func newLineTransport(r io.Reader, w io.Writer, c io.Closer, limit int64) *lineT
 	return &lineTransport{r: bufio.NewReaderSize(r, 64<<10), w: w, c: c, limit: limit}
 }
 
-func (t *lineTransport) ReadFrame(ctx context.Context) ([]byte, error) {
+func (t *lineTransport) ReadFrame(ctx context.Context, in admitter) ([]byte, error) {
 	for {
-		line, err := t.readLine()
+		line, err := t.readLine(ctx, in)
 		if err != nil {
 			var tl *tooLargeError
 			if errors.As(err, &tl) {
@@ -287,11 +302,18 @@ func (t *lineTransport) ReadFrame(ctx context.Context) ([]byte, error) {
 	}
 }
 
-// readLine reads up to LF, keeping at most limit bytes of a line.
-func (t *lineTransport) readLine() ([]byte, error) {
+// readLine reads up to LF, keeping at most limit bytes of a line. Past
+// freeFrameBytes it waits for in (nil: admitted) before reading on.
+func (t *lineTransport) readLine(ctx context.Context, in admitter) ([]byte, error) {
 	var line []byte
-	over := false
+	over, admitted := false, in == nil
 	for {
+		if !admitted && !over && len(line) >= freeFrameBytes {
+			if err := in.admitLarge(ctx); err != nil {
+				return nil, err
+			}
+			admitted = true
+		}
 		chunk, err := t.r.ReadSlice('\n')
 		if !over {
 			if int64(len(line)+len(chunk)) > t.limit+1 { // +1: the LF itself
