@@ -128,6 +128,10 @@ func TestOutboxResponseWaitsForRoom(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
+	// The waiting response is held, so it counts (/metrics shows it).
+	if held := o.inFlightBytes(); held != 100 {
+		t.Fatalf("%d bytes in flight with 60 queued and 40 waiting", held)
+	}
 	durable(o, "c1") // would fit, but a response waits: dropped
 	if got := pop(t, o); got != string(frame(60, "r1")) {
 		t.Fatalf("first %q", got)

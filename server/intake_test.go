@@ -194,3 +194,64 @@ func TestIntakeBudgetMakesLargeFramesWait(t *testing.T) {
 		srv.Shutdown(context.Background())
 	})
 }
+
+// stuckOnLarge is a client that reads small frames and then stops reading
+// at the first large one: a write of more than 64 KiB blocks until the
+// transport closes. It counts the frames the server read from it.
+type stuckOnLarge struct {
+	*wedgedTransport
+	read atomic.Int64
+}
+
+func (t *stuckOnLarge) ReadFrame(ctx context.Context, in admitter) ([]byte, error) {
+	f, err := t.wedgedTransport.ReadFrame(ctx, in)
+	if err == nil {
+		t.read.Add(1)
+	}
+	return f, err
+}
+
+func (t *stuckOnLarge) WriteFrame(ctx context.Context, frame []byte) error {
+	if len(frame) <= 64<<10 {
+		return nil
+	}
+	return t.wedgedTransport.WriteFrame(ctx, frame)
+}
+
+// A client that stops reading in the middle of a large answer (a page over
+// the outbox's request limit) is not read again until that answer has been
+// written, and the answer counts in the outbound gauge meanwhile. The
+// writer's batch used to leave the budget's account: the queue looked
+// empty, the next page was read and built, queued alone (weighed as
+// nothing), and a third was built to wait for room — three large answers
+// held per connection while the gauge counted one (or none).
+func TestLargeAnswerInWriteHoldsTheReadLoop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, head := reviewManager(t)
+		sid := startWithTurnsText(t, m, head, nopSub{}, 4, strings.Repeat("x", 1<<20))
+		srv, err := New(m, Config{QueueBytes: 1 << 20, PingInterval: -1, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames := []string{
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":{"name":"t","version":"1"}}}`,
+			`{"jsonrpc":"2.0","method":"initialized"}`,
+		}
+		for i := range 4 {
+			frames = append(frames, `{"jsonrpc":"2.0","id":`+itoa(100+i)+`,"method":"view/page","params":{"sessionId":"`+sid+`","cursor":"v:`+sid+`:`+itoa(3*i)+`","limit":2}}`)
+		}
+		tr := &stuckOnLarge{wedgedTransport: newWedged(frames...)}
+		served := make(chan struct{})
+		go func() { srv.run(context.Background(), tr, slog.New(slog.DiscardHandler)); close(served) }()
+		synctest.Wait()
+		if n := tr.read.Load(); n != 3 {
+			t.Errorf("%d frames read, want 3: nothing after the first page while its answer is being written", n)
+		}
+		if held := srv.stats().QueuedBytes; held < 1<<20 {
+			t.Errorf("the outbound gauge reads %d bytes while a page of more than 1 MiB is being written", held)
+		}
+		tr.Close("", true)
+		<-served
+		srv.Shutdown(context.Background())
+	})
+}
