@@ -50,7 +50,7 @@ func (m *Metrics) WatchServer(snapshot func() ServerStats) error {
 		counter("mspd_view_gaps_total", "view/gap markers sent on open connections.", func(s ServerStats) float64 { return float64(s.ViewGaps) }),
 		counter("mspd_deltas_coalesced_total", "item/delta events merged into a queued delta of the same item for readers behind, on open connections.", func(s ServerStats) float64 { return float64(s.DeltasCoalesced) }),
 		gauge("mspd_outbound_queued_frames", "Frames waiting in connection outboxes.", func(s ServerStats) float64 { return float64(s.QueuedFrames) }),
-		gauge("mspd_outbound_queued_bytes", "Bytes held by connection outboxes (queued frames and kept events).", func(s ServerStats) float64 { return float64(s.QueuedBytes) }),
+		gauge("mspd_outbound_queued_bytes", "Bytes held by connection outboxes (queued frames, kept events, the batch being written and answers waiting for room).", func(s ServerStats) float64 { return float64(s.QueuedBytes) }),
 		gauge("mspd_outbound_queued_bytes_max", "Bytes held by the fullest connection outbox; each is bounded by --queue-bytes.", func(s ServerStats) float64 { return float64(s.QueuedBytesMax) }),
 	}))
 }

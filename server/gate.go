@@ -21,13 +21,14 @@ import (
 // null); or neither, for a frame that is not answered (a notification, a
 // response).
 func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, refusal *msp.Error) {
-	var env map[string]json.RawMessage
-	if err := json.Unmarshal(frame, &env); err != nil {
-		if json.Valid(frame) {
-			return nil, nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
-				"a frame must be one JSON object (batches are not part of MSP)")
-		}
+	if !json.Valid(frame) {
+		err := json.Unmarshal(frame, &struct{}{}) // the syntax error, found without copying anything
 		return nil, nil, msp.NewError(msp.CodeParseError, msp.KindParseError, "frame is not valid JSON: %v", err)
+	}
+	env, ok := members(frame)
+	if !ok {
+		return nil, nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
+			"a frame must be one JSON object (batches are not part of MSP)")
 	}
 	rawID, hasID := env["id"]
 	id, idOK := validID(rawID)
@@ -90,6 +91,45 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, re
 		return nil, id, invalidParams(errs)
 	}
 	return &jsonrpc2.Request{Method: method, Params: &params}, id, nil
+}
+
+// members splits a valid JSON document that is an object into its
+// members, each value a slice of doc (json.Unmarshal into a map of
+// json.RawMessage would copy them: the params of a large frame once more).
+// A name given twice keeps its last value, as json.Unmarshal does.
+func members(doc []byte) (map[string]json.RawMessage, bool) {
+	i := skipSpace(doc, 0)
+	if i >= len(doc) || doc[i] != '{' {
+		return nil, false
+	}
+	env := make(map[string]json.RawMessage, 4)
+	for i = skipSpace(doc, i+1); i < len(doc) && doc[i] == '"'; {
+		end := skipValue(doc, i)
+		var name string
+		if quoted := doc[i:end]; bytes.IndexByte(quoted, '\\') < 0 {
+			name = string(quoted[1 : len(quoted)-1])
+		} else if json.Unmarshal(quoted, &name) != nil {
+			return nil, false
+		}
+		i = skipSpace(doc, end)
+		i = skipSpace(doc, i+1) // the colon
+		end = skipValue(doc, i)
+		env[name] = json.RawMessage(doc[i:end])
+		i = skipSpace(doc, end)
+		if i < len(doc) && doc[i] == ',' {
+			i = skipSpace(doc, i+1)
+		}
+	}
+	return env, true
+}
+
+// skipSpace returns the index of the first byte from i on that is not
+// JSON white space.
+func skipSpace(doc []byte, i int) int {
+	for i < len(doc) && isSpace(doc[i]) {
+		i++
+	}
+	return i
 }
 
 // isResponse tells whether an envelope without a method is a response: it

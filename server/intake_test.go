@@ -2,13 +2,16 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"testing/synctest"
 
 	"mspd/store"
@@ -254,4 +257,25 @@ func TestLargeAnswerInWriteHoldsTheReadLoop(t *testing.T) {
 		<-served
 		srv.Shutdown(context.Background())
 	})
+}
+
+// readBounded returns a message whole up to the limit, whatever the size
+// around the free allowance and the chunks it reads a large one in, and
+// beyond the limit its first bytes only, as a *tooLargeError.
+func TestReadBoundedSizes(t *testing.T) {
+	const limit = 3 << 20
+	for _, n := range []int{0, 1, freeFrameBytes, freeFrameBytes + 1, 300 << 10, limit - 1, limit, limit + 1, 3 * limit} {
+		msg := make([]byte, n)
+		for i := range msg {
+			msg[i] = byte('a' + i%26)
+		}
+		got, err := readBounded(context.Background(), iotest.HalfReader(bytes.NewReader(msg)), limit, nil)
+		var tl *tooLargeError
+		switch {
+		case n <= limit && (err != nil || !bytes.Equal(got, msg)):
+			t.Errorf("%d bytes: got %d bytes, %v", n, len(got), err)
+		case n > limit && (!errors.As(err, &tl) || !bytes.Equal(tl.prefix, msg[:prefixKeep])):
+			t.Errorf("%d bytes over a %d limit: %v", n, limit, err)
+		}
+	}
 }

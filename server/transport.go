@@ -70,29 +70,51 @@ func (t *wsTransport) ReadFrame(ctx context.Context, in admitter) ([]byte, error
 func readBounded(ctx context.Context, r io.Reader, limit int64, in admitter) ([]byte, error) {
 	var buf bytes.Buffer
 	free := min(limit, freeFrameBytes)
-	n, err := io.Copy(&buf, io.LimitReader(r, free+1))
-	if err != nil {
+	if _, err := io.Copy(&buf, io.LimitReader(r, free+1)); err != nil {
 		return nil, err
 	}
-	if n > free && free < limit {
+	frame := buf.Bytes()
+	if int64(len(frame)) > free && free < limit {
 		if in != nil {
 			if err := in.admitLarge(ctx); err != nil {
 				return nil, err
 			}
 		}
-		more, err := io.Copy(&buf, io.LimitReader(r, limit-n+1))
-		if err != nil {
+		var err error
+		if frame, err = readLarge(frame, r, limit+1); err != nil {
 			return nil, err
 		}
-		n += more
 	}
-	if n <= limit {
-		return buf.Bytes(), nil
+	if int64(len(frame)) <= limit {
+		return frame, nil
 	}
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		return nil, err
 	}
-	return nil, &tooLargeError{prefix: buf.Bytes()[:min(buf.Len(), prefixKeep)]}
+	// A copy: the prefix must not keep the whole frame alive.
+	return nil, &tooLargeError{prefix: bytes.Clone(frame[:min(len(frame), prefixKeep)])}
+}
+
+// readLarge reads the rest of a message after head, up to max bytes in
+// all, in chunks joined once it ends: the frame is held once, at its size,
+// where a buffer grown by doubling would hold up to twice it (and, while
+// growing, three halves of that).
+func readLarge(head []byte, r io.Reader, max int64) ([]byte, error) {
+	chunks := [][]byte{head}
+	total := int64(len(head))
+	for size := int64(256 << 10); total < max; size = min(2*size, 4<<20) {
+		chunk := make([]byte, min(size, max-total))
+		n, err := io.ReadFull(r, chunk)
+		chunks = append(chunks, chunk[:n])
+		total += int64(n)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return bytes.Join(chunks, nil), nil
 }
 
 func (t *wsTransport) WriteFrame(ctx context.Context, frame []byte) error {
