@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
 )
@@ -23,8 +24,27 @@ const freeFrameBytes = 64 << 10
 // chunk, is what keeps connections half-way through frames from waiting on
 // each other for ever.
 type intake struct {
-	sem   *semaphore.Weighted
-	share int64 // what a frame past the free allowance takes while read
+	sem     *semaphore.Weighted
+	share   int64        // what a frame past the free allowance takes while read
+	held    atomic.Int64 // bytes taken (/metrics)
+	waiting atomic.Int64 // connections waiting to take their share (/metrics)
+}
+
+// take waits for n bytes of the budget.
+func (in *intake) take(ctx context.Context, n int64) error {
+	in.waiting.Add(1)
+	err := in.sem.Acquire(ctx, n)
+	in.waiting.Add(-1)
+	if err == nil {
+		in.held.Add(n)
+	}
+	return err
+}
+
+// give returns n bytes taken.
+func (in *intake) give(n int64) {
+	in.held.Add(-n)
+	in.sem.Release(n)
 }
 
 func newIntake(budget, frameLimit int64) *intake {
@@ -45,7 +65,7 @@ func (c *conn) admitLarge(ctx context.Context) error {
 	c.busy.Store(true)
 	defer c.busy.Store(false)
 	in := c.srv.intake
-	if err := in.sem.Acquire(ctx, in.share); err != nil {
+	if err := in.take(ctx, in.share); err != nil {
 		return err
 	}
 	c.charge = in.share
@@ -64,7 +84,7 @@ func (c *conn) settle(frame []byte) int64 {
 	}
 	keep = min(keep, charge)
 	if charge > keep {
-		c.srv.intake.sem.Release(charge - keep)
+		c.srv.intake.give(charge - keep)
 	}
 	return keep
 }
@@ -72,6 +92,6 @@ func (c *conn) settle(frame []byte) int64 {
 // release gives back what settle kept.
 func (c *conn) release(charge int64) {
 	if charge > 0 {
-		c.srv.intake.sem.Release(charge)
+		c.srv.intake.give(charge)
 	}
 }

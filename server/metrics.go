@@ -31,6 +31,8 @@ func (s *Server) stats() observe.ServerStats {
 		FramesRejected: m.framesRejected.Load(),
 		FramesSent:     m.framesSent.Load(),
 		RequestErrors:  m.requestErrors.Load(),
+		InboundBytes:   s.intake.held.Load(),
+		InboundWaiting: s.intake.waiting.Load(),
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
