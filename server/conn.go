@@ -53,17 +53,24 @@ type conn struct {
 	// charge is what the frame the read loop is reading holds of the
 	// server's intake budget (read loop only).
 	charge int64
+	// follow is held (a token in it) by a request that may follow one
+	// session more, from its room check (roomToFollow) to its
+	// subscription, so that requests executing at once cannot all pass
+	// the check. (A channel: a goroutine waiting on it is durably blocked
+	// in a testing/synctest bubble.)
+	follow chan struct{}
 }
 
 func newConn(srv *Server, t transport, log *slog.Logger) *conn {
 	c := &conn{
-		srv:   srv,
-		t:     t,
-		out:   newOutbox(limitsFor(srv.cfg), gapFrame),
-		log:   log,
-		ctx:   context.Background(),
-		done:  make(chan struct{}),
-		slots: make(chan struct{}, srv.cfg.MaxConnRequests),
+		srv:    srv,
+		t:      t,
+		out:    newOutbox(limitsFor(srv.cfg), gapFrame),
+		log:    log,
+		ctx:    context.Background(),
+		done:   make(chan struct{}),
+		slots:  make(chan struct{}, srv.cfg.MaxConnRequests),
+		follow: make(chan struct{}, 1),
 	}
 	c.out.onWait = srv.cfg.Metrics.QueueWait
 	return c

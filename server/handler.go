@@ -33,6 +33,10 @@ func (h *handler) Handle(ctx context.Context, req *jsonrpc2.Request, id json.Raw
 		dispatched()
 		return // the gate handles notifications
 	}
+	if follows(req.Method) {
+		h.c.follow <- struct{}{}
+		defer func() { <-h.c.follow }()
+	}
 	params := json.RawMessage("{}")
 	if req.Params != nil {
 		params = *req.Params
@@ -169,6 +173,16 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 		return c.srv.cfg.Models.List(providerID, modelID), nil, nil
 	}
 	return nil, nil, msp.NewError(msp.CodeMethodNotFound, msp.KindMethodNotFound, "method %q is not served by this host", method)
+}
+
+// follows tells whether a method may have the connection follow one
+// session more (see roomToFollow).
+func follows(method string) bool {
+	switch method {
+	case msp.MethodSessionStart, msp.MethodSessionResume, msp.MethodSessionFork, msp.MethodViewSubscribe:
+		return true
+	}
+	return false
 }
 
 // roomToFollow refuses a request that would have the connection follow

@@ -279,3 +279,69 @@ func TestReadBoundedSizes(t *testing.T) {
 		}
 	}
 }
+
+// blockingCommits is a store whose commits wait for release to close,
+// once armed.
+type blockingCommits struct {
+	store.Store
+	armed   atomic.Bool
+	release chan struct{}
+}
+
+func (b *blockingCommits) Commit(ctx context.Context, batch store.Batch) error {
+	if b.armed.Load() {
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return b.Store.Commit(ctx, batch)
+}
+
+// With several requests executing at once, the cap on sessions followed
+// still holds: of four session/start sent together on a connection that
+// may follow one session, one starts and three are refused as
+// backpressured. Each used to pass the room check before any had
+// subscribed, and all four started.
+func TestFollowCapHoldsWithConcurrentRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var bc *blockingCommits
+		m, _ := reviewManagerOver(t, func(st store.Store) store.Store {
+			bc = &blockingCommits{Store: st, release: make(chan struct{})}
+			return bc
+		})
+		srv, err := New(m, Config{MaxConnRequests: 4, MaxSubscriptions: 1, PingInterval: -1, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := newStdioPeer(srv)
+		synctest.Wait()
+		bc.armed.Store(true)
+		var in strings.Builder
+		for i := range 4 {
+			in.WriteString(`{"jsonrpc":"2.0","id":` + itoa(i+1) + `,"method":"session/start","params":{"commandId":"` + reviewCmd() + `"}}` + "\n")
+		}
+		p.send(in.String())
+		synctest.Wait()
+		close(bc.release)
+		synctest.Wait()
+		started, refused := 0, 0
+		p.mu.Lock()
+		for _, l := range p.lines {
+			switch {
+			case strings.Contains(l, `"result":{`) && strings.Contains(l, `"viewCursor"`):
+				started++
+			case strings.Contains(l, `"kind":"backpressured"`):
+				refused++
+			}
+		}
+		p.mu.Unlock()
+		if started != 1 || refused != 3 {
+			t.Errorf("%d sessions started and %d refused on a connection that may follow one; want 1 and 3", started, refused)
+		}
+		p.in.Close()
+		<-p.served
+		srv.Shutdown(context.Background())
+	})
+}
