@@ -325,12 +325,15 @@ func (t *lineTransport) ReadFrame(ctx context.Context, in admitter) ([]byte, err
 }
 
 // readLine reads up to LF, keeping at most limit bytes of a line. Past
-// freeFrameBytes it waits for in (nil: admitted) before reading on.
+// freeFrameBytes it waits for in (nil: admitted) before reading on. A long
+// line is kept in the pieces read and joined once it ends, as readLarge
+// does: appending to one slice would copy it over and over as it grows.
 func (t *lineTransport) readLine(ctx context.Context, in admitter) ([]byte, error) {
-	var line []byte
+	var parts [][]byte
+	n := 0 // bytes of the line read, while within the limit
 	over, admitted := false, in == nil
 	for {
-		if !admitted && !over && len(line) >= freeFrameBytes {
+		if !admitted && !over && n >= freeFrameBytes {
 			if err := in.admitLarge(ctx); err != nil {
 				return nil, err
 			}
@@ -338,14 +341,14 @@ func (t *lineTransport) readLine(ctx context.Context, in admitter) ([]byte, erro
 		}
 		chunk, err := t.r.ReadSlice('\n')
 		if !over {
-			if int64(len(line)+len(chunk)) > t.limit+1 { // +1: the LF itself
+			if int64(n+len(chunk)) > t.limit+1 { // +1: the LF itself
 				over = true
-				keep := prefixKeep - len(line)
-				if keep > 0 {
-					line = append(line, chunk[:min(keep, len(chunk))]...)
+				if keep := prefixKeep - n; keep > 0 {
+					parts = append(parts, bytes.Clone(chunk[:min(keep, len(chunk))]))
 				}
 			} else {
-				line = append(line, chunk...)
+				parts = append(parts, bytes.Clone(chunk))
+				n += len(chunk)
 			}
 		}
 		switch {
@@ -353,15 +356,24 @@ func (t *lineTransport) readLine(ctx context.Context, in admitter) ([]byte, erro
 			continue
 		case err != nil:
 			if over {
-				return nil, &tooLargeError{prefix: line}
+				return nil, &tooLargeError{prefix: joined(parts)}
 			}
-			return line, err
+			return joined(parts), err
 		}
 		if over {
-			return nil, &tooLargeError{prefix: line}
+			return nil, &tooLargeError{prefix: joined(parts)}
 		}
+		line := joined(parts)
 		return line[:len(line)-1], nil
 	}
+}
+
+// joined is parts as one slice: the only one, or a copy of them all.
+func joined(parts [][]byte) []byte {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return bytes.Join(parts, nil)
 }
 
 // WriteFrame writes one line, giving up when ctx ends (the write timeout):
