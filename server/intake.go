@@ -30,6 +30,12 @@ type intake struct {
 	waiting atomic.Int64 // connections waiting to take their share (/metrics)
 }
 
+// newIntake is a budget of budget bytes for frames of up to frameLimit
+// (a limit over the budget takes the whole budget: one at a time).
+func newIntake(budget, frameLimit int64) *intake {
+	return &intake{sem: semaphore.NewWeighted(budget), share: min(frameLimit, budget)}
+}
+
 // take waits for n bytes of the budget.
 func (in *intake) take(ctx context.Context, n int64) error {
 	in.waiting.Add(1)
@@ -45,10 +51,6 @@ func (in *intake) take(ctx context.Context, n int64) error {
 func (in *intake) give(n int64) {
 	in.held.Add(-n)
 	in.sem.Release(n)
-}
-
-func newIntake(budget, frameLimit int64) *intake {
-	return &intake{sem: semaphore.NewWeighted(budget), share: min(frameLimit, budget)}
 }
 
 // admitter lets a frame being read grow past freeFrameBytes: it returns
