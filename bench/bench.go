@@ -15,7 +15,7 @@ import (
 )
 
 // Scenarios lists every scenario, in the order they run.
-var Scenarios = []string{"turns", "notice", "idle", "resume", "append", "store", "cluster"}
+var Scenarios = []string{"turns", "notice", "idle", "resume", "append", "store", "cluster", "memory"}
 
 // Config is one benchmark run.
 type Config struct {
@@ -81,6 +81,16 @@ type Config struct {
 	ClusterNodes    int
 	ClusterReplicas int
 	ClusterSessions []int
+
+	// MemoryTurns turns of MemoryInputBytes of input each make the history
+	// the memory scenario reads (defaults 12 and 10 MB); MemoryStalled
+	// connections that never read send it view/page after view/page, and
+	// MemoryFramers connections send it maximum-size frames (defaults 3
+	// and 20).
+	MemoryTurns      int
+	MemoryInputBytes int
+	MemoryStalled    int
+	MemoryFramers    int
 
 	// Profile, when set, starts the servers with --pprof and writes
 	// profiles named after it: a CPU profile of each turns run
@@ -161,6 +171,18 @@ func (c *Config) defaults() {
 	}
 	if len(c.ClusterSessions) == 0 {
 		c.ClusterSessions = []int{100}
+	}
+	if c.MemoryTurns <= 0 {
+		c.MemoryTurns = 12
+	}
+	if c.MemoryInputBytes <= 0 {
+		c.MemoryInputBytes = 10_000_000
+	}
+	if c.MemoryStalled <= 0 {
+		c.MemoryStalled = 3
+	}
+	if c.MemoryFramers <= 0 {
+		c.MemoryFramers = 20
 	}
 	if c.Log == nil {
 		c.Log = os.Stderr
@@ -252,6 +274,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		"append":  r.append,
 		"store":   r.storeScenario,
 		"cluster": r.clusterScenario,
+		"memory":  r.memory,
 	}
 	for _, s := range Scenarios {
 		if !slices.Contains(cfg.Scenarios, s) {

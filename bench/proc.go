@@ -63,6 +63,12 @@ func launchServer(bin, workDir string, extra, env []string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return launchServerOn(bin, dir, extra, env)
+}
+
+// launchServerOn is launchServer on the data directory dir, which may
+// hold what an earlier server left (see halt).
+func launchServerOn(bin, dir string, extra, env []string) (*server, error) {
 	cmd := exec.Command(bin, append(serverArgs(dir), extra...)...)
 	// Flags win over MSPD_* variables; the rest of the environment passes,
 	// env's variables winning over this process's (exec keeps the last).
@@ -128,16 +134,28 @@ func (s *server) stop() {
 	s.awaitExit()
 }
 
+// halt ends the server as stop does but keeps its data directory, for
+// another server to start on.
+func (s *server) halt() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.awaitHalt()
+}
+
 // awaitExit waits for a server told to stop, killing it after 10 s, and
 // removes its data.
 func (s *server) awaitExit() {
+	s.awaitHalt()
+	os.RemoveAll(s.dir)
+}
+
+// awaitHalt waits for a server told to stop, killing it after 10 s.
+func (s *server) awaitHalt() {
 	select {
 	case <-s.exited:
 	case <-time.After(10 * time.Second):
 		s.cmd.Process.Kill()
 		<-s.exited
 	}
-	os.RemoveAll(s.dir)
 }
 
 // cpu is the server's CPU time so far (user and system, all threads).
@@ -198,18 +216,24 @@ func procCPU(pid int) (time.Duration, error) {
 }
 
 // procRSS reads VmRSS of a process from /proc/<pid>/status.
-func procRSS(pid int) (int64, error) {
+func procRSS(pid int) (int64, error) { return procStatus(pid, "VmRSS") }
+
+// procPeakRSS reads VmHWM of a process: its peak resident set size.
+func procPeakRSS(pid int) (int64, error) { return procStatus(pid, "VmHWM") }
+
+// procStatus reads one of the kB figures of /proc/<pid>/status, in bytes.
+func procStatus(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return kb << 10, err
 		}
 	}
-	return 0, errors.New("no VmRSS in /proc status")
+	return 0, fmt.Errorf("no %s in /proc status", field)
 }
 
 // buildServer builds ./cmd/mspd of the module at moduleDir into dir.

@@ -54,6 +54,7 @@ func TestBadInputIsAnsweredAndHarmless(t *testing.T) {
 		{"malformed JSON", `{"jsonrpc":"2.0","id":1,"method":`, "null", msp.CodeParseError, msp.KindParseError, ""},
 		{"batch", `[{"jsonrpc":"2.0","id":1,"method":"session/list"}]`, "null", msp.CodeInvalidRequest, msp.KindInvalidRequest, ""},
 		{"no jsonrpc member", `{"id":"a","method":"session/list","params":{}}`, `"a"`, msp.CodeInvalidRequest, msp.KindInvalidRequest, ""},
+		{"id without method, result or error", `{"jsonrpc":"2.0","id":"x2"}`, `"x2"`, msp.CodeInvalidRequest, msp.KindInvalidRequest, ""},
 		{"bad id type", `{"jsonrpc":"2.0","id":1.5,"method":"session/list"}`, "null", msp.CodeInvalidRequest, msp.KindInvalidRequest, ""},
 		{"frame over the limit", big, `"big-1"`, msp.CodeInputTooLarge, msp.KindInputTooLarge, ""},
 		{"unknown method", `{"jsonrpc":"2.0","id":7,"method":"session/fly","params":{}}`, "7", msp.CodeMethodNotFound, msp.KindMethodNotFound, ""},

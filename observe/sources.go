@@ -22,6 +22,10 @@ type ServerStats struct {
 	QueuedFrames   int
 	QueuedBytes    int
 	QueuedBytesMax int
+	// InboundBytes is what inbound frames hold of the server-wide intake
+	// budget; InboundWaiting counts connections waiting for room in it.
+	InboundBytes   int64
+	InboundWaiting int64
 }
 
 // SessionStats is a snapshot of the session manager's gauges.
@@ -50,7 +54,9 @@ func (m *Metrics) WatchServer(snapshot func() ServerStats) error {
 		counter("mspd_view_gaps_total", "view/gap markers sent on open connections.", func(s ServerStats) float64 { return float64(s.ViewGaps) }),
 		counter("mspd_deltas_coalesced_total", "item/delta events merged into a queued delta of the same item for readers behind, on open connections.", func(s ServerStats) float64 { return float64(s.DeltasCoalesced) }),
 		gauge("mspd_outbound_queued_frames", "Frames waiting in connection outboxes.", func(s ServerStats) float64 { return float64(s.QueuedFrames) }),
-		gauge("mspd_outbound_queued_bytes", "Bytes held by connection outboxes (queued frames and kept events).", func(s ServerStats) float64 { return float64(s.QueuedBytes) }),
+		gauge("mspd_outbound_queued_bytes", "Bytes held by connection outboxes (queued frames, kept events, the batch being written and answers waiting for room).", func(s ServerStats) float64 { return float64(s.QueuedBytes) }),
+		gauge("mspd_inbound_bytes", "Bytes of inbound frames being read and decoded, held of the --inbound-bytes budget.", func(s ServerStats) float64 { return float64(s.InboundBytes) }),
+		gauge("mspd_inbound_waiting", "Connections whose frame waits for room in the --inbound-bytes budget (not reading: TCP pushes back).", func(s ServerStats) float64 { return float64(s.InboundWaiting) }),
 		gauge("mspd_outbound_queued_bytes_max", "Bytes held by the fullest connection outbox; each is bounded by --queue-bytes.", func(s ServerStats) float64 { return float64(s.QueuedBytesMax) }),
 	}))
 }

@@ -29,11 +29,11 @@ func newFlood(frames ...string) *floodTransport {
 	return &floodTransport{wedgedTransport: newWedged(frames...), drained: make(chan struct{})}
 }
 
-func (t *floodTransport) ReadFrame(ctx context.Context) ([]byte, error) {
+func (t *floodTransport) ReadFrame(ctx context.Context, in admitter) ([]byte, error) {
 	if len(t.in) == 0 {
 		t.once.Do(func() { close(t.drained) })
 	}
-	f, err := t.wedgedTransport.ReadFrame(ctx)
+	f, err := t.wedgedTransport.ReadFrame(ctx, in)
 	if err == nil {
 		t.read.Add(1)
 	}
@@ -127,6 +127,10 @@ func TestOutboxResponseWaitsForRoom(t *testing.T) {
 			break
 		}
 		runtime.Gosched()
+	}
+	// The waiting response is held, so it counts (/metrics shows it).
+	if held := o.inFlightBytes(); held != 100 {
+		t.Fatalf("%d bytes in flight with 60 queued and 40 waiting", held)
 	}
 	durable(o, "c1") // would fit, but a response waits: dropped
 	if got := pop(t, o); got != string(frame(60, "r1")) {

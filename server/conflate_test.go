@@ -216,7 +216,7 @@ type gatedTransport struct {
 	writes  int
 }
 
-func (t *gatedTransport) ReadFrame(ctx context.Context) ([]byte, error) {
+func (t *gatedTransport) ReadFrame(ctx context.Context, _ admitter) ([]byte, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
 }

@@ -32,7 +32,7 @@ type conn struct {
 	ready       atomic.Bool     // the client sent initialized
 	listStream  atomic.Bool     // granted sessionListStream: takes session-list news
 	retries     atomic.Int32    // a retryRendering: how model retry notices are sent
-	busy        atomic.Bool     // a request is being handled on the read loop
+	busy        atomic.Bool     // the read loop is not reading (so pongs are not read either)
 	isWedged    atomic.Bool     // closed because its peer does not read
 	ctx         context.Context // ends with the connection: bounds waits for room
 	cancel      context.CancelFunc
@@ -51,16 +51,34 @@ type conn struct {
 	done      chan struct{}
 	pings     *time.Timer // the keepalive; nil without one
 	expiry    *time.Timer // ends the connection when cred expires; nil if it never does
+
+	// slots holds a token for each request executing: at most
+	// Config.MaxConnRequests, and the next frame is read only once one is
+	// free. running counts them, so that the end of input waits for their
+	// answers.
+	slots   chan struct{}
+	running sync.WaitGroup
+	// charge is what the frame the read loop is reading holds of the
+	// server's intake budget (read loop only).
+	charge int64
+	// follow is held (a token in it) by a request that may follow one
+	// session more, from its room check (roomToFollow) to its
+	// subscription, so that requests executing at once cannot all pass
+	// the check. (A channel: a goroutine waiting on it is durably blocked
+	// in a testing/synctest bubble.)
+	follow chan struct{}
 }
 
 func newConn(srv *Server, t transport, log *slog.Logger) *conn {
 	c := &conn{
-		srv:  srv,
-		t:    t,
-		out:  newOutbox(limitsFor(srv.cfg), gapFrame),
-		log:  log,
-		ctx:  context.Background(),
-		done: make(chan struct{}),
+		srv:    srv,
+		t:      t,
+		out:    newOutbox(limitsFor(srv.cfg), gapFrame),
+		log:    log,
+		ctx:    context.Background(),
+		done:   make(chan struct{}),
+		slots:  make(chan struct{}, srv.cfg.MaxConnRequests),
+		follow: make(chan struct{}, 1),
 	}
 	c.out.onWait = srv.cfg.Metrics.QueueWait
 	return c
@@ -187,9 +205,10 @@ func (c *conn) ping(p pinger, every time.Duration) {
 	if c.ctx.Err() != nil {
 		return
 	}
-	// While the read loop is inside a handler, a pong would not be read;
-	// the writes that handler makes prove the peer alive (or time out and
-	// close the connection).
+	// While the read loop is not reading (it waits for a handler, for
+	// room, for the intake budget), a pong would not be read; the writes
+	// the connection makes meanwhile prove the peer alive (or time out and
+	// close it).
 	if !c.busy.Load() {
 		ctx, cancel := context.WithTimeout(c.ctx, c.srv.cfg.WriteTimeout)
 		err := p.Ping(ctx)
@@ -352,56 +371,84 @@ func (c *conn) reply(id json.RawMessage, result any) error {
 	return c.push(append(frame, '}'))
 }
 
-// readLoop reads frames and has each handled, one at a time and in
-// order, until the input ends. A frame is handled — validated, answered,
-// and whatever session work it sets off done — on one of the server's
-// workers, which the loop waits for: the deep stack that work grows stays
-// with the worker, and the goroutine an idle connection keeps, blocked
-// reading, stays small.
+// readLoop reads frames and has each handled until the input ends, at
+// most Config.MaxConnRequests at once (by default one at a time, in
+// order), then waits for those still running. A frame is handled —
+// validated, answered, and whatever session work it sets off done — on
+// one of the server's workers: the deep stack that work grows stays with
+// the worker, and the goroutine an idle connection keeps, blocked reading,
+// stays small. Until initialize has been answered, each frame is handled
+// before the next is read, so the handshake settles first.
 func (c *conn) readLoop(ctx context.Context) {
 	h := &handler{c: c}
+	defer c.running.Wait()
 	for {
-		frame, err := c.readFrame(ctx)
+		// Whenever the loop is not reading, pongs are not read either: no
+		// pings meanwhile (a handler's writes prove the peer alive, or
+		// time out and close the connection).
+		c.busy.Store(true)
+		select {
+		case c.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		frame, charge, err := c.readFrame(ctx)
 		var tl *tooLargeError
 		if err != nil && !errors.As(err, &tl) {
+			<-c.slots
 			c.log.Debug("connection input ended", "err", err)
 			return
 		}
 		done := make(chan struct{})
+		c.running.Add(1)
 		c.srv.workers.Go(func() {
+			defer c.running.Done()
+			defer func() { <-c.slots }()
 			defer close(done)
-			if tl != nil {
-				c.srv.metrics.framesRejected.Add(1)
-				c.answerTooLarge(tl.prefix)
-				return
-			}
-			c.srv.metrics.framesReceived.Add(1)
-			req, id, ok := c.gate(frame)
-			if !ok {
-				c.srv.metrics.framesRejected.Add(1)
-				return
-			}
-			h.Handle(ctx, req, id)
+			c.handleFrame(ctx, h, frame, charge, tl)
 		})
-		<-done
+		if !c.initialized.Load() {
+			<-done
+		}
 	}
+}
+
+// handleFrame answers one frame read, giving its intake charge back once
+// it has been dispatched.
+func (c *conn) handleFrame(ctx context.Context, h *handler, frame []byte, charge int64, tl *tooLargeError) {
+	if tl != nil {
+		c.srv.metrics.framesRejected.Add(1)
+		c.answerTooLarge(tl.prefix)
+		return
+	}
+	c.srv.metrics.framesReceived.Add(1)
+	req, id, refusal := c.gate(frame)
+	if req == nil {
+		c.release(charge)
+		c.srv.metrics.framesRejected.Add(1)
+		if refusal != nil {
+			c.replyError(id, refusal)
+		}
+		return
+	}
+	h.Handle(ctx, req, id, func() { c.release(charge) })
 }
 
 // readFrame reads the next frame once the outbox has room for its
 // answer: a client that does not read is not read either. A frame over
-// the limit is reported as a *tooLargeError.
-func (c *conn) readFrame(ctx context.Context) ([]byte, error) {
-	// Like a handler, the wait keeps the pong unread: no pings meanwhile.
-	c.busy.Store(true)
-	err := c.out.waitReadable(ctx)
-	c.busy.Store(false)
-	if err != nil {
+// the limit is reported as a *tooLargeError. charge is what the frame
+// holds of the server's intake budget, for release once dispatched.
+func (c *conn) readFrame(ctx context.Context) (frame []byte, charge int64, err error) {
+	if err := c.out.waitReadable(ctx); err != nil {
 		if errors.Is(err, errWedged) {
 			c.wedged()
 		}
-		return nil, err
+		return nil, 0, err
 	}
-	return c.t.ReadFrame(ctx)
+	c.busy.Store(false)
+	frame, err = c.t.ReadFrame(ctx, c)
+	c.busy.Store(true)
+	return frame, c.settle(frame), err
 }
 
 // answerTooLarge answers an oversized frame: inputTooLarge when its id can

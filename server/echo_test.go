@@ -174,3 +174,28 @@ func TestIDsTheServerCannotEchoAreRefused(t *testing.T) {
 		t.Errorf("the connection did not go on serving: %.200s", answers[3])
 	}
 }
+
+// A frame with an id but neither a method nor a result or error is no
+// request and no response, so JSON-RPC 2.0 wants -32600 with its id. It
+// was taken for a response and left unanswered, and its sender waited for
+// ever. A response (result or error) still gets no answer.
+func TestIdentifiedFrameWithoutMethodIsAnInvalidRequest(t *testing.T) {
+	answers := serveLines(t, 1<<20,
+		`{"jsonrpc":"2.0","id":"x2"}`,
+		`{"jsonrpc":"2.0","id":3,"params":{}}`,
+		`{"jsonrpc":"2.0","id":"r","result":{}}`,
+		`{"jsonrpc":"2.0","id":"e","error":{"code":1,"message":"m"}}`,
+		`{"jsonrpc":"2.0","id":"after","method":"session/list","params":{}}`)
+	if len(answers) != 3 {
+		t.Fatalf("%d answers, want 3 (two invalid requests, then session/list): %q", len(answers), answers)
+	}
+	for i, wantID := range []string{`"x2"`, `3`} {
+		id, e := answerOf(t, answers[i])
+		if e == nil || e.Code != msp.CodeInvalidRequest || e.Data.Kind != msp.KindInvalidRequest || string(id) != wantID {
+			t.Errorf("answer %.200s, want -32600 invalidRequest for id %s", answers[i], wantID)
+		}
+	}
+	if id, e := answerOf(t, answers[2]); e != nil || string(id) != `"after"` {
+		t.Errorf("the connection did not go on serving: %.200s", answers[2])
+	}
+}

@@ -211,7 +211,7 @@ func unanswered(frame []byte) bool {
 		return json.Unmarshal(rawMethod, &method) == nil
 	case hasID && !hasMethod:
 		_, ok := validID(rawID)
-		return ok
+		return ok && isResponse(env)
 	}
 	return false
 }
@@ -238,13 +238,13 @@ type frameTransport struct {
 	out   bytes.Buffer
 }
 
-func (t *frameTransport) ReadFrame(context.Context) ([]byte, error) {
+func (t *frameTransport) ReadFrame(ctx context.Context, in admitter) ([]byte, error) {
 	if len(t.in) == 0 {
 		return nil, io.EOF
 	}
 	f := t.in[0]
 	t.in = t.in[1:]
-	return readBounded(bytes.NewReader(f), t.limit)
+	return readBounded(ctx, bytes.NewReader(f), t.limit, in)
 }
 
 func (t *frameTransport) WriteFrame(_ context.Context, frame []byte) error {

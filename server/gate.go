@@ -16,18 +16,19 @@ import (
 // gate checks one inbound frame before the handler sees it: validation
 // happens here, on the raw bytes (params are never re-encoded), and every
 // bad frame gets a typed answer on an open connection. It returns the
-// request and its id as sent (the answer echoes it byte for byte), or
-// ok=false when the frame was answered (or was a notification) here.
-func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, ok bool) {
-	var env map[string]json.RawMessage
-	if err := json.Unmarshal(frame, &env); err != nil {
-		if json.Valid(frame) {
-			c.replyError(nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
-				"a frame must be one JSON object (batches are not part of MSP)"))
-		} else {
-			c.replyError(nil, msp.NewError(msp.CodeParseError, msp.KindParseError, "frame is not valid JSON: %v", err))
-		}
-		return nil, nil, false
+// request and its id as sent (the answer echoes it byte for byte); or no
+// request and the refusal to answer it with (a nil id is answered as
+// null); or neither, for a frame that is not answered (a notification, a
+// response).
+func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, refusal *msp.Error) {
+	if !json.Valid(frame) {
+		err := json.Unmarshal(frame, &struct{}{}) // the syntax error, found without copying anything
+		return nil, nil, msp.NewError(msp.CodeParseError, msp.KindParseError, "frame is not valid JSON: %v", err)
+	}
+	env, ok := members(frame)
+	if !ok {
+		return nil, nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
+			"a frame must be one JSON object (batches are not part of MSP)")
 	}
 	rawID, hasID := env["id"]
 	id, idOK := validID(rawID)
@@ -37,8 +38,7 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, ok
 		if !idOK {
 			id = nil
 		}
-		c.replyError(id, msp.NewError(msp.CodeParseError, msp.KindParseError, "frame is not valid UTF-8"))
-		return nil, nil, false
+		return nil, id, msp.NewError(msp.CodeParseError, msp.KindParseError, "frame is not valid UTF-8")
 	}
 	if hasID && !idOK {
 		// Echo an integer id this host cannot take (a negative one) so the
@@ -49,51 +49,95 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, ok
 				echo = n
 			}
 		}
-		c.replyError(echo, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
-			"id must be a string of at most %d bytes (UTF-8) or a non-negative integer", maxIDBytes))
-		return nil, nil, false
+		return nil, echo, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
+			"id must be a string of at most %d bytes (UTF-8) or a non-negative integer", maxIDBytes)
 	}
 	if string(env["jsonrpc"]) != `"2.0"` {
-		c.replyError(id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, `frame must carry "jsonrpc": "2.0"`))
-		return nil, nil, false
+		return nil, id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, `frame must carry "jsonrpc": "2.0"`)
 	}
 	rawMethod, hasMethod := env["method"]
 	var method string
 	if hasMethod {
 		if err := json.Unmarshal(rawMethod, &method); err != nil {
-			c.replyError(id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, "method must be a string"))
-			return nil, nil, false
+			return nil, id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, "method must be a string")
 		}
 	}
 	switch {
-	case !hasMethod && hasID:
+	case !hasMethod && hasID && isResponse(env):
 		// A response: mspd sends no requests, so there is nothing to match.
 		c.log.Debug("ignoring a response from the client", "id", string(rawID))
-		return nil, nil, false
+		return nil, nil, nil
+	case !hasMethod && hasID:
+		// Identified, so the sender waits for an answer (JSON-RPC 2.0 §5).
+		return nil, id, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest,
+			"frame has an id but neither method (a request) nor result or error (a response)")
 	case !hasMethod:
-		c.replyError(nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, "frame has neither method nor id"))
-		return nil, nil, false
+		return nil, nil, msp.NewError(msp.CodeInvalidRequest, msp.KindInvalidRequest, "frame has neither method nor id")
 	case !hasID:
 		c.notification(method)
-		return nil, nil, false
+		return nil, nil, nil
 	}
 	if e := c.admit(method); e != nil {
-		c.replyError(id, e)
-		return nil, nil, false
+		return nil, id, e
 	}
 	params, hasParams := env["params"]
 	if !hasParams {
 		params = json.RawMessage("{}")
 	}
 	if e := tooManyValues(params); e != nil {
-		c.replyError(id, e)
-		return nil, nil, false
+		return nil, id, e
 	}
 	if errs := c.srv.val.Params(method, params); len(errs) > 0 {
-		c.replyError(id, invalidParams(errs))
-		return nil, nil, false
+		return nil, id, invalidParams(errs)
 	}
-	return &jsonrpc2.Request{Method: method, Params: &params}, id, true
+	return &jsonrpc2.Request{Method: method, Params: &params}, id, nil
+}
+
+// members splits a valid JSON document that is an object into its
+// members, each value a slice of doc (json.Unmarshal into a map of
+// json.RawMessage would copy them: the params of a large frame once more).
+// A name given twice keeps its last value, as json.Unmarshal does.
+func members(doc []byte) (map[string]json.RawMessage, bool) {
+	i := skipSpace(doc, 0)
+	if i >= len(doc) || doc[i] != '{' {
+		return nil, false
+	}
+	env := make(map[string]json.RawMessage, 4)
+	for i = skipSpace(doc, i+1); i < len(doc) && doc[i] == '"'; {
+		end := skipValue(doc, i)
+		var name string
+		if quoted := doc[i:end]; bytes.IndexByte(quoted, '\\') < 0 {
+			name = string(quoted[1 : len(quoted)-1])
+		} else if json.Unmarshal(quoted, &name) != nil {
+			return nil, false
+		}
+		i = skipSpace(doc, end)
+		i = skipSpace(doc, i+1) // the colon
+		end = skipValue(doc, i)
+		env[name] = json.RawMessage(doc[i:end])
+		i = skipSpace(doc, end)
+		if i < len(doc) && doc[i] == ',' {
+			i = skipSpace(doc, i+1)
+		}
+	}
+	return env, true
+}
+
+// skipSpace returns the index of the first byte from i on that is not
+// JSON white space.
+func skipSpace(doc []byte, i int) int {
+	for i < len(doc) && isSpace(doc[i]) {
+		i++
+	}
+	return i
+}
+
+// isResponse tells whether an envelope without a method is a response: it
+// carries a result or an error.
+func isResponse(env map[string]json.RawMessage) bool {
+	_, hasResult := env["result"]
+	_, hasError := env["error"]
+	return hasResult || hasError
 }
 
 // The JSON values (member names included) a request's params may hold,

@@ -108,3 +108,33 @@ func TestValidID(t *testing.T) {
 		})
 	}
 }
+
+// members splits an object in place as json.Unmarshal into a map of
+// json.RawMessage would: the same names (escapes decoded, the last of a
+// repeated one), the same values.
+func TestMembersMatchesUnmarshal(t *testing.T) {
+	for _, doc := range []string{
+		`{}`, ` { } `, `{"id":1,"method":"m","params":{"a":[1,{"b":"}"}]}}`,
+		"{ \"id\" :\t\"x\" ,\n \"params\" : [ ] }", `{"id":1,"id":2}`, `{"\u0069d":"esc","i\"d":3}`,
+		`{"a":null,"b":true,"c":-1.5e3,"d":"\"\\"}`,
+	} {
+		var want map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(doc), &want); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := members([]byte(doc))
+		if !ok || len(got) != len(want) {
+			t.Fatalf("members(%s) = %q, %v; want %q", doc, got, ok, want)
+		}
+		for k, v := range want {
+			if string(got[k]) != string(v) {
+				t.Errorf("members(%s)[%q] = %s, want %s", doc, k, got[k], v)
+			}
+		}
+	}
+	for _, doc := range []string{`[]`, `"s"`, `null`, `1`} {
+		if _, ok := members([]byte(doc)); ok {
+			t.Errorf("members(%s) took it for an object", doc)
+		}
+	}
+}

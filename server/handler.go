@@ -17,31 +17,38 @@ import (
 // session/deleteCompleted).
 const CapabilitySessionListStream = "sessionListStream"
 
-// handler dispatches gated requests to the session manager. jsonrpc2 runs
-// it on the read loop, one request at a time, so a connection's requests
-// are handled in order and the handshake state is settled before the next
-// frame is read.
+// handler dispatches gated requests to the session manager. The read loop
+// has up to Config.MaxConnRequests of a connection's requests handled at
+// once (by default one, so that they are handled in order), and the
+// handshake state is settled before the next frame is read.
 type handler struct{ c *conn }
 
 // Handle answers req, whose id is as the client sent it: echoed as it
 // stands, not re-encoded (json.Marshal would escape '<', '>' and '&' in a
-// string id as six bytes each).
-func (h *handler) Handle(ctx context.Context, req *jsonrpc2.Request, id json.RawMessage) {
+// string id as six bytes each). dispatched runs once the request has been
+// dispatched, before its answer is queued: its params are no longer
+// needed, and the answer may wait for a slow reader.
+func (h *handler) Handle(ctx context.Context, req *jsonrpc2.Request, id json.RawMessage, dispatched func()) {
 	if req.Notif {
+		dispatched()
 		return // the gate handles notifications
 	}
 	if h.c.credEnded.Load() {
 		// Read before the close got through: refused, unanswered; the
 		// close status tells the client why (see credentialEnded).
+		dispatched()
 		return
 	}
-	h.c.busy.Store(true)
-	defer h.c.busy.Store(false)
+	if follows(req.Method) {
+		h.c.follow <- struct{}{}
+		defer func() { <-h.c.follow }()
+	}
 	params := json.RawMessage("{}")
 	if req.Params != nil {
 		params = *req.Params
 	}
 	result, after, err := h.dispatch(ctx, req.Method, params)
+	dispatched()
 	if err != nil {
 		h.c.srv.metrics.requestErrors.Add(1)
 		h.c.replyError(id, toMSPError(err))
@@ -172,6 +179,16 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 		return c.srv.cfg.Models.List(providerID, modelID), nil, nil
 	}
 	return nil, nil, msp.NewError(msp.CodeMethodNotFound, msp.KindMethodNotFound, "method %q is not served by this host", method)
+}
+
+// follows tells whether a method may have the connection follow one
+// session more (see roomToFollow).
+func follows(method string) bool {
+	switch method {
+	case msp.MethodSessionStart, msp.MethodSessionResume, msp.MethodSessionFork, msp.MethodViewSubscribe:
+		return true
+	}
+	return false
 }
 
 // roomToFollow refuses a request that would have the connection follow

@@ -31,6 +31,8 @@ func (s *Server) stats() observe.ServerStats {
 		FramesRejected: m.framesRejected.Load(),
 		FramesSent:     m.framesSent.Load(),
 		RequestErrors:  m.requestErrors.Load(),
+		InboundBytes:   s.intake.held.Load(),
+		InboundWaiting: s.intake.waiting.Load(),
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -38,7 +40,7 @@ func (s *Server) stats() observe.ServerStats {
 		d, g, q := c.out.stats()
 		st.EventsDropped, st.ViewGaps, st.QueuedFrames = st.EventsDropped+d, st.ViewGaps+g, st.QueuedFrames+q
 		st.DeltasCoalesced += c.out.coalescedCount()
-		b, _ := c.out.queuedBytes()
+		b := c.out.inFlightBytes()
 		st.QueuedBytes, st.QueuedBytesMax = st.QueuedBytes+b, max(st.QueuedBytesMax, b)
 	}
 	return st

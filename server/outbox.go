@@ -83,6 +83,9 @@ type outbox struct {
 	shut        chan struct{} // closed with the outbox: wakes waiters
 	startWriter func()        // starts a writer; nil until the connection serves
 	writing     bool          // a writer runs (or was started)
+	inWrite     int           // bytes of the batch the writer took and is writing
+	inWriteBig  bool          // that batch holds a frame over the request limit
+	respBytes   int           // bytes of responses waiting for room
 	drained     chan struct{} // closed once closed with nothing queued and no writer
 	waiting     int           // goroutines waiting for room
 	respWaiting int           // of them, responses: view events yield to them
@@ -345,11 +348,28 @@ func (o *outbox) waitRoom(ctx context.Context, priority bool, admit func() bool)
 }
 
 // pushResponse queues a frame that must never be dropped and can wait: a
-// response, from the read loop. It waits for room under the request limit.
+// response, from the read loop. It waits for room under the request limit;
+// meanwhile the frame counts as held (see inFlightBytes).
 func (o *outbox) pushResponse(ctx context.Context, frame []byte) error {
+	waiting := false
+	defer func() {
+		if waiting {
+			o.mu.Lock()
+			o.respBytes -= len(frame)
+			o.mu.Unlock()
+		}
+	}()
 	return o.waitRoom(ctx, true, func() bool {
 		if !o.fitsLocked(len(frame), o.requestLimit()) {
+			if !waiting {
+				waiting = true
+				o.respBytes += len(frame)
+			}
 			return false
+		}
+		if waiting {
+			waiting = false
+			o.respBytes -= len(frame)
 		}
 		o.appendLocked(frame, kindResponse)
 		return true
@@ -376,11 +396,17 @@ func (o *outbox) pushProtected(frame []byte) error {
 	return nil
 }
 
-// waitReadable returns once the queue is under the request limit, so that
-// the next request is read only when its answer has room: a client that
-// does not read stops being read.
+// waitReadable returns once the queue is under the request limit and no
+// frame over it is queued or being written, so that the next request is
+// read only when its answer has room: a client that does not read stops
+// being read, and holds at most one such frame (per request it has
+// executing) besides its budget. (The limits weigh a queued frame over the
+// request limit as nothing, so that events behind it keep their place;
+// requests must not.)
 func (o *outbox) waitReadable(ctx context.Context) error {
-	return o.waitRoom(ctx, false, func() bool { return o.fitsLocked(1, o.requestLimit()) })
+	return o.waitRoom(ctx, false, func() bool {
+		return o.oversize == 0 && !o.inWriteBig && o.fitsLocked(1, o.requestLimit())
+	})
 }
 
 // subscribed starts tracking a session's view after cursor from.
@@ -650,19 +676,30 @@ func (o *outbox) forget(sessionID string) {
 // maxBytes of them, and at least one. With nothing queued it returns dst
 // unchanged and, when release is set, ends the writer's turn: the next
 // frame queued starts a writer again, and a closed outbox is drained.
+//
+// The writer calls take only once it has written what it took before: that
+// batch is no longer in write.
 func (o *outbox) take(dst [][]byte, maxBytes int, release bool) [][]byte {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.inWrite > 0 {
+		o.inWrite, o.inWriteBig = 0, false
+		o.freedLocked()
+	}
 	n, taken := 0, len(dst)
 	now := o.clock()
 	for o.head < len(o.frames) && (len(dst) == taken || n+len(o.frames[o.head]) <= maxBytes) {
 		if o.onWait != nil {
 			o.onWait(now - o.queuedAt[o.head])
 		}
+		if o.oversized(o.frames[o.head], o.kinds[o.head]) {
+			o.inWriteBig = true
+		}
 		f := o.takeLocked()
 		n += len(f)
 		dst = append(dst, f)
 	}
+	o.inWrite = n
 	switch {
 	case len(dst) > taken:
 		// Their room goes to kept tails first, then to whoever waits.
@@ -756,6 +793,15 @@ func (o *outbox) coalescedCount() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.coalesced
+}
+
+// inFlightBytes reports every outbound byte the connection holds: what
+// the budget counts, the batch being written, and the responses waiting
+// for room (what /metrics shows).
+func (o *outbox) inFlightBytes() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.heldLocked() + o.inWrite + o.respBytes
 }
 
 // queuedBytes reports the bytes the budget counts now (queued frames and

@@ -196,7 +196,7 @@ func newWedged(frames ...string) *wedgedTransport {
 	return t
 }
 
-func (t *wedgedTransport) ReadFrame(ctx context.Context) ([]byte, error) {
+func (t *wedgedTransport) ReadFrame(ctx context.Context, _ admitter) ([]byte, error) {
 	select {
 	case f := <-t.in:
 		return f, nil

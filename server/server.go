@@ -48,6 +48,17 @@ type Config struct {
 	// half of it, past which a slow reader gets view/gap; past the whole,
 	// the connection stops reading requests.
 	QueueBytes int
+	// InboundBytes is the server-wide budget of inbound frames being read
+	// and decoded (default 32 MiB): a frame past its first 64 KiB takes
+	// MaxFrameBytes of it while it is read, and its own size until its
+	// request is dispatched; a connection whose frame does not fit stops
+	// reading (TCP pushes back on its client) until one does.
+	InboundBytes int64
+	// MaxConnRequests bounds the requests one connection has executing at
+	// once (default 1: each is answered before the next frame is read, so
+	// a connection's requests are handled in order). Above 1, answers may
+	// come in any order.
+	MaxConnRequests int
 	// QueueFrames bounds the view events queued per connection (default
 	// 1024).
 	QueueFrames int
@@ -96,6 +107,10 @@ type Config struct {
 // DefaultMaxSubscriptions is Config.MaxSubscriptions when unset.
 const DefaultMaxSubscriptions = 256
 
+// DefaultInboundBytes is Config.InboundBytes when unset: three frames of
+// the default 10 MiB limit decoded at once.
+const DefaultInboundBytes = 32 << 20
+
 // ModelLister renders model/list for a session's (or, when empty, the
 // default) provider and model.
 type ModelLister interface {
@@ -117,6 +132,7 @@ type Server struct {
 	wg       sync.WaitGroup
 	shutDown bool           // Shutdown has begun: no connection joins wg (guarded by mu)
 	workers  *workpool.Pool // handle the frames of every connection
+	intake   *intake        // inbound bytes being read and decoded
 }
 
 // New builds a server for mgr.
@@ -130,6 +146,12 @@ func New(mgr *session.Manager, cfg Config) (*Server, error) {
 	}
 	if cfg.MaxFrameBytes <= 0 {
 		cfg.MaxFrameBytes = 10 << 20
+	}
+	if cfg.InboundBytes <= 0 {
+		cfg.InboundBytes = DefaultInboundBytes
+	}
+	if cfg.MaxConnRequests <= 0 {
+		cfg.MaxConnRequests = 1
 	}
 	if cfg.QueueFrames <= 0 {
 		cfg.QueueFrames = 1024
@@ -161,7 +183,8 @@ func New(mgr *session.Manager, cfg Config) (*Server, error) {
 		cfg.Metrics = observe.New(prometheus.NewRegistry())
 	}
 	s := &Server{cfg: cfg, mgr: mgr, val: val, log: cfg.Logger, conns: make(map[*conn]struct{}),
-		hosts: newHostPolicy(cfg.AllowedHosts), workers: workpool.New(workpool.DefaultMaxIdle, workpool.DefaultIdleFor)}
+		hosts: newHostPolicy(cfg.AllowedHosts), workers: workpool.New(workpool.DefaultMaxIdle, workpool.DefaultIdleFor),
+		intake: newIntake(cfg.InboundBytes, cfg.MaxFrameBytes)}
 	if err := cfg.Metrics.WatchServer(s.stats); err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}

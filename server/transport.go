@@ -19,8 +19,9 @@ import (
 // NDJSON line.
 type transport interface {
 	// ReadFrame returns the next frame. A frame over the limit is consumed
-	// and reported as a *tooLargeError carrying its first bytes.
-	ReadFrame(ctx context.Context) ([]byte, error)
+	// and reported as a *tooLargeError carrying its first bytes. A frame
+	// that grows past freeFrameBytes is read on only once in admits it.
+	ReadFrame(ctx context.Context, in admitter) ([]byte, error)
 	// WriteFrame sends one frame.
 	WriteFrame(ctx context.Context, frame []byte) error
 	// Close ends the transport; reason is for the peer. A dead peer
@@ -53,31 +54,67 @@ type wsTransport struct {
 	cork *corkConn
 }
 
-func (t *wsTransport) ReadFrame(ctx context.Context) ([]byte, error) {
+func (t *wsTransport) ReadFrame(ctx context.Context, in admitter) ([]byte, error) {
 	// A binary message is read like a text one: if it is not a valid
 	// frame it is answered as such rather than dropping the connection.
 	_, r, err := t.c.Reader(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return readBounded(r, t.limit)
+	return readBounded(ctx, r, t.limit, in)
 }
 
 // readBounded reads a whole message, keeping at most limit bytes; beyond
-// that it drains the rest and reports a *tooLargeError.
-func readBounded(r io.Reader, limit int64) ([]byte, error) {
+// that it drains the rest and reports a *tooLargeError. Past
+// freeFrameBytes it waits for in (nil: admitted) before reading on.
+func readBounded(ctx context.Context, r io.Reader, limit int64, in admitter) ([]byte, error) {
 	var buf bytes.Buffer
-	n, err := io.Copy(&buf, io.LimitReader(r, limit+1))
-	if err != nil {
+	free := min(limit, freeFrameBytes)
+	if _, err := io.Copy(&buf, io.LimitReader(r, free+1)); err != nil {
 		return nil, err
 	}
-	if n <= limit {
-		return buf.Bytes(), nil
+	frame := buf.Bytes()
+	if int64(len(frame)) > free && free < limit {
+		if in != nil {
+			if err := in.admitLarge(ctx); err != nil {
+				return nil, err
+			}
+		}
+		var err error
+		if frame, err = readLarge(frame, r, limit+1); err != nil {
+			return nil, err
+		}
+	}
+	if int64(len(frame)) <= limit {
+		return frame, nil
 	}
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		return nil, err
 	}
-	return nil, &tooLargeError{prefix: buf.Bytes()[:min(buf.Len(), prefixKeep)]}
+	// A copy: the prefix must not keep the whole frame alive.
+	return nil, &tooLargeError{prefix: bytes.Clone(frame[:min(len(frame), prefixKeep)])}
+}
+
+// readLarge reads the rest of a message after head, up to max bytes in
+// all, in chunks joined once it ends: the frame is held once, at its size,
+// where a buffer grown by doubling would hold up to twice it (and, while
+// growing, three halves of that).
+func readLarge(head []byte, r io.Reader, max int64) ([]byte, error) {
+	chunks := [][]byte{head}
+	total := int64(len(head))
+	for size := int64(256 << 10); total < max; size = min(2*size, 4<<20) {
+		chunk := make([]byte, min(size, max-total))
+		n, err := io.ReadFull(r, chunk)
+		chunks = append(chunks, chunk[:n])
+		total += int64(n)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return bytes.Join(chunks, nil), nil
 }
 
 func (t *wsTransport) WriteFrame(ctx context.Context, frame []byte) error {
@@ -266,9 +303,9 @@ func newLineTransport(r io.Reader, w io.Writer, c io.Closer, limit int64) *lineT
 	return &lineTransport{r: bufio.NewReaderSize(r, 64<<10), w: w, c: c, limit: limit}
 }
 
-func (t *lineTransport) ReadFrame(ctx context.Context) ([]byte, error) {
+func (t *lineTransport) ReadFrame(ctx context.Context, in admitter) ([]byte, error) {
 	for {
-		line, err := t.readLine()
+		line, err := t.readLine(ctx, in)
 		if err != nil {
 			var tl *tooLargeError
 			if errors.As(err, &tl) {
@@ -287,21 +324,31 @@ func (t *lineTransport) ReadFrame(ctx context.Context) ([]byte, error) {
 	}
 }
 
-// readLine reads up to LF, keeping at most limit bytes of a line.
-func (t *lineTransport) readLine() ([]byte, error) {
-	var line []byte
-	over := false
+// readLine reads up to LF, keeping at most limit bytes of a line. Past
+// freeFrameBytes it waits for in (nil: admitted) before reading on. A long
+// line is kept in the pieces read and joined once it ends, as readLarge
+// does: appending to one slice would copy it over and over as it grows.
+func (t *lineTransport) readLine(ctx context.Context, in admitter) ([]byte, error) {
+	var parts [][]byte
+	n := 0 // bytes of the line read, while within the limit
+	over, admitted := false, in == nil
 	for {
+		if !admitted && !over && n >= freeFrameBytes {
+			if err := in.admitLarge(ctx); err != nil {
+				return nil, err
+			}
+			admitted = true
+		}
 		chunk, err := t.r.ReadSlice('\n')
 		if !over {
-			if int64(len(line)+len(chunk)) > t.limit+1 { // +1: the LF itself
+			if int64(n+len(chunk)) > t.limit+1 { // +1: the LF itself
 				over = true
-				keep := prefixKeep - len(line)
-				if keep > 0 {
-					line = append(line, chunk[:min(keep, len(chunk))]...)
+				if keep := prefixKeep - n; keep > 0 {
+					parts = append(parts, bytes.Clone(chunk[:min(keep, len(chunk))]))
 				}
 			} else {
-				line = append(line, chunk...)
+				parts = append(parts, bytes.Clone(chunk))
+				n += len(chunk)
 			}
 		}
 		switch {
@@ -309,15 +356,24 @@ func (t *lineTransport) readLine() ([]byte, error) {
 			continue
 		case err != nil:
 			if over {
-				return nil, &tooLargeError{prefix: line}
+				return nil, &tooLargeError{prefix: joined(parts)}
 			}
-			return line, err
+			return joined(parts), err
 		}
 		if over {
-			return nil, &tooLargeError{prefix: line}
+			return nil, &tooLargeError{prefix: joined(parts)}
 		}
+		line := joined(parts)
 		return line[:len(line)-1], nil
 	}
+}
+
+// joined is parts as one slice: the only one, or a copy of them all.
+func joined(parts [][]byte) []byte {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return bytes.Join(parts, nil)
 }
 
 // WriteFrame writes one line, giving up when ctx ends (the write timeout):

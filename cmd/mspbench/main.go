@@ -65,6 +65,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.ClusterNodes, "cluster-nodes", 3, "cluster: mspd nodes on JetStream (2 or more)")
 	fs.IntVar(&cfg.ClusterReplicas, "cluster-replicas", 0, "cluster: JetStream replicas (default 3, or 1 on 2 nodes)")
 	fs.Var(&clusterSessions, "cluster-sessions", "cluster: session counts (default 100)")
+	fs.IntVar(&cfg.MemoryTurns, "memory-turns", 12, "memory: turns of the history read")
+	fs.IntVar(&cfg.MemoryInputBytes, "memory-input-bytes", 10_000_000, "memory: input bytes of each turn of the history, and the size of the maximum-size frames")
+	fs.IntVar(&cfg.MemoryStalled, "memory-stalled", 3, "memory: connections that never read, each sending view/page after view/page")
+	fs.IntVar(&cfg.MemoryFramers, "memory-framers", 20, "memory: connections each sending maximum-size frames")
 	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N>, PREFIX.resume, PREFIX.append-<store> and PREFIX.notice-burst (CPU), PREFIX.idle<N>.heap, .goroutine, .heap.txt (starts mspd with --pprof)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
 	if err := fs.Parse(args); err != nil {

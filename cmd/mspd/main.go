@@ -120,6 +120,8 @@ func serve(args []string, stderr io.Writer) int {
 	fs.Float64Var(&cfg.RetryBudget.Refill, "retry-budget-refill", 0.2, "tokens each second gives back to the retry budget, so a quiet key recovers after an outage (0 or negative: none)")
 	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", 1024, "output bound of an attempt when a turn names no maxTokens")
 	fs.Int64Var(&cfg.Server.MaxFrameBytes, "max-frame-bytes", 10<<20, "largest inbound frame")
+	fs.Int64Var(&cfg.Server.InboundBytes, "inbound-bytes", server.DefaultInboundBytes, "server-wide budget of inbound frames being read and decoded: a frame past its first 64 KiB takes --max-frame-bytes of it while read, then its size until dispatched; a connection whose frame does not fit stops reading until one does")
+	fs.IntVar(&cfg.Server.MaxConnRequests, "max-conn-requests", 1, "requests one connection has executing at once; the next frame is read only once one finishes (1: in order; above 1, answers may come in any order)")
 	fs.IntVar(&cfg.Server.QueueFrames, "queue-frames", 1024, "view events queued per connection before a slow reader gets view/gap")
 	fs.IntVar(&cfg.Server.MaxSubscriptions, "max-subscriptions", server.DefaultMaxSubscriptions, "sessions one connection follows at once (each start, resume, fork or view/subscribe of another); one more is refused as backpressured")
 	fs.IntVar(&cfg.Server.QueueBytes, "queue-bytes", 8<<20, "bytes queued per connection (responses and events) before it stops reading requests; view events get half, then view/gap")
