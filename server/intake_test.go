@@ -241,7 +241,7 @@ func TestLargeAnswerInWriteHoldsTheReadLoop(t *testing.T) {
 			`{"jsonrpc":"2.0","method":"initialized"}`,
 		}
 		for i := range 4 {
-			frames = append(frames, `{"jsonrpc":"2.0","id":`+itoa(100+i)+`,"method":"view/page","params":{"sessionId":"`+sid+`","cursor":"v:`+sid+`:`+itoa(3*i)+`","limit":2}}`)
+			frames = append(frames, `{"jsonrpc":"2.0","id":`+itoa(100+i)+`,"method":"view/page","params":{"sessionId":"`+sid+`","cursor":"`+cursorAt(t, m, sid, int64(3*i))+`","limit":2}}`)
 		}
 		tr := &stuckOnLarge{wedgedTransport: newWedged(frames...)}
 		served := make(chan struct{})
