@@ -38,8 +38,10 @@ func TestFrameReading(t *testing.T) {
 	if !ok || err != nil || string(res) != `{"a":1}` {
 		t.Errorf("responseTo = %s, %v, %v", res, ok, err)
 	}
-	if seq, err := durableSeq("v:019a-x:42"); err != nil || seq != 42 {
-		t.Errorf("durableSeq = %d, %v", seq, err)
+	for _, c := range []string{"v:019a-x:42", "v:019a-x:3f9c0a7be1d2-42"} {
+		if seq, err := durableSeq(c); err != nil || seq != 42 {
+			t.Errorf("durableSeq(%q) = %d, %v", c, seq, err)
+		}
 	}
 }
 
@@ -132,7 +134,7 @@ func TestProcReadings(t *testing.T) {
 // Durable events are counted by their cursors: a sub-position is a delta
 // or an answer's ephemeral item/started.
 func TestDurableCursor(t *testing.T) {
-	for c, want := range map[string]bool{"v:s:3": true, "v:s:3.2": false, "v:a.b:7": true, "v:a.b:7.1": false, "": false} {
+	for c, want := range map[string]bool{"v:s:3": true, "v:s:3.2": false, "v:a.b:7": true, "v:a.b:7.1": false, "v:s:3f9c0a7be1d2-3": true, "v:s:3f9c0a7be1d2-3.2": false, "": false} {
 		if got := durableCursor([]byte(c)); got != want {
 			t.Errorf("durableCursor(%q) = %v, want %v", c, got, want)
 		}

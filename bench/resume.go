@@ -138,10 +138,14 @@ func fillLog(ctx context.Context, s session, n int) (string, error) {
 }
 
 // durableSeq reads the sequence of a durable cursor. Clients treat
-// cursors as opaque; the benchmark knows mspd's (v:<session>:<seq>).
+// cursors as opaque; the benchmark knows mspd's (v:<session>:<seq>, or
+// v:<session>:<epoch>-<seq> for a session made since epochs).
 func durableSeq(cursor string) (int, error) {
-	i := strings.LastIndexByte(cursor, ':')
-	seq, err := strconv.Atoi(cursor[i+1:])
+	pos := cursor[strings.LastIndexByte(cursor, ':')+1:]
+	if _, after, ok := strings.Cut(pos, "-"); ok {
+		pos = after // past the session's cursor epoch
+	}
+	seq, err := strconv.Atoi(pos)
 	if err != nil {
 		return 0, fmt.Errorf("cursor %q: %w", cursor, err)
 	}
@@ -153,7 +157,7 @@ func durableSeq(cursor string) (int, error) {
 func deltaFrameOfSize(size int) []byte {
 	sid, item := uuid.NewString(), uuid.NewString()
 	frame := func(text string) []byte {
-		p, _ := msp.Marshal(msp.ItemDeltaParams{SessionID: sid, ViewCursor: "v:" + sid + ":1234.5", ItemID: item, Delta: text})
+		p, _ := msp.Marshal(msp.ItemDeltaParams{SessionID: sid, ViewCursor: "v:" + sid + ":3f9c0a7be1d2-1234.5", ItemID: item, Delta: text})
 		return msp.EncodeNotification(msp.NotifyItemDelta, p, time.Now().UnixMilli())
 	}
 	pad := max(1, size-len(frame("")))
