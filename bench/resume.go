@@ -157,7 +157,7 @@ func durableSeq(cursor string) (int, error) {
 func deltaFrameOfSize(size int) []byte {
 	sid, item := uuid.NewString(), uuid.NewString()
 	frame := func(text string) []byte {
-		p, _ := msp.Marshal(msp.ItemDeltaParams{SessionID: sid, ViewCursor: "v:" + sid + ":3f9c0a7be1d2-1234.5", ItemID: item, Delta: text})
+		p, _ := msp.Marshal(msp.ItemDeltaParams{SessionID: sid, ViewCursor: "v:" + sid + ":1234.5", ItemID: item, Delta: text})
 		return msp.EncodeNotification(msp.NotifyItemDelta, p, time.Now().UnixMilli())
 	}
 	pad := max(1, size-len(frame("")))
