@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"runtime"
 	"runtime/metrics"
 	"strings"
 	"testing"
+	"time"
 
 	"mspd/client"
 	"mspd/daemon"
@@ -38,8 +40,10 @@ func allocated(f func()) uint64 {
 // log, and what each request allocates — an upper bound of the heap's
 // growth — stays within a few reads' worth.
 func TestLargeHistoryReadsAreBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 32 MiB history: not in the -short lane")
+	}
 	d := startDaemon(t, daemon.Config{})
-	ctx := testCtx(t)
 	setup := dial(t, d.URL(), client.Options{})
 	sid := newSession(t, setup)
 	const turns, size = 8, 2 << 20
@@ -47,6 +51,11 @@ func TestLargeHistoryReadsAreBounded(t *testing.T) {
 		text := strings.Repeat(string(rune('a'+i)), size)
 		answerTurn(t, setup, sid, scripted.Script(scripted.Step{Text: text, Chunks: 1}))
 	}
+	// Longer than testCtx: under the race detector, the 32 MiB of reads
+	// below (and the schema check of the set-up client) take tens of
+	// seconds on a loaded two-core machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	var head string
 	if err := setup.Call(ctx, msp.MethodSessionRead, msp.SessionReadParams{SessionID: sid}, &struct {
 		ViewCursor *string `json:"viewCursor"`
