@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"mspd/client"
@@ -12,35 +14,48 @@ import (
 	"mspd/schema/msp"
 )
 
-// copyDataDir copies the files of data directory from into to: a backup
-// of it, or its restore.
+// copyDataDir copies the files under data directory from into to: a
+// backup of it, or its restore.
 func copyDataDir(t *testing.T, from, to string) {
 	t.Helper()
-	entries, err := os.ReadDir(from)
+	err := filepath.WalkDir(from, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(to, rel)
+		switch {
+		case e.IsDir():
+			return os.MkdirAll(target, 0o700)
+		case !e.Type().IsRegular():
+			return nil // a socket, a lock's symlink: not data
+		}
+		src, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		dst, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(dst, src); err != nil {
+			dst.Close()
+			return err
+		}
+		return dst.Close()
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		src, err := os.Open(filepath.Join(from, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst, err := os.OpenFile(filepath.Join(to, e.Name()), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-		if err == nil {
-			_, err = io.Copy(dst, src)
-			if cerr := dst.Close(); err == nil {
-				err = cerr
-			}
-		}
-		src.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 }
+
+// serveDir runs an mspd over data directory dir and returns its address
+// and how to stop it (gracefully, as before a backup is taken).
+type serveDir func(t *testing.T, dir string) (url string, stop func())
 
 // TestRestoredBackupRefusesLostCursorsOverTheWire: an mspd serving a data
 // directory restored from a backup holds its sessions as they were at the
@@ -52,24 +67,43 @@ func copyDataDir(t *testing.T, from, to string) {
 // repeat none of the lost ones, and a cursor from before the backup
 // resumes.
 func TestRestoredBackupRefusesLostCursorsOverTheWire(t *testing.T) {
-	ctx := testCtx(t)
-	stopped, cancel := context.WithCancel(context.Background())
-	cancel()
-	live, backup := t.TempDir(), t.TempDir()
+	t.Run("sqlite", func(t *testing.T) {
+		restoredBackup(t, func(t *testing.T, dir string) (string, func()) {
+			d := startDaemon(t, daemon.Config{DataDir: dir})
+			return d.URL(), func() {
+				stopped, cancel := context.WithCancel(context.Background())
+				cancel()
+				d.Close(stopped)
+			}
+		})
+	})
+	t.Run("jetstream", func(t *testing.T) {
+		restoredBackup(t, func(t *testing.T, dir string) (string, func()) {
+			p := startProcess(t, dir, "--store", "jetstream", "--nats-embedded", "--nats-listen", "127.0.0.1:0")
+			return p.url, func() {
+				p.cmd.Process.Signal(syscall.SIGTERM)
+				p.cmd.Wait()
+			}
+		})
+	})
+}
 
-	d1 := startDaemon(t, daemon.Config{DataDir: live})
-	c := dial(t, d1.URL(), client.Options{})
+func restoredBackup(t *testing.T, serve serveDir) {
+	live, backup := t.TempDir(), t.TempDir()
+	url, stop := serve(t, live)
+	ctx := testCtx(t)
+	c := dial(t, url, client.Options{})
 	sid := client.NewCommandID()
 	if _, err := c.CallRaw(ctx, msp.MethodSessionStart, msp.SessionStartParams{CommandID: client.NewCommandID(), SessionID: sid}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := answerTurn(t, c, sid, "one")
 	kept := before[len(before)-1].Cursor()
-	d1.Close(stopped)
+	stop()
 	copyDataDir(t, live, backup) // the backup
 
-	d2 := startDaemon(t, daemon.Config{DataDir: live})
-	c = dial(t, d2.URL(), client.Options{})
+	url, stop = serve(t, live)
+	c = dial(t, url, client.Options{})
 	if _, err := c.Resume(ctx, sid, &kept); err != nil {
 		t.Fatal(err)
 	}
@@ -81,12 +115,12 @@ func TestRestoredBackupRefusesLostCursorsOverTheWire(t *testing.T) {
 		}
 	}
 	last := lostEvents[len(lostEvents)-1].Cursor()
-	d2.Close(stopped) // and the live data directory is lost
+	stop() // and the live data directory is lost
 
 	restored := t.TempDir()
 	copyDataDir(t, backup, restored)
-	d3 := startDaemon(t, daemon.Config{DataDir: restored})
-	c = dial(t, d3.URL(), client.Options{})
+	url, _ = serve(t, restored)
+	c = dial(t, url, client.Options{})
 	if _, err := c.Resume(ctx, sid, &kept); err != nil {
 		t.Fatalf("session/resume after %s, from before the backup: %v", kept, err)
 	}
@@ -99,7 +133,7 @@ func TestRestoredBackupRefusesLostCursorsOverTheWire(t *testing.T) {
 		}
 	}
 
-	other := dial(t, d3.URL(), client.Options{})
+	other := dial(t, url, client.Options{})
 	_, err := other.Resume(ctx, sid, &last)
 	wantErr(t, "session/resume after "+last, err, msp.KindNotFound, msp.ReasonMissingAnchor)
 	_, err = other.CallRaw(ctx, msp.MethodViewSubscribe, msp.ViewSubscribeParams{SessionID: sid, After: &last})
