@@ -13,7 +13,8 @@ import (
 // ephemeral event after durable record seq. The epoch names the
 // incarnation of the session id (a session/start or session/fork made
 // it), so a cursor of a session deleted and started again under the same
-// id is never taken as a position in the new one. Sessions made before
+// id is never taken as a position in the new one, and within it the
+// process run that wrote the position (see epochSpan). Sessions made before
 // epochs existed have none: their cursors keep the old form,
 // v:<sessionId>:<seq>[.<n>]. Clients treat cursors as opaque strings.
 type cursor struct {
