@@ -264,13 +264,20 @@ func (s *session) ingest(n Notification, pos Position) {
 		go s.m.settle(s)
 		return
 	}
-	at := s.at(seq, sub)
-	if !s.at(s.head, s.sub).before(at) {
-		return // already seen
-	}
 	through := seq - 1 // the records before a durable event
 	if sub > 0 {
 		through = seq // and the one an ephemeral event follows
+	}
+	if c, err := parseCursor(n.Cursor); err == nil && c.epoch != epochAt(s.spanList(), seq) || through > s.head {
+		// The leader opened a cursor epoch span this node has not heard
+		// of (its first record may be among those to catch up, or have
+		// come between this node's reads of the row and of the head):
+		// the row, written with that record, holds it.
+		s.reloadSpansLocked()
+	}
+	at := s.at(seq, sub)
+	if !s.at(s.head, s.sub).before(at) {
+		return // already seen
 	}
 	if through > s.head {
 		// Messages were dropped: whatever ephemeral events came among the
@@ -311,6 +318,19 @@ func (s *session) ingest(n Notification, pos Position) {
 	s.fanOutLocked(n)
 }
 
+// reloadSpansLocked reads a follower's cursor epoch spans from the row
+// again. s.mu must be held.
+func (s *session) reloadSpansLocked() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, _, err := s.m.readState(ctx, s.key, s.id)
+	if err != nil {
+		s.m.log.Warn("following a session: reading its cursor epochs", "session", s.id, "err", err)
+		return
+	}
+	s.setSpans(st.spans())
+}
+
 // missedLocked notes that the ephemeral events after last, through
 // through, never reached this follower: they are lost for its resuming
 // readers, and its subscribers, which got everything up to last, get a
@@ -344,6 +364,7 @@ func (s *session) freshLocked(ctx context.Context) error {
 		return err
 	}
 	s.st, s.stale, s.unsettled = st, false, false
+	s.setSpans(st.spans())
 	return nil
 }
 

@@ -13,7 +13,8 @@ import (
 // ephemeral event after durable record seq. The epoch names the
 // incarnation of the session id (a session/start or session/fork made
 // it), so a cursor of a session deleted and started again under the same
-// id is never taken as a position in the new one. Sessions made before
+// id is never taken as a position in the new one, and within it the
+// process run that wrote the position (see epochSpan). Sessions made before
 // epochs existed have none: their cursors keep the old form,
 // v:<sessionId>:<seq>[.<n>]. Clients treat cursors as opaque strings.
 type cursor struct {
@@ -102,10 +103,104 @@ func parseCursor(s string) (cursor, error) {
 	return c, nil
 }
 
-// at is the position seq (sub, after it) in s's current incarnation.
+// epochSpan is a run of a session's view whose cursors carry one epoch:
+// the positions from durable record From on, up to the next span's From.
+// An incarnation's first span starts at 0 (a session/start or fork mints
+// it); each process that goes on writing the session opens a new one at
+// its first record, so a store restored from a backup, whose sessions
+// fall back to an earlier head, never hands out again a position a
+// client was given after that point: those positions were of a span the
+// backup does not hold.
+type epochSpan struct {
+	Epoch string `json:"epoch"`
+	From  int64  `json:"from"`
+	// Run is the manager (process) run that opened it; "" for an
+	// incarnation's epoch an older build minted.
+	Run string `json:"run,omitempty"`
+}
+
+// maxEpochSpans bounds a session's spans. Past it the oldest goes, and
+// the next stands for the positions before it: those of the dropped
+// span's cursors are refused missingAnchor (no cursor the next one's
+// epoch could name was ever handed out for them).
+const maxEpochSpans = 64
+
+// spanAt is the span of spans holding position seq; nil spans (a session
+// made before epochs) have the empty epoch.
+func spanAt(spans []epochSpan, seq int64) int {
+	for i := len(spans) - 1; i > 0; i-- {
+		if spans[i].From <= seq {
+			return i
+		}
+	}
+	return 0
+}
+
+// epochAt is the epoch of position seq among spans.
+func epochAt(spans []epochSpan, seq int64) string {
+	if len(spans) == 0 {
+		return ""
+	}
+	return spans[spanAt(spans, seq)].Epoch
+}
+
+// withRun returns spans with a span opened by run at from, unless run
+// opened the last one already (or the session has no epochs): it is what
+// a run's first record is minted under. opened tells whether it did.
+func withRun(spans []epochSpan, run string, from int64) (_ []epochSpan, opened bool) {
+	if len(spans) == 0 || spans[len(spans)-1].Run == run {
+		return spans, false
+	}
+	out := make([]epochSpan, 0, min(len(spans)+1, maxEpochSpans))
+	if len(spans) >= maxEpochSpans {
+		spans = spans[len(spans)-maxEpochSpans+1:]
+	}
+	out = append(out, spans...)
+	out[0].From = 0
+	return append(out, epochSpan{Epoch: newEpoch(), From: from, Run: run}), true
+}
+
+// firstSpan is the span of a new incarnation (a session/start, a fork):
+// its records, copied ones included, are of this run.
+func (m *Manager) firstSpan() []epochSpan {
+	return []epochSpan{{Epoch: newEpoch(), Run: m.run}}
+}
+
+// spanList is the session's spans now. The list is replaced, never
+// changed in place, so it may be read without s.mu.
+func (s *session) spanList() []epochSpan {
+	if p := s.spans.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// setSpans makes spans the session's. s.mu must be held (or s not yet
+// published).
+func (s *session) setSpans(spans []epochSpan) { s.spans.Store(&spans) }
+
+// at is the position seq (sub, after it) in s's current incarnation, of
+// the epoch of the span holding it.
 func (s *session) at(seq, sub int64) cursor {
-	return cursor{session: s.id, epoch: s.epoch, seq: seq, sub: sub}
+	return cursor{session: s.id, epoch: epochAt(s.spanList(), seq), seq: seq, sub: sub}
 }
 
 // durable is the cursor of s's durable record seq.
 func (s *session) durable(seq int64) string { return s.at(seq, 0).String() }
+
+// spanOf tells which span of spans cursor c's position belongs to: the
+// one of its epoch, if that holds the position; ok is false for a cursor
+// of another incarnation, of a span dropped or not held here (a store
+// restored from a backup), or of a position its span never reached.
+func spanOf(spans []epochSpan, c cursor) (ok bool) {
+	if len(spans) == 0 {
+		return c.epoch == ""
+	}
+	for i, sp := range spans {
+		if sp.Epoch != c.epoch {
+			continue
+		}
+		return sp.From <= c.seq && (i == len(spans)-1 || c.seq < spans[i+1].From)
+	}
+	return false
+}

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -11,7 +12,7 @@ import (
 )
 
 // cursorIn is the cursor of durable record seq of session sid as st holds
-// it: of its incarnation's epoch.
+// it: of the epoch of the span holding seq.
 func cursorIn(t testing.TB, st store.Store, sid string, seq int64) string {
 	t.Helper()
 	return cursorAs(t, st, "", sid, seq)
@@ -28,7 +29,7 @@ func cursorAs(t testing.TB, st store.Store, principal, sid string, seq int64) st
 	if err := json.Unmarshal(row.State, &s); err != nil {
 		t.Fatal(err)
 	}
-	return durableCursor(sid, s.CursorEpoch, seq)
+	return durableCursor(sid, epochAt(s.spans(), seq), seq)
 }
 
 func TestCursorRoundTrip(t *testing.T) {
@@ -165,4 +166,61 @@ func FuzzParseCursor(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEpochSpans: a run opens a span at its first record unless it opened
+// the last; a cursor belongs to its epoch's span only within the span's
+// positions; past maxEpochSpans the oldest span goes and the next holds
+// the positions before it.
+func TestEpochSpans(t *testing.T) {
+	spans := []epochSpan{{Epoch: "aaaaaaaaaaaa", Run: "r1"}}
+	if got, opened := withRun(spans, "r1", 5); opened || len(got) != 1 {
+		t.Fatalf("the run that opened the last span opened another: %+v", got)
+	}
+	spans, opened := withRun(spans, "r2", 5)
+	if !opened || len(spans) != 2 || spans[1].From != 5 || spans[1].Run != "r2" || !validEpoch(spans[1].Epoch) {
+		t.Fatalf("a new run's spans %+v", spans)
+	}
+	if _, opened := withRun(nil, "r2", 5); opened {
+		t.Fatal("a session without epochs got a span")
+	}
+	first, second := spans[0].Epoch, spans[1].Epoch
+	for _, tt := range []struct {
+		c    cursor
+		want bool
+	}{
+		{cursor{epoch: first, seq: 0}, true},
+		{cursor{epoch: first, seq: 4, sub: 7}, true},
+		{cursor{epoch: first, seq: 5}, false}, // the second span's
+		{cursor{epoch: first, seq: 9}, false},
+		{cursor{epoch: second, seq: 4}, false}, // before the second began
+		{cursor{epoch: second, seq: 5}, true},
+		{cursor{epoch: second, seq: 9, sub: 1}, true},
+		{cursor{epoch: "bbbbbbbbbbbb", seq: 1}, false},
+		{cursor{seq: 1}, false},
+	} {
+		if got := spanOf(spans, tt.c); got != tt.want {
+			t.Errorf("spanOf(%+v) = %v, want %v", tt.c, got, tt.want)
+		}
+	}
+	if epochAt(spans, 4) != first || epochAt(spans, 5) != second || epochAt(nil, 5) != "" {
+		t.Errorf("epochAt over %+v", spans)
+	}
+	if !spanOf(nil, cursor{seq: 3}) || spanOf(nil, cursor{epoch: first, seq: 3}) {
+		t.Error("a session without epochs takes only cursors without one")
+	}
+	for i := 0; len(spans) < maxEpochSpans; i++ {
+		spans, _ = withRun(spans, fmt.Sprint("run", i), int64(10+i))
+	}
+	full := spans
+	spans, _ = withRun(spans, "last", 1000)
+	if len(spans) != maxEpochSpans || spans[0].Epoch != full[1].Epoch || spans[0].From != 0 || spans[len(spans)-1].From != 1000 {
+		t.Fatalf("past the bound: %d spans, first %+v (dropped %+v)", len(spans), spans[0], full[0])
+	}
+	if spanOf(spans, cursor{epoch: first, seq: 1}) {
+		t.Error("a cursor of the dropped span is still taken")
+	}
+	if full[1].From == 0 {
+		t.Error("withRun changed the list it was given")
+	}
 }

@@ -159,12 +159,12 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 			return nil, err
 		}
 		src.mu.Lock()
-		st := state{Owner: owner, CursorEpoch: newEpoch(), MadeBy: a.maker(p.CommandID), ProviderID: src.st.ProviderID, ModelID: src.st.ModelID, WorkspaceRoot: src.st.WorkspaceRoot,
+		st := state{Owner: owner, CursorSpans: m.firstSpan(), MadeBy: a.maker(p.CommandID), ProviderID: src.st.ProviderID, ModelID: src.st.ModelID, WorkspaceRoot: src.st.WorkspaceRoot,
 			FirstUserPrompt: src.st.FirstUserPrompt, Name: src.st.Name, TurnCount: turns}
 		src.mu.Unlock()
 		id := newID()
 		key := sessionKey(owner, id)
-		if err := m.copyLog(ctx, src.key, key, id, st.CursorEpoch, cut); err != nil {
+		if err := m.copyLog(ctx, src.key, key, id, st.CursorSpans[0].Epoch, cut); err != nil {
 			return nil, msp.ErrInternal("copying the log: %v", err)
 		}
 		now := m.now()
@@ -176,7 +176,7 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 			History:         msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: msp.NoneExcluded, Snapshot: json.RawMessage("null")},
 			PendingRequests: []msp.PendingRequest{},
 			Session:         wire,
-			ViewCursor:      durableCursor(id, st.CursorEpoch, cut),
+			ViewCursor:      durableCursor(id, st.CursorSpans[0].Epoch, cut),
 		}
 		if !p.ExcludeItems {
 			if snap.History, _, err = m.inlineHistory(ctx, key, cut, streamed{}); err != nil {

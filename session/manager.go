@@ -110,6 +110,10 @@ type Manager struct {
 	listeners *listeners
 
 	unfollowLists func() // stops taking other nodes' session-list news
+
+	// run names this manager's run (a process start): the first records
+	// it writes to a session open a cursor epoch span of their own.
+	run string
 }
 
 // loading is a session being or having been loaded.
@@ -163,6 +167,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		sessions:  make(map[string]*loading),
 		pool:      workpool.New(workpool.DefaultMaxIdle, workpool.DefaultIdleFor),
 		listeners: newListeners(),
+		run:       newEpoch(),
 	}
 	m.stats.metrics = cfg.Metrics
 	m.ctx, m.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
@@ -496,7 +501,7 @@ func (m *Manager) read(ctx context.Context, key, id string) (*session, error) {
 	// Named as its owner names it, whoever asked: a request naming its
 	// key as an id (another principal's, refused by acquire) must not
 	// give it that name on the wire.
-	s.owner, s.id, s.epoch = s.st.Owner, wireID(s.st.Owner, key), s.st.CursorEpoch
+	s.owner, s.id = s.st.Owner, wireID(s.st.Owner, key)
 	return s, nil
 }
 
@@ -509,6 +514,7 @@ func (s *session) refreshLocked(ctx context.Context) error {
 		return err
 	}
 	s.st = st
+	s.setSpans(st.spans())
 	if erasing {
 		s.halfErasedLocked()
 		return nil

@@ -24,10 +24,10 @@ import (
 // mu serialises every append and fan-out, so subscribers see events in
 // cursor order.
 type session struct {
-	id    string // its sessionId, on the wire
-	key   string // where the store and the cluster keep it (sessionKey)
-	owner string // the principal it belongs to; never changes
-	epoch string // its cursors' epoch: its incarnation's (state.CursorEpoch); never changes
+	id    string                      // its sessionId, on the wire
+	key   string                      // where the store and the cluster keep it (sessionKey)
+	owner string                      // the principal it belongs to; never changes
+	spans atomic.Pointer[[]epochSpan] // its cursors' epochs (state.CursorSpans): see spanList
 	m     *Manager
 
 	mu          sync.Mutex
@@ -95,7 +95,10 @@ type event struct {
 
 // appendLocked writes events (and, when st is non-nil, the new state and
 // any ledger entries) in one commit, then fans the events out. Nothing is
-// fanned out unless the commit succeeded. s.mu must be held.
+// fanned out unless the commit succeeded. The first records this run
+// writes open its cursor epoch span, and the state goes with them, so the
+// span is durable with the first position minted under it. s.mu must be
+// held.
 func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds ...store.Command) error {
 	if s.deleted {
 		return errDeleted
@@ -108,13 +111,23 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 	// backoff starts only once it is written: it goes ahead of a burst of
 	// other writes (this session has no other commit in flight).
 	batch := store.Batch{SessionID: s.key, Commands: cmds, Urgent: slices.ContainsFunc(evs, isRetryNotice)}
+	spans, opened := s.spanList(), false
+	if len(evs) > 0 {
+		if spans, opened = withRun(spans, s.m.run, s.head+1); opened {
+			if st == nil {
+				c := s.st.clone()
+				st = &c
+			}
+			st.CursorSpans, st.CursorEpoch = spans, ""
+		}
+	}
 	batch.Records = make([]store.Record, len(evs))
 	for i, ev := range evs {
 		seq := s.head + int64(i) + 1
 		pos := msp.RecordPosition{ID: newID(), Sequence: seq}
 		h := ev.params.Header()
 		h.SessionID = s.id
-		h.ViewCursor = s.durable(seq)
+		h.ViewCursor = cursor{session: s.id, epoch: epochAt(spans, seq), seq: seq}.String()
 		h.SourceRange = &msp.SourceRange{First: pos, Last: pos, Stream: msp.StreamRef{ID: s.id, Kind: "session"}}
 		raw, err := msp.Marshal(ev.params)
 		if err != nil {
@@ -141,6 +154,9 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 	if st != nil {
 		s.st = *st
 		s.queued.Store(int32(len(st.Queue)))
+	}
+	if opened {
+		s.setSpans(spans)
 	}
 	if len(evs) == 0 {
 		return nil
@@ -389,9 +405,11 @@ func (s *session) saveTextLocked(oi *openItem, now time.Time) {
 // checkCursor resolves a client-supplied cursor of this session.
 func (s *session) checkCursor(c string) (cursor, error) {
 	cur, err := parseCursor(c)
-	if err != nil || cur.session != s.id || cur.epoch != s.epoch {
+	if err != nil || cur.session != s.id || !spanOf(s.spanList(), cur) {
 		// A cursor of another incarnation of this session id (deleted
-		// and started again) names nothing in this one.
+		// and started again), or of positions this store does not hold
+		// under its epoch (handed out after the backup it was restored
+		// from), names nothing in this one.
 		return cursor{}, msp.ErrMissingAnchor(s.id, c)
 	}
 	s.mu.Lock()

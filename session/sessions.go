@@ -63,7 +63,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 			}
 		}
 		now := m.now()
-		st := state{CreatedAt: now, UpdatedAt: now, Owner: owner, CursorEpoch: newEpoch(), MadeBy: a.maker(p.CommandID)}
+		st := state{CreatedAt: now, UpdatedAt: now, Owner: owner, CursorSpans: m.firstSpan(), MadeBy: a.maker(p.CommandID)}
 		st.ProviderID, st.ModelID = optional(providerID), optional(modelID)
 		root := p.WorkspaceRoot
 		if root == "" && len(p.WorkspaceRoots) > 0 {
@@ -71,7 +71,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 		}
 		st.WorkspaceRoot = optional(root)
 		wire := st.wire(id, m.cfg.LogPath)
-		res, err := msp.Marshal(msp.SessionStartResult{Session: wire, ViewCursor: durableCursor(id, st.CursorEpoch, 0)})
+		res, err := msp.Marshal(msp.SessionStartResult{Session: wire, ViewCursor: durableCursor(id, st.CursorSpans[0].Epoch, 0)})
 		if err != nil {
 			return nil, msp.ErrInternal("encoding result: %v", err)
 		}

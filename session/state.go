@@ -15,9 +15,12 @@ type state struct {
 	// Owner is the principal that started the session: the only one that
 	// sees it.
 	Owner string `json:"owner,omitempty"`
-	// CursorEpoch names this incarnation of the session id in its
-	// cursors; minted when the session is made, it never changes. Empty
-	// for a session made before epochs.
+	// CursorSpans are the epochs its cursors carry, oldest first (see
+	// epochSpan): the first is the incarnation's, minted when the session
+	// is made. None for a session made before epochs.
+	CursorSpans []epochSpan `json:"cursorSpans,omitempty"`
+	// CursorEpoch is the incarnation's epoch as an older build kept it,
+	// before spans: it reads as a single span from 0.
 	CursorEpoch string `json:"cursorEpoch,omitempty"`
 	// MadeBy is the command that made the session (nil for a session
 	// an older build made): its deletion answers that command's replays.
@@ -55,6 +58,15 @@ type pendingTurn struct {
 	// Checkpoint is where the running turn resumes should its process
 	// stop: written with each retry notice, and by a stopping host.
 	Checkpoint *turn.Checkpoint `json:"checkpoint,omitempty"`
+}
+
+// spans are the session's cursor epoch spans, an older build's
+// CursorEpoch read as one.
+func (st *state) spans() []epochSpan {
+	if len(st.CursorSpans) == 0 && st.CursorEpoch != "" {
+		return []epochSpan{{Epoch: st.CursorEpoch}}
+	}
+	return st.CursorSpans
 }
 
 // busy tells whether the session has a turn running or waiting.
