@@ -81,25 +81,39 @@ func incarnationCursors(t *testing.T, ctx context.Context, url string) {
 	deleteOverTheWire(t, ctx, c, sid)
 
 	start()
-	for _, text := range []string{"two", "three"} {
+	answerRepeatingNone(t, c, sid, seen, "of the deleted incarnation", "two", "three")
+	refusedThenPagesWhole(t, ctx, url, sid, old, 2*5)
+}
+
+// answerRepeatingNone runs a turn of each text and fails the test if any
+// of their events repeats a cursor of gone (a set of cursors no longer
+// valid, described by what).
+func answerRepeatingNone(t *testing.T, c *checkedClient, sid string, gone map[string]bool, what string, texts ...string) {
+	t.Helper()
+	for _, text := range texts {
 		events, _ := answerTurn(t, c, sid, text)
 		for _, n := range events {
-			if c := n.Cursor(); c != "" && seen[c] {
-				t.Errorf("%s of the new incarnation repeats cursor %s of the deleted one", n.Method, c)
+			if cur := n.Cursor(); cur != "" && gone[cur] {
+				t.Errorf("%s repeats cursor %s %s", n.Method, cur, what)
 			}
 		}
 	}
+}
 
+// refusedThenPagesWhole checks, on a new connection, that session/resume,
+// view/subscribe and view/page refuse the cursor gone with missingAnchor,
+// and that the connection then pages at least events of the session.
+func refusedThenPagesWhole(t *testing.T, ctx context.Context, url, sid, gone string, events int) {
+	t.Helper()
 	other := dial(t, url, client.Options{})
-	_, err := other.Resume(ctx, sid, &old)
-	wantErr(t, "session/resume after "+old, err, msp.KindNotFound, msp.ReasonMissingAnchor)
-	_, err = other.CallRaw(ctx, msp.MethodViewSubscribe, msp.ViewSubscribeParams{SessionID: sid, After: &old})
-	wantErr(t, "view/subscribe after "+old, err, msp.KindNotFound, msp.ReasonMissingAnchor)
-	_, err = other.CallRaw(ctx, msp.MethodViewPage, msp.ViewPageParams{SessionID: sid, Cursor: &old, Limit: 10})
-	wantErr(t, "view/page from "+old, err, msp.KindNotFound, msp.ReasonMissingAnchor)
-	// The connection is fine, and the new incarnation pages whole.
-	if events := pageAll(t, ctx, other, sid); len(events) < 2*5 {
-		t.Errorf("the new incarnation pages %d events", len(events))
+	_, err := other.Resume(ctx, sid, &gone)
+	wantErr(t, "session/resume after "+gone, err, msp.KindNotFound, msp.ReasonMissingAnchor)
+	_, err = other.CallRaw(ctx, msp.MethodViewSubscribe, msp.ViewSubscribeParams{SessionID: sid, After: &gone})
+	wantErr(t, "view/subscribe after "+gone, err, msp.KindNotFound, msp.ReasonMissingAnchor)
+	_, err = other.CallRaw(ctx, msp.MethodViewPage, msp.ViewPageParams{SessionID: sid, Cursor: &gone, Limit: 10})
+	wantErr(t, "view/page from "+gone, err, msp.KindNotFound, msp.ReasonMissingAnchor)
+	if got := pageAll(t, ctx, other, sid); len(got) < events {
+		t.Errorf("the session pages %d events after the refusals, want at least %d", len(got), events)
 	}
 }
 

@@ -124,24 +124,6 @@ func restoredBackup(t *testing.T, serve serveDir) {
 	if _, err := c.Resume(ctx, sid, &kept); err != nil {
 		t.Fatalf("session/resume after %s, from before the backup: %v", kept, err)
 	}
-	for _, text := range []string{"three", "four"} {
-		events, _ := answerTurn(t, c, sid, text)
-		for _, n := range events {
-			if cur := n.Cursor(); cur != "" && lost[cur] {
-				t.Errorf("%s on the restored server repeats cursor %s, handed out after the backup", n.Method, cur)
-			}
-		}
-	}
-
-	other := dial(t, url, client.Options{})
-	_, err := other.Resume(ctx, sid, &last)
-	wantErr(t, "session/resume after "+last, err, msp.KindNotFound, msp.ReasonMissingAnchor)
-	_, err = other.CallRaw(ctx, msp.MethodViewSubscribe, msp.ViewSubscribeParams{SessionID: sid, After: &last})
-	wantErr(t, "view/subscribe after "+last, err, msp.KindNotFound, msp.ReasonMissingAnchor)
-	_, err = other.CallRaw(ctx, msp.MethodViewPage, msp.ViewPageParams{SessionID: sid, Cursor: &last, Limit: 10})
-	wantErr(t, "view/page from "+last, err, msp.KindNotFound, msp.ReasonMissingAnchor)
-	// The connection is fine, and the restored session pages whole.
-	if events := pageAll(t, ctx, other, sid); len(events) < 3*5 {
-		t.Errorf("the restored session pages %d events", len(events))
-	}
+	answerRepeatingNone(t, c, sid, lost, "handed out after the backup", "three", "four")
+	refusedThenPagesWhole(t, ctx, url, sid, last, 3*5)
 }
