@@ -78,18 +78,40 @@ func TestEmbeddedNATSWantsTheSecret(t *testing.T) {
 // secret as their password.
 func TestEmbeddedNATSRoutesWithTheSecret(t *testing.T) {
 	const secret = "s3cret-of-the-cluster"
-	ports := freePorts(t, 2)
 	var routes [2]interface{ NumRoutes() int }
-	for i := range 2 {
-		b := Backend{NATSListen: "127.0.0.1:0", Secret: secret, ClusterName: "c",
-			ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[i]),
-			Routes:        []string{fmt.Sprintf("nats://127.0.0.1:%d", ports[1-i])}}
-		srv, _, err := startNATS(b, fmt.Sprintf("n%d", i), t.TempDir())
-		if err != nil {
+	// Each server must know the other's route port before either starts,
+	// so the ports are picked free and then listened on: another process
+	// on the machine (a parallel package's servers) can take one in
+	// between, and that server never gets ready. Such a try is made again
+	// on other ports.
+	for try := 1; ; try++ {
+		ports := freePorts(t, 2)
+		var started []*natsserver.Server
+		var err error
+		for i := range 2 {
+			b := Backend{NATSListen: "127.0.0.1:0", Secret: secret, ClusterName: "c",
+				ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[i]),
+				Routes:        []string{fmt.Sprintf("nats://127.0.0.1:%d", ports[1-i])}}
+			var srv *natsserver.Server
+			if srv, _, err = startNATS(b, fmt.Sprintf("n%d", i), t.TempDir()); err != nil {
+				break
+			}
+			started = append(started, srv)
+		}
+		for _, srv := range started {
+			if err != nil {
+				srv.Shutdown() // not to route to the next try's servers
+			}
+			t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+		}
+		if err == nil {
+			routes[0], routes[1] = started[0], started[1]
+			break
+		}
+		if try == 3 {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-		routes[i] = srv
+		t.Logf("try %d: %v; again on other ports", try, err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	tick := time.NewTicker(20 * time.Millisecond)
