@@ -268,7 +268,7 @@ func (s *session) ingest(n Notification, pos Position) {
 	if sub > 0 {
 		through = seq // and the one an ephemeral event follows
 	}
-	if c, err := parseCursor(n.Cursor); err == nil && c.epoch != epochAt(s.spanList(), seq) || through > s.head {
+	if c, err := parseCursor(n.Cursor); err == nil && c.epoch != epochAt(s.spanList(), ephemeralSpanSeq(seq, sub)) || through > s.head {
 		// The leader opened a cursor epoch span this node has not heard
 		// of (its first record may be among those to catch up, or have
 		// come between this node's reads of the row and of the head):

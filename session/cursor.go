@@ -104,7 +104,12 @@ func parseCursor(s string) (cursor, error) {
 }
 
 // epochSpan is a run of a session's view whose cursors carry one epoch:
-// the positions from durable record From on, up to the next span's From.
+// the positions from durable record From on, up to the next span's From,
+// and the ephemeral ones after durable record From-1 that the run opening
+// it mints (a run may stream before it writes a record: a turn stopped
+// before its first request resumes with a state-only commit, then its
+// answer's deltas). The run's first commit opens its span, so the span is
+// durable before any position under it is handed out.
 // An incarnation's first span starts at 0 (a session/start or fork mints
 // it); each process that goes on writing the session opens a new one at
 // its first record, so a store restored from a backup, whose sessions
@@ -180,9 +185,20 @@ func (s *session) spanList() []epochSpan {
 func (s *session) setSpans(spans []epochSpan) { s.spans.Store(&spans) }
 
 // at is the position seq (sub, after it) in s's current incarnation, of
-// the epoch of the span holding it.
+// the epoch of the span holding it. An ephemeral position is of the span
+// of the next durable one: the run minting it has opened its span at its
+// first commit, from the next record on, and mints it under that.
 func (s *session) at(seq, sub int64) cursor {
-	return cursor{session: s.id, epoch: epochAt(s.spanList(), seq), seq: seq, sub: sub}
+	return cursor{session: s.id, epoch: epochAt(s.spanList(), ephemeralSpanSeq(seq, sub)), seq: seq, sub: sub}
+}
+
+// ephemeralSpanSeq is the durable position whose span an ephemeral
+// position (seq, sub > 0) is minted under: the next record's.
+func ephemeralSpanSeq(seq, sub int64) int64 {
+	if sub > 0 {
+		return seq + 1
+	}
+	return seq
 }
 
 // durable is the cursor of s's durable record seq.
@@ -200,7 +216,11 @@ func spanOf(spans []epochSpan, c cursor) (ok bool) {
 		if sp.Epoch != c.epoch {
 			continue
 		}
-		return sp.From <= c.seq && (i == len(spans)-1 || c.seq < spans[i+1].From)
+		holds := func(seq int64) bool { return sp.From <= seq && (i == len(spans)-1 || seq < spans[i+1].From) }
+		// An ephemeral position was minted under the span of the record
+		// after it (this run's) or, by a run that wrote that record, of
+		// the one before.
+		return holds(c.seq) || (c.sub > 0 && holds(c.seq+1))
 	}
 	return false
 }

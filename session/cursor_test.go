@@ -196,6 +196,9 @@ func TestEpochSpans(t *testing.T) {
 		{cursor{epoch: second, seq: 4}, false}, // before the second began
 		{cursor{epoch: second, seq: 5}, true},
 		{cursor{epoch: second, seq: 9, sub: 1}, true},
+		{cursor{epoch: second, seq: 4, sub: 3}, true},  // streamed by the second run before its first record
+		{cursor{epoch: second, seq: 3, sub: 1}, false}, // before it
+		{cursor{epoch: first, seq: 4, sub: 3}, true},   // streamed by the first run after its last record
 		{cursor{epoch: "bbbbbbbbbbbb", seq: 1}, false},
 		{cursor{seq: 1}, false},
 	} {
@@ -222,5 +225,47 @@ func TestEpochSpans(t *testing.T) {
 	}
 	if full[1].From == 0 {
 		t.Error("withRun changed the list it was given")
+	}
+}
+
+// TestAStateOnlyCommitOpensTheRunsSpan: a run whose first commit writes no
+// record (a turn stopped before its first request resumes with the state
+// alone, then streams) opens its span there, and the ephemeral positions
+// it mints after the head are of its epoch: a store restored from before
+// them, whose next run mints the same positions, hands them out under
+// another epoch, never again under the one a client may hold.
+func TestAStateOnlyCommitOpensTheRunsSpan(t *testing.T) {
+	st := openStore(t)
+	model := newHistModel()
+	m1 := newManager(t, st, model, mgrOpts{})
+	sub := newRecSub()
+	sid := startSession(t, m1, sub)
+	runTurn(t, m1, sub, textTurn(sid, "one"))
+	m1.Close()
+
+	m2 := newManager(t, st, model, mgrOpts{})
+	s, release, err := m2.acquire(context.Background(), sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	s.mu.Lock()
+	head, first := s.head, s.at(s.head, 0).epoch
+	next := s.st.clone()
+	err = s.appendLocked(context.Background(), nil, &next)
+	streamed := s.at(head, 1)
+	s.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := spansIn(t, st, sid)
+	if len(spans) != 2 || spans[1].From != head+1 {
+		t.Fatalf("spans after a state-only commit of a new run: %+v, want a second from %d", spans, head+1)
+	}
+	if streamed.epoch != spans[1].Epoch || streamed.epoch == first {
+		t.Errorf("the new run mints %s after the head, want its own epoch %s (the first run's is %s)", streamed, spans[1].Epoch, first)
+	}
+	if _, err := s.checkCursor(streamed.String()); err != nil {
+		t.Errorf("the new run's own cursor %s is refused: %v", streamed, err)
 	}
 }

@@ -112,7 +112,10 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 	// other writes (this session has no other commit in flight).
 	batch := store.Batch{SessionID: s.key, Commands: cmds, Urgent: slices.ContainsFunc(evs, isRetryNotice)}
 	spans, opened := s.spanList(), false
-	if len(evs) > 0 {
+	if len(evs) > 0 || st != nil {
+		// This run's first commit opens its span, from the next record
+		// on; the ephemeral positions it mints after head are of it too
+		// (see epochSpan).
 		if spans, opened = withRun(spans, s.m.run, s.head+1); opened {
 			if st == nil {
 				c := s.st.clone()
