@@ -42,6 +42,11 @@ func (h *handler) Handle(ctx context.Context, req *jsonrpc2.Request, id json.Raw
 	if follows(req.Method) {
 		h.c.follow <- struct{}{}
 		defer func() { <-h.c.follow }()
+		if h.c.credEnded.Load() {
+			// Ended while this request waited for the token.
+			dispatched()
+			return
+		}
 	}
 	params := json.RawMessage("{}")
 	if req.Params != nil {

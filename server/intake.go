@@ -63,6 +63,11 @@ type admitter interface {
 // the read loop takes the charge over once the frame is whole (see
 // readFrame).
 func (c *conn) admitLarge(ctx context.Context) error {
+	if c.charge > 0 {
+		// Taken already by this read: a transport that skipped a large
+		// line of blanks reads on for the frame, which holds that share.
+		return nil
+	}
 	// Mid-frame, pongs are not read either: no pings while it waits.
 	c.busy.Store(true)
 	defer c.busy.Store(false)

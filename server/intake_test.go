@@ -345,3 +345,43 @@ func TestFollowCapHoldsWithConcurrentRequests(t *testing.T) {
 		srv.Shutdown(context.Background())
 	})
 }
+
+// A stdio line of blanks past the free allowance is skipped, and the
+// frame after it read in the same ReadFrame: the share the blank line took
+// is the frame's, taken once, and all of it given back once the frame is
+// answered. (The frame used to take a second share over the first, which
+// was never given back: two such pairs exhausted this budget for good.)
+func TestBlankLargeLinesHoldNoBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, _ := reviewManager(t)
+		const limit = 256 << 10
+		srv, err := New(m, Config{MaxFrameBytes: limit, InboundBytes: 2 * limit, PingInterval: -1, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := newStdioPeer(srv)
+		synctest.Wait()
+		for _, id := range []string{`"a"`, `"b"`, `"c"`} {
+			p.send(strings.Repeat(" ", 100<<10) + "\n" + paddedList(id, 200<<10) + "\n")
+			synctest.Wait()
+			if !p.answered(id) {
+				t.Fatalf("request %s after a large blank line was not answered", id)
+			}
+			if held := srv.intake.held.Load(); held != 0 {
+				t.Fatalf("after request %s the intake budget holds %d bytes with nothing in flight", id, held)
+			}
+		}
+		other := newStdioPeer(srv)
+		synctest.Wait()
+		other.send(paddedList(`"o"`, 200<<10) + "\n")
+		synctest.Wait()
+		if !other.answered(`"o"`) {
+			t.Fatal("another connection's large frame waits for a budget nothing holds")
+		}
+		for _, c := range []*stdioPeer{p, other} {
+			c.in.Close()
+			<-c.served
+		}
+		srv.Shutdown(context.Background())
+	})
+}
