@@ -76,71 +76,85 @@ func parseFlags(fs *flag.FlagSet, args []string) (status int, ok bool) {
 	}
 }
 
-func serve(args []string, stderr io.Writer) int {
+// serveOptions are what serve's flags set: the daemon's configuration
+// and the few settings serve applies itself.
+type serveOptions struct {
+	cfg                         daemon.Config
+	stdio                       bool
+	jitter, logLevel, logFormat string
+	shutdownTimeout             time.Duration
+	gcHeadroomMiB               int
+	origins, allowedHosts       stringList
+}
+
+// serveFlags is serve's flag set, writing its errors and usage to stderr,
+// and the options it sets. docs/configuration.md is generated from it.
+func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveOptions) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cfg daemon.Config
-	var stdio bool
-	var jitter, logLevel, logFormat string
-	var shutdownTimeout time.Duration
-	var gcHeadroomMiB int
-	var origins, allowedHosts stringList
-	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7700", "`address` for WebSocket /msp and the ops endpoints")
-	fs.StringVar(&cfg.DataDir, "data", "mspd-data", "`directory` of the SQLite store (and of the embedded NATS server's files)")
-	fs.StringVar(&cfg.Backend.Store, "store", "sqlite", "where sessions live: sqlite (one node) or jetstream (several nodes sharing NATS JetStream)")
-	fs.StringVar(&cfg.Backend.NATS, "nats", "", "NATS `URL` of the JetStream deployment (--store jetstream), e.g. nats://a:4222,nats://b:4222")
-	fs.BoolVar(&cfg.Backend.Embedded, "nats-embedded", false, "run a NATS server with JetStream inside this process (--store jetstream), its files under --data")
-	fs.StringVar(&cfg.Backend.NATSListen, "nats-listen", "127.0.0.1:4222", "client `address` of the embedded NATS server")
-	fs.StringVar(&cfg.Backend.ClusterName, "nats-cluster-name", "mspd", "name of the embedded NATS servers' cluster")
-	fs.StringVar(&cfg.Backend.ClusterListen, "nats-cluster-listen", "", "route `address` of the embedded NATS server, to cluster it with other nodes'")
-	fs.StringVar(&cfg.Backend.Secret, "nats-secret", "", "shared secret of the embedded NATS servers: each node's token, and their routes' password; needed to listen (--nats-listen, --nats-cluster-listen) elsewhere than on loopback (without it, clients need a random token of this process's own, but routes on loopback take any local server); set it through MSPD_NATS_SECRET to keep it out of ps")
-	fs.Var((*stringList)(&cfg.Backend.Routes), "nats-routes", "the other embedded NATS servers' routes, nats://host:port (repeatable or comma-separated)")
-	fs.IntVar(&cfg.Backend.Replicas, "jetstream-replicas", 1, "replication of the JetStream stream and lease bucket: 1, or 3 on three nodes or more")
-	fs.StringVar(&cfg.Backend.Node, "node-id", "", "this node's name in a cluster (default: host name and listen address)")
-	fs.DurationVar(&cfg.Backend.LeaseTTL, "lease-ttl", 10*time.Second, "how soon the sessions of a node that stopped are taken over by another")
-	fs.DurationVar(&cfg.CommandRetention, "command-retention", daemon.DefaultCommandRetention, "how long a commandId is remembered, the exactly-once window: a replay after that is a new command (negative: for ever; not 0)")
-	fs.BoolVar(&stdio, "stdio", false, "serve one connection of NDJSON frames on stdin/stdout instead of listening")
-	fs.StringVar(&cfg.Provider, "provider", "demo", "model provider: demo, scripted, openai (or any OpenAI-compatible server via OPENAI_BASE_URL) or anthropic")
-	fs.StringVar(&cfg.Model, "model", "", "provider model id (default: the provider's)")
-	fs.StringVar(&cfg.System, "system", "", "provider name reported as `system` in retry notices (default: openai, anthropic, …; e.g. ollama for a compatible server)")
-	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 0, "an attempt whose stream is silent this long fails as a timeout (default 60s; negative: off, for slow local models)")
-	fs.StringVar(&cfg.OpenAIAPI, "openai-api", "chat", "OpenAI API: chat (Chat Completions) or responses")
-	fs.IntVar(&cfg.MaxOutputTokens, "max-output-tokens", 0, "the model's output limit: no request asks for more and truncation retries stop growing there (default 32768)")
-	fs.StringVar(&cfg.ConfigFile, "config", "", "TOML `file` naming several providers (overrides --provider and --model)")
-	fs.DurationVar(&cfg.Demo.WordDelay, "demo-word-delay", demo.DefaultWordDelay, "demo model pace per word (0 or negative: none)")
-	fs.Float64Var(&cfg.Demo.FaultRate, "demo-faults", 0.2, "share of demo requests that fail first (429/503/529/timeouts/resets), 0..1, so the retry notices show")
-	fs.Int64Var(&cfg.Demo.Seed, "demo-seed", 0, "seed of the demo model (0: random)")
-	fs.IntVar(&cfg.Retry.MaxAttempts, "max-attempts", 5, "provider requests per turn, the first included (ceiling for a turn's retry.maxAttempts; 1..16)")
-	fs.DurationVar(&cfg.Retry.InitialBackoff, "retry-initial-backoff", 500*time.Millisecond, "backoff before the first retry, before jitter")
-	fs.DurationVar(&cfg.Retry.MaxBackoff, "retry-max-backoff", 8*time.Second, "cap of the computed backoff")
-	fs.DurationVar(&cfg.Retry.MaxServerDelay, "retry-max-server-delay", 60*time.Second, "longest Retry-After honoured; longer fails the turn at once")
-	fs.StringVar(&jitter, "retry-jitter", "full", "backoff jitter: full (U(0,d)) or proportional (d·U(0.75,1))")
-	fs.IntVar(&cfg.RetryBudget.Tokens, "retry-budget-tokens", 10, "retry budget shared by all turns (gRPC retry throttling): retries stop while fewer than half the tokens remain (negative: no budget; not 0)")
-	fs.Float64Var(&cfg.RetryBudget.Ratio, "retry-budget-ratio", 0.1, "tokens a successful request gives back to the retry budget")
-	fs.Float64Var(&cfg.RetryBudget.Refill, "retry-budget-refill", 0.2, "tokens each second gives back to the retry budget, so a quiet key recovers after an outage (0 or negative: none)")
-	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", 1024, "output bound of an attempt when a turn names no maxTokens")
-	fs.Int64Var(&cfg.Server.MaxFrameBytes, "max-frame-bytes", 10<<20, "largest inbound frame")
-	fs.Int64Var(&cfg.Server.InboundBytes, "inbound-bytes", server.DefaultInboundBytes, "server-wide budget of inbound frames being read and decoded: a frame past its first 64 KiB takes --max-frame-bytes of it while read, then its size until dispatched; a connection whose frame does not fit stops reading until one does")
-	fs.IntVar(&cfg.Server.MaxConnRequests, "max-conn-requests", 1, "requests one connection has executing at once; the next frame is read only once one finishes (1: in order; above 1, answers may come in any order)")
-	fs.IntVar(&cfg.Server.QueueFrames, "queue-frames", 1024, "view events queued per connection before a slow reader gets view/gap")
-	fs.IntVar(&cfg.Server.MaxSubscriptions, "max-subscriptions", server.DefaultMaxSubscriptions, "sessions one connection follows at once (each start, resume, fork or view/subscribe of another); one more is refused as backpressured")
-	fs.IntVar(&cfg.Server.QueueBytes, "queue-bytes", 8<<20, "bytes queued per connection (responses and events) before it stops reading requests; view events get half, then view/gap")
-	fs.DurationVar(&cfg.Server.WriteTimeout, "write-timeout", 10*time.Second, "a frame write slower than this closes the connection")
-	fs.StringVar(&cfg.Server.Fingerprint, "fingerprint", "", "schema fingerprint to report (default: the embedded schema's sha256)")
-	fs.StringVar(&cfg.Server.AuthToken, "auth-token", "", "require this token to open /msp (Authorization: Bearer, or ?access_token= from a browser); at least 16 characters on a listener beyond loopback; set it through MSPD_AUTH_TOKEN to keep it out of ps")
-	fs.Var(&origins, "origin", "extra allowed browser `origin` pattern for /msp (repeatable; the server's own host is always allowed)")
-	fs.StringVar(&cfg.Auth.TokensFile, "auth-tokens", "", "`file` of \"principal token\" lines: each token opens /msp as its principal, who sees only its own sessions (re-read on SIGHUP, which closes the open connections whose token is gone)")
-	fs.StringVar(&cfg.Auth.JWT.KeyFile, "auth-jwt-key-file", "", "PEM `file` of the public keys (RSA, ECDSA, Ed25519) that sign JWT bearer tokens; the principal is the sub claim; a connection closes when its token expires (re-read on SIGHUP)")
-	fs.StringVar(&cfg.Auth.JWT.JWKSURL, "auth-jwt-jwks", "", "JSON Web Key Set `URL` whose keys sign JWT bearer tokens (fetched and cached; instead of --auth-jwt-key-file)")
-	fs.StringVar(&cfg.Auth.JWT.Issuer, "auth-jwt-issuer", "", "the iss JWT bearer tokens must carry (required with JWT)")
-	fs.StringVar(&cfg.Auth.JWT.Audience, "auth-jwt-audience", "", "an aud JWT bearer tokens must carry (required with JWT)")
-	fs.Var(&allowedHosts, "allowed-host", "extra Host `name` served while no authentication is configured (repeatable; loopback addresses and localhost always are)")
-	fs.BoolVar(&cfg.InsecureNoAuth, "insecure-no-auth", false, "allow listening on a non-loopback address with no authentication configured")
-	fs.BoolVar(&cfg.Server.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the listener (behind the Host check and the token, as /msp; needs authentication off loopback)")
-	fs.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long running turns may finish before the rest stop, to resume as a new attempt in the next process (a second signal stops at once)")
-	fs.IntVar(&gcHeadroomMiB, "gc-headroom-mib", 64, "garbage the heap may gather above what is live before a collection, while less than this is live (MiB; 0: Go's GOGC=100; ignored when GOGC is set)")
-	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	o := &serveOptions{}
+	fs.StringVar(&o.cfg.Listen, "listen", "127.0.0.1:7700", "`address` for WebSocket /msp and the ops endpoints")
+	fs.StringVar(&o.cfg.DataDir, "data", "mspd-data", "`directory` of the SQLite store (and of the embedded NATS server's files)")
+	fs.StringVar(&o.cfg.Backend.Store, "store", "sqlite", "where sessions live: sqlite (one node) or jetstream (several nodes sharing NATS JetStream)")
+	fs.StringVar(&o.cfg.Backend.NATS, "nats", "", "NATS `URL` of the JetStream deployment (--store jetstream), e.g. nats://a:4222,nats://b:4222")
+	fs.BoolVar(&o.cfg.Backend.Embedded, "nats-embedded", false, "run a NATS server with JetStream inside this process (--store jetstream), its files under --data")
+	fs.StringVar(&o.cfg.Backend.NATSListen, "nats-listen", "127.0.0.1:4222", "client `address` of the embedded NATS server")
+	fs.StringVar(&o.cfg.Backend.ClusterName, "nats-cluster-name", "mspd", "name of the embedded NATS servers' cluster")
+	fs.StringVar(&o.cfg.Backend.ClusterListen, "nats-cluster-listen", "", "route `address` of the embedded NATS server, to cluster it with other nodes'")
+	fs.StringVar(&o.cfg.Backend.Secret, "nats-secret", "", "shared secret of the embedded NATS servers: each node's token, and their routes' password; needed to listen (--nats-listen, --nats-cluster-listen) elsewhere than on loopback (without it, clients need a random token of this process's own, but routes on loopback take any local server); set it through MSPD_NATS_SECRET to keep it out of ps")
+	fs.Var((*stringList)(&o.cfg.Backend.Routes), "nats-routes", "the other embedded NATS servers' routes, nats://host:port (repeatable or comma-separated)")
+	fs.IntVar(&o.cfg.Backend.Replicas, "jetstream-replicas", 1, "replication of the JetStream stream and lease bucket: 1, or 3 on three nodes or more")
+	fs.StringVar(&o.cfg.Backend.Node, "node-id", "", "this node's name in a cluster (default: host name and listen address)")
+	fs.DurationVar(&o.cfg.Backend.LeaseTTL, "lease-ttl", 10*time.Second, "how soon the sessions of a node that stopped are taken over by another")
+	fs.DurationVar(&o.cfg.CommandRetention, "command-retention", daemon.DefaultCommandRetention, "how long a commandId is remembered, the exactly-once window: a replay after that is a new command (negative: for ever; not 0)")
+	fs.BoolVar(&o.stdio, "stdio", false, "serve one connection of NDJSON frames on stdin/stdout instead of listening")
+	fs.StringVar(&o.cfg.Provider, "provider", "demo", "model provider: demo, scripted, openai (or any OpenAI-compatible server via OPENAI_BASE_URL) or anthropic")
+	fs.StringVar(&o.cfg.Model, "model", "", "provider model id (default: the provider's)")
+	fs.StringVar(&o.cfg.System, "system", "", "provider name reported as `system` in retry notices (default: openai, anthropic, …; e.g. ollama for a compatible server)")
+	fs.DurationVar(&o.cfg.IdleTimeout, "idle-timeout", 0, "an attempt whose stream is silent this long fails as a timeout (default 60s; negative: off, for slow local models)")
+	fs.StringVar(&o.cfg.OpenAIAPI, "openai-api", "chat", "OpenAI API: chat (Chat Completions) or responses")
+	fs.IntVar(&o.cfg.MaxOutputTokens, "max-output-tokens", 0, "the model's output limit: no request asks for more and truncation retries stop growing there (default 32768)")
+	fs.StringVar(&o.cfg.ConfigFile, "config", "", "TOML `file` naming several providers (overrides --provider and --model)")
+	fs.DurationVar(&o.cfg.Demo.WordDelay, "demo-word-delay", demo.DefaultWordDelay, "demo model pace per word (0 or negative: none)")
+	fs.Float64Var(&o.cfg.Demo.FaultRate, "demo-faults", 0.2, "share of demo requests that fail first (429/503/529/timeouts/resets), 0..1, so the retry notices show")
+	fs.Int64Var(&o.cfg.Demo.Seed, "demo-seed", 0, "seed of the demo model (0: random)")
+	fs.IntVar(&o.cfg.Retry.MaxAttempts, "max-attempts", 5, "provider requests per turn, the first included (ceiling for a turn's retry.maxAttempts; 1..16)")
+	fs.DurationVar(&o.cfg.Retry.InitialBackoff, "retry-initial-backoff", 500*time.Millisecond, "backoff before the first retry, before jitter")
+	fs.DurationVar(&o.cfg.Retry.MaxBackoff, "retry-max-backoff", 8*time.Second, "cap of the computed backoff")
+	fs.DurationVar(&o.cfg.Retry.MaxServerDelay, "retry-max-server-delay", 60*time.Second, "longest Retry-After honoured; longer fails the turn at once")
+	fs.StringVar(&o.jitter, "retry-jitter", "full", "backoff jitter: full (U(0,d)) or proportional (d·U(0.75,1))")
+	fs.IntVar(&o.cfg.RetryBudget.Tokens, "retry-budget-tokens", 10, "retry budget shared by all turns (gRPC retry throttling): retries stop while fewer than half the tokens remain (negative: no budget; not 0)")
+	fs.Float64Var(&o.cfg.RetryBudget.Ratio, "retry-budget-ratio", 0.1, "tokens a successful request gives back to the retry budget")
+	fs.Float64Var(&o.cfg.RetryBudget.Refill, "retry-budget-refill", 0.2, "tokens each second gives back to the retry budget, so a quiet key recovers after an outage (0 or negative: none)")
+	fs.IntVar(&o.cfg.DefaultMaxTokens, "default-max-tokens", 1024, "output bound of an attempt when a turn names no maxTokens")
+	fs.Int64Var(&o.cfg.Server.MaxFrameBytes, "max-frame-bytes", 10<<20, "largest inbound frame")
+	fs.Int64Var(&o.cfg.Server.InboundBytes, "inbound-bytes", server.DefaultInboundBytes, "server-wide budget of inbound frames being read and decoded: a frame past its first 64 KiB takes --max-frame-bytes of it while read, then its size until dispatched; a connection whose frame does not fit stops reading until one does")
+	fs.IntVar(&o.cfg.Server.MaxConnRequests, "max-conn-requests", 1, "requests one connection has executing at once; the next frame is read only once one finishes (1: in order; above 1, answers may come in any order)")
+	fs.IntVar(&o.cfg.Server.QueueFrames, "queue-frames", 1024, "view events queued per connection before a slow reader gets view/gap")
+	fs.IntVar(&o.cfg.Server.MaxSubscriptions, "max-subscriptions", server.DefaultMaxSubscriptions, "sessions one connection follows at once (each start, resume, fork or view/subscribe of another); one more is refused as backpressured")
+	fs.IntVar(&o.cfg.Server.QueueBytes, "queue-bytes", 8<<20, "bytes queued per connection (responses and events) before it stops reading requests; view events get half, then view/gap")
+	fs.DurationVar(&o.cfg.Server.WriteTimeout, "write-timeout", 10*time.Second, "a frame write slower than this closes the connection")
+	fs.StringVar(&o.cfg.Server.Fingerprint, "fingerprint", "", "schema fingerprint to report (default: the embedded schema's sha256)")
+	fs.StringVar(&o.cfg.Server.AuthToken, "auth-token", "", "require this token to open /msp (Authorization: Bearer, or ?access_token= from a browser); at least 16 characters on a listener beyond loopback; set it through MSPD_AUTH_TOKEN to keep it out of ps")
+	fs.Var(&o.origins, "origin", "extra allowed browser `origin` pattern for /msp (repeatable; the server's own host is always allowed)")
+	fs.StringVar(&o.cfg.Auth.TokensFile, "auth-tokens", "", "`file` of \"principal token\" lines: each token opens /msp as its principal, who sees only its own sessions (re-read on SIGHUP, which closes the open connections whose token is gone)")
+	fs.StringVar(&o.cfg.Auth.JWT.KeyFile, "auth-jwt-key-file", "", "PEM `file` of the public keys (RSA, ECDSA, Ed25519) that sign JWT bearer tokens; the principal is the sub claim; a connection closes when its token expires (re-read on SIGHUP)")
+	fs.StringVar(&o.cfg.Auth.JWT.JWKSURL, "auth-jwt-jwks", "", "JSON Web Key Set `URL` whose keys sign JWT bearer tokens (fetched and cached; instead of --auth-jwt-key-file)")
+	fs.StringVar(&o.cfg.Auth.JWT.Issuer, "auth-jwt-issuer", "", "the iss JWT bearer tokens must carry (required with JWT)")
+	fs.StringVar(&o.cfg.Auth.JWT.Audience, "auth-jwt-audience", "", "an aud JWT bearer tokens must carry (required with JWT)")
+	fs.Var(&o.allowedHosts, "allowed-host", "extra Host `name` served while no authentication is configured (repeatable; loopback addresses and localhost always are)")
+	fs.BoolVar(&o.cfg.InsecureNoAuth, "insecure-no-auth", false, "allow listening on a non-loopback address with no authentication configured")
+	fs.BoolVar(&o.cfg.Server.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the listener (behind the Host check and the token, as /msp; needs authentication off loopback)")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long running turns may finish before the rest stop, to resume as a new attempt in the next process (a second signal stops at once)")
+	fs.IntVar(&o.gcHeadroomMiB, "gc-headroom-mib", 64, "garbage the heap may gather above what is live before a collection, while less than this is live (MiB; 0: Go's GOGC=100; ignored when GOGC is set)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	return fs, o
+}
+
+func serve(args []string, stderr io.Writer) int {
+	fs, o := serveFlags(stderr)
+	cfg := &o.cfg
 	if status, ok := parseFlags(fs, args); !ok {
 		return status
 	}
@@ -158,32 +172,32 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mspd:", err)
 		return 2
 	}
-	zeroMeansNone(&cfg)
-	switch jitter {
+	zeroMeansNone(cfg)
+	switch o.jitter {
 	case "full":
 		cfg.Retry.Jitter = modelretry.JitterFull
 	case "proportional":
 		cfg.Retry.Jitter = modelretry.JitterProportional
 	default:
-		fmt.Fprintf(stderr, "mspd: --retry-jitter %q: want full or proportional\n", jitter)
+		fmt.Fprintf(stderr, "mspd: --retry-jitter %q: want full or proportional\n", o.jitter)
 		return 2
 	}
-	cfg.Server.OriginPatterns = origins
-	cfg.Server.AllowedHosts = allowedHosts
-	logger, err := newLogger(stderr, logLevel, logFormat)
+	cfg.Server.OriginPatterns = o.origins
+	cfg.Server.AllowedHosts = o.allowedHosts
+	logger, err := newLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		fmt.Fprintln(stderr, "mspd:", err)
 		return 2
 	}
 	cfg.Logger = logger
 
-	if os.Getenv("GOGC") == "" && gcHeadroomMiB > 0 {
-		defer gcheadroom.Start(uint64(gcHeadroomMiB) << 20).Stop()
+	if os.Getenv("GOGC") == "" && o.gcHeadroomMiB > 0 {
+		defer gcheadroom.Start(uint64(o.gcHeadroomMiB) << 20).Stop()
 	}
 	sig := watchSignals()
 	defer sig.stop()
 	ctx := sig.run
-	d, err := newDaemon(ctx, cfg)
+	d, err := newDaemon(ctx, *cfg)
 	if err != nil {
 		var locked *datadir.LockedError
 		if errors.As(err, &locked) {
@@ -193,7 +207,7 @@ func serve(args []string, stderr io.Writer) int {
 		logger.Error("cannot start", "err", err)
 		return 1
 	}
-	if stdio {
+	if o.stdio {
 		d.ServeStdio(ctx, os.Stdin, os.Stdout)
 		if ctx.Err() == nil {
 			// The client closed stdin: an orderly drain cancels its turns.
@@ -208,12 +222,12 @@ func serve(args []string, stderr io.Writer) int {
 		// The daemon logs each reload's outcome; a bad file keeps the old set.
 		sig.onReload(func() { d.ReloadAuth() })
 		<-ctx.Done()
-		logger.Info("shutting down: running turns may finish", "timeout", shutdownTimeout)
+		logger.Info("shutting down: running turns may finish", "timeout", o.shutdownTimeout)
 	}
 	// A (second) signal ends the wait: the turns still running stop and
 	// the next start resumes them.
 	sig.stopping()
-	shutdown, cancelTimeout := context.WithTimeout(sig.grace, shutdownTimeout)
+	shutdown, cancelTimeout := context.WithTimeout(sig.grace, o.shutdownTimeout)
 	defer cancelTimeout()
 	if err := closeWithin(shutdown, stuckAfter, d.Close); err != nil {
 		logger.Error("shutdown", "err", err)

@@ -76,7 +76,8 @@ type Entry struct {
 	Project      string `toml:"project"`
 	// StructuredMode is "tool" (default) or "prompt" for anthropic.
 	StructuredMode string `toml:"structured_mode"`
-	// Demo settings.
+	// WordDelay, Faults and Seed set a demo entry: its pace per word, the
+	// share of its requests that fail first (0..1), and its seed.
 	WordDelay duration `toml:"word_delay"`
 	Faults    float64  `toml:"faults"`
 	Seed      int64    `toml:"seed"`
