@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -44,7 +45,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
+	if len(args) == 1 && cmd == "serve" && (args[0] == "--version" || args[0] == "-version") {
+		cmd = "version"
+	}
 	switch cmd {
+	case "version":
+		fmt.Fprintf(stdout, "mspd %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return 0
 	case "serve":
 		return serve(args, stderr)
 	case "validate":
@@ -54,10 +61,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "sessions":
 		return sessionsCmd(args, stdout, stderr)
 	case "help":
-		fmt.Fprintln(stdout, "usage: mspd [serve] [flags] | mspd tail [flags] [SESSION] | mspd sessions [flags] | mspd validate FILE|-")
+		fmt.Fprintln(stdout, "usage: mspd [serve] [flags] | mspd tail [flags] [SESSION] | mspd sessions [flags] | mspd validate FILE|- | mspd version")
 		return 0
 	}
-	fmt.Fprintf(stderr, "mspd: unknown command %q (want serve, tail, sessions or validate)\n", cmd)
+	fmt.Fprintf(stderr, "mspd: unknown command %q (want serve, tail, sessions, validate or version)\n", cmd)
 	return 2
 }
 
@@ -155,6 +162,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveOptions) {
 func serve(args []string, stderr io.Writer) int {
 	fs, o := serveFlags(stderr)
 	cfg := &o.cfg
+	cfg.Server.Version = buildVersion()
 	if status, ok := parseFlags(fs, args); !ok {
 		return status
 	}

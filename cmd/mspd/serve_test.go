@@ -138,3 +138,15 @@ func TestHelpIsASuccess(t *testing.T) {
 		}
 	}
 }
+
+// TestVersion: mspd --version and mspd version print the version (as
+// initialize's serverInfo reports it) and exit 0.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"-version"}, {"version"}} {
+		var out bytes.Buffer
+		code := run(args, strings.NewReader(""), &out, io.Discard)
+		if code != 0 || !strings.HasPrefix(out.String(), "mspd "+buildVersion()+" (go") {
+			t.Errorf("mspd %s: exit %d, %q; want 0 and the version", args[0], code, out.String())
+		}
+	}
+}
