@@ -86,6 +86,26 @@ func Classify(sig Signal, now time.Time) Failure {
 	return f
 }
 
+// signalHeaders are the response headers Classify reads, canonical.
+var signalHeaders = [...]string{"Retry-After-Ms", "X-Ms-Retry-After-Ms", "Retry-After", "X-Should-Retry"}
+
+// KeepSignals returns a copy of the headers of h that Classify reads
+// (retry-after-ms, x-ms-retry-after-ms, retry-after, x-should-retry), nil
+// when h has none of them: what a provider keeps of a failed response,
+// rather than all of it, for Signal.Header.
+func KeepSignals(h http.Header) http.Header {
+	var out http.Header
+	for _, name := range signalHeaders {
+		if vs := h.Values(name); len(vs) > 0 {
+			if out == nil {
+				out = make(http.Header, len(signalHeaders))
+			}
+			out[name] = append([]string(nil), vs...)
+		}
+	}
+	return out
+}
+
 // serverDelay reads the headers in SDK order: retry-after-ms (Azure's
 // x-ms-retry-after-ms too), then retry-after as float seconds or an
 // HTTP-date. A negative or unparsable value is ignored, and the next header

@@ -167,3 +167,30 @@ func TestRetryAfterDateRoundsUp(t *testing.T) {
 		t.Fatalf("got %v, want 30s (rounded up to whole ms)", f.RetryAfter)
 	}
 }
+
+// KeepSignals keeps what Classify reads of a response's headers, copied,
+// and nothing else (cookies and account details stay behind).
+func TestKeepSignals(t *testing.T) {
+	h := http.Header{}
+	h.Set("retry-after-ms", "250")
+	h.Set("x-ms-retry-after-ms", "300")
+	h.Set("Retry-After", "2")
+	h.Set("X-Should-Retry", "false")
+	h.Set("Set-Cookie", "session=secret")
+	h.Set("Openai-Organization", "acme")
+	kept := KeepSignals(h)
+	if len(kept) != 4 || kept.Get("Set-Cookie") != "" || kept.Get("Openai-Organization") != "" {
+		t.Fatalf("kept %v", kept)
+	}
+	h.Set("Retry-After", "9")
+	if kept.Get("Retry-After") != "2" {
+		t.Error("the kept headers share the response's values")
+	}
+	f := Classify(Signal{HTTPStatus: 429, Header: kept}, time.Now())
+	if f.Retryable || !f.HasRetryAfter || f.RetryAfter != 250*time.Millisecond {
+		t.Errorf("classified from the kept headers: %+v", f)
+	}
+	if KeepSignals(http.Header{"Set-Cookie": {"x"}}) != nil || KeepSignals(nil) != nil {
+		t.Error("a response with no signal header keeps a non-nil header")
+	}
+}

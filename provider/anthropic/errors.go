@@ -12,6 +12,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
+	"mspd/modelretry"
 	"mspd/provider"
 )
 
@@ -90,7 +91,7 @@ func (m *Model) failure(err error, gotHeaders bool, status int, header http.Head
 	if status >= 400 {
 		// The error body broke off: the status and its headers still say
 		// what happened and when to retry.
-		return m.redact(&provider.Error{HTTPStatus: status, Header: retryHeaders(header), Err: err,
+		return m.redact(&provider.Error{HTTPStatus: status, Header: modelretry.KeepSignals(header), Err: err,
 			Message: fmt.Sprintf("HTTP %d; the error body was cut off", status)})
 	}
 	cause := err
@@ -142,7 +143,7 @@ func apiError(aerr *anthropic.Error) *provider.Error {
 		return pe
 	}
 	if aerr.Response != nil {
-		pe.Header = retryHeaders(aerr.Response.Header)
+		pe.Header = modelretry.KeepSignals(aerr.Response.Header)
 	}
 	pe.Message = describe(typ, msg, aerr.StatusCode)
 	return pe
@@ -182,20 +183,6 @@ func describe(typ, msg string, status int) string {
 		return msg
 	}
 	return http.StatusText(status)
-}
-
-// retryHeaders keeps the headers that steer retries.
-func retryHeaders(h http.Header) http.Header {
-	var out http.Header
-	for _, name := range [...]string{"Retry-After", "Retry-After-Ms", "X-Should-Retry"} {
-		if v := h.Values(name); len(v) > 0 {
-			if out == nil {
-				out = http.Header{}
-			}
-			out[name] = append([]string(nil), v...)
-		}
-	}
-	return out
 }
 
 // detach copies an API error without its request and response, which

@@ -16,6 +16,7 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
+	"mspd/modelretry"
 	"mspd/provider"
 )
 
@@ -60,7 +61,7 @@ func (m *Model) failure(err error, w *watch) error {
 	if w.gotHeaders && w.status >= 400 {
 		// The SDK failed to parse the error body ({"error": "text"}, say):
 		// the status and headers still say what happened.
-		return &provider.Error{HTTPStatus: w.status, Header: retryHeaders(w.header),
+		return &provider.Error{HTTPStatus: w.status, Header: modelretry.KeepSignals(w.header),
 			Message: statusText(w.status)}
 	}
 	cause := unwrapURL(err)
@@ -91,7 +92,7 @@ func (m *Model) apiError(ae *oai.Error, w *watch) *provider.Error {
 		h = ae.Response.Header
 	}
 	return &provider.Error{Kind: bodyKind(code, typ), HTTPStatus: ae.StatusCode,
-		Header: retryHeaders(h), Message: m.redact(msg)}
+		Header: modelretry.KeepSignals(h), Message: m.redact(msg)}
 }
 
 // bodyKind is the Kind an HTTP error body's code or type adds to its
@@ -212,22 +213,6 @@ func topLevelError(body io.Reader) (code, typ, msg string) {
 	}
 	_ = json.Unmarshal(f.Code, &code)
 	return code, f.Type, f.Message
-}
-
-// retryHeaders copies the headers that steer mspd's retries, and nothing
-// else: the error must not carry cookies or account details onward.
-func retryHeaders(h http.Header) http.Header {
-	names := [...]string{"Retry-After", "Retry-After-Ms", "X-Should-Retry", "X-Ms-Retry-After-Ms"}
-	var out http.Header
-	for _, name := range names {
-		if vs := h.Values(name); len(vs) > 0 {
-			if out == nil {
-				out = make(http.Header, len(names))
-			}
-			out[name] = append([]string(nil), vs...)
-		}
-	}
-	return out
 }
 
 // unwrapURL drops *url.Error's "Post \"<url>\":" prefix: the URL says
