@@ -5,10 +5,14 @@
 // beside a baseline measured in the same run on the same machine:
 // coder/websocket alone writing the same frames (a child process running
 // ServeRaw), or plain SQLite inserts group-committed as store/sqlite does.
-// It knows mspd only from the outside: flags, the MSP wire and /metrics
-// (plus the wire encoding of notifications, so that its clients can
-// classify frames without decoding them, and mspd's cursor format to read
-// a log's length).
+// It knows mspd from the outside: flags, the MSP wire and /metrics (plus
+// the wire encoding of notifications, so that its clients can classify
+// frames without decoding them, and mspd's cursor format to read a log's
+// length). One scenario goes further: notice also runs a daemon
+// (daemon.New) in the benchmark's own process on a recording clock, to
+// time each retry notice from the moment it is fanned out to the moment a
+// client reads it, to the nanosecond, beside the separate process's
+// millisecond emittedAtMs.
 //
 // Scenarios: turns (N sessions × one turn: a 429, then K deltas; delivered
 // deltas/s), notice (retry-notice latency at a steady turn rate and in a
