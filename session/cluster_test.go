@@ -261,7 +261,7 @@ func TestClusterFollowsAndForwards(t *testing.T) {
 	}
 	// Reads on the follower see the leader's state.
 	read, err := b.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid}))
-	if err != nil || read.(msp.SessionSnapshot).Session.TurnCount != 2 {
+	if err != nil || read.Session.TurnCount != 2 {
 		t.Fatalf("session/read on the follower: %+v, %v", read, err)
 	}
 }

@@ -400,7 +400,7 @@ func TestReadWhileAnswerStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	items := got.(msp.SessionSnapshot).History.Items
+	items := got.History.Items
 	interrupt(t, m, sid)
 	sub.waitTerminal(t, ack.TurnID)
 	if n := len(items); n == 0 || items[n-1].Kind != msp.ItemAgentMessage || items[n-1].Status != msp.ItemInProgress || deref(items[n-1].Text) != "working" {

@@ -47,7 +47,7 @@ func readSnap(t *testing.T, m *Manager, sid string) msp.SessionSnapshot {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return raw.(msp.SessionSnapshot)
+	return raw
 }
 
 // checkClientView subscribes on m from snap's cursor and, once one more

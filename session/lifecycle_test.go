@@ -152,7 +152,7 @@ func TestRenameAndAutomaticName(t *testing.T) {
 		t.Fatalf("renamed %+v", got)
 	}
 	read, err := m.ReadSession(context.Background(), mustJSON(msp.SessionReadParams{SessionID: sid}))
-	if err != nil || read.(msp.SessionSnapshot).Session.Name != "Paris trip" {
+	if err != nil || read.Session.Name != "Paris trip" {
 		t.Fatalf("session/read after rename: %+v, %v", read, err)
 	}
 	rows := of[msp.SessionListChangedParams](t, lister.recSub, msp.NotifySessionListChanged)

@@ -180,14 +180,14 @@ func (m *Manager) ResumeSession(ctx context.Context, sub Subscriber, raw json.Ra
 
 // ReadSession serves session/read: a point-in-time read that never
 // subscribes. Items are excluded unless asked for.
-func (m *Manager) ReadSession(ctx context.Context, raw json.RawMessage) (any, error) {
+func (m *Manager) ReadSession(ctx context.Context, raw json.RawMessage) (msp.SessionSnapshot, error) {
 	var p msp.SessionReadParams
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return nil, msp.ErrInvalidParams("", "session/read params: %v", err)
+		return msp.SessionSnapshot{}, msp.ErrInvalidParams("", "session/read params: %v", err)
 	}
 	s, release, err := m.acquire(ctx, p.SessionID)
 	if err != nil {
-		return nil, err
+		return msp.SessionSnapshot{}, err
 	}
 	defer release()
 	if p.ExcludeItems == nil || *p.ExcludeItems {
