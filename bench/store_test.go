@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"mspd/internal/testlane"
 	"mspd/schema/msp"
 )
 
@@ -86,9 +87,7 @@ func TestStoreScenarioOnSQLite(t *testing.T) {
 // gives its nodes a secret of its own (over one in its environment) and
 // presents it.
 func TestStoreScenarioOnJetStream(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs mspd")
-	}
+	testlane.Slow(t, "builds and runs mspd")
 	t.Setenv("MSPD_NATS_SECRET", "inherited-not-the-nodes")
 	ctx := context.Background()
 	cfg := Config{Scenarios: []string{"store"}, StoreBackends: []string{"jetstream-r1"}, AppendSessions: 2, AppendTurns: 1,

@@ -11,6 +11,7 @@ import (
 
 	"mspd/client"
 	"mspd/daemon"
+	"mspd/internal/testlane"
 	"mspd/provider/scripted"
 	"mspd/schema/msp"
 	"mspd/session"
@@ -40,9 +41,7 @@ func allocated(f func()) uint64 {
 // log, and what each request allocates — an upper bound of the heap's
 // growth — stays within a few reads' worth.
 func TestLargeHistoryReadsAreBounded(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a 32 MiB history: not in the -short lane")
-	}
+	testlane.Slow(t, "a 32 MiB history")
 	d := startDaemon(t, daemon.Config{})
 	setup := dial(t, d.URL(), client.Options{})
 	sid := newSession(t, setup)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"mspd/internal/testlane"
 	"mspd/store"
 	msjs "mspd/store/jetstream"
 )
@@ -15,9 +16,7 @@ import (
 // once the others elect a new leader, and reads the whole log, rows and
 // ledger back.
 func TestReplicasSurviveAStoppedServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-node cluster")
-	}
+	testlane.Slow(t, "starts a three-node cluster")
 	servers := startClusterServers(t)
 	opts := msjs.Options{Stream: "FAILOVER", Subject: "failover", Replicas: 3}
 	first := connect(t, servers[0].ClientURL(), opts)

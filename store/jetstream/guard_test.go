@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"mspd/internal/testlane"
 	"mspd/store"
 	msjs "mspd/store/jetstream"
 )
@@ -115,9 +116,7 @@ func TestHealthFollowsTheConnection(t *testing.T) {
 // (/readyz takes the node out of rotation), naming no session. A commit
 // that the stream answers, even with a conflict, says it writes.
 func TestHealthFollowsTheStreamsQuorum(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-node cluster")
-	}
+	testlane.Slow(t, "starts a three-node cluster")
 	servers := startClusterServers(t)
 	opts := msjs.Options{Stream: "QUORUM", Subject: "quorum", Replicas: 3, Timeout: 5 * time.Second, CommitTimeout: time.Second}
 	s := connect(t, servers[0].ClientURL(), opts)

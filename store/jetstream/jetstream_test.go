@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"mspd/internal/testlane"
 	"mspd/store"
 	msjs "mspd/store/jetstream"
 	"mspd/store/storetest"
@@ -27,9 +28,7 @@ func TestStore(t *testing.T) {
 // stream of its own, each store (and each reopen) on the next node: reads
 // go through other nodes than the writes did.
 func TestStoreCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-node cluster")
-	}
+	testlane.Slow(t, "starts a three-node cluster")
 	nodes := &roundRobin{urls: startCluster(t)}
 	storetest.Run(t, func(t *testing.T, dir string) store.Store {
 		stream, subject := nameFor(dir)
