@@ -43,17 +43,17 @@ func TestConfigurationDocIsCurrent(t *testing.T) {
 	}
 }
 
-// TestREADMEListsEveryFlag: the README's flag table, which explains the
+// TestFlagsDocListsEveryFlag: docs/flags.md's table, which explains the
 // flags at more length, names every serve flag.
-func TestREADMEListsEveryFlag(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+func TestFlagsDocListsEveryFlag(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/flags.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fs, _ := serveFlags(io.Discard)
 	fs.VisitAll(func(f *flag.Flag) {
 		if !regexp.MustCompile("(?m)^\\| [^|]*`--" + regexp.QuoteMeta(f.Name) + "`").Match(readme) {
-			t.Errorf("the README's flag table lacks --%s", f.Name)
+			t.Errorf("docs/flags.md's table lacks --%s", f.Name)
 		}
 	})
 }
@@ -68,8 +68,8 @@ func configurationDoc(t *testing.T, fs *flag.FlagSet) string {
 
 ` + "`mspd serve`" + ` (the default command) takes the flags below. Every flag can also
 be set as an environment variable, the one in the second column (a flag on
-the command line wins). The README's [Flags and environment](../README.md#flags-and-environment)
-section says more about several of them.
+the command line wins). [flags.md](flags.md) says more about several of
+them.
 
 | flag | environment | default | meaning |
 | --- | --- | --- | --- |
