@@ -237,11 +237,7 @@ func TestEpochSpans(t *testing.T) {
 func TestAStateOnlyCommitOpensTheRunsSpan(t *testing.T) {
 	st := openStore(t)
 	model := newHistModel()
-	m1 := newManager(t, st, model, mgrOpts{})
-	sub := newRecSub()
-	sid := startSession(t, m1, sub)
-	runTurn(t, m1, sub, textTurn(sid, "one"))
-	m1.Close()
+	sid, _ := oneTurnByAClosedRun(t, st, model)
 
 	m2 := newManager(t, st, model, mgrOpts{})
 	s, release, err := m2.acquire(context.Background(), sid)

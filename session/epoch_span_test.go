@@ -291,11 +291,7 @@ func TestUnloadingDoesNotOpenASpan(t *testing.T) {
 func TestAnEpochOfAnOlderBuildIsTheFirstSpan(t *testing.T) {
 	st := openStore(t)
 	model := newHistModel()
-	m1 := newManager(t, st, model, mgrOpts{})
-	sub := newRecSub()
-	sid := startSession(t, m1, sub)
-	runTurn(t, m1, sub, textTurn(sid, "one"))
-	m1.Close()
+	sid, sub := oneTurnByAClosedRun(t, st, model)
 	// The row as an older build wrote it.
 	row, err := st.Session(context.Background(), sid)
 	if err != nil {
@@ -398,4 +394,17 @@ func TestAFollowerMintsTheNewLeadersCursors(t *testing.T) {
 	if err != nil || page.NextCursor == nil || *page.NextCursor != stored[len(stored)-2] {
 		t.Errorf("view/page backward on b: %+v, %v; want next %s", page, err, stored[len(stored)-2])
 	}
+}
+
+// oneTurnByAClosedRun makes a session on st with one completed turn, by a
+// manager (a process run) that has closed since: the next manager on st
+// is another run. sub heard the session's events.
+func oneTurnByAClosedRun(t *testing.T, st store.Store, model *histModel) (sid string, sub *recSub) {
+	t.Helper()
+	m1 := newManager(t, st, model, mgrOpts{})
+	sub = newRecSub()
+	sid = startSession(t, m1, sub)
+	runTurn(t, m1, sub, textTurn(sid, "one"))
+	m1.Close()
+	return sid, sub
 }
