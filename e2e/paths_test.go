@@ -74,7 +74,9 @@ func exerciseSessions(t *testing.T, ctx context.Context, c *checkedClient) []msp
 // not the answers, the turn's events nor the session/started broadcasts.
 // A single-user local server still reports them.
 func TestMultiUserServerHidesPaths(t *testing.T) {
-	dir := t.TempDir()
+	// A name no id, cursor or hex digest can contain by chance (t.TempDir's
+	// own base is a counter such as "001", which a UUID often holds).
+	dir := filepath.Join(t.TempDir(), "mspd-data-that-must-not-leak")
 	d := startDaemon(t, daemon.Config{DataDir: dir, Auth: auth.Config{TokensFile: tokensFile(t, "alice "+aliceToken, "bob "+bobToken)}})
 	ctx := testCtx(t)
 	var seen frameLog
