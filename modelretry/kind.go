@@ -42,6 +42,9 @@ const (
 	// KindSchemaViolation is output failing the requested JSON schema (a
 	// turn-layer retry).
 	KindSchemaViolation = "schemaViolation"
+	// KindInvalidToolCall is output calling a tool that was not offered, or
+	// with arguments its input schema refuses (a turn-layer retry).
+	KindInvalidToolCall = "invalidToolCall"
 	// KindCancelled is a client abort; never retried.
 	KindCancelled = "cancelled"
 	// KindBudgetExhausted reports a retryable failure that the shared retry
@@ -59,7 +62,7 @@ func kindInfo(kind string) (retryable, known bool) {
 	switch kind {
 	case KindRateLimited, KindOverloaded, KindServerError, KindTimeout,
 		KindConnectionError, KindStreamInterrupted, KindConflict,
-		KindTruncated, KindSchemaViolation, KindHostRestarted:
+		KindTruncated, KindSchemaViolation, KindInvalidToolCall, KindHostRestarted:
 		return true, true
 	case KindQuotaExhausted, KindContextLengthExceeded, KindContentFilter,
 		KindInvalidRequest, KindAuth, KindNotFound, KindCancelled,
@@ -90,7 +93,7 @@ func Retryable(kind string) bool {
 // violation cannot starve other sessions on the key.
 // A host restart says nothing of the provider either.
 func outputRejected(kind string) bool {
-	return kind == KindTruncated || kind == KindSchemaViolation || kind == KindHostRestarted
+	return kind == KindTruncated || kind == KindSchemaViolation || kind == KindInvalidToolCall || kind == KindHostRestarted
 }
 
 // KindFromStatus maps an HTTP status to a kind; statuses below 400 carry no

@@ -83,6 +83,8 @@ type Metrics struct {
 	retryDelay       *prometheus.HistogramVec // layer, system, error_kind
 	turnDuration     *prometheus.HistogramVec // system, terminal
 	firstToken       *prometheus.HistogramVec // system, model
+	toolCalls        *prometheus.CounterVec   // server, tool, result
+	toolDuration     *prometheus.HistogramVec // server
 
 	// The session layer: durable events as written.
 	turns           *prometheus.CounterVec // terminal
@@ -130,6 +132,15 @@ func New(reg *prometheus.Registry) *Metrics {
 			Help:    "Time from a turn's start to its first streamed text, backoffs included: how long the user waited.",
 			Buckets: ttftBuckets,
 		}, []string{"system", "model"}),
+		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mspd_tool_calls_total",
+			Help: "Tool calls by MCP server, tool and result (the toolCall item's status: completed, failed, timedOut, cancelled, rejected).",
+		}, []string{"server", "tool", "result"}),
+		toolDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "mspd_tool_call_duration_seconds",
+			Help:    "Time a tool call ran, by MCP server.",
+			Buckets: turnBuckets,
+		}, []string{"server"}),
 		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mspd_turns_total",
 			Help: "Settled turns by terminal.",
@@ -182,7 +193,7 @@ func New(reg *prometheus.Registry) *Metrics {
 			"Tokens left in each provider's retry budget; retries stop while fewer than half remain.",
 			[]string{"provider", "system"}, nil)},
 	}
-	reg.MustRegister(m.providerRequests, m.outputTokens, m.retryDelay, m.turnDuration, m.firstToken,
+	reg.MustRegister(m.providerRequests, m.outputTokens, m.retryDelay, m.turnDuration, m.firstToken, m.toolCalls, m.toolDuration,
 		m.turns, m.modelRetries, m.turnRetries, m.attempts, m.attemptsPerTurn,
 		m.commitSeconds, m.commitBatches, m.checkpoints, m.walPages, m.walFrames, m.queueWait, m.budgets)
 	return m
@@ -229,6 +240,16 @@ func (m *Metrics) RetryScheduled(layer, system, errorKind string, delay time.Dur
 		return
 	}
 	m.retryDelay.WithLabelValues(layer, system, Kind(errorKind)).Observe(delay.Seconds())
+}
+
+// ToolCalled records one tool call: its result is the toolCall item's
+// final status.
+func (m *Metrics) ToolCalled(server, tool, result string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.toolCalls.WithLabelValues(server, tool, result).Inc()
+	m.toolDuration.WithLabelValues(server).Observe(took.Seconds())
 }
 
 // TurnEnded records a turn's duration and, when any text streamed

@@ -25,6 +25,9 @@ const (
 	// SpanAttemptPrefix begins an attempt's span name: GenAI's
 	// "{gen_ai.operation.name} {gen_ai.request.model}".
 	SpanAttemptPrefix = "chat"
+	// SpanExecuteTool is the span of one tool call: GenAI's
+	// "execute_tool {gen_ai.tool.name}".
+	SpanExecuteTool = "execute_tool"
 )
 
 // Span event names.
@@ -65,6 +68,10 @@ const (
 	AttrMethod = attribute.Key("mspd.notice.method")
 	// AttrCursor is the view cursor a notice was written at.
 	AttrCursor = attribute.Key("mspd.notice.cursor")
+	// AttrToolServer is the MCP server of a tool call.
+	AttrToolServer = attribute.Key("mspd.tool.server")
+	// AttrToolStatus is how a tool call ended: its item's status.
+	AttrToolStatus = attribute.Key("mspd.tool.status")
 )
 
 // GenAI semantic convention keys (semconv v1.40.0), re-exported so the
@@ -81,6 +88,8 @@ var (
 	AttrConversationID = semconv.GenAIConversationIDKey
 	AttrErrorType      = semconv.ErrorTypeKey
 	AttrHTTPStatus     = semconv.HTTPResponseStatusCodeKey
+	AttrToolName       = semconv.GenAIToolNameKey
+	AttrToolCallID     = semconv.GenAIToolCallIDKey
 )
 
 // Tracer returns mspd's tracer from tp; nil for a nil tp, which turns

@@ -17,12 +17,58 @@ import (
 const (
 	RoleUser      = "user"
 	RoleAssistant = "assistant"
+	// RoleTool is a message of tool results, answering the tool calls of
+	// the assistant message before it.
+	RoleTool = "tool"
 )
 
-// Message is one turn of conversation history sent to the model.
+// Message is one message of conversation history sent to the model: the
+// user's text, the assistant's text and tool calls, or tool results.
 type Message struct {
 	Role string
 	Text string
+	// ToolCalls are the calls an assistant message made, in the order the
+	// model asked for them.
+	ToolCalls []ToolCall
+	// ToolResults, in a RoleTool message, answer the calls of the
+	// assistant message before it.
+	ToolResults []ToolResult
+}
+
+// ToolSpec is a tool the model may call.
+type ToolSpec struct {
+	// Name is the model-facing name, unique within a request
+	// (^[a-zA-Z0-9_-]{1,64}$, what every provider accepts).
+	Name        string
+	Description string
+	// InputSchema is the JSON Schema of the call's arguments (an object).
+	InputSchema json.RawMessage
+}
+
+// ToolCall is one call the model asked for.
+type ToolCall struct {
+	// ID is the provider's call id (call_…, toolu_…), opaque; results
+	// name it.
+	ID string
+	// Name is the ToolSpec name called.
+	Name string
+	// Args is the argument JSON exactly as the model wrote it: it may not
+	// be valid JSON, which the caller checks.
+	Args string
+}
+
+// ToolResult is what a tool call returned, told to the model.
+type ToolResult struct {
+	// CallID is the ToolCall.ID answered.
+	CallID string
+	// Name is the tool called (Gemini-style APIs and plain-text history
+	// need it).
+	Name string
+	// Text is the output the model sees.
+	Text string
+	// IsError says the call failed (a tool error, a denial, an unknown
+	// outcome): the model reads Text as the reason.
+	IsError bool
 }
 
 // Request is one provider request: a single attempt of a turn's model call.
@@ -37,8 +83,12 @@ type Request struct {
 	MaxTokens int
 	// ResponseSchema, when set, is a JSON Schema the answer must satisfy.
 	ResponseSchema json.RawMessage
-	// Attempt is the 1-based number of this request within the turn's model
-	// call, counted across every retry layer.
+	// Tools are the tools the model may call; none leaves the request
+	// without tools.
+	Tools []ToolSpec
+	// Attempt is the 1-based number of this request within the turn,
+	// counted across every step and every retry layer (the RFC 0248
+	// attempt count so far).
 	Attempt int
 }
 
@@ -47,6 +97,9 @@ const (
 	FinishStop          = "stop"
 	FinishLength        = "length"
 	FinishContentFilter = "contentFilter"
+	// FinishToolCalls ends a response that asks for tool calls: the turn
+	// runs them and sends their results in its next step.
+	FinishToolCalls = "toolCalls"
 )
 
 // Structured output modes (RFC 0248 §A.3).
@@ -76,6 +129,9 @@ type Response struct {
 	StructuredOutput string
 	// Model is the model that answered, when the provider says.
 	Model string
+	// ToolCalls are the calls the response asked for, in order, each with
+	// its arguments whole; set with FinishToolCalls.
+	ToolCalls []ToolCall
 }
 
 // Model streams one request to a provider.

@@ -10,6 +10,7 @@ import (
 	"mspd/provider"
 	"mspd/schema/msp"
 	"mspd/store"
+	"mspd/turn"
 )
 
 // folded is what a pass over a session's log recovers.
@@ -99,6 +100,9 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 				switch r.Method {
 				case msp.NotifyItemStarted:
 					f.open[it.ItemID], f.openAt[it.ItemID] = it, r.Seq
+					if it.Kind == msp.ItemToolCall && !seen {
+						f.history = append(f.history, callMessage(it))
+					}
 					continue
 				case msp.NotifyItemUpdated:
 					// An answer that opened on an ephemeral event is
@@ -110,9 +114,7 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 				}
 				delete(f.open, it.ItemID)
 				delete(f.openAt, it.ItemID)
-				if m, ok := historyMessage(it); ok {
-					f.history = append(f.history, m)
-				}
+				f.history = appendHistory(f.history, it)
 			case msp.NotifySessionTokenUsage:
 				var p msp.SessionTokenUsageParams
 				if err := json.Unmarshal(r.Params, &p); err != nil {
@@ -128,18 +130,36 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 	}
 }
 
-// historyMessage tells which completed items the model sees again: the
-// user's messages and the agent's completed, non-empty answers (as a live
-// session keeps them), never a rejected attempt.
-func historyMessage(it msp.Item) (provider.Message, bool) {
+// appendHistory adds what the model sees again of a closed item: the
+// user's messages, the agent's completed, non-empty answers (as a live
+// session keeps them), never a rejected attempt; and every tool call's
+// result, whatever its fate, since the model must hear how each call it
+// made ended (the call itself joined the history at its start).
+func appendHistory(h []provider.Message, it msp.Item) []provider.Message {
+	if it.Kind == msp.ItemToolCall {
+		res := turn.CallResult(it)
+		res.Name = turn.ToolName(it.Server, it.Tool)
+		return append(h, provider.Message{Role: provider.RoleTool, ToolResults: []provider.ToolResult{res}})
+	}
 	if it.Text == nil || *it.Text == "" || it.Status != msp.ItemCompleted {
-		return provider.Message{}, false
+		return h
 	}
 	switch it.Kind {
 	case msp.ItemUserMessage:
-		return provider.Message{Role: provider.RoleUser, Text: *it.Text}, true
+		return append(h, provider.Message{Role: provider.RoleUser, Text: *it.Text})
 	case msp.ItemAgentMessage:
-		return provider.Message{Role: provider.RoleAssistant, Text: *it.Text}, true
+		return append(h, provider.Message{Role: provider.RoleAssistant, Text: *it.Text})
 	}
-	return provider.Message{}, false
+	return h
+}
+
+// callMessage is the model's tool call a toolCall item records, as its
+// history holds it from the item's start: the call was asked for whether
+// or not it ever completed.
+func callMessage(it msp.Item) provider.Message {
+	call := provider.ToolCall{ID: it.CallID, Name: turn.ToolName(it.Server, it.Tool)}
+	if it.Args != nil {
+		call.Args = *it.Args
+	}
+	return provider.Message{Role: provider.RoleAssistant, ToolCalls: []provider.ToolCall{call}}
 }

@@ -69,6 +69,9 @@ type Config struct {
 	// log (item/updated), so that a crash loses at most that much of it
 	// (default 1 s; negative: never).
 	TextCheckpoint time.Duration
+	// Tools are the tools every session's turns may call; nil offers
+	// none.
+	Tools turn.Toolbox
 	// IdleUnload is how long a session with no subscriber and no turn
 	// stays in memory after its last use (default 10 min); it is reloaded
 	// from the store on demand.

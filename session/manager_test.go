@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -305,8 +306,8 @@ func agent(s string) provider.Message { return provider.Message{Role: provider.R
 
 func wantHistory(t *testing.T, got, want []provider.Message) {
 	t.Helper()
-	if !slices.Equal(got, want) {
-		t.Fatalf("history\n got %q\nwant %q", got, want)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("history\n got %+v\nwant %+v", got, want)
 	}
 }
 

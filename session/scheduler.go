@@ -1,10 +1,12 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -157,6 +159,7 @@ func (m *Manager) specLocked(s *session, a pendingTurn) turn.Spec {
 		MaxTokens:      a.MaxTokens,
 		ResponseSchema: a.ResponseSchema,
 		Retry:          a.Retry,
+		Tools:          m.cfg.Tools,
 	}
 }
 
@@ -240,9 +243,8 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 	// inside the turn gets a view/gap and pages them.
 	s.deltas.reset()
 	s.listChangedLocked()
-	if done.Terminal == msp.TerminalCompleted && out.Answer != "" {
-		s.history = append(s.history, provider.Message{Role: provider.RoleAssistant, Text: out.Answer})
-	}
+	// The turn's steps, tool calls and answer, as a load would fold them.
+	s.history = append(s.history, out.Messages...)
 	return true
 }
 
@@ -291,7 +293,6 @@ func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) st
 		return nil // half-erased: nothing is written to it
 	}
 	var evs []event
-	inFlight := len(s.open) > 0
 	closing := func(it msp.Item, text string) {
 		it.Revision++
 		it.Status = msp.ItemFailed
@@ -300,9 +301,30 @@ func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) st
 		it.RecordedAt = wireTime(s.m.now())
 		evs = append(evs, event{msp.NotifyItemCompleted, &msp.ItemParams{Item: it}})
 	}
+	// An open answer was streaming: its attempt was in flight. Open tool
+	// calls are the active turn's to settle, by its replay rule; one of
+	// no active turn (none should be) fails with its outcome unknown.
+	inFlight := false
+	var calls []msp.Item
 	for _, oi := range s.open {
-		closing(oi.item, oi.text.String())
+		it := oi.item
+		switch {
+		case it.Kind != msp.ItemToolCall:
+			inFlight = true
+			closing(it, oi.text.String())
+		case s.st.Active != nil && it.TurnID != nil && *it.TurnID == s.st.Active.TurnID:
+			calls = append(calls, it)
+		default:
+			it.Revision++
+			it.Status, it.FailureKind = msp.ItemFailed, turn.FailureUnknownOutcome
+			it.FailureReason = "the server stopped during the call; whether it took effect is unknown"
+			it.RecordedAt = wireTime(s.m.now())
+			evs = append(evs, event{msp.NotifyItemCompleted, &msp.ItemParams{Item: it}})
+		}
 	}
+	slices.SortFunc(calls, func(a, b msp.Item) int {
+		return cmp.Or(cmp.Compare(a.RecordedAt, b.RecordedAt), cmp.Compare(a.ItemID, b.ItemID))
+	})
 	var res *turn.Resumption
 	if a := s.st.Active; a != nil {
 		so, err := s.turnSoFar(ctx, *a)
@@ -310,7 +332,7 @@ func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) st
 			return err
 		}
 		r, lost := resumption(*a, inFlight, s.m.now(), stopped(*a))
-		r.Usage = so.usage
+		r.Usage, r.OpenCalls = so.usage, calls
 		res = &r
 		// The lost attempt's answer may have opened on an ephemeral
 		// event, which died with the process: a client that saw it open
@@ -324,7 +346,11 @@ func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) st
 		if err := s.appendLocked(ctx, evs, nil); err != nil {
 			return err
 		}
-		clear(s.open)
+		for id, oi := range s.open {
+			if oi.item.Kind != msp.ItemToolCall || !slices.ContainsFunc(calls, func(c msp.Item) bool { return c.ItemID == id }) {
+				delete(s.open, id)
+			}
+		}
 	}
 	s.resume = res
 	return nil
@@ -360,7 +386,7 @@ func resumption(a pendingTurn, inFlight bool, now time.Time, who string) (res tu
 			made++
 		}
 	}
-	res = turn.Resumption{Attempts: made, MaxTokens: cp.MaxTokens, StartedAt: a.StartedAt}
+	res = turn.Resumption{Attempts: made, MaxTokens: cp.MaxTokens, StartedAt: a.StartedAt, Step: cp.Step, StepBase: cp.StepBase}
 	if res.StartedAt.IsZero() {
 		res.StartedAt = now // admitted by an older build
 	}

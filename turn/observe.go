@@ -79,6 +79,34 @@ func (o *telemetry) startAttempt(ctx context.Context, n, maxTokens int) context.
 	return ctx
 }
 
+// startTool opens a tool call's span under the turn's: GenAI's
+// execute_tool, naming the tool and the call, never its arguments.
+func (o *telemetry) startTool(ctx context.Context, info ToolInfo, callID string) (context.Context, trace.Span) {
+	if o.tracer == nil {
+		return ctx, nil
+	}
+	return o.tracer.Start(ctx, observe.SpanExecuteTool+" "+info.Tool, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(
+			observe.AttrOperationName.String(observe.SpanExecuteTool),
+			observe.AttrToolName.String(info.Tool),
+			observe.AttrToolCallID.String(callID),
+			observe.AttrToolServer.String(info.Server),
+		))
+}
+
+// endTool records how a tool call ended: its metric and its span.
+func (o *telemetry) endTool(span trace.Span, info ToolInfo, status string, took time.Duration) {
+	o.metrics.ToolCalled(info.Server, info.Tool, status, took)
+	if span == nil {
+		return
+	}
+	span.SetAttributes(observe.AttrToolStatus.String(status))
+	if status != msp.ItemCompleted {
+		span.SetStatus(codes.Error, status)
+	}
+	span.End()
+}
+
 // response records how the provider answered the attempt in flight.
 func (o *telemetry) response(resp provider.Response, err error) {
 	if resp.Usage != nil {

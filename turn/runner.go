@@ -44,6 +44,11 @@ type Config struct {
 	// Logger receives a line per scheduled retry and per failed turn, with
 	// the turn's trace id when tracing; nil logs nothing.
 	Logger *slog.Logger
+	// MaxSteps bounds a turn's model calls: a model that still asks for
+	// tools at the last one ends the turn with stepLimit (default 24).
+	MaxSteps int
+	// ToolTimeout bounds each tool call (default 120 s).
+	ToolTimeout time.Duration
 }
 
 // Runner runs turns against one model. It is safe for concurrent use.
@@ -60,6 +65,12 @@ func NewRunner(cfg Config) *Runner {
 	if cfg.ModelMaxTokens <= 0 {
 		cfg.ModelMaxTokens = 32768
 	}
+	if cfg.MaxSteps <= 0 {
+		cfg.MaxSteps = 24
+	}
+	if cfg.ToolTimeout <= 0 {
+		cfg.ToolTimeout = 120 * time.Second
+	}
 	clock := cfg.Engine.Clock
 	if clock == nil {
 		clock = modelretry.SystemClock()
@@ -67,12 +78,16 @@ func NewRunner(cfg Config) *Runner {
 	return &Runner{cfg: cfg, clock: clock}
 }
 
-// Run runs one turn to its terminal. Every provider request is one attempt
-// of a single modelretry call, so model-layer retries (a failure before
-// output) and turn-layer retries (output rejected: truncated, failing the
-// response schema, or cut after it began) share one counter and one bound.
-// Each retry's notice is emitted before its backoff; cancelling ctx ends
-// the turn "cancelled" without another request.
+// Run runs one turn to its terminal. A turn is a loop of steps: a model
+// call, then the tool calls it asked for, then the next model call with
+// their results, until the model answers. Every provider request of a step
+// is one attempt of that step's modelretry call, so model-layer retries (a
+// failure before output) and turn-layer retries (output rejected:
+// truncated, failing the response schema, calling a tool wrongly, or cut
+// after it began) share one counter and one bound per step, and the
+// turn's attempts count every request of every step. Each retry's notice
+// is emitted before its backoff; cancelling ctx ends the turn "cancelled"
+// without another request.
 func (r *Runner) Run(ctx context.Context, spec Spec, sink Sink) Outcome {
 	t := &run{r: r, spec: spec, sink: sink, start: r.clock.Now(), usageComplete: true}
 	ctx = t.obs.startTurn(ctx, &r.cfg, spec)
@@ -99,10 +114,13 @@ type run struct {
 	outputTokens  int64
 	usageComplete bool
 	structured    string
-	attempts      int
-	ended         *Outcome   // a terminal decided before the first request
-	checkpoint    Checkpoint // the last retry notice's
-	held          []Event    // the attempt's closing events, not yet written
+	attempts      int                // provider requests of the turn so far, every step's
+	step          int                // 0-based: the model call under way
+	stepBase      int                // the requests of the steps before this one
+	messages      []provider.Message // what the turn added to the history so far
+	ended         *Outcome           // a terminal decided before the first request
+	checkpoint    Checkpoint         // the last retry notice's
+	held          []Event            // the attempt's closing events, not yet written
 	obs           telemetry
 }
 
@@ -148,27 +166,57 @@ func (t *run) run(ctx context.Context) Outcome {
 	if call == nil || ctx.Err() != nil {
 		return t.interrupted(ctx, false, maxTokens)
 	}
+	maxSteps := t.r.cfg.MaxSteps
+	if t.spec.MaxSteps > 0 {
+		maxSteps = min(maxSteps, t.spec.MaxSteps)
+	}
+	for {
+		res, end := t.modelCall(ctx, call, policy, &maxTokens, schema)
+		if end != nil {
+			return *end
+		}
+		if len(res.calls) == 0 {
+			return t.completed(res.text)
+		}
+		if t.step+1 >= maxSteps {
+			return t.fail(msp.TurnErrorStepLimit, fmt.Sprintf("the model still asked for tools after %d steps, this turn's limit", maxSteps), false)
+		}
+		if end := t.toolStep(ctx, res, maxTokens); end != nil {
+			return *end
+		}
+		if call, err = t.r.cfg.Engine.Start(policy); err != nil {
+			return t.fail(msp.TurnErrorConfig, fmt.Sprintf("retry policy: %v", err), false)
+		}
+	}
+}
+
+// modelCall runs one step's model call to an answer it keeps, retrying as
+// the policy allows. It returns the kept attempt's result, or the turn's
+// end when the call ends it (failed, cancelled, stopped with the host).
+func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy modelretry.Policy, maxTokensAt *int, schema *Schema) (attemptResult, *Outcome) {
+	maxTokens := *maxTokensAt
+	end := func(o Outcome) (attemptResult, *Outcome) { *maxTokensAt = maxTokens; return attemptResult{}, &o }
 	for {
 		if err := t.beginRetry(); err != nil {
-			return t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the session log: %v", err), true)
+			return end(t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the session log: %v", err), true))
 		}
 		a, err := call.Begin(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return t.interrupted(ctx, false, maxTokens)
+				return end(t.interrupted(ctx, false, maxTokens))
 			}
-			return t.fail(msp.TurnErrorModel, fmt.Sprintf("no attempt left: %v", err), false)
+			return end(t.fail(msp.TurnErrorModel, fmt.Sprintf("no attempt left: %v", err), false))
 		}
-		t.attempts = a.N()
-		res := t.attempt(ctx, a.N(), maxTokens, schema)
+		t.attempts = t.stepBase + a.N()
+		res := t.attempt(ctx, t.attempts, maxTokens, schema)
 		if res.sinkErr != nil {
 			// The request reached the provider: it stays counted.
 			a.Fail(ctx, modelretry.Failure{Kind: msp.TurnErrorLog})
-			return t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the session log: %v", res.sinkErr), true)
+			return end(t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the session log: %v", res.sinkErr), true))
 		}
 		if ctx.Err() != nil {
 			a.Fail(ctx, modelretry.Failure{Kind: modelretry.KindCancelled})
-			return t.interrupted(ctx, true, maxTokens)
+			return end(t.interrupted(ctx, true, maxTokens))
 		}
 
 		var d modelretry.Decision
@@ -204,23 +252,27 @@ func (t *run) run(ctx context.Context) Outcome {
 		case res.schemaErr != nil:
 			reason = clip("answer does not match the response schema: "+res.schemaErr.Error(), msp.MaxReason)
 			d = a.Rerun(ctx, modelretry.Failure{Kind: modelretry.KindSchemaViolation, Retryable: true, Message: res.schemaErr.Error()})
+		case res.toolErr != nil:
+			reason = clip("invalid tool call: "+res.toolErr.Error(), msp.MaxReason)
+			d = a.Rerun(ctx, modelretry.Failure{Kind: modelretry.KindInvalidToolCall, Retryable: true, Message: res.toolErr.Error()})
 		default:
 			a.Succeed()
-			return t.completed(res.text)
+			*maxTokensAt = maxTokens
+			return res, nil
 		}
 
 		t.obs.decided(d)
 		if !d.Retry {
 			if d.Stop == modelretry.StopCancelled {
-				return t.interrupted(ctx, true, maxTokens)
+				return end(t.interrupted(ctx, true, maxTokens))
 			}
-			return t.failDecision(d)
+			return end(t.failDecision(d))
 		}
 		if err := call.Backoff(ctx, t.notice(reason, maxTokens)); err != nil {
 			if ctx.Err() != nil {
-				return t.interrupted(ctx, false, maxTokens)
+				return end(t.interrupted(ctx, false, maxTokens))
 			}
-			return t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the retry notice: %v", err), true)
+			return end(t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the retry notice: %v", err), true))
 		}
 	}
 }
@@ -229,7 +281,8 @@ func (t *run) run(ctx context.Context) Outcome {
 // the checkpoint a later process resumes from, before the sleep.
 func (t *run) notice(reason string, nextMaxTokens int) func(modelretry.Decision) error {
 	return func(d modelretry.Decision) error {
-		next := Checkpoint{Attempts: d.Attempt, NextAt: t.r.clock.Now().Add(d.Delay), MaxTokens: nextMaxTokens, Begun: new(bool)}
+		next := t.checkpointAt(t.stepBase+d.Attempt, t.r.clock.Now().Add(d.Delay), nextMaxTokens)
+		next.Begun = new(bool)
 		t.checkpoint = next
 		notice := Event{Method: msp.NotifyTurnModelRetryScheduled, Params: &msp.TurnModelRetryScheduledParams{
 			TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
@@ -271,15 +324,23 @@ func (t *run) beginRetry() error {
 func (t *run) resume(ctx context.Context, policy modelretry.Policy, maxTokens int) (*modelretry.Call, error) {
 	res := t.spec.Resume
 	t.start, t.attempts, t.usageComplete = res.StartedAt, res.Attempts, res.Attempts == 0
+	t.step, t.stepBase = res.Step, res.StepBase
 	if res.Usage != nil {
 		t.usage, t.hasUsage, t.outputTokens = *res.Usage, true, res.Usage.OutputTokens
 	}
-	if res.Attempts == 0 {
-		// Stopped before its first request: it simply starts, that
+	if res.Attempts == res.StepBase {
+		// Stopped before its step's first request: the calls the step
+		// before asked for are settled, then the step simply starts, that
 		// request marked begun first like a retried one, or a process
 		// that dies sending it would leave the stop's checkpoint, which
 		// counts no request, and the turn could loop.
-		t.checkpoint = Checkpoint{NextAt: t.r.clock.Now(), MaxTokens: maxTokens, Begun: new(false)}
+		if err := t.settleOpenCalls(ctx, res.OpenCalls); err != nil {
+			o := t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the session log: %v", err), true)
+			t.ended = &o
+			return nil, nil
+		}
+		t.checkpoint = t.checkpointAt(res.Attempts, t.r.clock.Now(), maxTokens)
+		t.checkpoint.Begun = new(false)
 		return t.r.cfg.Engine.Start(policy)
 	}
 	delay := res.Delay
@@ -289,7 +350,7 @@ func (t *run) resume(ctx context.Context, policy modelretry.Policy, maxTokens in
 	// No backoff the policy grants is longer; a longer rest says this
 	// node's clock is behind the one that wrote the checkpoint.
 	delay = min(delay, max(policy.MaxBackoff, policy.MaxServerDelay))
-	call, d, err := t.r.cfg.Engine.Resume(policy, res.Attempts, delay)
+	call, d, err := t.r.cfg.Engine.Resume(policy, res.Attempts-res.StepBase, delay)
 	if err != nil {
 		return nil, err
 	}
@@ -306,6 +367,12 @@ func (t *run) resume(ctx context.Context, policy modelretry.Policy, maxTokens in
 	return call, nil
 }
 
+// checkpointAt is a checkpoint of the step under way after attempts
+// requests of the turn.
+func (t *run) checkpointAt(attempts int, nextAt time.Time, maxTokens int) Checkpoint {
+	return Checkpoint{Attempts: attempts, NextAt: nextAt, MaxTokens: maxTokens, Step: t.step, StepBase: t.stepBase}
+}
+
 // interrupted ends a turn whose context was cancelled between or during
 // attempts. A user's stop cancels it; a stopping host (ErrHostStopping)
 // leaves it unended, to resume from a checkpoint: lost says the last
@@ -314,7 +381,8 @@ func (t *run) interrupted(ctx context.Context, lost bool, maxTokens int) Outcome
 	if !stopping(ctx) {
 		return t.cancelled()
 	}
-	cp := Checkpoint{Attempts: t.attempts, NextAt: t.r.clock.Now(), MaxTokens: maxTokens, Stopped: true, Lost: lost}
+	cp := t.checkpointAt(t.attempts, t.r.clock.Now(), maxTokens)
+	cp.Stopped, cp.Lost = true, lost
 	if !lost && t.checkpoint.Attempts == t.attempts && t.checkpoint.NextAt.After(cp.NextAt) {
 		cp.NextAt = t.checkpoint.NextAt // stopped during the backoff it announced
 	}
@@ -329,9 +397,11 @@ func stopping(ctx context.Context) bool {
 // attemptResult is how one provider request went.
 type attemptResult struct {
 	text      string
+	calls     []provider.ToolCall // the tools the answer calls
 	finish    string
 	err       error // the provider's failure
 	schemaErr error // a finished answer failed the response schema
+	toolErr   error // the answer called a tool wrongly
 	sinkErr   error // the session log refused an event
 }
 
@@ -348,8 +418,11 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) att
 	var text strings.Builder
 	var item *msp.Item
 	began := t.r.clock.Now()
-	req := provider.Request{Model: t.spec.Model, Messages: t.spec.History, MaxTokens: maxTokens,
+	req := provider.Request{Model: t.spec.Model, Messages: t.history(), MaxTokens: maxTokens,
 		ResponseSchema: t.spec.ResponseSchema, Attempt: n}
+	if t.spec.Tools != nil {
+		req.Tools = t.spec.Tools.Specs()
+	}
 	resp, err := t.r.cfg.Model.Stream(actx, req, func(delta string) {
 		if delta == "" || res.sinkErr != nil {
 			return
@@ -372,7 +445,7 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) att
 		t.addUsage(resp.Usage, false)
 		return res
 	}
-	if res.err == nil && ctx.Err() == nil && item == nil {
+	if res.err == nil && ctx.Err() == nil && item == nil && len(resp.ToolCalls) == 0 {
 		// A successful empty answer still gets its item.
 		if item, res.sinkErr = t.openItem(n); res.sinkErr != nil {
 			t.addUsage(resp.Usage, false)
@@ -385,17 +458,44 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) att
 		case ctx.Err() != nil && !stopping(ctx):
 			status = msp.ItemCancelled // a stopping host's attempt is retried: failed
 		case res.err == nil && res.finish != provider.FinishLength && res.finish != provider.FinishContentFilter:
-			if schema != nil {
-				res.schemaErr = schema.Check(res.text)
-			}
-			if res.schemaErr == nil {
+			res.schemaErr, res.toolErr = t.vet(res.text, resp.ToolCalls, schema)
+			if res.schemaErr == nil && res.toolErr == nil {
 				status = msp.ItemCompleted
 			}
 		}
 		t.closeItem(item, res.text, status)
 	}
+	if res.err == nil && ctx.Err() == nil && res.finish != provider.FinishLength && res.finish != provider.FinishContentFilter {
+		if item == nil {
+			res.schemaErr, res.toolErr = t.vet(res.text, resp.ToolCalls, schema)
+		}
+		if res.toolErr == nil {
+			res.calls = resp.ToolCalls
+		}
+	}
 	t.account(resp, t.r.clock.Now().Sub(began), refusedBeforeOutput(res))
 	return res
+}
+
+// vet checks a finished answer: its tool calls, when it makes any, or
+// else its text against the response schema.
+func (t *run) vet(text string, calls []provider.ToolCall, schema *Schema) (schemaErr, toolErr error) {
+	if len(calls) > 0 {
+		return nil, t.checkCalls(calls)
+	}
+	if schema != nil {
+		return schema.Check(text), nil
+	}
+	return nil, nil
+}
+
+// history is what the next request sends: the session's history, then
+// what this turn added, its steps grouped as providers take them.
+func (t *run) history() []provider.Message {
+	if len(t.messages) == 0 {
+		return provider.Steps(t.spec.History)
+	}
+	return provider.Steps(append(t.spec.History[:len(t.spec.History):len(t.spec.History)], t.messages...))
 }
 
 // refusedBeforeOutput tells whether the provider refused an attempt with
@@ -490,6 +590,9 @@ func (t *run) addUsage(u *provider.Usage, refused bool) bool {
 
 // completed, fail and cancelled build the terminal.
 func (t *run) completed(answer string) Outcome {
+	if answer != "" {
+		t.messages = append(t.messages, provider.Message{Role: provider.RoleAssistant, Text: answer})
+	}
 	o := t.terminal(msp.TerminalCompleted)
 	o.Answer = answer
 	return o
@@ -552,7 +655,7 @@ func (t *run) terminal(terminal string) Outcome {
 		u := t.usage
 		c.Usage = &u
 	}
-	return Outcome{Completed: c, Held: t.takeHeld()}
+	return Outcome{Completed: c, Held: t.takeHeld(), Messages: t.messages}
 }
 
 // signal adapts a provider failure for classification.

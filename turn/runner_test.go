@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -100,7 +101,15 @@ type harness struct {
 	model  *fakeModel
 	sink   *turntest.Sink
 	runner *turn.Runner
+	opts   options
 }
+
+// engine is a retry engine on the harness's clock with known delays.
+func (h *harness) engine() *modelretry.Engine {
+	return &modelretry.Engine{Clock: h.clock, Rand: retrytest.Fixed(0.5)}
+}
+
+func (h *harness) policy() modelretry.Policy { return h.opts.policy }
 
 type options struct {
 	policy         modelretry.Policy
@@ -118,12 +127,12 @@ func newHarness(t *testing.T, o *options, replies ...reply) *harness {
 	if o.modelMaxTokens == 0 {
 		o.modelMaxTokens = 4000
 	}
-	h := &harness{clock: retrytest.NewClock(t0), model: &fakeModel{replies: replies}, sink: &turntest.Sink{}}
+	h := &harness{clock: retrytest.NewClock(t0), model: &fakeModel{replies: replies}, sink: &turntest.Sink{}, opts: *o}
 	// Rand 0.5 with full jitter: the n-th retry waits exactly half of
 	// 500ms·2^n, so delays are known in advance.
 	h.runner = turn.NewRunner(turn.Config{
 		Model:            h.model,
-		Engine:           &modelretry.Engine{Clock: h.clock, Rand: retrytest.Fixed(0.5)},
+		Engine:           h.engine(),
 		Policy:           o.policy,
 		DefaultMaxTokens: 1000,
 		ModelMaxTokens:   o.modelMaxTokens,
@@ -355,7 +364,7 @@ func TestRequestCarriesSpec(t *testing.T) {
 		t.Fatalf("%d requests", len(reqs))
 	}
 	r := reqs[0]
-	if r.Model != "m" || r.MaxTokens != 77 || r.Attempt != 1 || !slices.Equal(r.Messages, sp.History) {
+	if r.Model != "m" || r.MaxTokens != 77 || r.Attempt != 1 || !reflect.DeepEqual(r.Messages, sp.History) {
 		t.Fatalf("request %+v", r)
 	}
 }

@@ -22,10 +22,11 @@ type Sink interface {
 	// Emit appends one durable event; the sink fills the params' header
 	// (sessionId, viewCursor, sourceRange) and fans it out once written.
 	Emit(ctx context.Context, method string, params msp.ViewParams) error
-	// EmitRetry appends events ending with a retry notice (the attempt's
-	// closed item and usage before it) together with the checkpoint the
-	// turn resumes from should this process stop before the next attempt
-	// ends: one durable write.
+	// EmitRetry appends events together with the checkpoint the turn
+	// resumes from should this process stop before the next attempt ends:
+	// one durable write. The events are an attempt's closed item and usage
+	// with either the retry notice that follows them or the tool calls
+	// its step asked for, each written before it is made.
 	EmitRetry(ctx context.Context, next Checkpoint, events []Event) error
 	// BeginAttempt makes cp (its Begun set) durable before a retried
 	// request is sent, with no events: a process that takes the turn over
@@ -60,6 +61,11 @@ type Spec struct {
 	ResponseSchema json.RawMessage
 	// Retry is the turn's own retry policy (RFC 0248 §B), if it gave one.
 	Retry *msp.RetryPolicy
+	// Tools are the tools the model may call; nil offers none.
+	Tools Toolbox
+	// MaxSteps, when positive, lowers the runner's step limit for this
+	// turn.
+	MaxSteps int
 	// Resume, when set, continues a turn whose process stopped mid-way.
 	Resume *Resumption
 }
@@ -80,6 +86,12 @@ type Checkpoint struct {
 	Stopped bool `json:"stopped,omitempty"`
 	// Lost says the last counted attempt was cut off in flight.
 	Lost bool `json:"lost,omitempty"`
+	// Step is the 0-based step (model call) under way, and StepBase the
+	// requests the steps before it made: Attempts-StepBase are the step's
+	// own. Both are zero for a turn's first step, as in checkpoints of
+	// builds without tools.
+	Step     int `json:"step,omitempty"`
+	StepBase int `json:"stepBase,omitempty"`
 	// Begun says whether the request after Attempts was begun: false in
 	// a retry notice's checkpoint, true once the request is about to be
 	// sent (Sink.BeginAttempt). Nil in checkpoints of builds that did not
@@ -112,6 +124,13 @@ type Resumption struct {
 	StartedAt time.Time
 	// Usage sums what the turn's responses reported; nil when none did.
 	Usage *msp.TokenUsage
+	// Step and StepBase are the checkpoint's: the step under way and the
+	// requests of the steps before it. Attempts == StepBase means the
+	// step had not sent a request.
+	Step, StepBase int
+	// OpenCalls are the tool calls the turn recorded and did not close,
+	// in the order they were asked for: their outcome is unknown.
+	OpenCalls []msp.Item
 }
 
 // Outcome is how a turn ended.
@@ -120,6 +139,9 @@ type Outcome struct {
 	Completed msp.TurnCompletedParams
 	// Answer is the final agent text when the turn completed.
 	Answer string
+	// Messages are what the turn adds to the session's history: its steps'
+	// text, tool calls and results, then its answer.
+	Messages []provider.Message
 	// Stopped, when set, says the turn did not end: the host stopped it
 	// (ErrHostStopping) and it resumes from this checkpoint; Completed is
 	// then unset.

@@ -421,6 +421,9 @@ const (
 	TurnErrorHostRestarted = "hostRestarted"
 	TurnErrorConfig        = "configError"
 	TurnErrorLog           = "logError"
+	// TurnErrorStepLimit ends a turn whose model kept asking for tools
+	// past its step limit.
+	TurnErrorStepLimit = "stepLimit"
 )
 
 // Attempts is the RFC 0248 attempt accounting of a turn's model call.
@@ -460,14 +463,17 @@ type TurnModelRetryScheduledParams struct {
 const (
 	ItemUserMessage  = "userMessage"
 	ItemAgentMessage = "agentMessage"
+	ItemToolCall     = "toolCall"
 
 	ItemInProgress = "inProgress"
 	ItemCompleted  = "completed"
 	ItemFailed     = "failed"
 	ItemCancelled  = "cancelled"
+	ItemRejected   = "rejected"
+	ItemTimedOut   = "timedOut"
 )
 
-// Item is a view item (the chat subset: user and agent messages).
+// Item is a view item: a user message, an agent message or a tool call.
 type Item struct {
 	ItemID      string  `json:"itemId"`
 	Kind        string  `json:"kind"`
@@ -479,6 +485,29 @@ type Item struct {
 	DisplayText string  `json:"displayText,omitempty"`
 	RecordedAt  string  `json:"recordedAt,omitempty"`
 	Truncated   bool    `json:"truncated,omitempty"`
+
+	// toolCall items.
+
+	// Tool is the tool's name as its server lists it.
+	Tool string `json:"tool,omitempty"`
+	// Server names the MCP server the tool is from (mspd's additive
+	// member).
+	Server string `json:"server,omitempty"`
+	// CallID is the provider's call id, opaque.
+	CallID string `json:"callId,omitempty"`
+	// Args is the argument JSON exactly as the model wrote it.
+	Args *string `json:"args,omitempty"`
+	// VisibleOutput is the call's output, bounded (Truncated beyond).
+	VisibleOutput *string `json:"visibleOutput,omitempty"`
+	// FailureKind classifies a failed, rejected or timed-out call
+	// (snake_case, e.g. "tool_error").
+	FailureKind string `json:"failureKind,omitempty"`
+	// FailureReason says why, in words.
+	FailureReason string `json:"failureReason,omitempty"`
+	// ApprovalID is the approval that gated the call.
+	ApprovalID string `json:"approvalId,omitempty"`
+	// DurationMs is how long the call ran.
+	DurationMs *int64 `json:"durationMs,omitempty"`
 }
 
 // ItemParams are the params of item/started and item/completed.
