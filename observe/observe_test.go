@@ -64,6 +64,7 @@ func populated(t *testing.T) *observe.Metrics {
 	m.TurnSettled("completed", 2)
 	m.ModelRetryNotice("rateLimited")
 	m.TurnRetryNotice()
+	m.ToolCalled("files", "read", "completed", 40*time.Millisecond)
 	m.StoreCommit(3, 2*time.Millisecond, 40)
 	m.StoreCheckpoint("background", 1200, 1200, false, nil)
 	m.StoreCheckpoint("background", 1500, 900, false, nil) // a reader held the rest
