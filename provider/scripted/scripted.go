@@ -14,6 +14,11 @@
 //	  {"text": "Hello there", "chunks": 3, "outputTokens": 7}
 //	]}
 //
+// An entry with "calls" asks for tool calls: the request finishes
+// "toolCalls" and the turn's next step is the next entry.
+//
+//	{"calls": [{"id": "c1", "name": "builtin__calculator", "args": "{\"expression\":\"2+2\"}"}]}
+//
 // Any other user message is echoed back in word-sized deltas.
 //
 // When ctx is cancelled, Stream stops before the next delta and returns
@@ -94,6 +99,9 @@ type Step struct {
 	// Usage false reports no usage. A Cut or failing entry reports usage
 	// only when Usage is explicitly true.
 	Usage *bool `json:"usage,omitempty"`
+	// Calls are tool calls the answer makes after its Text, named as the
+	// request's tools are; the request then finishes "toolCalls".
+	Calls []Call `json:"calls,omitempty"`
 	// StructuredOutput is the mode reported when the request has a
 	// ResponseSchema: "native" (default) or "prompt". It is ignored for a
 	// request without a schema.
@@ -110,6 +118,17 @@ type Step struct {
 	ChunkDelayMs int `json:"chunkDelayMs,omitempty"`
 }
 
+// Call is a scripted tool call.
+type Call struct {
+	// ID is the provider's call id; a default names the attempt and the
+	// call's place.
+	ID string `json:"id,omitempty"`
+	// Name is the tool's model-facing name.
+	Name string `json:"name"`
+	// Args is the argument text, verbatim: it need not be JSON.
+	Args string `json:"args"`
+}
+
 // Script renders steps as the user message text that scripts a turn.
 func Script(steps ...Step) string {
 	if steps == nil {
@@ -117,7 +136,7 @@ func Script(steps ...Step) string {
 	}
 	b, err := json.Marshal(map[string][]Step{scriptKey: steps})
 	if err != nil {
-		// Step holds only strings, ints and bools, which always marshal.
+		// Step holds only strings, ints, bools and slices of them, which always marshal.
 		panic("scripted: " + err.Error())
 	}
 	return string(b)
@@ -189,6 +208,14 @@ func serve(ctx context.Context, req provider.Request, s Step, onText func(string
 	resp.FinishReason = provider.FinishStop
 	if s.Finish != "" {
 		resp.FinishReason = s.Finish
+	}
+	for i, c := range s.Calls {
+		id := c.ID
+		if id == "" {
+			id = fmt.Sprintf("call_%d_%d", req.Attempt, i+1)
+		}
+		resp.ToolCalls = append(resp.ToolCalls, provider.ToolCall{ID: id, Name: c.Name, Args: c.Args})
+		resp.FinishReason = provider.FinishToolCalls
 	}
 	if s.NeedsMaxTokens > 0 && req.MaxTokens < s.NeedsMaxTokens {
 		resp.FinishReason = provider.FinishLength

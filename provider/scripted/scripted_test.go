@@ -519,3 +519,31 @@ func TestDelayElapses(t *testing.T) {
 		t.Fatalf("err %v, deltas %q", err, deltas)
 	}
 }
+
+func TestCalls(t *testing.T) {
+	text := scripted.Script(
+		scripted.Step{Text: "Let me add.", Calls: []scripted.Call{
+			{ID: "c1", Name: "builtin__calculator", Args: `{"expression":"2+2"}`},
+			{Name: "builtin__clock", Args: `not json`},
+		}},
+		scripted.Step{Text: "4"},
+	)
+	r := req(text, 1)
+	// Later steps keep the user message last among user messages.
+	r.Messages = append(r.Messages, provider.Message{Role: provider.RoleTool, ToolResults: []provider.ToolResult{{CallID: "x", Text: "y"}}})
+	deltas, resp, err := run(t, t.Context(), r)
+	if err != nil || !reflect.DeepEqual(deltas, []string{"Let me add."}) {
+		t.Fatalf("deltas %q, err %v", deltas, err)
+	}
+	want := []provider.ToolCall{
+		{ID: "c1", Name: "builtin__calculator", Args: `{"expression":"2+2"}`},
+		{ID: "call_1_2", Name: "builtin__clock", Args: `not json`},
+	}
+	if resp.FinishReason != provider.FinishToolCalls || !reflect.DeepEqual(resp.ToolCalls, want) {
+		t.Fatalf("finish %q calls %+v", resp.FinishReason, resp.ToolCalls)
+	}
+	_, resp, err = run(t, t.Context(), req(text, 2))
+	if err != nil || resp.FinishReason != provider.FinishStop || resp.ToolCalls != nil {
+		t.Fatalf("second entry: %+v %v", resp, err)
+	}
+}
