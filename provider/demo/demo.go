@@ -115,6 +115,8 @@ func (*Model) System() string { return System }
 // Stream implements provider.Model: it may inject a fault, then streams a
 // generated reply (or, when req has a ResponseSchema, a JSON value for it)
 // one word per delta, stopping with FinishLength after req.MaxTokens words.
+// Offered a clock or a calculator, it calls one when the user's message
+// asks the time or holds arithmetic, then answers from the result.
 func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(string)) (provider.Response, error) {
 	if err := m.wait(ctx, firstWordDelays); err != nil {
 		return provider.Response{}, err
@@ -129,6 +131,13 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	resp := provider.Response{FinishReason: provider.FinishStop, Model: req.Model}
 	if resp.Model == "" {
 		resp.Model = DefaultModel
+	}
+	var call *provider.ToolCall
+	if plan, ok := planTools(req); ok && len(req.ResponseSchema) == 0 {
+		text, call = plan.answer, plan.call
+		if call != nil {
+			text = plan.lead
+		}
 	}
 	if len(req.ResponseSchema) > 0 {
 		var node schema
@@ -167,6 +176,9 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	resp.Usage = &provider.Usage{
 		InputTokens:  promptWords(req.Messages),
 		OutputTokens: int64(len(words)),
+	}
+	if call != nil && resp.FinishReason == provider.FinishStop {
+		resp.FinishReason, resp.ToolCalls = provider.FinishToolCalls, []provider.ToolCall{*call}
 	}
 	return resp, nil
 }

@@ -368,3 +368,42 @@ func TestPairsNeverRepeatATopic(t *testing.T) {
 		}
 	}
 }
+
+func TestCallsABuiltInToolWhenAsked(t *testing.T) {
+	m := demo.New(demo.Config{WordDelay: demo.NoDelay, Seed: 1})
+	tools := []provider.ToolSpec{{Name: "builtin__clock"}, {Name: "builtin__calculator"}}
+	ask := func(text string, tools []provider.ToolSpec) provider.Response {
+		t.Helper()
+		resp, err := m.Stream(t.Context(), provider.Request{Messages: []provider.Message{{Role: provider.RoleUser, Text: text}},
+			Tools: tools, Attempt: 3}, func(string) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := ask("what is (2+3)*4?", tools)
+	if resp.FinishReason != provider.FinishToolCalls || len(resp.ToolCalls) != 1 ||
+		resp.ToolCalls[0].Name != "builtin__calculator" || resp.ToolCalls[0].Args != `{"expression":"(2+3)*4"}` {
+		t.Fatalf("arithmetic: %+v", resp)
+	}
+	if resp := ask("what time is it in Paris?", tools); len(resp.ToolCalls) != 1 || resp.ToolCalls[0].Name != "builtin__clock" {
+		t.Fatalf("time: %+v", resp)
+	}
+	if resp := ask("what is 2+2?", nil); resp.FinishReason != provider.FinishStop || resp.ToolCalls != nil {
+		t.Fatalf("no tools offered: %+v", resp)
+	}
+	if resp := ask("tell me about rivers", tools); resp.ToolCalls != nil {
+		t.Fatalf("nothing asked: %+v", resp)
+	}
+
+	// With the result in, it answers from it.
+	var text strings.Builder
+	resp, err := m.Stream(t.Context(), provider.Request{Messages: []provider.Message{
+		{Role: provider.RoleUser, Text: "what is 2+2?"},
+		{Role: provider.RoleAssistant, ToolCalls: []provider.ToolCall{{ID: "c", Name: "builtin__calculator", Args: `{"expression":"2+2"}`}}},
+		{Role: provider.RoleTool, ToolResults: []provider.ToolResult{{CallID: "c", Name: "builtin__calculator", Text: "4"}}},
+	}, Tools: tools, Attempt: 4}, func(s string) { text.WriteString(s) })
+	if err != nil || resp.FinishReason != provider.FinishStop || text.String() != "The calculator says 4." {
+		t.Fatalf("answer %q %+v %v", text.String(), resp, err)
+	}
+}
