@@ -39,7 +39,7 @@ func (s *session) toldErased(ctx context.Context, sub Subscriber) bool {
 	s.erasing.Lock()
 	defer s.erasing.Unlock()
 	s.mu.Lock()
-	follower := !s.leader && s.farewell == nil && !s.deleted
+	follower := s.role == roleFollower && s.farewell == nil && !s.phase.deleted()
 	s.mu.Unlock()
 	gone := false
 	if follower {
@@ -52,7 +52,7 @@ func (s *session) toldErased(ctx context.Context, sub Subscriber) bool {
 	case s.farewell != nil:
 		s.tellDeletion(sub, *s.farewell)
 		return true
-	case gone && !s.deleted:
+	case gone && !s.phase.deleted():
 		s.subs[sub] = struct{}{} // ingest tells it
 		return true
 	}
