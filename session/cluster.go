@@ -238,9 +238,12 @@ func (s *session) catchUpLocked(ctx context.Context, from int64) error {
 // view/gap.
 func (s *session) ingest(n Notification, pos Position) {
 	seq, sub := pos.Seq, pos.Sub
-	n.SessionID = s.id // the cluster names it by its key
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The cluster names it by its key. s.id is read under s.mu: a leader's
+	// events can arrive while read, which follows before it loads, still
+	// names the session.
+	n.SessionID = s.id
 	deletion := n.Method == msp.NotifySessionDeleteCompleted
 	if s.role == roleLeader || s.phase == phaseLoading {
 		return // its own, or a session whose load failed
