@@ -71,7 +71,7 @@ func wantGoneUntilErased(t *testing.T, m *Manager, st cutShortErasure, sid, when
 	_, err := m.ReadSession(ctx, mustJSON(msp.SessionReadParams{SessionID: sid}))
 	wantNotFound(t, "session/read "+when, err)
 	from := durableCursor(sid, "", 0) // refused before its epoch matters
-	wantNotFound(t, "view/subscribe "+when, m.Subscribe(ctx, newRecSub(), sid, &from))
+	wantNotFound(t, "view/subscribe "+when, m.attach(ctx, newRecSub(), sid, from))
 	_, _, err = m.StartTurn(ctx, nil, mustJSON(textTurn(sid, "again")))
 	wantNotFound(t, "turn/start "+when, err)
 	deleteNow(t, m, sid)
@@ -239,7 +239,7 @@ func TestFollowerServesNothingOfASessionItIsUnsureIsWhole(t *testing.T) {
 
 	ctx := context.Background()
 	from := durableCursor(sid, "", 0) // refused before its epoch matters
-	if err := b.Subscribe(ctx, newRecSub(), sid, &from); err == nil {
+	if err := b.attach(ctx, newRecSub(), sid, from); err == nil {
 		t.Errorf("view/subscribe of the half-erased session on the follower was served")
 	}
 	if head, err := b.Head(ctx, sid); err == nil {

@@ -153,7 +153,7 @@ func TestRecoveredItemMatchesItsDeltas(t *testing.T) {
 
 	m2 := newManager(t, st, model, mgrOpts{now: frozen})
 	sub2 := newRecSub()
-	if err := m2.Subscribe(ctx, sub2, sid, &last); err != nil {
+	if err := m2.attach(ctx, sub2, sid, last); err != nil {
 		t.Fatalf("resuming from the last delta's cursor %s: %v", last, err)
 	}
 	done := sub2.waitTerminal(t, ack.TurnID)
