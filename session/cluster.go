@@ -11,17 +11,9 @@ import (
 	"mspd/schema/msp"
 )
 
-// On a cluster, several managers share one store. Each session has one
-// leader: the node holding its lease, which alone writes its log and runs
-// its turns. A command arriving elsewhere is forwarded to the leader and
-// its answer relayed unchanged (exactly-once holds: the ledger is in the
-// shared store and only the leader admits). Every node serves reads,
-// resume, subscribe and paging for every session: a node that does not
-// lead a session it has loaded follows it, applying the leader's events
-// (durable and ephemeral) as they are published, in cursor order. When a
-// leader stops — its lease lapses, or it lets go on shutdown — another
-// node takes the session over and resumes its running turn as a new
-// attempt, as after a restart.
+// A session's leader and followers, and takeover: the package doc
+// (doc.go) says how they work in its Cluster section, and in Locking what
+// a Cluster may do under a session's lock.
 
 // Cluster is what a manager needs of the other nodes; nil means this
 // node is the only one (it leads every session). It names a session by

@@ -1,9 +1,3 @@
-// Package session is mspd's session manager: it creates, loads and lists
-// sessions, makes commands exactly-once through a durable ledger, appends
-// events to each session's log (minting cursors and source ranges), fans
-// them out to subscribers, serves resume, subscribe and paging, and runs
-// each session's turn queue. It knows nothing of WebSockets or JSON-RPC
-// framing.
 package session
 
 import (
