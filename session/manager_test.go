@@ -710,3 +710,19 @@ func TestQueueBackpressure(t *testing.T) {
 		t.Fatalf("third: %+v", c)
 	}
 }
+
+func methodsOf(ns []Notification) []string {
+	ms := make([]string, len(ns))
+	for i, n := range ns {
+		ms[i] = n.Method
+	}
+	return ms
+}
+
+func cursorsOf(ns []Notification) []string {
+	cs := make([]string, len(ns))
+	for i, n := range ns {
+		cs[i] = n.Cursor
+	}
+	return cs
+}
