@@ -128,7 +128,7 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 		if err := c.roomToFollow(p.SessionID); err != nil {
 			return nil, nil, err
 		}
-		head, attach, err := mgr.ViewSubscribe(ctx, c, p.SessionID, p.After)
+		head, attach, err := mgr.Subscribe(ctx, c, p.SessionID, p.After)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -305,7 +305,7 @@ func TestResubscribeDuringHoleKeepsCursorOrder(t *testing.T) {
 
 	// What the handler does: admit the subscription, reply, then attach.
 	after := cursorAt(t, m, sid, 0)
-	_, attach, err := m.ViewSubscribe(context.Background(), c, sid, &after)
+	_, attach, err := m.Subscribe(context.Background(), c, sid, &after)
 	if err != nil {
 		t.Fatal(err)
 	}

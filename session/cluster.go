@@ -11,17 +11,9 @@ import (
 	"mspd/schema/msp"
 )
 
-// On a cluster, several managers share one store. Each session has one
-// leader: the node holding its lease, which alone writes its log and runs
-// its turns. A command arriving elsewhere is forwarded to the leader and
-// its answer relayed unchanged (exactly-once holds: the ledger is in the
-// shared store and only the leader admits). Every node serves reads,
-// resume, subscribe and paging for every session: a node that does not
-// lead a session it has loaded follows it, applying the leader's events
-// (durable and ephemeral) as they are published, in cursor order. When a
-// leader stops — its lease lapses, or it lets go on shutdown — another
-// node takes the session over and resumes its running turn as a new
-// attempt, as after a restart.
+// A session's leader and followers, and takeover: the package doc
+// (doc.go) says how they work in its Cluster section, and in Locking what
+// a Cluster may do under a session's lock.
 
 // Cluster is what a manager needs of the other nodes; nil means this
 // node is the only one (it leads every session). It names a session by
@@ -177,7 +169,7 @@ func (m *Manager) lead(ctx context.Context, key, id string) error {
 	}
 	defer release()
 	s.mu.Lock()
-	if s.leader {
+	if s.role == roleLeader {
 		s.mu.Unlock()
 		m.kick(s) // in case a takeover was cut short before its worker
 		return nil
@@ -194,9 +186,9 @@ func (m *Manager) lead(ctx context.Context, key, id string) error {
 		err = s.catchUpLocked(ctx, from)
 	}
 	if err == nil {
-		s.leader = true
+		s.role = roleLeader
 		if err = s.recoverLocked(ctx); err != nil {
-			s.leader = false
+			s.role = roleFollower
 		}
 	}
 	if err != nil {
@@ -238,11 +230,17 @@ func (s *session) catchUpLocked(ctx context.Context, from int64) error {
 // view/gap.
 func (s *session) ingest(n Notification, pos Position) {
 	seq, sub := pos.Seq, pos.Sub
-	n.SessionID = s.id // the cluster names it by its key
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The cluster names it by its key. s.id is read under s.mu: a leader's
+	// events can arrive while read, which follows before it loads, still
+	// names the session.
+	n.SessionID = s.id
 	deletion := n.Method == msp.NotifySessionDeleteCompleted
-	if s.leader || s.deleted && !(s.eraseFailed && deletion) {
+	if s.role == roleLeader || s.phase == phaseLoading {
+		return // its own, or a session whose load failed
+	}
+	if s.phase.deleted() && !(s.phase == phaseHalfErased && deletion) {
 		return // a half-erased session hears only of a deletion sent again
 	}
 	if deletion {
@@ -250,17 +248,18 @@ func (s *session) ingest(n Notification, pos Position) {
 			s.tellDeletion(sub, n)
 		}
 		if _, erased := Erased(n); erased {
-			s.deleted, s.farewell = true, &n
+			s.erasedLocked(&n)
 			go s.m.forget(s) // m.mu is not taken under s.mu
 			return
 		}
-		if s.deleted {
+		if s.phase == phaseHalfErased {
 			return // still half-erased
 		}
 		// A failed deletion leaves the session as it was, or half-erased:
 		// the row says which, as it did to the leader, and is read before
 		// the session serves anything more (see acquireAs).
-		s.stale, s.unsettled = true, true
+		s.stale = true
+		s.enter(phaseUnsettled)
 		go s.m.settle(s)
 		return
 	}
@@ -352,18 +351,21 @@ func (s *session) missedLocked(last, through cursor) {
 // freshLocked brings a follower's state (its row) up to its log before
 // it is served. s.mu must be held.
 func (s *session) freshLocked(ctx context.Context) error {
-	if s.leader || !s.stale {
+	if s.role == roleLeader || !s.stale {
 		return nil
 	}
 	st, erasing, err := s.m.readState(ctx, s.key, s.id)
 	if isNotFound(err) || err == nil && erasing {
-		s.halfErasedLocked() // or erased: the news was missed
+		s.enter(phaseHalfErased) // or erased: the news was missed
 		return msp.ErrSessionNotFound(s.id)
 	}
 	if err != nil {
 		return err
 	}
-	s.st, s.stale, s.unsettled = st, false, false
+	s.st, s.stale = st, false
+	if s.phase == phaseUnsettled {
+		s.enter(phaseLive)
+	}
 	s.setSpans(st.spans())
 	return nil
 }
@@ -391,8 +393,8 @@ func (s *session) letGoLocked() {
 		s.unfollow()
 		s.unfollow = nil
 	}
-	if s.leader {
-		s.leader = false
+	if s.role == roleLeader {
+		s.role = roleFollower
 		c.Release(s.key)
 	}
 }
@@ -415,7 +417,7 @@ func (m *Manager) forget(s *session) {
 // publishLocked sends a notification of a session this node leads to its
 // followers. s.mu must be held.
 func (s *session) publishLocked(n Notification, at Position) {
-	if c := s.m.cfg.Cluster; c != nil && s.leader {
+	if c := s.m.cfg.Cluster; c != nil && s.role == roleLeader {
 		c.Publish(s.key, n, at)
 	}
 }

@@ -389,10 +389,10 @@ func TestFollowerResumedAheadOfItself(t *testing.T) {
 	feed <- "zero"
 	early := onA.waitCount(t, msp.NotifyItemDelta, 1)[0].Cursor // handed out before b loads
 	onB := newRecSub()
-	if err := b.Subscribe(ctx, onB, sid, nil); err != nil { // b loads the session at the head
+	if err := attachAtHead(ctx, b, onB, sid); err != nil { // b loads the session at the head
 		t.Fatal(err)
 	}
-	if err := b.Subscribe(ctx, newRecSub(), sid, &early); err != nil {
+	if err := b.attach(ctx, newRecSub(), sid, early); err != nil {
 		t.Fatalf("resuming on b from %s, handed out before b loaded: %v", early, err)
 	}
 	lb.mu.Lock()
@@ -403,7 +403,7 @@ func TestFollowerResumedAheadOfItself(t *testing.T) {
 	last := onA.waitCount(t, msp.NotifyItemDelta, 3)[2].Cursor
 
 	r := newRecSub()
-	if err := b.Subscribe(ctx, r, sid, &last); err != nil {
+	if err := b.attach(ctx, r, sid, last); err != nil {
 		t.Fatalf("resuming on the lagging follower from %s: %v", last, err)
 	}
 	lb.flush()
@@ -446,7 +446,7 @@ func TestFollowerToldOfEphemeralEventsItMissed(t *testing.T) {
 	onA := newRecSub()
 	sid := startSession(t, a, onA)
 	onB := newRecSub()
-	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
+	if err := attachAtHead(ctx, b, onB, sid); err != nil {
 		t.Fatal(err)
 	}
 	startTurn(t, a, textTurn(sid, "go"))
@@ -463,7 +463,7 @@ func TestFollowerToldOfEphemeralEventsItMissed(t *testing.T) {
 	// A reader resuming on b from the admission's last record is told too.
 	admitted := onA.waitCount(t, msp.NotifyItemCompleted, 1)[0].Cursor
 	r := newRecSub()
-	if err := b.Subscribe(ctx, r, sid, &admitted); err != nil {
+	if err := b.attach(ctx, r, sid, admitted); err != nil {
 		t.Fatal(err)
 	}
 	if ms := methodsOf(r.all()); !slices.Contains(ms, msp.NotifyViewGap) {
@@ -503,7 +503,7 @@ func newFollowedAnswer(t *testing.T) *followedAnswer {
 	t.Cleanup(fa.a.Close)
 	fa.b = startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: fa.feed})
 	fa.sid = startSession(t, fa.a, fa.onA)
-	if err := fa.b.Subscribe(ctx, fa.onB, fa.sid, nil); err != nil {
+	if err := attachAtHead(ctx, fa.b, fa.onB, fa.sid); err != nil {
 		t.Fatal(err)
 	}
 	fa.turn = startTurn(t, fa.a, textTurn(fa.sid, "go")).TurnID
@@ -585,7 +585,7 @@ func TestFollowerReadWhileAnswerStreams(t *testing.T) {
 	}
 	last := snap.History.Items[len(snap.History.Items)-1]
 	r := newRecSub()
-	if err := fa.b.Subscribe(context.Background(), r, fa.sid, &snap.ViewCursor); err != nil {
+	if err := fa.b.attach(context.Background(), r, fa.sid, snap.ViewCursor); err != nil {
 		t.Fatalf("subscribing on the follower from its snapshot's cursor %s: %v", snap.ViewCursor, err)
 	}
 	fa.feed <- "three"

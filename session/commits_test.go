@@ -292,7 +292,7 @@ func TestAbandonAtALoadedHeadRepeatsNoCursor(t *testing.T) {
 
 	m2 := newManager(t, st, newHistModel(), mgrOpts{})
 	sub := newRecSub()
-	if err := m2.Subscribe(ctx, sub, sid, &p.ViewCursor); err != nil {
+	if err := m2.attach(ctx, sub, sid, p.ViewCursor); err != nil {
 		t.Fatal(err)
 	}
 	s2, release2, err := m2.acquire(ctx, sid)

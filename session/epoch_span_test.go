@@ -80,9 +80,9 @@ func checkRefused(t *testing.T, m *Manager, sid, c string) {
 	}
 	_, _, err := m.ResumeSession(ctx, newRecSub(), mustJSON(msp.SessionResumeParams{CommandID: cmdID(), SessionID: sid, Cursor: &c}))
 	refused("session/resume", err)
-	_, _, err = m.ViewSubscribe(ctx, newRecSub(), sid, &c)
+	_, _, err = m.Subscribe(ctx, newRecSub(), sid, &c)
 	refused("view/subscribe", err)
-	refused("session/subscribe", m.Subscribe(ctx, newRecSub(), sid, &c))
+	refused("attach (the auto-subscribe)", m.attach(ctx, newRecSub(), sid, c))
 	_, err = m.Page(ctx, msp.ViewPageParams{SessionID: sid, Cursor: &c, Limit: 10})
 	refused("view/page", err)
 	_, err = m.Page(ctx, msp.ViewPageParams{SessionID: sid, Cursor: &c, Limit: 10, Direction: msp.Backward})
@@ -146,7 +146,7 @@ func TestARestoredBackupRefusesTheCursorsItLost(t *testing.T) {
 	// What the backup holds is the same view: its cursors are served.
 	ctx := context.Background()
 	for _, c := range kept {
-		if _, _, err := m2.ViewSubscribe(ctx, newRecSub(), sid, &c); err != nil {
+		if _, _, err := m2.Subscribe(ctx, newRecSub(), sid, &c); err != nil {
 			t.Errorf("view/subscribe after %s, from before the backup: %v", c, err)
 		}
 	}
@@ -174,7 +174,7 @@ func TestARestartOpensASpanAndKeepsTheOldCursors(t *testing.T) {
 	m2 := newManager(t, st, model, mgrOpts{textCheckpoint: -1})
 	sub2 := newRecSub()
 	last := before[len(before)-1].Cursor
-	if err := m2.Subscribe(context.Background(), sub2, sid, &last); err != nil {
+	if err := m2.attach(context.Background(), sub2, sid, last); err != nil {
 		t.Fatal(err)
 	}
 	runTurn(t, m2, sub2, textTurn(sid, "two"))
@@ -214,8 +214,8 @@ func TestARestartOpensASpanAndKeepsTheOldCursors(t *testing.T) {
 			}
 		}
 		r := newRecSub()
-		if err := m2.Subscribe(ctx, r, sid, &n.Cursor); err != nil {
-			t.Errorf("session/subscribe after %s: %v", n.Cursor, err)
+		if err := m2.attach(ctx, r, sid, n.Cursor); err != nil {
+			t.Errorf("attach after %s: %v", n.Cursor, err)
 			continue
 		}
 		var got []string
@@ -314,8 +314,8 @@ func TestAnEpochOfAnOlderBuildIsTheFirstSpan(t *testing.T) {
 	m2 := newManager(t, st, model, mgrOpts{})
 	sub2 := newRecSub()
 	last := old[len(old)-1]
-	if err := m2.Subscribe(context.Background(), sub2, sid, &last); err != nil {
-		t.Fatalf("session/subscribe after %s, of the older build's epoch: %v", last, err)
+	if err := m2.attach(context.Background(), sub2, sid, last); err != nil {
+		t.Fatalf("attach after %s, of the older build's epoch: %v", last, err)
 	}
 	runTurn(t, m2, sub2, textTurn(sid, "two"))
 	spans := spansIn(t, st, sid)
@@ -384,8 +384,8 @@ func TestAFollowerMintsTheNewLeadersCursors(t *testing.T) {
 	}
 	newer := stored[len(stored)-3]
 	r := newRecSub()
-	if err := b.Subscribe(ctx, r, sid, &newer); err != nil {
-		t.Fatalf("session/subscribe on b after %s, a cursor of c's span: %v", newer, err)
+	if err := b.attach(ctx, r, sid, newer); err != nil {
+		t.Fatalf("attach on b after %s, a cursor of c's span: %v", newer, err)
 	}
 	if got := viewCursors(r.all()); !slices.Equal(got, stored[len(stored)-2:]) {
 		t.Errorf("replay on b after %s: %v, want %v", newer, got, stored[len(stored)-2:])

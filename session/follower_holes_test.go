@@ -57,7 +57,7 @@ func readSnap(t *testing.T, m *Manager, sid string) msp.SessionSnapshot {
 func checkClientView(t *testing.T, m *Manager, sid string, snap msp.SessionSnapshot, more func(), leaderText func() string) {
 	t.Helper()
 	r := newRecSub()
-	if err := m.Subscribe(context.Background(), r, sid, &snap.ViewCursor); err != nil {
+	if err := m.attach(context.Background(), r, sid, snap.ViewCursor); err != nil {
 		t.Fatal(err)
 	}
 	more()
@@ -181,7 +181,7 @@ func TestFollowerDropsAStoppedLeadersAnswer(t *testing.T) {
 	sid := startSession(t, a, newRecSub())
 	c := startQuietNode(t, memNode{h, "c"}, st, pacedModel{feed: feedA})
 	onC := newRecSub()
-	if err := c.Subscribe(ctx, onC, sid, nil); err != nil {
+	if err := attachAtHead(ctx, c, onC, sid); err != nil {
 		t.Fatal(err)
 	}
 	ack := startTurn(t, a, textTurn(sid, "go"))
@@ -227,7 +227,7 @@ func loadedMidStream(t *testing.T) (a, b *Manager, sid string, onB *recSub, feed
 	onA.waitCount(t, msp.NotifyItemDelta, 1)
 	b = startQuietNode(t, memNode{h, "b"}, st, pacedModel{feed: feed})
 	onB = newRecSub()
-	if err := b.Subscribe(ctx, onB, sid, nil); err != nil {
+	if err := attachAtHead(ctx, b, onB, sid); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.RenameSession(ctx, mustJSON(msp.SessionRenameParams{CommandID: cmdID(), SessionID: sid, Name: "x"})); err != nil {
@@ -293,7 +293,7 @@ func TestFollowerHoleAfterAnItemRecord(t *testing.T) {
 	defer close(feed)
 	r := newRecSub()
 	from := cursorIn(t, b.store, sid, 1) // turn/started; the user's item is record 2
-	if err := b.Subscribe(context.Background(), r, sid, &from); err != nil {
+	if err := b.attach(context.Background(), r, sid, from); err != nil {
 		t.Fatal(err)
 	}
 	feed <- "two "

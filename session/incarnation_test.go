@@ -82,7 +82,7 @@ func TestCursorsOfAnEarlierIncarnationAreRefused(t *testing.T) {
 	ctx := context.Background()
 	_, _, err := m.ResumeSession(ctx, newRecSub(), mustJSON(msp.SessionResumeParams{CommandID: cmdID(), SessionID: sid, Cursor: &old}))
 	wantMissingAnchor(t, "session/resume", err)
-	_, _, err = m.ViewSubscribe(ctx, newRecSub(), sid, &old)
+	_, _, err = m.Subscribe(ctx, newRecSub(), sid, &old)
 	wantMissingAnchor(t, "view/subscribe", err)
 	_, err = m.Page(ctx, msp.ViewPageParams{SessionID: sid, Cursor: &old, Limit: 10})
 	wantMissingAnchor(t, "view/page", err)
@@ -91,7 +91,7 @@ func TestCursorsOfAnEarlierIncarnationAreRefused(t *testing.T) {
 
 	// The second incarnation's own cursors are served.
 	mine := second.all()[len(second.all())-1].Cursor
-	if _, _, err := m.ViewSubscribe(ctx, newRecSub(), sid, &mine); err != nil {
+	if _, _, err := m.Subscribe(ctx, newRecSub(), sid, &mine); err != nil {
 		t.Errorf("view/subscribe after the second incarnation's last cursor: %v", err)
 	}
 }
@@ -157,7 +157,7 @@ func TestASessionWithoutAnEpochKeepsItsCursors(t *testing.T) {
 	m := newManager(t, st, newHistModel(), mgrOpts{})
 	sub := newRecSub()
 	start := "v:" + sid + ":0"
-	if _, _, err := m.ViewSubscribe(context.Background(), sub, sid, &start); err != nil {
+	if _, _, err := m.Subscribe(context.Background(), sub, sid, &start); err != nil {
 		t.Fatal(err)
 	}
 	subscribe(t, m, sub, sid)

@@ -432,22 +432,13 @@ func (m *Manager) unmark(ctx context.Context, s *session) bool {
 	row, rowErr := m.store.Session(ctx, s.key)
 	head, headErr := m.store.Head(ctx, s.key)
 	if rowErr == nil && !row.Erasing && headErr == nil && head == s.head {
-		s.deleted, s.eraseFailed = false, false
+		s.enter(phaseLive)
 		return true
 	}
 	m.log.Error("a failed deletion may have erased part of the session; it stays deleted until a deletion sent again finishes", "session", s.id,
 		"row", rowErr, "erasing", row.Erasing, "head", head, "held", s.head, "err", headErr)
-	s.halfErasedLocked()
+	s.enter(phaseHalfErased)
 	return false
-}
-
-// halfErasedLocked marks s as a session whose erasure may have got part
-// of the way: it takes no command but a deletion sent again, and nothing
-// is written to it, so none of its cursors is handed out twice. The
-// store reads it back so (store.Session.Erasing) on every node and after
-// a restart. s.mu must be held.
-func (s *session) halfErasedLocked() {
-	s.deleted, s.eraseFailed = true, true
 }
 
 // revive resumes the turn the failed erasure of s stopped, which wrote
@@ -475,7 +466,12 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 	s.erasing.Lock()
 	defer s.erasing.Unlock()
 	s.mu.Lock()
-	s.deleted = true
+	if !s.phase.deleted() {
+		// A half-erased session stays so while it is erased again, and
+		// an erased one erased: a deletion sent again still reaches the
+		// first, and nothing is written to either.
+		s.enter(phaseErasing)
+	}
 	if s.cancel != nil {
 		s.cancel()
 	}
@@ -506,7 +502,7 @@ func (m *Manager) erase(ctx context.Context, s *session, owner, commandID string
 	// after, and is told by the farewell.
 	s.mu.Lock()
 	if done.Outcome == msp.DeleteCompleted {
-		s.farewell = &n
+		s.erasedLocked(&n)
 	}
 	subs := make([]Subscriber, 0, len(s.subs)+1)
 	for sub := range s.subs {

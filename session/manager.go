@@ -1,9 +1,3 @@
-// Package session is mspd's session manager: it creates, loads and lists
-// sessions, makes commands exactly-once through a durable ledger, appends
-// events to each session's log (minting cursors and source ranges), fans
-// them out to subscribers, serves resume, subscribe and paging, and runs
-// each session's turn queue. It knows nothing of WebSockets or JSON-RPC
-// framing.
 package session
 
 import (
@@ -265,7 +259,7 @@ func (m *Manager) sweep() int {
 // by its deletion, never ends (nothing more is written to it), so it
 // counts as idle. s.mu must be held.
 func (s *session) idleLocked() bool {
-	return len(s.subs) == 0 && !s.working && (s.eraseFailed || !s.st.busy())
+	return len(s.subs) == 0 && !s.working && (s.phase == phaseHalfErased || !s.st.busy())
 }
 
 // Close stops the manager: running turns stop without ending (their
@@ -287,7 +281,7 @@ func (m *Manager) Close() {
 				if l.s.unfollow != nil {
 					l.s.unfollow()
 				}
-				leader := l.s.leader
+				leader := l.s.role == roleLeader
 				l.s.mu.Unlock()
 				if leader {
 					c.Release(id)
@@ -371,13 +365,13 @@ func (m *Manager) acquireAs(ctx context.Context, id string, erasing bool) (s *se
 	}
 	s.mu.Lock()
 	var unsure error
-	if s.unsettled {
+	if s.phase == phaseUnsettled {
 		// Told of a failed deletion and not yet sure the erasure left the
 		// session whole: read the row first, so that nothing of a session
 		// half-erased is served (nor forked into a live one).
 		unsure = s.freshLocked(ctx)
 	}
-	gone := s.deleted && !(erasing && s.eraseFailed)
+	gone := s.phase.deleted() && !(erasing && s.phase == phaseHalfErased)
 	s.mu.Unlock()
 	if gone || s.owner != PrincipalFrom(ctx) {
 		release()
@@ -487,10 +481,13 @@ func (m *Manager) load(ctx context.Context, key, id string) (s *session, release
 // this node does not lead follows its leader's events from the start.
 func (m *Manager) read(ctx context.Context, key, id string) (*session, error) {
 	s := &session{id: id, key: key, m: m, subs: make(map[Subscriber]struct{}), gapsDue: make(map[Subscriber]dueGap), floors: make(map[Subscriber]cursor),
-		open: make(map[string]*openItem), leader: m.cfg.Cluster == nil}
+		open: make(map[string]*openItem)}
+	if m.cfg.Cluster == nil {
+		s.role = roleLeader
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.leader {
+	if s.role == roleFollower {
 		// Following starts before the head is read, so that nothing
 		// appended meanwhile is missed; ingest waits for s.mu.
 		s.unfollow = m.cfg.Cluster.Follow(key, s.ingest)
@@ -508,8 +505,9 @@ func (m *Manager) read(ctx context.Context, key, id string) (*session, error) {
 	return s, nil
 }
 
-// refreshLocked (re)reads a session's row, head and log from the store.
-// s.mu must be held.
+// refreshLocked (re)reads a session's row, head and log from the store:
+// a session loading or unsettled goes live, unless its row says that an
+// erasure was cut short. s.mu must be held.
 func (s *session) refreshLocked(ctx context.Context) error {
 	m := s.m
 	st, erasing, err := m.readState(ctx, s.key, s.id)
@@ -519,7 +517,7 @@ func (s *session) refreshLocked(ctx context.Context) error {
 	s.st = st
 	s.setSpans(st.spans())
 	if erasing {
-		s.halfErasedLocked()
+		s.enter(phaseHalfErased)
 		return nil
 	}
 	s.queued.Store(int32(len(s.st.Queue)))
@@ -546,6 +544,9 @@ func (s *session) refreshLocked(ctx context.Context) error {
 			oi.saved = len(*it.Text)
 		}
 		s.open[itemID] = oi
+	}
+	if s.phase == phaseLoading || s.phase == phaseUnsettled {
+		s.enter(phaseLive)
 	}
 	return nil
 }

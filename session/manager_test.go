@@ -217,6 +217,20 @@ func newManager(t *testing.T, st store.Store, model provider.Model, o mgrOpts) *
 	return m
 }
 
+// attachAtHead subscribes sub to session sid from where it stands on m
+// now, as a view/subscribe without after does.
+func attachAtHead(ctx context.Context, m *Manager, sub Subscriber, sid string) error {
+	s, release, err := m.acquire(ctx, sid)
+	if err != nil {
+		return err
+	}
+	defer release()
+	s.mu.Lock()
+	from := s.at(s.head, s.sub)
+	s.mu.Unlock()
+	return s.subscribe(ctx, sub, from)
+}
+
 // newTestRunner runs turns on model with the default policy and no
 // backoff: Rand 0 with full jitter makes every delay zero.
 func newTestRunner(model provider.Model) *turn.Runner {
@@ -259,7 +273,7 @@ func startSession(t *testing.T, m *Manager, sub Subscriber) string {
 func subscribe(t *testing.T, m *Manager, sub Subscriber, sid string) {
 	t.Helper()
 	from := cursorIn(t, m.store, sid, 0)
-	if err := m.Subscribe(context.Background(), sub, sid, &from); err != nil {
+	if err := m.attach(context.Background(), sub, sid, from); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -471,7 +485,7 @@ func TestRecoveryResumesAbandonedTurns(t *testing.T) {
 	m2 := newManager(t, st, model, mgrOpts{now: clock})
 	sub2 := newRecSub()
 	from := cursorIn(t, st, sid, int64(len(before)))
-	if err := m2.Subscribe(ctx, sub2, sid, &from); err != nil {
+	if err := m2.attach(ctx, sub2, sid, from); err != nil {
 		t.Fatal(err)
 	}
 	first := sub2.waitTerminal(t, running.TurnID)
@@ -696,4 +710,20 @@ func TestQueueBackpressure(t *testing.T) {
 	if c := sub.waitTerminal(t, "third"); c.Terminal != msp.TerminalCompleted {
 		t.Fatalf("third: %+v", c)
 	}
+}
+
+func methodsOf(ns []Notification) []string {
+	ms := make([]string, len(ns))
+	for i, n := range ns {
+		ms[i] = n.Method
+	}
+	return ms
+}
+
+func cursorsOf(ns []Notification) []string {
+	cs := make([]string, len(ns))
+	for i, n := range ns {
+		cs[i] = n.Cursor
+	}
+	return cs
 }

@@ -36,7 +36,7 @@ func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) e
 	}
 	s.mu.Lock()
 	r.lost = s.deltas.lost
-	r.follower = !s.leader
+	r.follower = s.role == roleFollower
 	s.mu.Unlock()
 	if r.follower {
 		var err error

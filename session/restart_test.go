@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -325,4 +327,134 @@ func TestCompletedItemOutranksItsCheckpoints(t *testing.T) {
 	if done := items[len(items)-1].Item; done.Revision != 5 || *done.Text != "xxxx" {
 		t.Fatalf("item/completed %+v: want revision 5 after three checkpoints", done)
 	}
+}
+
+// TestRecoveredItemMatchesItsDeltas: §5 item 15 — an item/completed
+// carries the full text, equal to the concatenated deltas unless
+// truncated is set. The answer opens on an ephemeral item/started, so a
+// crash mid-stream before its text was first saved leaves no record of
+// it; recovery closes it as failed, truncated, by the id its attempt
+// gives it (turn.AnswerItemID), before the retry notice: a reader that
+// saw it open is not left with an open item for ever. A reader resuming
+// from its last delta's cursor is told of the hole (view/gap after that
+// cursor), then gets the closed answer, the retry notice and the next
+// attempt's answer, at cursors after its own: none handed out before the
+// crash comes again.
+func TestRecoveredItemMatchesItsDeltas(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	cs := &crashStore{Store: st}
+	model := newHistModel()
+	frozen := func() time.Time { return time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC) } // no text checkpoint falls due
+	m1 := newManager(t, cs, model, mgrOpts{now: frozen})
+	sub := newRecSub()
+	sid := startSession(t, m1, sub)
+	ack := startTurn(t, m1, textTurn(sid, "crash")) // streams "working", then hangs
+	model.waitStarted(t, "crash")
+	var last, cut string
+	for _, n := range sub.all() {
+		switch n.Method {
+		case msp.NotifyItemDelta:
+			last = n.Cursor
+		case msp.NotifyItemStarted:
+			cut = params[msp.ItemParams](t, n.Frame).Item.ItemID
+		}
+	}
+	if last == "" || cut == "" {
+		t.Fatal("no answer streamed")
+	}
+	cs.dead.Store(true) // the process dies
+	m1.Close()
+
+	m2 := newManager(t, st, model, mgrOpts{now: frozen})
+	sub2 := newRecSub()
+	if err := m2.attach(ctx, sub2, sid, last); err != nil {
+		t.Fatalf("resuming from the last delta's cursor %s: %v", last, err)
+	}
+	done := sub2.waitTerminal(t, ack.TurnID)
+	if done.Terminal != msp.TerminalCompleted || done.Attempts.Count != 2 {
+		t.Fatalf("resumed turn: %+v", done)
+	}
+	got := sub2.all()
+	want := []string{msp.NotifyViewGap, msp.NotifyItemCompleted, msp.NotifyTurnRetryScheduled}
+	if len(got) < 3 || !slices.Equal(methodsOf(got[:3]), want) {
+		t.Fatalf("after the crash the reader got %v, want %v first", methodsOf(got), want)
+	}
+	if g := params[msp.ViewGapParams](t, got[0].Frame); g.After != last || g.Next != got[1].Cursor {
+		t.Fatalf("gap %+v, want after %s, next %s", g, last, got[1].Cursor)
+	}
+	if it := params[msp.ItemParams](t, got[1].Frame).Item; it.ItemID != cut || it.Status != msp.ItemFailed || !it.Truncated || it.Kind != msp.ItemAgentMessage {
+		t.Fatalf("the cut answer closed as %+v, want %s failed and truncated", it, cut)
+	}
+	prev, _ := parseCursor(last)
+	for _, n := range got[1:] {
+		c, err := parseCursor(n.Cursor)
+		if err != nil || !prev.before(c) {
+			t.Fatalf("%s at %s after %s; all: %v %v", n.Method, n.Cursor, prev, methodsOf(got), cursorsOf(got))
+		}
+		prev = c
+	}
+	for _, r := range records(t, st, sid) {
+		switch r.Method {
+		case msp.NotifyItemStarted, msp.NotifyItemUpdated:
+			t.Fatalf("the log holds a %s of an answer", r.Method)
+		case msp.NotifyItemCompleted:
+			it := recordParams[msp.ItemParams](t, r).Item
+			if it.Kind == msp.ItemAgentMessage && it.ItemID != cut && deref(it.Text) != "re: crash" {
+				t.Fatalf("an answer %q (%s) in the log; only the cut one, closed, and the second attempt's should be", deref(it.Text), it.Status)
+			}
+		}
+	}
+}
+
+// failTerminalOnce fails the first commit that carries a turn/completed.
+type failTerminalOnce struct {
+	store.Store
+	failed atomic.Bool
+}
+
+func (f *failTerminalOnce) Commit(ctx context.Context, b store.Batch) error {
+	for _, r := range b.Records {
+		if r.Method == msp.NotifyTurnCompleted && f.failed.CompareAndSwap(false, true) {
+			return errors.New("disk full (once)")
+		}
+	}
+	return f.Store.Commit(ctx, b)
+}
+
+// TestTurnWhoseTerminalFailedStillSettles: §4.9 "the server must always
+// produce a terminal". When finish cannot append a turn's terminal it
+// retires the turn in memory only (turns.go: `s.st = st // the next restart
+// settles it from the log`), leaving the store's row busy with the turn
+// active. But the next state commit — any later turn/start admission or
+// launch — writes the in-memory state (Active nil, Busy false) over that
+// row. From then on neither this process nor a restart (BusySessions no
+// longer lists the session) ever writes a terminal for the first turn:
+// every turn-wait on it hangs forever.
+func TestTurnWhoseTerminalFailedStillSettles(t *testing.T) {
+	st := openStore(t)
+	fs := &failTerminalOnce{Store: st}
+	model := newHistModel()
+	m1 := newManager(t, fs, model, mgrOpts{})
+	sub := newRecSub()
+	sid := startSession(t, m1, sub)
+
+	first := startTurn(t, m1, textTurn(sid, "one"))
+	// The session's worker is done with the first turn once none runs.
+	wait, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m1.WaitIdle(wait); err != nil || !fs.failed.Load() {
+		t.Fatalf("the first turn never tried to write its terminal (WaitIdle: %v)", err)
+	}
+	second := startTurn(t, m1, textTurn(sid, "two")) // the store works again
+	sub.waitTerminal(t, second.TurnID)
+	m1.Close()
+
+	newManager(t, st, model, mgrOpts{}) // restart: recovery settles what it can
+	for _, r := range records(t, st, sid) {
+		if r.Method == msp.NotifyTurnCompleted && recordParams[msp.TurnCompletedParams](t, r).TurnID == first.TurnID {
+			return
+		}
+	}
+	t.Fatalf("turn %s never got a terminal, not even after a restart", first.TurnID)
 }

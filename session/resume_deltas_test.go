@@ -115,7 +115,7 @@ func TestSubscribeMissesNoDelta(t *testing.T) {
 	mid := deltas[1].Cursor // after "b"
 
 	fromMid := newRecSub()
-	if err := m.Subscribe(context.Background(), fromMid, sid, &mid); err != nil {
+	if err := m.attach(context.Background(), fromMid, sid, mid); err != nil {
 		t.Fatal(err)
 	}
 	fromStart := &hookSub{recSub: newRecSub()}
@@ -126,7 +126,7 @@ func TestSubscribeMissesNoDelta(t *testing.T) {
 		full.waitCount(t, msp.NotifyItemDelta, 5)
 	}
 	start := cursorIn(t, m.store, sid, 0)
-	if err := m.Subscribe(context.Background(), fromStart, sid, &start); err != nil {
+	if err := m.attach(context.Background(), fromStart, sid, start); err != nil {
 		t.Fatal(err)
 	}
 	model.feed <- "f"
@@ -169,7 +169,7 @@ func TestResumeAfterDeltasAreGoneReportsTheHole(t *testing.T) {
 	check := func(m *Manager, label string) {
 		t.Helper()
 		late := newRecSub()
-		if err := m.Subscribe(context.Background(), late, sid, &mid); err != nil {
+		if err := m.attach(context.Background(), late, sid, mid); err != nil {
 			t.Fatal(err)
 		}
 		late.waitTerminal(t, ack.TurnID)
@@ -201,7 +201,7 @@ func TestPartlyKeptDeltasReportTheHole(t *testing.T) {
 
 	late := newRecSub()
 	start := cursorIn(t, m.store, sid, 0)
-	if err := m.Subscribe(context.Background(), late, sid, &start); err != nil {
+	if err := m.attach(context.Background(), late, sid, start); err != nil {
 		t.Fatal(err)
 	}
 	close(model.feed)

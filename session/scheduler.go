@@ -33,7 +33,7 @@ const writeTries = 5
 func (m *Manager) kick(s *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.working || s.broken || s.deleted || m.ctx.Err() != nil || m.draining.Load() {
+	if s.working || s.broken || s.phase.deleted() || m.ctx.Err() != nil || m.draining.Load() {
 		return
 	}
 	s.working = true
@@ -73,7 +73,7 @@ func (m *Manager) work(s *session) {
 func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if m.ctx.Err() != nil || m.draining.Load() || s.broken || s.deleted {
+	if m.ctx.Err() != nil || m.draining.Load() || s.broken || s.phase.deleted() {
 		s.working = false
 		return nil, turn.Spec{}, false
 	}
@@ -198,7 +198,7 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 		s.cancel()
 		s.cancel = nil
 	}
-	if s.deleted {
+	if s.phase.deleted() {
 		s.working = false
 		return false // erased: nothing of it is written any more
 	}
@@ -289,7 +289,7 @@ func (s *session) recoverLocked(ctx context.Context) error {
 // reason than its process: stopped says what stopped it, for the notice
 // of its next attempt. s.mu must be held.
 func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) string) error {
-	if s.deleted {
+	if s.phase.deleted() {
 		return nil // half-erased: nothing is written to it
 	}
 	var evs []event

@@ -237,7 +237,7 @@ func TestClusterKeepsPrincipalsSessionsApart(t *testing.T) {
 	// from a to b, reaches it not.
 	onB := newRecSub()
 	from := cursorAs(t, st, "alice", x, 0)
-	if err := b.Subscribe(alice, onB, x, &from); err != nil {
+	if err := b.attach(alice, onB, x, from); err != nil {
 		t.Fatal(err)
 	}
 	turnAs(t, a, bob, x, "bob's again")
@@ -284,7 +284,7 @@ func TestScopedSessionResumesAfterRestart(t *testing.T) {
 	m2 := newManager(t, st, model, mgrOpts{})
 	sub := newRecSub()
 	from := cursorAs(t, st, "alice", x, 0)
-	if err := m2.Subscribe(alice, sub, x, &from); err != nil {
+	if err := m2.attach(alice, sub, x, from); err != nil {
 		t.Fatal(err)
 	}
 	if c := sub.waitTerminal(t, ack.TurnID); c.Terminal != msp.TerminalCompleted {

@@ -30,35 +30,42 @@ type session struct {
 	spans atomic.Pointer[[]epochSpan] // its cursors' epochs (state.CursorSpans): see spanList
 	m     *Manager
 
-	mu          sync.Mutex
-	erasing     sync.Mutex // held through an erasure: one at a time
-	st          state
-	head        int64 // seq of the last durable record
-	loadedHead  int64 // head when the session was (re)read from the store
-	sub         int64 // ephemeral events emitted since head
-	subs        map[Subscriber]struct{}
-	gapsDue     map[Subscriber]dueGap // holes its catch-up left a subscriber at, for its next event to close
-	floors      map[Subscriber]cursor // subscribers that subscribed from ahead of this node: where they stand
-	history     []provider.Message
-	cumulative  msp.CumulativeTokenUsage
-	open        map[string]*openItem // items started and not yet completed
-	deltas      deltaLog             // the running turn's deltas, for resuming readers
-	cancel      context.CancelFunc   // stops the active turn
-	working     bool                 // a goroutine is running the queue
-	resume      *turn.Resumption     // the active turn is to be resumed so
-	broken      bool                 // the log refused the scheduler's writes for good
-	deleted     bool                 // session/delete is erasing it: nothing more is written
-	eraseFailed bool                 // deleted, but its erasure failed and may have got part of the way
-	farewell    *Notification        // the session/deleteCompleted that erased it, for subscriptions that register after it
-	workerDone  chan struct{}        // closed when the running worker stops
-	launched    bool                 // the active turn was launched with its admission and waits for its worker
-	stopDue     string               // the active turn, stopped (turn/interrupt, turn/cancel) before its worker took it
-	held        *heldFanout          // a turn/start's caller, whose events wait for its ack
-	queued      atomic.Int32         // len(st.Queue), read by Stats without mu
-	leader      bool                 // this node writes the session (always, without a cluster)
-	unfollow    func()               // stops following the leader's events (a follower's)
-	stale       bool                 // a follower's st lags its log: re-read before use
-	unsettled   bool                 // a follower told of a failed deletion, not yet sure the session is whole
+	mu         sync.Mutex
+	erasing    sync.Mutex // held through an erasure: one at a time
+	st         state
+	head       int64 // seq of the last durable record
+	loadedHead int64 // head when the session was (re)read from the store
+	sub        int64 // ephemeral events emitted since head
+	subs       map[Subscriber]struct{}
+	gapsDue    map[Subscriber]dueGap // holes its catch-up left a subscriber at, for its next event to close
+	floors     map[Subscriber]cursor // subscribers that subscribed from ahead of this node: where they stand
+	history    []provider.Message
+	cumulative msp.CumulativeTokenUsage
+	open       map[string]*openItem // items started and not yet completed
+	deltas     deltaLog             // the running turn's deltas, for resuming readers
+	cancel     context.CancelFunc   // stops the active turn
+	resume     *turn.Resumption     // the active turn is to be resumed so
+	farewell   *Notification        // the session/deleteCompleted that erased it, for subscriptions that register after it
+	workerDone chan struct{}        // closed when the running worker stops
+	stopDue    string               // the active turn, stopped (turn/interrupt, turn/cancel) before its worker took it
+	held       *heldFanout          // a turn/start's caller, whose events wait for its ack
+	queued     atomic.Int32         // len(st.Queue), read by Stats without mu
+	unfollow   func()               // stops following the leader's events (a follower's)
+
+	// Its lifecycle and what this node does for it (phase.go).
+	phase phase
+	role  role
+
+	// Facts independent of the phase and the role, so not part of them.
+	// working and broken are the scheduler's: a broken session still
+	// takes commands, may be deleted and stays broken through a failed
+	// deletion, and the worker running when it breaks stops at its next
+	// launch (both are true until then). launched is the active turn's.
+	// stale is a follower's knowledge of its row, in any phase.
+	working  bool // a goroutine is running the queue
+	broken   bool // the log refused the scheduler's writes for good: no worker until the next start
+	launched bool // the active turn was launched with its admission and waits for its worker
+	stale    bool // a follower's st lags its log: re-read before use
 }
 
 // dueGap is where a subscriber's catch-up ended with ephemeral events
@@ -100,10 +107,10 @@ type event struct {
 // span is durable with the first position minted under it. s.mu must be
 // held.
 func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds ...store.Command) error {
-	if s.deleted {
+	if s.phase.deleted() {
 		return errDeleted
 	}
-	if !s.leader {
+	if s.role != roleLeader {
 		return errNotLeader
 	}
 	now := s.m.now()
@@ -272,10 +279,10 @@ func (s *session) opensEphemeral(it msp.Item) bool {
 // its text is first saved (item/updated) leaves no trace of it, and its
 // attempt is retried as a lost one. s.mu must be held.
 func (s *session) startItemLocked(p *msp.ItemParams) error {
-	if s.deleted {
+	if s.phase.deleted() {
 		return errDeleted
 	}
-	if !s.leader {
+	if s.role != roleLeader {
 		return errNotLeader
 	}
 	at := s.nextEphemeralLocked()

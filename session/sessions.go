@@ -214,7 +214,7 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	wire := s.st.wire(s.id, m.cfg.LogPath)
 	at := s.at(s.head, 0)
 	var live streamed
-	if inline && s.leader {
+	if inline && s.role == roleLeader {
 		live.open = make(map[string]msp.Item, len(s.open))
 		for id, oi := range s.open {
 			it, text := oi.item, oi.text.String()

@@ -15,7 +15,7 @@ import (
 // erased before sub is registered, sub hears so as its subscribers did.
 func (m *Manager) attachAfter(sub Subscriber, s *session, sessionID, after string) func(context.Context) {
 	return func(ctx context.Context) {
-		err := m.Subscribe(ctx, sub, sessionID, &after)
+		err := m.attach(ctx, sub, sessionID, after)
 		if err == nil || ctx.Err() != nil || s != nil && s.toldErased(ctx, sub) {
 			return
 		}
@@ -39,7 +39,7 @@ func (s *session) toldErased(ctx context.Context, sub Subscriber) bool {
 	s.erasing.Lock()
 	defer s.erasing.Unlock()
 	s.mu.Lock()
-	follower := !s.leader && s.farewell == nil && !s.deleted
+	follower := s.role == roleFollower && s.farewell == nil && !s.phase.deleted()
 	s.mu.Unlock()
 	gone := false
 	if follower {
@@ -52,7 +52,7 @@ func (s *session) toldErased(ctx context.Context, sub Subscriber) bool {
 	case s.farewell != nil:
 		s.tellDeletion(sub, *s.farewell)
 		return true
-	case gone && !s.deleted:
+	case gone && !s.phase.deleted():
 		s.subs[sub] = struct{}{} // ingest tells it
 		return true
 	}
@@ -76,23 +76,18 @@ type Aborter interface {
 	Abort(reason string)
 }
 
-// Subscribe serves view/subscribe (and the auto-subscribe of start and
-// resume): replay (after, head] when after is given, then live.
-func (m *Manager) Subscribe(ctx context.Context, sub Subscriber, sessionID string, after *string) error {
+// attach subscribes sub to a session after a cursor: it replays (after,
+// head], then goes live. It is what attachAfter's function runs, with its
+// failure returned.
+func (m *Manager) attach(ctx context.Context, sub Subscriber, sessionID, after string) error {
 	s, release, err := m.acquire(ctx, sessionID)
 	if err != nil {
 		return err
 	}
 	defer release()
-	from := s.at(0, 0)
-	if after != nil {
-		if from, err = s.checkCursor(*after); err != nil {
-			return err
-		}
-	} else {
-		s.mu.Lock()
-		from.seq, from.sub = s.head, s.sub
-		s.mu.Unlock()
+	from, err := s.checkCursor(after)
+	if err != nil {
+		return err
 	}
 	return s.subscribe(ctx, sub, from)
 }
@@ -109,12 +104,13 @@ func (m *Manager) Head(ctx context.Context, sessionID string) (string, error) {
 	return s.durable(s.head), nil
 }
 
-// ViewSubscribe serves view/subscribe: it returns the head, and attach,
-// to run once the result is sent, replays (after, head] when after is
-// given and then goes live. The connection's earlier subscription to the
-// session ends before the head is read, so no event reaches it twice or
-// out of order around the result.
-func (m *Manager) ViewSubscribe(ctx context.Context, sub Subscriber, sessionID string, after *string) (string, func(context.Context), error) {
+// Subscribe serves view/subscribe: it returns the head, and attach, to
+// run once the result is sent, replays (after, head] when after is given
+// (else from where the session stands now) and then goes live. The
+// connection's earlier subscription to the session ends before the head
+// is read, so no event reaches it twice or out of order around the
+// result.
+func (m *Manager) Subscribe(ctx context.Context, sub Subscriber, sessionID string, after *string) (string, func(context.Context), error) {
 	s, release, err := m.acquire(ctx, sessionID)
 	if err != nil {
 		return "", nil, err
