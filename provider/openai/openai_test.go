@@ -30,7 +30,7 @@ const testKey = "sk-proj-TESTKEY0123456789abcdefghijSECRET"
 // newModel returns a Model on srv; mod adjusts the config.
 func newModel(t *testing.T, srv *openaitest.Server, mod func(*openai.Config)) *openai.Model {
 	t.Helper()
-	cfg := openai.Config{APIKey: testKey, BaseURL: srv.URL, Model: "gpt-4o-mini", HTTPClient: srv.Client()}
+	cfg := openai.Config{APIKey: testKey, BaseURL: srv.URL(), Model: "gpt-4o-mini", HTTPClient: srv.Client()}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -484,7 +484,7 @@ func TestBaseURL(t *testing.T) {
 		for _, slash := range []string{"", "/"} {
 			t.Run(prefix+slash, func(t *testing.T) {
 				srv := openaitest.New(t, prefix, openaitest.Stream(openaitest.Answer("ok")...))
-				m := newModel(t, srv, func(c *openai.Config) { c.BaseURL = srv.URL + slash; c.APIKey = "" })
+				m := newModel(t, srv, func(c *openai.Config) { c.BaseURL = srv.URL() + slash; c.APIKey = "" })
 				text, _, err := stream(t, m, hello)
 				if err != nil || text != "ok" {
 					t.Fatalf("got %q, %v", text, err)
