@@ -52,6 +52,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"mspd/provider"
+	"mspd/provider/httpwatch"
 )
 
 // Defaults applied by New.
@@ -151,8 +152,6 @@ func New(cfg Config) (*Model, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	// The watch sits under the SDK (and any tracing it adds), so it sees
-	// every byte of the wire, pings included.
 	hc.Transport = &watchTransport{base: base}
 	opts := []option.RequestOption{
 		option.WithoutEnvironmentDefaults(),
@@ -186,11 +185,11 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	}
 	resp := provider.Response{StructuredOutput: plan.structured}
 
-	w := newWatch(m.cfg.IdleTimeout)
-	sctx, cancel := context.WithCancel(context.WithValue(ctx, watchKey{}, w))
+	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w.start(cancel)
-	defer w.stop()
+	w := httpwatch.New(m.cfg.IdleTimeout, cancel)
+	defer w.Stop()
+	sctx = context.WithValue(sctx, watchKey{}, w)
 
 	var opts []option.RequestOption
 	if req.Attempt > 1 {
@@ -206,7 +205,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	}
 	// Nothing more is read: a late idle firing must not fail a finished
 	// stream.
-	w.stop()
+	w.Stop()
 	resp.Model = st.model
 	streamErr := stream.Err()
 
@@ -218,12 +217,11 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	case st.stopReason != "":
 		// message_delta announced the end (and the output count): only
 		// message_stop was lost, so the answer stands.
-	case w.fired():
-		return resp, m.redact(&provider.Error{Kind: provider.KindTimeout,
-			Message: "no data from the provider for " + m.cfg.IdleTimeout.String(), Err: idleError{}})
+	case w.Fired():
+		return resp, w.IdleFailure()
 	case streamErr != nil:
-		status, header := w.errorResponse()
-		return resp, m.failure(streamErr, w.gotHeaders(), status, header)
+		status, header := w.Response()
+		return resp, m.failure(streamErr, w.GotHeaders(), status, header)
 	default:
 		return resp, &provider.Error{Kind: provider.KindStreamInterrupted,
 			Message: "the stream ended before message_stop"}

@@ -838,8 +838,8 @@ func TestTransportFailures(t *testing.T) {
 		m := newModel(t, f, func(c *anthropic.Config) { c.IdleTimeout = 100 * time.Millisecond })
 		start := time.Now()
 		_, _, err := stream(t, m, provider.Request{})
-		if kind(err) != "timeout" {
-			t.Errorf("error %v; want timeout", err)
+		if kind(err) != "timeout" || !strings.Contains(err.Error(), "no data from the server for 100ms") {
+			t.Errorf("error %v; want a timeout with no data for 100ms", err)
 		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("idle timeout took %v", d)
@@ -849,8 +849,10 @@ func TestTransportFailures(t *testing.T) {
 		t.Parallel()
 		f := anthropictest.New(t, anthropictest.StallHeaders())
 		m := newModel(t, f, func(c *anthropic.Config) { c.IdleTimeout = 100 * time.Millisecond })
-		if _, _, err := stream(t, m, provider.Request{}); kind(err) != "timeout" {
-			t.Errorf("error %v; want timeout", err)
+		// The failure says that nothing answered, not that a stream fell
+		// silent.
+		if _, _, err := stream(t, m, provider.Request{}); kind(err) != "timeout" || !strings.Contains(err.Error(), "no response from the server within 100ms") {
+			t.Errorf("error %v; want a timeout with no response within 100ms", err)
 		}
 	})
 	t.Run("pings keep a stream alive", func(t *testing.T) {

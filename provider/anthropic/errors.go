@@ -16,12 +16,6 @@ import (
 	"mspd/provider"
 )
 
-// idleError is the cause of an idle-timeout failure.
-type idleError struct{}
-
-func (idleError) Error() string { return "anthropic: stream idle timeout" }
-func (idleError) Timeout() bool { return true }
-
 // maxMessage bounds provider text carried in an Error's Message.
 const maxMessage = 300
 

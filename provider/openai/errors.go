@@ -43,12 +43,8 @@ func (m *Model) failure(err error, w *watch) error {
 	if pe := provider.RedirectError(err); pe != nil {
 		return pe
 	}
-	if w.timedOut() {
-		msg := fmt.Sprintf("no data from the server for %s", m.cfg.IdleTimeout)
-		if w.beforeHdr {
-			msg = fmt.Sprintf("no response from the server within %s", m.cfg.IdleTimeout)
-		}
-		return &provider.Error{Kind: provider.KindTimeout, Message: msg, Err: errIdle}
+	if w.Fired() {
+		return w.IdleFailure()
 	}
 	var ae *oai.Error
 	if errors.As(err, &ae) {
@@ -58,18 +54,18 @@ func (m *Model) failure(err error, w *watch) error {
 	if errors.As(err, &se) {
 		return m.streamError(se.Event.Data)
 	}
-	if w.gotHeaders && w.status >= 400 {
+	if status, header := w.Response(); status >= 400 {
 		// The SDK failed to parse the error body ({"error": "text"}, say):
 		// the status and headers still say what happened.
-		return &provider.Error{HTTPStatus: w.status, Header: modelretry.KeepSignals(w.header),
-			Message: statusText(w.status)}
+		return &provider.Error{HTTPStatus: status, Header: modelretry.KeepSignals(header),
+			Message: statusText(status)}
 	}
 	cause := unwrapURL(err)
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
 		return &provider.Error{Kind: provider.KindTimeout, Message: "request timed out: " + m.redact(cause.Error()), Err: cause}
 	}
-	if w.gotHeaders {
+	if w.GotHeaders() {
 		return &provider.Error{Kind: provider.KindStreamInterrupted, Message: "the stream broke: " + m.redact(cause.Error()), Err: cause}
 	}
 	return &provider.Error{Kind: provider.KindConnectionError, Message: "no response: " + m.redact(cause.Error()), Err: cause}
@@ -87,7 +83,7 @@ func (m *Model) apiError(ae *oai.Error, w *watch) *provider.Error {
 	if msg == "" {
 		msg = statusText(ae.StatusCode)
 	}
-	h := w.header
+	_, h := w.Response()
 	if ae.Response != nil {
 		h = ae.Response.Header
 	}

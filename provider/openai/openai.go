@@ -194,7 +194,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := newWatch(m.cfg.IdleTimeout, cancel)
-	defer w.stop()
+	defer w.Stop()
 	opts := []option.RequestOption{
 		option.WithMiddleware(w.middleware),
 		// The SDK counts its own retries (always 0 here); tell the server
