@@ -51,6 +51,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
+	"mspd/modelretry"
 	"mspd/provider"
 	"mspd/provider/httpwatch"
 )
@@ -223,7 +224,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 		status, header := w.Response()
 		return resp, m.failure(streamErr, w.GotHeaders(), status, header)
 	default:
-		return resp, &provider.Error{Kind: provider.KindStreamInterrupted,
+		return resp, &provider.Error{Kind: modelretry.KindStreamInterrupted,
 			Message: "the stream ended before message_stop"}
 	}
 	resp.Usage = st.usage()
@@ -238,7 +239,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 		// Not a truncation: more max_tokens cannot help, so it must not
 		// become a growing truncation retry.
 		resp.FinishReason = string(st.stopReason)
-		return resp, &provider.Error{Kind: provider.KindContextLengthExceeded,
+		return resp, &provider.Error{Kind: modelretry.KindContextLengthExceeded,
 			Message: "the conversation filled the model's context window"}
 	case anthropic.StopReasonToolUse:
 		if plan.tool {

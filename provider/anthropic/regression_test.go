@@ -185,7 +185,7 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 	})
 	_, _, err := stream(t, newModel(t, f), provider.Request{})
 	var pe *provider.Error
-	if !errors.As(err, &pe) || pe.Kind != provider.KindInvalidRequest || f.Count() != 1 {
+	if !errors.As(err, &pe) || pe.Kind != modelretry.KindInvalidRequest || f.Count() != 1 {
 		t.Fatalf("err %v, %d requests; want an invalid request after one request", err, f.Count())
 	}
 }

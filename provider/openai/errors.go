@@ -63,12 +63,12 @@ func (m *Model) failure(err error, w *watch) error {
 	cause := unwrapURL(err)
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
-		return &provider.Error{Kind: provider.KindTimeout, Message: "request timed out: " + m.redact(cause.Error()), Err: cause}
+		return &provider.Error{Kind: modelretry.KindTimeout, Message: "request timed out: " + m.redact(cause.Error()), Err: cause}
 	}
 	if w.GotHeaders() {
-		return &provider.Error{Kind: provider.KindStreamInterrupted, Message: "the stream broke: " + m.redact(cause.Error()), Err: cause}
+		return &provider.Error{Kind: modelretry.KindStreamInterrupted, Message: "the stream broke: " + m.redact(cause.Error()), Err: cause}
 	}
-	return &provider.Error{Kind: provider.KindConnectionError, Message: "no response: " + m.redact(cause.Error()), Err: cause}
+	return &provider.Error{Kind: modelretry.KindConnectionError, Message: "no response: " + m.redact(cause.Error()), Err: cause}
 }
 
 // apiError maps an HTTP error response. The *oai.Error itself is not kept
@@ -103,16 +103,16 @@ func bodyKind(code, typ string) string {
 	for _, s := range [...]string{code, typ} {
 		switch strings.ToLower(s) {
 		case "insufficient_quota":
-			return provider.KindQuotaExhausted
+			return modelretry.KindQuotaExhausted
 		case "rate_limit_exceeded":
-			return provider.KindRateLimited
+			return modelretry.KindRateLimited
 		case "context_length_exceeded":
-			return provider.KindContextLengthExceeded
+			return modelretry.KindContextLengthExceeded
 		case "model_not_found":
-			return provider.KindNotFound
+			return modelretry.KindNotFound
 		case "content_filter", "content_policy_violation":
 			// Azure's filter: asking again gets the same answer.
-			return provider.KindContentFilter
+			return modelretry.KindContentFilter
 		}
 	}
 	return ""
@@ -163,7 +163,7 @@ func (m *Model) streamError(data []byte) *provider.Error {
 	// The stream was open: whatever it cost is unknown, not zero.
 	pe := &provider.Error{Message: m.redact(msg), Accepted: true}
 	pe.Kind, pe.HTTPStatus = frameKind(code, e.Type)
-	if pe.Kind == provider.KindStreamInterrupted && status >= 400 && status <= 599 {
+	if pe.Kind == modelretry.KindStreamInterrupted && status >= 400 && status <= 599 {
 		pe.Kind, pe.HTTPStatus = "", status
 	}
 	return pe
@@ -172,9 +172,9 @@ func (m *Model) streamError(data []byte) *provider.Error {
 func frameKind(code, typ string) (string, int) {
 	if k := bodyKind(code, typ); k != "" {
 		switch k {
-		case provider.KindQuotaExhausted, provider.KindRateLimited:
+		case modelretry.KindQuotaExhausted, modelretry.KindRateLimited:
 			return k, http.StatusTooManyRequests
-		case provider.KindNotFound:
+		case modelretry.KindNotFound:
 			return k, http.StatusNotFound
 		}
 		return k, http.StatusBadRequest
@@ -182,17 +182,17 @@ func frameKind(code, typ string) (string, int) {
 	for _, s := range [...]string{code, typ} {
 		switch strings.ToLower(s) {
 		case "rate_limit_error":
-			return provider.KindRateLimited, http.StatusTooManyRequests
+			return modelretry.KindRateLimited, http.StatusTooManyRequests
 		case "invalid_request_error", "badrequesterror", "invalid_prompt":
-			return provider.KindInvalidRequest, http.StatusBadRequest
+			return modelretry.KindInvalidRequest, http.StatusBadRequest
 		case "server_error", "api_error", "internal_error", "internalservererror":
-			return provider.KindServerError, http.StatusInternalServerError
+			return modelretry.KindServerError, http.StatusInternalServerError
 		case "overloaded", "overloaded_error", "slow_down", "engine_overloaded",
 			"server_overloaded", "service_unavailable", "serviceunavailableerror":
-			return provider.KindOverloaded, http.StatusServiceUnavailable
+			return modelretry.KindOverloaded, http.StatusServiceUnavailable
 		}
 	}
-	return provider.KindStreamInterrupted, 0
+	return modelretry.KindStreamInterrupted, 0
 }
 
 // topLevelError reads {"message", "type", "code"} from an error body that

@@ -29,6 +29,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
+	"mspd/modelretry"
 	"mspd/provider"
 )
 
@@ -228,12 +229,12 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 func checkMessages(req provider.Request) error {
 	for i, msg := range req.Messages {
 		if msg.Role != provider.RoleUser && msg.Role != provider.RoleAssistant {
-			return &provider.Error{Kind: provider.KindInvalidRequest,
+			return &provider.Error{Kind: modelretry.KindInvalidRequest,
 				Message: fmt.Sprintf("message %d has unsupported role %q", i, msg.Role)}
 		}
 	}
 	if len(req.ResponseSchema) > 0 && !json.Valid(req.ResponseSchema) {
-		return &provider.Error{Kind: provider.KindInvalidRequest, Message: "the response schema is not valid JSON"}
+		return &provider.Error{Kind: modelretry.KindInvalidRequest, Message: "the response schema is not valid JSON"}
 	}
 	return nil
 }
@@ -284,7 +285,7 @@ func (m *Model) streamChat(ctx context.Context, req provider.Request, onText fun
 	// With a finish_reason the answer is whole even if the connection then
 	// broke or went quiet before data: [DONE]; only usage may be missing.
 	if finish == "" && !w.sawDone() {
-		return resp, &provider.Error{Kind: provider.KindStreamInterrupted,
+		return resp, &provider.Error{Kind: modelretry.KindStreamInterrupted,
 			Message: "the stream ended before a finish_reason or data: [DONE]"}
 	}
 	resp.FinishReason = finishReason(finish, refused)

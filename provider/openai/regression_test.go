@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"mspd/modelretry"
 	"mspd/provider"
 	"mspd/provider/openai"
 	"mspd/provider/openai/openaitest"
@@ -93,7 +94,7 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 	})
 	_, _, err := stream(t, newModel(t, srv, nil), hello)
 	var pe *provider.Error
-	if !errors.As(err, &pe) || pe.Kind != provider.KindInvalidRequest || srv.Count() != 1 {
+	if !errors.As(err, &pe) || pe.Kind != modelretry.KindInvalidRequest || srv.Count() != 1 {
 		t.Fatalf("err %v, %d requests; want an invalid request after one request", err, srv.Count())
 	}
 }
