@@ -1013,3 +1013,70 @@ func TestNew(t *testing.T) {
 		t.Errorf("System %q, err %v", m.System(), err)
 	}
 }
+
+// TestMalformedBaseURLIsRefusedByNew: a base URL the SDK cannot
+// parse is accepted by New; every request then fails as a retryable
+// connectionError (five attempts with backoff for a configuration error)
+// and the error message carries the raw URL, user info included. The
+// OpenAI provider validates its base URL in New and never echoes it.
+func TestMalformedBaseURLIsRefusedByNew(t *testing.T) {
+	t.Parallel()
+	const secret = "pr0xyS3cret"
+	m, err := anthropic.New(anthropic.Config{APIKey: testKey, Model: testModel,
+		BaseURL: "http://mspd:" + secret + "@proxy.internal:80 80/"})
+	if err != nil {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("New error carries the URL's credentials: %v", err)
+		}
+		return // refused up front: fine
+	}
+	_, _, err = stream(t, m, provider.Request{})
+	var pe *provider.Error
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v (%T)", err, err)
+	}
+	t.Errorf("New accepted a malformed base URL; Stream then fails with kind %q (retryable: %v)",
+		pe.Kind, modelretry.Retryable(pe.Kind))
+	if strings.Contains(pe.Message, secret) || strings.Contains(pe.Error(), secret) {
+		t.Errorf("the provider error carries the base URL's credentials: %q", pe.Message)
+	}
+}
+
+// TestAnswerStandsWhenOnlyMessageStopIsLost: message_delta carried the
+// final stop_reason and the cumulative output_tokens (7), then the
+// connection dropped before message_stop. The answer and its usage were
+// complete, so the turn keeps them: no re-run paid for twice, and the
+// reported tokens counted (RFC 0248 §A.2).
+func TestAnswerStandsWhenOnlyMessageStopIsLost(t *testing.T) {
+	t.Parallel()
+	dropAfterDelta := func(w http.ResponseWriter, r *http.Request) {
+		s := anthropictest.StartSSE(w)
+		s.Send("message_start", anthropictest.MsgStart(25))
+		s.Send("content_block_start", anthropictest.TextStart)
+		s.Send("content_block_delta", anthropictest.TextDelta("Hello"))
+		s.Send("content_block_stop", anthropictest.BlockStop)
+		s.Send("message_delta", anthropictest.MsgDelta("end_turn", 7))
+		anthropictest.Reset()(w, r)
+	}
+	f := anthropictest.New(t, dropAfterDelta)
+	res := runTurn(t, newClock(), newModel(t, f), turn.Spec{})
+	a := res.out.Completed.Attempts
+	// message_delta announced the end: the answer stands, with its usage,
+	// and nothing is paid for twice.
+	if res.out.Completed.Terminal != "completed" || res.out.Answer != "Hello" || a == nil || a.Count != 1 || a.OutputTokens != 7 || !a.UsageComplete {
+		t.Fatalf("terminal %s answer %q attempts %+v (events %s)", res.out.Completed.Terminal, res.out.Answer, a, res.sink.Methods())
+	}
+}
+
+// TestRedirectIsNotFollowed: one attempt is one HTTP request; a redirect
+// fails the attempt as an invalid request instead of a second request.
+func TestRedirectIsNotFollowed(t *testing.T) {
+	f := anthropictest.New(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/v1/elsewhere", http.StatusTemporaryRedirect)
+	})
+	_, _, err := stream(t, newModel(t, f), provider.Request{})
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Kind != modelretry.KindInvalidRequest || f.Count() != 1 {
+		t.Fatalf("err %v, %d requests; want an invalid request after one request", err, f.Count())
+	}
+}
