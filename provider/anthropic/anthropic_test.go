@@ -95,36 +95,12 @@ func runTurn(t *testing.T, clk *retrytest.Clock, m provider.Model, spec turn.Spe
 	}
 }
 
-// modelRetry is the part of turn/modelRetryScheduled a scenario checks.
-type modelRetry struct {
-	Attempt, NextAttempt, MaxAttempts int
-	RetryDelayMs                      int64
-	System, ErrorKind                 string
-	HTTPStatus                        int
-}
-
-// turnRetry is the part of turn/retryScheduled a scenario checks.
-type turnRetry struct {
-	Attempt, NextAttempt, MaxAttempts int
-	RetryDelayMs                      int64
-	Reason                            string
-}
-
-func modelRetries(s *turntest.Sink) []modelRetry {
-	var out []modelRetry
-	for _, p := range turntest.Of[*msp.TurnModelRetryScheduledParams](s, msp.NotifyTurnModelRetryScheduled) {
-		out = append(out, modelRetry{p.Attempt, p.NextAttempt, p.MaxAttempts, p.RetryDelayMs, p.System, p.ErrorKind, p.HTTPStatus})
-	}
-	return out
-}
-
-func turnRetries(s *turntest.Sink) []turnRetry {
-	var out []turnRetry
-	for _, p := range turntest.Of[*msp.TurnRetryScheduledParams](s, msp.NotifyTurnRetryScheduled) {
-		out = append(out, turnRetry{p.Attempt, p.NextAttempt, p.MaxAttempts, p.RetryDelayMs, p.Reason})
-	}
-	return out
-}
+// modelRetry and turnRetry are what a scenario checks of the model-layer
+// and turn-layer retry notices.
+type (
+	modelRetry = turntest.ModelRetry
+	turnRetry  = turntest.TurnRetry
+)
 
 // itemStatuses lists the status and text of every closed item.
 func itemStatuses(s *turntest.Sink) []string {
@@ -200,7 +176,7 @@ func TestTurnScenarios(t *testing.T) {
 					"retry-after-ms", "1500", "anthropic-ratelimit-requests-remaining", "0"), anthropictest.Answer("end_turn", 3, "ok")}
 			},
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 1500, sys, "rateLimited", 429}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 1500, sys, "rateLimited", 429)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			// The runner counts a refusal with an HTTP status as zero usage.
@@ -213,7 +189,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.APIError(429, "rate_limit_error", "rate limited", "retry-after", date), anthropictest.Answer("end_turn", 3, "ok")}
 			},
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 3000, sys, "rateLimited", 429}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 3000, sys, "rateLimited", 429)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			attempts:     msp.Attempts{Count: 2, OutputTokens: 3, UsageComplete: true},
@@ -244,7 +220,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.APIError(500, "api_error", "Internal server error"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "serverError", 500}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 250, sys, "serverError", 500)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			attempts:     msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
@@ -256,8 +232,8 @@ func TestTurnScenarios(t *testing.T) {
 			},
 			methods: seq(mrs, mrs, good),
 			modelRetries: []modelRetry{
-				{1, 2, 5, 250, sys, "serverError", 502},
-				{2, 3, 5, 500, sys, "overloaded", 503},
+				turntest.NewModelRetry(1, 5, 250, sys, "serverError", 502),
+				turntest.NewModelRetry(2, 5, 500, sys, "overloaded", 503),
 			},
 			terminal: msp.TerminalCompleted,
 			answer:   "ok",
@@ -269,7 +245,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.APIError(529, "overloaded_error", "Overloaded", "x-should-retry", "true"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "overloaded", 529}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 250, sys, "overloaded", 529)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			attempts:     msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
@@ -280,7 +256,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.APIError(400, "invalid_request_error", "transient validation failure", "x-should-retry", "true"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "invalidRequest", 400}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 250, sys, "invalidRequest", 400)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			attempts:     msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
@@ -316,7 +292,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.Reset(), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "connectionError", 0}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 250, sys, "connectionError", 0)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			attempts:     msp.Attempts{Count: 2, OutputTokens: 2},
@@ -327,7 +303,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.Cut("Hel", "lo"), anthropictest.Answer("end_turn", 4, "Hello", " again")}
 			},
 			methods:     seq(drift, trs, good),
-			turnRetries: []turnRetry{{1, 2, 5, 250, "provider stream disconnected"}},
+			turnRetries: []turnRetry{turntest.NewTurnRetry(1, 5, 250, "provider stream disconnected")},
 			items:       []string{"failed:Hello", "completed:Hello again"},
 			terminal:    msp.TerminalCompleted,
 			answer:      "Hello again",
@@ -349,7 +325,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.StreamError("overloaded_error"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "overloaded", 529}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 250, sys, "overloaded", 529)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			// The stream had been accepted (message_start reported input
@@ -362,7 +338,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.StreamError("overloaded_error", "Par", "tial"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:     seq(drift, trs, good),
-			turnRetries: []turnRetry{{1, 2, 5, 250, "provider stream failed: overloaded (HTTP 529)"}},
+			turnRetries: []turnRetry{turntest.NewTurnRetry(1, 5, 250, "provider stream failed: overloaded (HTTP 529)")},
 			items:       []string{"failed:Partial", "completed:ok"},
 			terminal:    msp.TerminalCompleted,
 			answer:      "ok",
@@ -375,7 +351,7 @@ func TestTurnScenarios(t *testing.T) {
 			},
 			config:       func(c *anthropic.Config) { c.IdleTimeout = 150 * time.Millisecond },
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "timeout", 0}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 250, sys, "timeout", 0)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			attempts:     msp.Attempts{Count: 2, OutputTokens: 2},
@@ -386,7 +362,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.Answer("max_tokens", 100, "A long answer that was cut"), anthropictest.Answer("end_turn", 150, "A long answer, whole")}
 			},
 			methods:     seq(good, trs, good),
-			turnRetries: []turnRetry{{1, 2, 5, 250, "output truncated at 100 tokens; retrying with 200"}},
+			turnRetries: []turnRetry{turntest.NewTurnRetry(1, 5, 250, "output truncated at 100 tokens; retrying with 200")},
 			items:       []string{"failed:A long answer that was cut", "completed:A long answer, whole"},
 			terminal:    msp.TerminalCompleted,
 			answer:      "A long answer, whole",
@@ -557,10 +533,10 @@ func TestTurnScenarios(t *testing.T) {
 			if got := res.sink.Methods(); got != tc.methods {
 				t.Errorf("methods\n got %q\nwant %q", got, tc.methods)
 			}
-			if got := modelRetries(res.sink); !equalSlices(got, tc.modelRetries) {
+			if got := turntest.ModelRetries(res.sink); !equalSlices(got, tc.modelRetries) {
 				t.Errorf("turn/modelRetryScheduled\n got %+v\nwant %+v", got, tc.modelRetries)
 			}
-			if got := turnRetries(res.sink); !equalSlices(got, tc.turnRetries) {
+			if got := turntest.TurnRetries(res.sink); !equalSlices(got, tc.turnRetries) {
 				t.Errorf("turn/retryScheduled\n got %+v\nwant %+v", got, tc.turnRetries)
 			}
 			if tc.items != nil {
