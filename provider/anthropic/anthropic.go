@@ -44,7 +44,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -81,28 +80,12 @@ const (
 // ToolName is the tool forced in StructuredTool mode.
 const ToolName = "respond"
 
-// Config configures a Model.
+// Config configures a Model. Of its Endpoint, APIKey is required
+// (sent as x-api-key); BaseURL is the API root without /v1 (the SDK
+// appends v1/messages), "" meaning the SDK's production URL; System
+// defaults to DefaultSystem and IdleTimeout to DefaultIdleTimeout.
 type Config struct {
-	// APIKey authenticates every request. Required. It never appears in
-	// errors or messages.
-	APIKey string
-	// BaseURL is the API root, without /v1 (the SDK appends v1/messages);
-	// empty means the SDK's production URL.
-	// Environment variables (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY, ...) are
-	// ignored: mspd's configuration is explicit.
-	BaseURL string
-	// Model is the model id used when Request.Model is empty. Required.
-	Model string
-	// System is the OpenTelemetry gen_ai.provider.name reported in retry
-	// notices; default DefaultSystem.
-	System string
-	// IdleTimeout fails a request whose connection stays silent this long
-	// (see the package doc) with Kind "timeout"; 0 means
-	// DefaultIdleTimeout, a negative value turns the check off.
-	IdleTimeout time.Duration
-	// HTTPClient sends the requests; nil means a client with
-	// http.DefaultTransport. Its Timeout, if set, bounds the whole stream.
-	HTTPClient *http.Client
+	provider.Endpoint
 	// StructuredMode is StructuredTool (the default) or
 	// StructuredPromptMode. A response schema whose top level is not
 	// {"type": "object"} is always sent in prompt mode, since a tool's
@@ -124,22 +107,8 @@ func New(cfg Config) (*Model, error) {
 	if cfg.APIKey == "" {
 		return nil, errors.New("anthropic: Config.APIKey is required")
 	}
-	if cfg.Model == "" {
-		return nil, errors.New("anthropic: Config.Model is required")
-	}
-	if cfg.BaseURL != "" {
-		// Checked now, so a typo fails at start-up rather than as a
-		// connection error on every attempt; never echoed (it may carry
-		// credentials).
-		if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, errors.New("anthropic: Config.BaseURL must be an absolute http(s) URL")
-		}
-	}
-	if cfg.System == "" {
-		cfg.System = DefaultSystem
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
+	if err := cfg.Resolve("anthropic", DefaultSystem, DefaultIdleTimeout); err != nil {
+		return nil, err
 	}
 	switch cfg.StructuredMode {
 	case "":

@@ -30,7 +30,7 @@ const (
 // newModel returns a Model talking to the fake.
 func newModel(t *testing.T, f *anthropictest.Server, mod ...func(*anthropic.Config)) *anthropic.Model {
 	t.Helper()
-	cfg := anthropic.Config{APIKey: testKey, BaseURL: f.URL(), Model: testModel, HTTPClient: f.Client()}
+	cfg := anthropic.Config{Endpoint: provider.Endpoint{APIKey: testKey, BaseURL: f.URL(), Model: testModel, HTTPClient: f.Client()}}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -974,9 +974,9 @@ func TestRequestValidation(t *testing.T) {
 func TestNew(t *testing.T) {
 	t.Parallel()
 	for _, cfg := range []anthropic.Config{
-		{Model: testModel},
-		{APIKey: testKey},
-		{APIKey: testKey, Model: testModel, StructuredMode: "json"},
+		{Endpoint: provider.Endpoint{Model: testModel}},
+		{Endpoint: provider.Endpoint{APIKey: testKey}},
+		{Endpoint: provider.Endpoint{APIKey: testKey, Model: testModel}, StructuredMode: "json"},
 	} {
 		if _, err := anthropic.New(cfg); err == nil {
 			t.Errorf("New(%+v) succeeded", cfg)
@@ -984,7 +984,7 @@ func TestNew(t *testing.T) {
 			t.Errorf("New error carries the key: %v", err)
 		}
 	}
-	m, err := anthropic.New(anthropic.Config{APIKey: testKey, Model: testModel, System: "gcp.vertex_ai"})
+	m, err := anthropic.New(anthropic.Config{Endpoint: provider.Endpoint{APIKey: testKey, Model: testModel, System: "gcp.vertex_ai"}})
 	if err != nil || m.System() != "gcp.vertex_ai" {
 		t.Errorf("System %q, err %v", m.System(), err)
 	}
@@ -998,8 +998,8 @@ func TestNew(t *testing.T) {
 func TestMalformedBaseURLIsRefusedByNew(t *testing.T) {
 	t.Parallel()
 	const secret = "pr0xyS3cret"
-	m, err := anthropic.New(anthropic.Config{APIKey: testKey, Model: testModel,
-		BaseURL: "http://mspd:" + secret + "@proxy.internal:80 80/"})
+	m, err := anthropic.New(anthropic.Config{Endpoint: provider.Endpoint{APIKey: testKey, Model: testModel,
+		BaseURL: "http://mspd:" + secret + "@proxy.internal:80 80/"}})
 	if err != nil {
 		if strings.Contains(err.Error(), secret) {
 			t.Errorf("New error carries the URL's credentials: %v", err)

@@ -30,7 +30,7 @@ const testKey = "sk-proj-TESTKEY0123456789abcdefghijSECRET"
 // newModel returns a Model on srv; mod adjusts the config.
 func newModel(t *testing.T, srv *openaitest.Server, mod func(*openai.Config)) *openai.Model {
 	t.Helper()
-	cfg := openai.Config{APIKey: testKey, BaseURL: srv.URL(), Model: "gpt-4o-mini", HTTPClient: srv.Client()}
+	cfg := openai.Config{Endpoint: provider.Endpoint{APIKey: testKey, BaseURL: srv.URL(), Model: "gpt-4o-mini", HTTPClient: srv.Client()}}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -289,7 +289,7 @@ func TestConnectionRefused(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	m, err := openai.New(openai.Config{APIKey: testKey, BaseURL: "http://" + addr + "/v1", Model: "m"})
+	m, err := openai.New(openai.Config{Endpoint: provider.Endpoint{APIKey: testKey, BaseURL: "http://" + addr + "/v1", Model: "m"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,8 +444,8 @@ func TestConfig(t *testing.T) {
 		cfg  openai.Config
 	}{
 		{"no model", openai.Config{}},
-		{"bad max tokens field", openai.Config{Model: "m", MaxTokensField: "max_output_tokens"}},
-		{"relative base URL", openai.Config{Model: "m", BaseURL: "localhost:8000/v1"}},
+		{"bad max tokens field", openai.Config{Endpoint: provider.Endpoint{Model: "m"}, MaxTokensField: "max_output_tokens"}},
+		{"relative base URL", openai.Config{Endpoint: provider.Endpoint{Model: "m", BaseURL: "localhost:8000/v1"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := openai.New(tc.cfg); err == nil {
@@ -1050,7 +1050,7 @@ func TestResponsesAPI(t *testing.T) {
 		})
 	}
 	t.Run("bad API", func(t *testing.T) {
-		if _, err := openai.New(openai.Config{Model: "m", API: "assistants"}); err == nil {
+		if _, err := openai.New(openai.Config{Endpoint: provider.Endpoint{Model: "m"}, API: "assistants"}); err == nil {
 			t.Error("New accepted it")
 		}
 	})
