@@ -225,7 +225,7 @@ func TestNoSecretsInTelemetry(t *testing.T) {
 		openaitest.Stream(openaitest.Answer("Hello "+answerMarker, " again")...))
 	logs := &syncBuffer{}
 	d, spans := tracedDaemon(t, daemon.Config{Provider: "openai", Model: "gpt-test",
-		Env:    mapEnv(map[string]string{"OPENAI_BASE_URL": fake.URL, "OPENAI_API_KEY": keyMarker}),
+		Env:    mapEnv(map[string]string{"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": keyMarker}),
 		Server: server.Config{AuthToken: tokenMarker},
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})

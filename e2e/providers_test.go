@@ -31,7 +31,7 @@ func TestOpenAIProvider(t *testing.T) {
 		openaitest.Stream(openaitest.Answer("Hello", " from", " a compatible server")...),
 		openaitest.Stream(openaitest.Answer("Second", " answer")...))
 	d := startDaemon(t, daemon.Config{Provider: "openai", Model: "gpt-test",
-		Env: mapEnv(map[string]string{"OPENAI_BASE_URL": fake.URL, "OPENAI_API_KEY": "sk-e2e-secret"})})
+		Env: mapEnv(map[string]string{"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": "sk-e2e-secret"})})
 	c := dial(t, d.URL(), client.Options{})
 	start, err := c.StartSession(testCtx(t))
 	if err != nil {
@@ -129,7 +129,7 @@ default = "local"
 [[providers]]
 id = "local"
 type = "openai"
-base_url = "`+oa.URL+`"
+base_url = "`+oa.URL()+`"
 system = "vllm"
 model = "llama3.2"
 models = ["qwen2.5"]

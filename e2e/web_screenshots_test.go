@@ -58,7 +58,7 @@ func TestScreenshots(t *testing.T) {
 		openaitest.Error(429, openaitest.RateLimitBody, "Retry-After-Ms", "30000"),
 	)
 	d := startDaemon(t, daemon.Config{Provider: "openai", Model: "gpt-4o-mini",
-		Env: mapEnv(map[string]string{"OPENAI_BASE_URL": fake.URL, "OPENAI_API_KEY": "sk-screenshots"})})
+		Env: mapEnv(map[string]string{"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": "sk-screenshots"})})
 
 	// The chats, made over the wire as any client would.
 	c := dial(t, d.URL(), client.Options{})

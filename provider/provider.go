@@ -148,9 +148,10 @@ type Model interface {
 // Error is a failed provider request, described by the signals the retry
 // layer classifies. It never carries credentials.
 type Error struct {
-	// Kind is the errorKind when the provider knows it (for example
-	// "quotaExhausted" from an OpenAI insufficient_quota body, or
-	// "streamInterrupted"); empty leaves classification to the HTTP status.
+	// Kind is the errorKind when the provider knows it, one of
+	// modelretry's Kind constants (for example modelretry.KindQuotaExhausted
+	// from an OpenAI insufficient_quota body, or KindStreamInterrupted);
+	// empty leaves classification to the HTTP status.
 	Kind string
 	// HTTPStatus is the provider's status, or the status an in-stream
 	// error implies (overloaded_error → 529); 0 when there is none.

@@ -3,6 +3,8 @@ package provider
 import (
 	"errors"
 	"net/http"
+
+	"mspd/modelretry"
 )
 
 // ErrRedirect is the failure of a request the provider answered with a
@@ -28,5 +30,5 @@ func RedirectError(err error) *Error {
 	if !errors.Is(err, ErrRedirect) {
 		return nil
 	}
-	return &Error{Kind: KindInvalidRequest, Message: ErrRedirect.Error(), Err: ErrRedirect}
+	return &Error{Kind: modelretry.KindInvalidRequest, Message: ErrRedirect.Error(), Err: ErrRedirect}
 }

@@ -190,7 +190,7 @@ func TestWriterEndsWhenIdle(t *testing.T) {
 // one packet: the frame, read along with the request, must survive the
 // change of read buffer when the connection is hijacked.
 func TestFramePipelinedWithTheUpgradeIsRead(t *testing.T) {
-	m, _ := reviewManager(t)
+	m, _ := testManager(t)
 	s, err := New(m, Config{PingInterval: -1, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -48,7 +48,7 @@ func (t *floodTransport) ReadFrame(ctx context.Context, in admitter) ([]byte, er
 // instead, and once its queue stays full past the write timeout it is
 // closed as wedged.
 func TestFloodOfPagesToAClientThatDoesNotRead(t *testing.T) {
-	m, head := reviewManager(t)
+	m, head := testManager(t)
 	sid := startWithTurnsText(t, m, head, nopSub{}, 4, strings.Repeat("x", 1<<20))
 
 	const budget = 2 << 20

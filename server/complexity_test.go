@@ -20,7 +20,7 @@ import (
 func TestParamsOfTooManyValuesAreRefusedUnread(t *testing.T) {
 	items := strings.TrimSuffix(strings.Repeat(`{"type":"x"},`, 200_000), ",") // 2.6 MB, 400k values
 	frames := []string{
-		`{"jsonrpc":"2.0","id":1,"method":"turn/start","params":{"commandId":"` + reviewCmd() + `","sessionId":"x","input":[` + items + `]}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"turn/start","params":{"commandId":"` + newCommandID() + `","sessionId":"x","input":[` + items + `]}}`,
 		`{"jsonrpc":"2.0","id":2,"method":"session/list","params":{}}`,
 	}
 	var before, after runtime.MemStats
@@ -80,7 +80,7 @@ func TestResponseSchemaHasABoundOfItsOwn(t *testing.T) {
 		return `{"type":"object","properties":{` + b.String() + `}}`
 	}
 	turn := func(id, schema string) string {
-		return `{"jsonrpc":"2.0","id":"` + id + `","method":"turn/start","params":{"commandId":"` + reviewCmd() +
+		return `{"jsonrpc":"2.0","id":"` + id + `","method":"turn/start","params":{"commandId":"` + newCommandID() +
 			`","sessionId":"x","input":[{"type":"text","text":"fill the form"}],"responseSchema":` + schema + `}}`
 	}
 	answers := serveLines(t, 10<<20, turn("ordinary", schema(2000)), turn("huge", schema(10_000)))

@@ -27,7 +27,7 @@ func TestReloadBeforeRegistrationEndsTheConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := reviewManager(t)
+	m, _ := testManager(t)
 	srv, err := New(m, Config{Auth: authn, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 // out, each checked to be valid MSP.
 func serveLines(t *testing.T, frameCap int64, frames ...string) [][]byte {
 	t.Helper()
-	m, _ := reviewManager(t)
+	m, _ := testManager(t)
 	srv, err := New(m, Config{MaxFrameBytes: frameCap, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -74,9 +74,9 @@ func TestErrorAnswersStayUnderTheFrameCap(t *testing.T) {
 	const frameCap = 8 << 10
 	long := strings.Repeat("<", 7000) // JSON escapes '<' as \u003c
 	frames := []struct{ name, frame, kind string }{
-		{"a finding for each of many items", `{"jsonrpc":"2.0","id":1,"method":"turn/start","params":{"commandId":"` + reviewCmd() + `","sessionId":"x","input":[` + strings.TrimSuffix(strings.Repeat("1,", 3500), ",") + `]}}`, msp.KindInvalidParams},
+		{"a finding for each of many items", `{"jsonrpc":"2.0","id":1,"method":"turn/start","params":{"commandId":"` + newCommandID() + `","sessionId":"x","input":[` + strings.TrimSuffix(strings.Repeat("1,", 3500), ",") + `]}}`, msp.KindInvalidParams},
 		{"a long commandId", `{"jsonrpc":"2.0","id":2,"method":"session/start","params":{"commandId":"` + long + `"}}`, msp.KindInvalidParams},
-		{"a long enum value", `{"jsonrpc":"2.0","id":3,"method":"turn/start","params":{"commandId":"` + reviewCmd() + `","sessionId":"x","input":[{"type":"text","text":"x"}],"ifBusy":"` + long + `"}}`, msp.KindInvalidParams},
+		{"a long enum value", `{"jsonrpc":"2.0","id":3,"method":"turn/start","params":{"commandId":"` + newCommandID() + `","sessionId":"x","input":[{"type":"text","text":"x"}],"ifBusy":"` + long + `"}}`, msp.KindInvalidParams},
 		{"a long method", `{"jsonrpc":"2.0","id":4,"method":"` + long + `","params":{}}`, msp.KindMethodNotFound},
 		{"a long sessionId", `{"jsonrpc":"2.0","id":5,"method":"session/read","params":{"sessionId":"` + long + `"}}`, msp.KindSessionNotFound},
 	}

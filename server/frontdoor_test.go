@@ -28,7 +28,7 @@ import (
 // daemon mounts the web page, on a loopback test listener.
 func serveFrontDoor(t *testing.T, cfg Config) *httptest.Server {
 	t.Helper()
-	m, _ := reviewManager(t)
+	m, _ := testManager(t)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

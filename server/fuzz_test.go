@@ -65,12 +65,12 @@ func newFuzzFixture(f *testing.F) *fuzzFixture {
 	}
 	f.Cleanup(func() { m.Close(); st.Close() })
 	ctx := context.Background()
-	if _, attach, err := m.StartSession(ctx, nopSub{}, mustMarshal(msp.SessionStartParams{CommandID: reviewCmd(), SessionID: fuzzSession})); err != nil {
+	if _, attach, err := m.StartSession(ctx, nopSub{}, mustMarshal(msp.SessionStartParams{CommandID: newCommandID(), SessionID: fuzzSession})); err != nil {
 		f.Fatal(err)
 	} else {
 		attach(ctx)
 	}
-	if _, launch, err := m.StartTurn(ctx, nil, mustMarshal(msp.TurnStartParams{CommandID: reviewCmd(), SessionID: fuzzSession,
+	if _, launch, err := m.StartTurn(ctx, nil, mustMarshal(msp.TurnStartParams{CommandID: newCommandID(), SessionID: fuzzSession,
 		Input: []msp.TurnInputPart{{Type: "text", Text: "hi"}}})); err != nil {
 		f.Fatal(err)
 	} else {

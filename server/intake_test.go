@@ -97,7 +97,7 @@ func (b *blockingLists) Sessions(ctx context.Context, owner string, after *store
 func TestConnRequestsAreBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var bl *blockingLists
-		m, _ := reviewManagerOver(t, func(st store.Store) store.Store {
+		m, _ := testManagerOver(t, func(st store.Store) store.Store {
 			bl = &blockingLists{Store: st, release: make(chan struct{})}
 			return bl
 		})
@@ -145,7 +145,7 @@ func TestConnRequestsAreBounded(t *testing.T) {
 // Without the budget every connection decoded its large frame at once.
 func TestIntakeBudgetMakesLargeFramesWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m, _ := reviewManager(t)
+		m, _ := testManager(t)
 		const limit = 256 << 10
 		srv, err := New(m, Config{MaxFrameBytes: limit, InboundBytes: limit, PingInterval: -1, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -230,7 +230,7 @@ func (t *stuckOnLarge) WriteFrame(ctx context.Context, frame []byte) error {
 // held per connection while the gauge counted one (or none).
 func TestLargeAnswerInWriteHoldsTheReadLoop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m, head := reviewManager(t)
+		m, head := testManager(t)
 		sid := startWithTurnsText(t, m, head, nopSub{}, 4, strings.Repeat("x", 1<<20))
 		srv, err := New(m, Config{QueueBytes: 1 << 20, PingInterval: -1, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -307,7 +307,7 @@ func (b *blockingCommits) Commit(ctx context.Context, batch store.Batch) error {
 func TestFollowCapHoldsWithConcurrentRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var bc *blockingCommits
-		m, _ := reviewManagerOver(t, func(st store.Store) store.Store {
+		m, _ := testManagerOver(t, func(st store.Store) store.Store {
 			bc = &blockingCommits{Store: st, release: make(chan struct{})}
 			return bc
 		})
@@ -320,7 +320,7 @@ func TestFollowCapHoldsWithConcurrentRequests(t *testing.T) {
 		bc.armed.Store(true)
 		var in strings.Builder
 		for i := range 4 {
-			in.WriteString(`{"jsonrpc":"2.0","id":` + itoa(i+1) + `,"method":"session/start","params":{"commandId":"` + reviewCmd() + `"}}` + "\n")
+			in.WriteString(`{"jsonrpc":"2.0","id":` + itoa(i+1) + `,"method":"session/start","params":{"commandId":"` + newCommandID() + `"}}` + "\n")
 		}
 		p.send(in.String())
 		synctest.Wait()
@@ -353,7 +353,7 @@ func TestFollowCapHoldsWithConcurrentRequests(t *testing.T) {
 // was never given back: two such pairs exhausted this budget for good.)
 func TestBlankLargeLinesHoldNoBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m, _ := reviewManager(t)
+		m, _ := testManager(t)
 		const limit = 256 << 10
 		srv, err := New(m, Config{MaxFrameBytes: limit, InboundBytes: 2 * limit, PingInterval: -1, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {

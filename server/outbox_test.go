@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -444,5 +445,58 @@ func TestOutboxBacklogMemoryIsBounded(t *testing.T) {
 	if capacity > 4*maxFrames {
 		t.Fatalf("the queue's backing array holds %d slots for %d queued frames (budget %d): it grows with every frame ever sent while the reader lags",
 			capacity, queued, maxFrames)
+	}
+}
+
+// TestPushReplayWokenByClose: a replay waiting for room in a full
+// outbox must return once the outbox is closed. It only watches o.space
+// and ctx, and close() signals neither, so it waits forever. In a synctest
+// bubble, so that the test closes the outbox once the replay is blocked
+// waiting (synctest.Wait), and the 2 s bound is on the fake clock.
+func TestPushReplayWokenByClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := newTestOutbox(1, 1<<20)
+		durable(o, "c1") // the queue is full
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel() // a replay left blocked by a failure ends with the test
+		done := make(chan error, 1)
+		go func() { done <- o.pushReplay(ctx, "s", "c2", ev("c2")) }()
+		synctest.Wait()
+		o.mu.Lock()
+		waiting := o.waiting
+		o.mu.Unlock()
+		if waiting != 1 {
+			t.Fatalf("%d goroutines wait for room; want the replay waiting", waiting)
+		}
+		o.close()
+		select {
+		case err := <-done:
+			if !errors.Is(err, errClosed) {
+				t.Fatalf("pushReplay after close: %v", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("pushReplay still blocked 2s after the outbox was closed")
+		}
+	})
+}
+
+// TestGapNextIsServable: §4.3 — a client fills a hole by paging
+// view/page forward from `after` until a page contains `next`. view/page
+// serves durable events only, so `next` must be a durable cursor. When a
+// hole is closed by an ephemeral item/delta (small enough to fit the byte
+// budget while the dropped durable tail did not), the marker names the
+// delta's sub-position cursor, which no page will ever contain: the fill
+// runs to the head of the log (re-reading events the client also gets
+// live), and `mspd tail` renders everything up to the head twice.
+func TestGapNextIsServable(t *testing.T) {
+	o := newTestOutbox(100, 20)
+	o.subscribed("s", "v:s:0")
+	o.pushView("s", "v:s:1", []byte(strings.Repeat("a", 15)), true)
+	o.pushView("s", "v:s:2", []byte(strings.Repeat("b", 10)), true) // dropped: the tail
+	o.pushView("s", "v:s:2.1", []byte("d"), false)                  // fits: closes the hole
+	for _, f := range drain(t, o) {
+		if strings.HasPrefix(f, "gap ") && strings.Contains(f, "→v:s:2.1") {
+			t.Fatalf("%q: view/gap.next is an ephemeral cursor view/page can never return", f)
+		}
 	}
 }

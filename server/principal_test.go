@@ -17,7 +17,7 @@ import (
 // for a session that does not exist — the same bytes but for the id — so
 // nothing tells the two apart; and none of them changes the session.
 func TestAnotherPrincipalsSessionIsUnknown(t *testing.T) {
-	m, head := reviewManager(t)
+	m, head := testManager(t)
 	sid := startWithTurns(t, m, head, nopSub{}, 2) // the anonymous principal's
 	before := head(sid)
 	unknown := "0198f0aa-ffff-7000-8000-00000000beef"
@@ -35,7 +35,7 @@ func TestAnotherPrincipalsSessionIsUnknown(t *testing.T) {
 		var in strings.Builder
 		in.WriteString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"clientInfo":{"name":"t","version":"1"}}}` + "\n")
 		var cmds []string
-		cmd := func() string { c := reviewCmd(); cmds = append(cmds, c); return c }
+		cmd := func() string { c := newCommandID(); cmds = append(cmds, c); return c }
 		cursor := "v:" + target + ":1"
 		for i, req := range []struct{ method, params string }{
 			{msp.MethodSessionRead, `{"sessionId":%q,"excludeItems":false}`},

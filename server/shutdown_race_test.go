@@ -14,7 +14,7 @@ import (
 // -race, as CI runs) reports as an Add racing a Wait. Repeated so that
 // the two meet in every order.
 func TestConnectionRacingShutdown(t *testing.T) {
-	m, _ := reviewManager(t)
+	m, _ := testManager(t)
 	for range 50 {
 		srv, err := New(m, Config{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {

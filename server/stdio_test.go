@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -47,7 +48,7 @@ func TestLineWriteGivesUpOnAPipeNobodyReads(t *testing.T) {
 // write stays stuck past the write timeout, even with its input still open;
 // it used to hold the connection (and its memory) forever.
 func TestStdioPeerThatDoesNotReadIsClosed(t *testing.T) {
-	m, head := reviewManager(t)
+	m, head := testManager(t)
 	sid := startWithTurnsText(t, m, head, nopSub{}, 1, strings.Repeat("x", 1<<20))
 	srv, err := New(m, Config{WriteTimeout: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -76,7 +77,7 @@ func TestStdioPeerThatDoesNotReadIsClosed(t *testing.T) {
 // the input is answered. The end of input used to shut the connection at
 // once, and the writes still queued failed on its cancelled context.
 func TestStdioAnswersEverythingBeforeEOF(t *testing.T) {
-	m, _ := reviewManager(t)
+	m, _ := testManager(t)
 	srv, err := New(m, Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -97,5 +98,35 @@ func TestStdioAnswersEverythingBeforeEOF(t *testing.T) {
 	}
 	if n := bytes.Count(out.Bytes(), []byte("\n")); n != requests+1 {
 		t.Fatalf("%d answers to %d requests before EOF", n, requests+1)
+	}
+}
+
+// TestServeStdioHonoursContext: ServeStdio documents "until r ends or
+// ctx is done", and cmd/mspd passes the SIGINT/SIGTERM context. run()
+// wraps it in context.WithoutCancel, so `mspd serve --stdio` ignores
+// SIGTERM until the client closes stdin.
+func TestServeStdioHonoursContext(t *testing.T) {
+	m, _ := testManager(t)
+	srv, err := New(m, Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w := io.Pipe() // stdin that stays open
+	defer w.Close()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.ServeStdio(ctx, r, outW); close(done) }()
+	// Serving: initialize is answered.
+	go io.WriteString(w, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	if line, err := bufio.NewReader(outR).ReadString('\n'); err != nil || !strings.Contains(line, `"id":1`) {
+		t.Fatalf("initialize answered %q, %v", line, err)
+	}
+	go io.Copy(io.Discard, outR)
+	cancel() // SIGTERM
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("ServeStdio still serving 2s after its context was cancelled")
 	}
 }

@@ -59,7 +59,7 @@ func (p *pausingStore) Records(ctx context.Context, sid string, after int64, lim
 // again.
 func TestSubscribeRacingDeleteKeepsNoSlot(t *testing.T) {
 	var ps *pausingStore
-	m, head := reviewManagerOver(t, func(st store.Store) store.Store { ps = &pausingStore{Store: st}; return ps })
+	m, head := testManagerOver(t, func(st store.Store) store.Store { ps = &pausingStore{Store: st}; return ps })
 	x := startWithTurns(t, m, head, nopSub{}, 1)
 	y := startWithTurns(t, m, head, nopSub{}, 0)
 
@@ -108,7 +108,7 @@ func TestSubscribeRacingDeleteKeepsNoSlot(t *testing.T) {
 // indistinguishable). It follows no new session, so the cap does not
 // refuse it. Same for session/fork.
 func TestStartReplayAtTheCapGetsItsAck(t *testing.T) {
-	m, _ := reviewManager(t)
+	m, _ := testManager(t)
 	c := dialCapped(t, m, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -150,7 +150,7 @@ func (failingErasure) DeleteSession(context.Context, string) error {
 // until the client lets go of it, which it can: the session is there, and
 // its deletion can be tried again.
 func TestFailedDeleteKeepsTheSlot(t *testing.T) {
-	m, head := reviewManagerOver(t, func(st store.Store) store.Store { return failingErasure{st} })
+	m, head := testManagerOver(t, func(st store.Store) store.Store { return failingErasure{st} })
 	x := startWithTurns(t, m, head, nopSub{}, 0)
 	y := startWithTurns(t, m, head, nopSub{}, 0)
 	c := dialCapped(t, m, 1)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http/httptest"
@@ -79,7 +80,7 @@ func viewUnsubscribe(t *testing.T, ctx context.Context, c *client.Client, sid st
 // followed session each free a place. Without the cap a connection could
 // make the server hold view state and a loaded session for any number.
 func TestSubscriptionsPastTheCapAreRefused(t *testing.T) {
-	m, head := reviewManager(t)
+	m, head := testManager(t)
 	var sids [3]string
 	for i := range sids {
 		sids[i] = startWithTurns(t, m, head, nopSub{}, 0)
@@ -141,7 +142,7 @@ func waitDeleteCompleted(t *testing.T, ctx context.Context, c *client.Client, si
 // the refused command was not recorded, so it starts a session once a
 // place is free.
 func TestStartPastTheCapCreatesNothing(t *testing.T) {
-	m, _ := reviewManager(t)
+	m, _ := testManager(t)
 	c := dialCapped(t, m, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -179,5 +180,73 @@ func TestStartPastTheCapCreatesNothing(t *testing.T) {
 	}
 	if n := listed(); n != 3 {
 		t.Fatalf("%d sessions listed, want 3", n)
+	}
+}
+
+// TestResubscribeDuringHoleKeepsCursorOrder: a connection fell behind
+// (a hole whose newest durable event is kept as the tail) and re-anchors
+// with view/subscribe {after} on the same connection, as §4.3 allows.
+// session.subscribe detaches and replays through pushReplay, but the
+// outbox still holds the old hole's tail: the writer flushes it (and a
+// view/gap) in front of the replay, so after the subscribe response the
+// client sees c3, view/gap, then c1, c2, c3 — cursors going backwards and a
+// stale live event before the replay (§5 items 13 and 22).
+func TestResubscribeDuringHoleKeepsCursorOrder(t *testing.T) {
+	m, head := testManager(t)
+	srv := &Server{cfg: Config{QueueFrames: 2, QueueBytes: 1 << 20}}
+	c := newConn(srv, newWedged(), slog.New(slog.DiscardHandler))
+	sid := startWithTurns(t, m, head, c, 1) // c1, c2 queued; the rest dropped, the newest kept as the tail
+
+	// What the handler does: admit the subscription, reply, then attach.
+	after := cursorAt(t, m, sid, 0)
+	_, attach, err := m.Subscribe(context.Background(), c, sid, &after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.out.pushProtected([]byte(`{"response":"view/subscribe"}`))
+	subDone := make(chan error, 1)
+	go func() { attach(context.Background()); subDone <- nil }()
+
+	var got []string
+	for len(got) < 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		f, err := c.out.next(ctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		var fr struct {
+			Method string `json:"method"`
+			Params struct {
+				ViewCursor string `json:"viewCursor"`
+				After      string `json:"after"`
+				Next       string `json:"next"`
+			} `json:"params"`
+			Response string `json:"response"`
+		}
+		json.Unmarshal(f, &fr)
+		switch {
+		case fr.Response != "":
+			got = append(got, "RESPONSE")
+		case fr.Method == msp.NotifyViewGap:
+			got = append(got, "gap("+short(fr.Params.After)+"→"+short(fr.Params.Next)+")")
+		default:
+			got = append(got, short(fr.Params.ViewCursor))
+		}
+	}
+	if err := <-subDone; err != nil {
+		t.Fatal(err)
+	}
+	// After the response only the replay (1 … head) may follow.
+	var replay []string
+	for seq := int64(1); seq <= head(sid); seq++ {
+		replay = append(replay, itoa(int(seq)))
+	}
+	i := 0
+	for i < len(got) && got[i] != "RESPONSE" {
+		i++
+	}
+	if want := strings.Join(replay, " "); strings.Join(got[i+1:], " ") != want {
+		t.Fatalf("frames %v: after the subscribe response want exactly the replay [%s]", got, want)
 	}
 }

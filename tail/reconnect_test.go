@@ -284,3 +284,53 @@ func TestInterruptedAnswerReadsWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelWhileReconnectingIsClean: Run documents ctx ending as a clean
+// end (nil). While reconnecting, a failed dial leaves c nil (tail.go: `if
+// c, err = t.dial(ctx); err == nil`), and the deferred `c.Close()` then
+// dereferences it: Ctrl-C on `mspd tail --follow` while the server is down
+// panics with a nil pointer dereference instead of exiting.
+func TestCancelWhileReconnectingIsClean(t *testing.T) {
+	m, hs := serve(t)
+	sid := newSession(t, m)
+	px := newProxy(t, hs.Listener.Addr().String())
+	status := &syncBuf{}
+	h := startTail(t, Options{URL: px.url(), SessionID: sid, Follow: true, Status: status}, &syncBuf{})
+	h.waitSubscribed(t)
+	px.ln.Close() // the server is down: redials fail
+	px.cut()
+	receive(t, h.slept, "the first backoff")
+	receive(t, h.slept, "the backoff after a failed redial")
+	status.waitFor(t, "reconnect failed")
+	h.cancel() // Ctrl-C
+	if err := h.wait(t); err != nil {
+		t.Fatalf("Run did not end cleanly when its context ended while reconnecting: %v", err)
+	}
+}
+
+// TestFollowReconnectMissesNothing: `mspd tail SESSION` (no --from, so
+// live only) reconnects and resumes "by cursor" — but only once it has
+// shown an event: with t.last empty the re-subscription is live only
+// again, and the view/subscribe result (the head it attached after) is
+// ignored. Everything the session did while the connection was down is
+// silently skipped: here a whole turn.
+func TestFollowReconnectMissesNothing(t *testing.T) {
+	m, hs := serve(t)
+	sid := newSession(t, m)
+	px := newProxy(t, hs.Listener.Addr().String())
+	out, status := &syncBuf{}, &syncBuf{}
+	h := startTail(t, Options{URL: px.url(), SessionID: sid, Follow: true, Format: JSON, Status: status}, out)
+	h.waitSubscribed(t) // live only
+
+	px.cut() // the connection drops …
+	status.waitFor(t, "connection lost")
+	missed := runTurn(t, m, sid, "while you were away") // … and the session moves on
+	receive(t, h.slept, "the backoff")                  // then tail redials
+
+	h.waitSubscribed(t)
+	later := runTurn(t, m, sid, "after the reconnect")
+	out.waitFor(t, later)
+	if !strings.Contains(out.String(), missed) {
+		t.Fatalf("tail never showed turn %s, which ran while it was reconnecting:\n%s", missed, out.String())
+	}
+}

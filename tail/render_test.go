@@ -1,6 +1,7 @@
 package tail
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -70,5 +71,64 @@ func TestSavedTextKeepsTheAnswerOnOneLine(t *testing.T) {
 	r.event(msp.NotifyItemCompleted, itemEvent(t, msp.Item{ItemID: "a", Kind: msp.ItemAgentMessage, Status: msp.ItemCompleted, Text: &text}))
 	if want := "agent: Hello world\n"; out.String() != want {
 		t.Fatalf("printed %q, want %q", out.String(), want)
+	}
+}
+
+// TestStreamedItemCompletesItsText: the renderer prints an agent message's
+// text from its deltas and, when it saw any delta of the item, prints
+// nothing of its item/completed. Deltas are ephemeral: the ones lost in a
+// view/gap hole or while reconnecting are never replayed, and the item's
+// authoritative text arrives only in item/completed (§4.3). So an answer
+// that streamed partly before a reconnect is shown — in pretty and in raw
+// output, which scripts pipe — with its middle missing, silently.
+func TestStreamedItemCompletesItsText(t *testing.T) {
+	for _, format := range []string{Pretty, Raw} {
+		var out bytes.Buffer
+		r := newRenderer(&out, format, false)
+		r.event(msp.NotifyItemDelta, mustJSON(msp.ItemDeltaParams{SessionID: "s", ViewCursor: "v:s:2.1", ItemID: "a", Delta: "Hello "}))
+		// connection lost; deltas "big " and "world" went by; resumed after v:s:2.1
+		text := "Hello big world"
+		r.event(msp.NotifyItemCompleted, mustJSON(msp.ItemParams{
+			Item: msp.Item{ItemID: "a", Kind: msp.ItemAgentMessage, Revision: 2, Status: msp.ItemCompleted, Text: &text}}))
+		if !strings.Contains(out.String(), "world") {
+			t.Errorf("%s output %q: the answer %q lost the text whose deltas it missed", format, out.String(), text)
+		}
+	}
+}
+
+// TestRawOutputHoldsOnlyTheAnswer: `-o raw` is documented as "the agent's
+// streamed text only" and is what scripts pipe. A turn-layer retry (stream
+// cut after output began, truncation, schema rejection) streams a first
+// attempt that is then discarded (item/completed status failed) and a new
+// item with the real answer. raw() writes every delta as it comes and, for
+// the failed item, not even a newline: the output is the discarded text
+// glued to the answer ("partialHello there").
+func TestRawOutputHoldsOnlyTheAnswer(t *testing.T) {
+	var out bytes.Buffer
+	r := newRenderer(&out, Raw, false)
+	failed, answer := "partial", "Hello there"
+	r.event(msp.NotifyItemDelta, mustJSON(msp.ItemDeltaParams{ItemID: "a", Delta: "partial"}))
+	r.event(msp.NotifyItemCompleted, mustJSON(msp.ItemParams{Item: msp.Item{ItemID: "a", Kind: msp.ItemAgentMessage, Revision: 2, Status: msp.ItemFailed, Text: &failed}}))
+	r.event(msp.NotifyItemDelta, mustJSON(msp.ItemDeltaParams{ItemID: "b", Delta: "Hello there"}))
+	r.event(msp.NotifyItemCompleted, mustJSON(msp.ItemParams{Item: msp.Item{ItemID: "b", Kind: msp.ItemAgentMessage, Revision: 2, Status: msp.ItemCompleted, Text: &answer}}))
+	if out.String() != "Hello there\n" {
+		t.Fatalf("raw output %q, want only the kept answer %q", out.String(), answer+"\n")
+	}
+}
+
+// TestPrettyOutputNeutralisesControlCharacters: model output is untrusted
+// (the web page only ever uses textContent). Pretty output is for a
+// terminal, and renders deltas, item texts, retry reasons and error
+// messages verbatim, so a model (or a prompt-injected document it quotes)
+// can emit escape sequences that the operator's terminal executes: set the
+// title, rewrite or hide earlier lines, or write the clipboard (OSC 52).
+func TestPrettyOutputNeutralisesControlCharacters(t *testing.T) {
+	var out bytes.Buffer
+	r := newRenderer(&out, Pretty, false)
+	evil := "fine\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2K\rall good"
+	r.event(msp.NotifyItemDelta, mustJSON(msp.ItemDeltaParams{ItemID: "a", Delta: evil}))
+	r.event(msp.NotifyItemCompleted, mustJSON(msp.ItemParams{Item: msp.Item{ItemID: "b", Kind: msp.ItemAgentMessage, Revision: 2, Status: msp.ItemCompleted, Text: &evil}}))
+	if strings.ContainsAny(out.String(), "\x1b\x07\r") {
+		t.Fatalf("pretty output passes terminal control characters from model text through: %q", out.String())
 	}
 }

@@ -11,24 +11,24 @@ import (
 	"mspd/turn/turntest"
 )
 
-// TestProviderKindsAreClassified: every errorKind a provider may hint is
-// one the retry layer knows, with the retryability the background notes
-// give it (retry-background §4.1).
+// TestProviderKindsAreClassified: every errorKind a provider hints is
+// classified as itself, with the retryability the background notes give
+// it (retry-background §4.1).
 func TestProviderKindsAreClassified(t *testing.T) {
 	retryable := map[string]bool{
-		provider.KindRateLimited:           true,
-		provider.KindQuotaExhausted:        false,
-		provider.KindOverloaded:            true,
-		provider.KindServerError:           true,
-		provider.KindTimeout:               true,
-		provider.KindConnectionError:       true,
-		provider.KindStreamInterrupted:     true,
-		provider.KindConflict:              true,
-		provider.KindContextLengthExceeded: false,
-		provider.KindContentFilter:         false,
-		provider.KindInvalidRequest:        false,
-		provider.KindAuth:                  false,
-		provider.KindNotFound:              false,
+		modelretry.KindRateLimited:           true,
+		modelretry.KindQuotaExhausted:        false,
+		modelretry.KindOverloaded:            true,
+		modelretry.KindServerError:           true,
+		modelretry.KindTimeout:               true,
+		modelretry.KindConnectionError:       true,
+		modelretry.KindStreamInterrupted:     true,
+		modelretry.KindConflict:              true,
+		modelretry.KindContextLengthExceeded: false,
+		modelretry.KindContentFilter:         false,
+		modelretry.KindInvalidRequest:        false,
+		modelretry.KindAuth:                  false,
+		modelretry.KindNotFound:              false,
 	}
 	for kind, want := range retryable {
 		f := modelretry.Classify(modelretry.Signal{Kind: kind}, time.Now())

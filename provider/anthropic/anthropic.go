@@ -44,14 +44,15 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
+	"mspd/modelretry"
 	"mspd/provider"
+	"mspd/provider/httpwatch"
 )
 
 // Defaults applied by New.
@@ -79,28 +80,12 @@ const (
 // ToolName is the tool forced in StructuredTool mode.
 const ToolName = "respond"
 
-// Config configures a Model.
+// Config configures a Model. Of its Endpoint, APIKey is required
+// (sent as x-api-key); BaseURL is the API root without /v1 (the SDK
+// appends v1/messages), "" meaning the SDK's production URL; System
+// defaults to DefaultSystem and IdleTimeout to DefaultIdleTimeout.
 type Config struct {
-	// APIKey authenticates every request. Required. It never appears in
-	// errors or messages.
-	APIKey string
-	// BaseURL is the API root, without /v1 (the SDK appends v1/messages);
-	// empty means the SDK's production URL.
-	// Environment variables (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY, ...) are
-	// ignored: mspd's configuration is explicit.
-	BaseURL string
-	// Model is the model id used when Request.Model is empty. Required.
-	Model string
-	// System is the OpenTelemetry gen_ai.provider.name reported in retry
-	// notices; default DefaultSystem.
-	System string
-	// IdleTimeout fails a request whose connection stays silent this long
-	// (see the package doc) with Kind "timeout"; 0 means
-	// DefaultIdleTimeout, a negative value turns the check off.
-	IdleTimeout time.Duration
-	// HTTPClient sends the requests; nil means a client with
-	// http.DefaultTransport. Its Timeout, if set, bounds the whole stream.
-	HTTPClient *http.Client
+	provider.Endpoint
 	// StructuredMode is StructuredTool (the default) or
 	// StructuredPromptMode. A response schema whose top level is not
 	// {"type": "object"} is always sent in prompt mode, since a tool's
@@ -122,22 +107,8 @@ func New(cfg Config) (*Model, error) {
 	if cfg.APIKey == "" {
 		return nil, errors.New("anthropic: Config.APIKey is required")
 	}
-	if cfg.Model == "" {
-		return nil, errors.New("anthropic: Config.Model is required")
-	}
-	if cfg.BaseURL != "" {
-		// Checked now, so a typo fails at start-up rather than as a
-		// connection error on every attempt; never echoed (it may carry
-		// credentials).
-		if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, errors.New("anthropic: Config.BaseURL must be an absolute http(s) URL")
-		}
-	}
-	if cfg.System == "" {
-		cfg.System = DefaultSystem
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
+	if err := cfg.Resolve("anthropic", DefaultSystem, DefaultIdleTimeout); err != nil {
+		return nil, err
 	}
 	switch cfg.StructuredMode {
 	case "":
@@ -151,8 +122,6 @@ func New(cfg Config) (*Model, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	// The watch sits under the SDK (and any tracing it adds), so it sees
-	// every byte of the wire, pings included.
 	hc.Transport = &watchTransport{base: base}
 	opts := []option.RequestOption{
 		option.WithoutEnvironmentDefaults(),
@@ -186,11 +155,11 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	}
 	resp := provider.Response{StructuredOutput: plan.structured}
 
-	w := newWatch(m.cfg.IdleTimeout)
-	sctx, cancel := context.WithCancel(context.WithValue(ctx, watchKey{}, w))
+	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w.start(cancel)
-	defer w.stop()
+	w := httpwatch.New(m.cfg.IdleTimeout, cancel)
+	defer w.Stop()
+	sctx = context.WithValue(sctx, watchKey{}, w)
 
 	var opts []option.RequestOption
 	if req.Attempt > 1 {
@@ -206,7 +175,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	}
 	// Nothing more is read: a late idle firing must not fail a finished
 	// stream.
-	w.stop()
+	w.Stop()
 	resp.Model = st.model
 	streamErr := stream.Err()
 
@@ -218,14 +187,13 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	case st.stopReason != "":
 		// message_delta announced the end (and the output count): only
 		// message_stop was lost, so the answer stands.
-	case w.fired():
-		return resp, m.redact(&provider.Error{Kind: provider.KindTimeout,
-			Message: "no data from the provider for " + m.cfg.IdleTimeout.String(), Err: idleError{}})
+	case w.Fired():
+		return resp, w.IdleFailure()
 	case streamErr != nil:
-		status, header := w.errorResponse()
-		return resp, m.failure(streamErr, w.gotHeaders(), status, header)
+		status, header := w.Response()
+		return resp, m.failure(streamErr, w.GotHeaders(), status, header)
 	default:
-		return resp, &provider.Error{Kind: provider.KindStreamInterrupted,
+		return resp, &provider.Error{Kind: modelretry.KindStreamInterrupted,
 			Message: "the stream ended before message_stop"}
 	}
 	resp.Usage = st.usage()
@@ -240,7 +208,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 		// Not a truncation: more max_tokens cannot help, so it must not
 		// become a growing truncation retry.
 		resp.FinishReason = string(st.stopReason)
-		return resp, &provider.Error{Kind: provider.KindContextLengthExceeded,
+		return resp, &provider.Error{Kind: modelretry.KindContextLengthExceeded,
 			Message: "the conversation filled the model's context window"}
 	case anthropic.StopReasonToolUse:
 		if plan.tool {

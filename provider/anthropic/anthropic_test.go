@@ -30,7 +30,7 @@ const (
 // newModel returns a Model talking to the fake.
 func newModel(t *testing.T, f *anthropictest.Server, mod ...func(*anthropic.Config)) *anthropic.Model {
 	t.Helper()
-	cfg := anthropic.Config{APIKey: testKey, BaseURL: f.URL(), Model: testModel, HTTPClient: f.Client()}
+	cfg := anthropic.Config{Endpoint: provider.Endpoint{APIKey: testKey, BaseURL: f.URL(), Model: testModel, HTTPClient: f.Client()}}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -95,36 +95,12 @@ func runTurn(t *testing.T, clk *retrytest.Clock, m provider.Model, spec turn.Spe
 	}
 }
 
-// modelRetry is the part of turn/modelRetryScheduled a scenario checks.
-type modelRetry struct {
-	Attempt, NextAttempt, MaxAttempts int
-	RetryDelayMs                      int64
-	System, ErrorKind                 string
-	HTTPStatus                        int
-}
-
-// turnRetry is the part of turn/retryScheduled a scenario checks.
-type turnRetry struct {
-	Attempt, NextAttempt, MaxAttempts int
-	RetryDelayMs                      int64
-	Reason                            string
-}
-
-func modelRetries(s *turntest.Sink) []modelRetry {
-	var out []modelRetry
-	for _, p := range turntest.Of[*msp.TurnModelRetryScheduledParams](s, msp.NotifyTurnModelRetryScheduled) {
-		out = append(out, modelRetry{p.Attempt, p.NextAttempt, p.MaxAttempts, p.RetryDelayMs, p.System, p.ErrorKind, p.HTTPStatus})
-	}
-	return out
-}
-
-func turnRetries(s *turntest.Sink) []turnRetry {
-	var out []turnRetry
-	for _, p := range turntest.Of[*msp.TurnRetryScheduledParams](s, msp.NotifyTurnRetryScheduled) {
-		out = append(out, turnRetry{p.Attempt, p.NextAttempt, p.MaxAttempts, p.RetryDelayMs, p.Reason})
-	}
-	return out
-}
+// modelRetry and turnRetry are what a scenario checks of the model-layer
+// and turn-layer retry notices.
+type (
+	modelRetry = turntest.ModelRetry
+	turnRetry  = turntest.TurnRetry
+)
 
 // itemStatuses lists the status and text of every closed item.
 func itemStatuses(s *turntest.Sink) []string {
@@ -200,7 +176,7 @@ func TestTurnScenarios(t *testing.T) {
 					"retry-after-ms", "1500", "anthropic-ratelimit-requests-remaining", "0"), anthropictest.Answer("end_turn", 3, "ok")}
 			},
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 1500, sys, "rateLimited", 429}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 1500, sys, "rateLimited", 429)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			// The runner counts a refusal with an HTTP status as zero usage.
@@ -213,7 +189,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.APIError(429, "rate_limit_error", "rate limited", "retry-after", date), anthropictest.Answer("end_turn", 3, "ok")}
 			},
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 3000, sys, "rateLimited", 429}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 3000, sys, "rateLimited", 429)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			attempts:     msp.Attempts{Count: 2, OutputTokens: 3, UsageComplete: true},
@@ -244,7 +220,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.APIError(500, "api_error", "Internal server error"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "serverError", 500}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 250, sys, "serverError", 500)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			attempts:     msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
@@ -256,8 +232,8 @@ func TestTurnScenarios(t *testing.T) {
 			},
 			methods: seq(mrs, mrs, good),
 			modelRetries: []modelRetry{
-				{1, 2, 5, 250, sys, "serverError", 502},
-				{2, 3, 5, 500, sys, "overloaded", 503},
+				turntest.NewModelRetry(1, 5, 250, sys, "serverError", 502),
+				turntest.NewModelRetry(2, 5, 500, sys, "overloaded", 503),
 			},
 			terminal: msp.TerminalCompleted,
 			answer:   "ok",
@@ -269,7 +245,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.APIError(529, "overloaded_error", "Overloaded", "x-should-retry", "true"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "overloaded", 529}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 250, sys, "overloaded", 529)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			attempts:     msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
@@ -280,7 +256,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.APIError(400, "invalid_request_error", "transient validation failure", "x-should-retry", "true"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "invalidRequest", 400}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 250, sys, "invalidRequest", 400)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			attempts:     msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true},
@@ -316,7 +292,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.Reset(), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "connectionError", 0}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 250, sys, "connectionError", 0)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			attempts:     msp.Attempts{Count: 2, OutputTokens: 2},
@@ -327,7 +303,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.Cut("Hel", "lo"), anthropictest.Answer("end_turn", 4, "Hello", " again")}
 			},
 			methods:     seq(drift, trs, good),
-			turnRetries: []turnRetry{{1, 2, 5, 250, "provider stream disconnected"}},
+			turnRetries: []turnRetry{turntest.NewTurnRetry(1, 5, 250, "provider stream disconnected")},
 			items:       []string{"failed:Hello", "completed:Hello again"},
 			terminal:    msp.TerminalCompleted,
 			answer:      "Hello again",
@@ -349,7 +325,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.StreamError("overloaded_error"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "overloaded", 529}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 250, sys, "overloaded", 529)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			// The stream had been accepted (message_start reported input
@@ -362,7 +338,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.StreamError("overloaded_error", "Par", "tial"), anthropictest.Answer("end_turn", 2, "ok")}
 			},
 			methods:     seq(drift, trs, good),
-			turnRetries: []turnRetry{{1, 2, 5, 250, "provider stream failed: overloaded (HTTP 529)"}},
+			turnRetries: []turnRetry{turntest.NewTurnRetry(1, 5, 250, "provider stream failed: overloaded (HTTP 529)")},
 			items:       []string{"failed:Partial", "completed:ok"},
 			terminal:    msp.TerminalCompleted,
 			answer:      "ok",
@@ -375,7 +351,7 @@ func TestTurnScenarios(t *testing.T) {
 			},
 			config:       func(c *anthropic.Config) { c.IdleTimeout = 150 * time.Millisecond },
 			methods:      seq(mrs, good),
-			modelRetries: []modelRetry{{1, 2, 5, 250, sys, "timeout", 0}},
+			modelRetries: []modelRetry{turntest.NewModelRetry(1, 5, 250, sys, "timeout", 0)},
 			terminal:     msp.TerminalCompleted,
 			answer:       "ok",
 			attempts:     msp.Attempts{Count: 2, OutputTokens: 2},
@@ -386,7 +362,7 @@ func TestTurnScenarios(t *testing.T) {
 				return []anthropictest.Reply{anthropictest.Answer("max_tokens", 100, "A long answer that was cut"), anthropictest.Answer("end_turn", 150, "A long answer, whole")}
 			},
 			methods:     seq(good, trs, good),
-			turnRetries: []turnRetry{{1, 2, 5, 250, "output truncated at 100 tokens; retrying with 200"}},
+			turnRetries: []turnRetry{turntest.NewTurnRetry(1, 5, 250, "output truncated at 100 tokens; retrying with 200")},
 			items:       []string{"failed:A long answer that was cut", "completed:A long answer, whole"},
 			terminal:    msp.TerminalCompleted,
 			answer:      "A long answer, whole",
@@ -557,10 +533,10 @@ func TestTurnScenarios(t *testing.T) {
 			if got := res.sink.Methods(); got != tc.methods {
 				t.Errorf("methods\n got %q\nwant %q", got, tc.methods)
 			}
-			if got := modelRetries(res.sink); !equalSlices(got, tc.modelRetries) {
+			if got := turntest.ModelRetries(res.sink); !equalSlices(got, tc.modelRetries) {
 				t.Errorf("turn/modelRetryScheduled\n got %+v\nwant %+v", got, tc.modelRetries)
 			}
-			if got := turnRetries(res.sink); !equalSlices(got, tc.turnRetries) {
+			if got := turntest.TurnRetries(res.sink); !equalSlices(got, tc.turnRetries) {
 				t.Errorf("turn/retryScheduled\n got %+v\nwant %+v", got, tc.turnRetries)
 			}
 			if tc.items != nil {
@@ -838,8 +814,8 @@ func TestTransportFailures(t *testing.T) {
 		m := newModel(t, f, func(c *anthropic.Config) { c.IdleTimeout = 100 * time.Millisecond })
 		start := time.Now()
 		_, _, err := stream(t, m, provider.Request{})
-		if kind(err) != "timeout" {
-			t.Errorf("error %v; want timeout", err)
+		if kind(err) != "timeout" || !strings.Contains(err.Error(), "no data from the server for 100ms") {
+			t.Errorf("error %v; want a timeout with no data for 100ms", err)
 		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("idle timeout took %v", d)
@@ -849,8 +825,10 @@ func TestTransportFailures(t *testing.T) {
 		t.Parallel()
 		f := anthropictest.New(t, anthropictest.StallHeaders())
 		m := newModel(t, f, func(c *anthropic.Config) { c.IdleTimeout = 100 * time.Millisecond })
-		if _, _, err := stream(t, m, provider.Request{}); kind(err) != "timeout" {
-			t.Errorf("error %v; want timeout", err)
+		// The failure says that nothing answered, not that a stream fell
+		// silent.
+		if _, _, err := stream(t, m, provider.Request{}); kind(err) != "timeout" || !strings.Contains(err.Error(), "no response from the server within 100ms") {
+			t.Errorf("error %v; want a timeout with no response within 100ms", err)
 		}
 	})
 	t.Run("pings keep a stream alive", func(t *testing.T) {
@@ -996,9 +974,9 @@ func TestRequestValidation(t *testing.T) {
 func TestNew(t *testing.T) {
 	t.Parallel()
 	for _, cfg := range []anthropic.Config{
-		{Model: testModel},
-		{APIKey: testKey},
-		{APIKey: testKey, Model: testModel, StructuredMode: "json"},
+		{Endpoint: provider.Endpoint{Model: testModel}},
+		{Endpoint: provider.Endpoint{APIKey: testKey}},
+		{Endpoint: provider.Endpoint{APIKey: testKey, Model: testModel}, StructuredMode: "json"},
 	} {
 		if _, err := anthropic.New(cfg); err == nil {
 			t.Errorf("New(%+v) succeeded", cfg)
@@ -1006,8 +984,75 @@ func TestNew(t *testing.T) {
 			t.Errorf("New error carries the key: %v", err)
 		}
 	}
-	m, err := anthropic.New(anthropic.Config{APIKey: testKey, Model: testModel, System: "gcp.vertex_ai"})
+	m, err := anthropic.New(anthropic.Config{Endpoint: provider.Endpoint{APIKey: testKey, Model: testModel, System: "gcp.vertex_ai"}})
 	if err != nil || m.System() != "gcp.vertex_ai" {
 		t.Errorf("System %q, err %v", m.System(), err)
+	}
+}
+
+// TestMalformedBaseURLIsRefusedByNew: a base URL the SDK cannot
+// parse is accepted by New; every request then fails as a retryable
+// connectionError (five attempts with backoff for a configuration error)
+// and the error message carries the raw URL, user info included. The
+// OpenAI provider validates its base URL in New and never echoes it.
+func TestMalformedBaseURLIsRefusedByNew(t *testing.T) {
+	t.Parallel()
+	const secret = "pr0xyS3cret"
+	m, err := anthropic.New(anthropic.Config{Endpoint: provider.Endpoint{APIKey: testKey, Model: testModel,
+		BaseURL: "http://mspd:" + secret + "@proxy.internal:80 80/"}})
+	if err != nil {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("New error carries the URL's credentials: %v", err)
+		}
+		return // refused up front: fine
+	}
+	_, _, err = stream(t, m, provider.Request{})
+	var pe *provider.Error
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v (%T)", err, err)
+	}
+	t.Errorf("New accepted a malformed base URL; Stream then fails with kind %q (retryable: %v)",
+		pe.Kind, modelretry.Retryable(pe.Kind))
+	if strings.Contains(pe.Message, secret) || strings.Contains(pe.Error(), secret) {
+		t.Errorf("the provider error carries the base URL's credentials: %q", pe.Message)
+	}
+}
+
+// TestAnswerStandsWhenOnlyMessageStopIsLost: message_delta carried the
+// final stop_reason and the cumulative output_tokens (7), then the
+// connection dropped before message_stop. The answer and its usage were
+// complete, so the turn keeps them: no re-run paid for twice, and the
+// reported tokens counted (RFC 0248 §A.2).
+func TestAnswerStandsWhenOnlyMessageStopIsLost(t *testing.T) {
+	t.Parallel()
+	dropAfterDelta := func(w http.ResponseWriter, r *http.Request) {
+		s := anthropictest.StartSSE(w)
+		s.Send("message_start", anthropictest.MsgStart(25))
+		s.Send("content_block_start", anthropictest.TextStart)
+		s.Send("content_block_delta", anthropictest.TextDelta("Hello"))
+		s.Send("content_block_stop", anthropictest.BlockStop)
+		s.Send("message_delta", anthropictest.MsgDelta("end_turn", 7))
+		anthropictest.Reset()(w, r)
+	}
+	f := anthropictest.New(t, dropAfterDelta)
+	res := runTurn(t, newClock(), newModel(t, f), turn.Spec{})
+	a := res.out.Completed.Attempts
+	// message_delta announced the end: the answer stands, with its usage,
+	// and nothing is paid for twice.
+	if res.out.Completed.Terminal != "completed" || res.out.Answer != "Hello" || a == nil || a.Count != 1 || a.OutputTokens != 7 || !a.UsageComplete {
+		t.Fatalf("terminal %s answer %q attempts %+v (events %s)", res.out.Completed.Terminal, res.out.Answer, a, res.sink.Methods())
+	}
+}
+
+// TestRedirectIsNotFollowed: one attempt is one HTTP request; a redirect
+// fails the attempt as an invalid request instead of a second request.
+func TestRedirectIsNotFollowed(t *testing.T) {
+	f := anthropictest.New(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/v1/elsewhere", http.StatusTemporaryRedirect)
+	})
+	_, _, err := stream(t, newModel(t, f), provider.Request{})
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Kind != modelretry.KindInvalidRequest || f.Count() != 1 {
+		t.Fatalf("err %v, %d requests; want an invalid request after one request", err, f.Count())
 	}
 }

@@ -16,12 +16,6 @@ import (
 	"mspd/provider"
 )
 
-// idleError is the cause of an idle-timeout failure.
-type idleError struct{}
-
-func (idleError) Error() string { return "anthropic: stream idle timeout" }
-func (idleError) Timeout() bool { return true }
-
 // maxMessage bounds provider text carried in an Error's Message.
 const maxMessage = 300
 
@@ -32,27 +26,27 @@ const maxMessage = 300
 func typeInfo(typ string) (kind string, status int) {
 	switch typ {
 	case "invalid_request_error":
-		return provider.KindInvalidRequest, http.StatusBadRequest
+		return modelretry.KindInvalidRequest, http.StatusBadRequest
 	case "authentication_error":
-		return provider.KindAuth, http.StatusUnauthorized
+		return modelretry.KindAuth, http.StatusUnauthorized
 	case "billing_error":
-		return provider.KindQuotaExhausted, http.StatusPaymentRequired
+		return modelretry.KindQuotaExhausted, http.StatusPaymentRequired
 	case "permission_error":
-		return provider.KindAuth, http.StatusForbidden
+		return modelretry.KindAuth, http.StatusForbidden
 	case "not_found_error":
-		return provider.KindNotFound, http.StatusNotFound
+		return modelretry.KindNotFound, http.StatusNotFound
 	case "conflict_error":
-		return provider.KindConflict, http.StatusConflict
+		return modelretry.KindConflict, http.StatusConflict
 	case "request_too_large":
-		return provider.KindInvalidRequest, http.StatusRequestEntityTooLarge
+		return modelretry.KindInvalidRequest, http.StatusRequestEntityTooLarge
 	case "rate_limit_error":
-		return provider.KindRateLimited, http.StatusTooManyRequests
+		return modelretry.KindRateLimited, http.StatusTooManyRequests
 	case "api_error":
-		return provider.KindServerError, http.StatusInternalServerError
+		return modelretry.KindServerError, http.StatusInternalServerError
 	case "timeout_error":
-		return provider.KindTimeout, http.StatusGatewayTimeout
+		return modelretry.KindTimeout, http.StatusGatewayTimeout
 	case "overloaded_error":
-		return provider.KindOverloaded, 529
+		return modelretry.KindOverloaded, 529
 	}
 	return "", 0
 }
@@ -61,7 +55,7 @@ func typeInfo(typ string) (kind string, status int) {
 // kind hint; "" leaves the kind to the HTTP status.
 func kindForType(typ, msg string) string {
 	if typ == "invalid_request_error" && contextTooLong(msg) {
-		return provider.KindContextLengthExceeded
+		return modelretry.KindContextLengthExceeded
 	}
 	kind, _ := typeInfo(typ)
 	return kind
@@ -102,11 +96,11 @@ func (m *Model) failure(err error, gotHeaders bool, status int, header http.Head
 	pe := &provider.Error{Err: err}
 	switch {
 	case isTimeout(err):
-		pe.Kind, pe.Message = provider.KindTimeout, "the request timed out: "+cause.Error()
+		pe.Kind, pe.Message = modelretry.KindTimeout, "the request timed out: "+cause.Error()
 	case !gotHeaders:
-		pe.Kind, pe.Message = provider.KindConnectionError, "no response from the provider: "+cause.Error()
+		pe.Kind, pe.Message = modelretry.KindConnectionError, "no response from the provider: "+cause.Error()
 	default:
-		pe.Kind, pe.Message = provider.KindStreamInterrupted, "the stream broke: "+cause.Error()
+		pe.Kind, pe.Message = modelretry.KindStreamInterrupted, "the stream broke: "+cause.Error()
 	}
 	return m.redact(pe)
 }
@@ -128,7 +122,7 @@ func apiError(aerr *anthropic.Error) *provider.Error {
 	}
 	pe := &provider.Error{Kind: kindForType(typ, msg), HTTPStatus: aerr.StatusCode, Err: detach(aerr)}
 	if spendLimit(code) {
-		pe.Kind = provider.KindQuotaExhausted
+		pe.Kind = modelretry.KindQuotaExhausted
 	}
 	if aerr.StatusCode < 400 {
 		// An in-stream error: report the status its type implies
@@ -137,7 +131,7 @@ func apiError(aerr *anthropic.Error) *provider.Error {
 		_, pe.HTTPStatus = typeInfo(typ)
 		pe.Accepted = true
 		if pe.Kind == "" {
-			pe.Kind = provider.KindStreamInterrupted
+			pe.Kind = modelretry.KindStreamInterrupted
 		}
 		pe.Message = "error event in the stream: " + describe(typ, msg, 0)
 		return pe

@@ -8,6 +8,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
 
+	"mspd/modelretry"
 	"mspd/provider"
 )
 
@@ -51,7 +52,7 @@ func (m *Model) params(req provider.Request) (anthropic.MessageNewParams, plan, 
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, req.ResponseSchema); err != nil {
-		return params, p, &provider.Error{Kind: provider.KindInvalidRequest, Message: "the response schema is not JSON", Err: err}
+		return params, p, &provider.Error{Kind: modelretry.KindInvalidRequest, Message: "the response schema is not JSON", Err: err}
 	}
 	schema := compact.Bytes()
 	if m.cfg.StructuredMode == StructuredTool && objectSchema(schema) {
@@ -106,7 +107,7 @@ func messages(history []provider.Message) ([]anthropic.MessageParam, error) {
 	}
 	for i, msg := range history {
 		if msg.Role != provider.RoleUser && msg.Role != provider.RoleAssistant {
-			return nil, &provider.Error{Kind: provider.KindInvalidRequest,
+			return nil, &provider.Error{Kind: modelretry.KindInvalidRequest,
 				Message: fmt.Sprintf("message %d has role %q; want user or assistant", i, msg.Role)}
 		}
 		if msg.Text == "" || (len(out) == 0 && len(blocks) == 0 && msg.Role == provider.RoleAssistant) {
@@ -120,7 +121,7 @@ func messages(history []provider.Message) ([]anthropic.MessageParam, error) {
 	}
 	flush()
 	if len(out) == 0 {
-		return nil, &provider.Error{Kind: provider.KindInvalidRequest, Message: "no user message to send"}
+		return nil, &provider.Error{Kind: modelretry.KindInvalidRequest, Message: "no user message to send"}
 	}
 	return out, nil
 }

@@ -199,11 +199,13 @@ func build(e Entry, env Env) (*Provider, error) {
 			key = env(keyEnv)
 		}
 		m, err := openai.New(openai.Config{
-			APIKey:         key,
-			BaseURL:        or(e.BaseURL, env("OPENAI_BASE_URL")),
-			Model:          p.DefaultModel,
-			System:         e.System,
-			IdleTimeout:    e.IdleTimeout.Duration,
+			Endpoint: provider.Endpoint{
+				APIKey:      key,
+				BaseURL:     or(e.BaseURL, env("OPENAI_BASE_URL")),
+				Model:       p.DefaultModel,
+				System:      e.System,
+				IdleTimeout: e.IdleTimeout.Duration,
+			},
 			MaxTokensField: e.MaxTokensField,
 			API:            e.API,
 			Organization:   e.Organization,
@@ -226,11 +228,13 @@ func build(e Entry, env Env) (*Provider, error) {
 			return nil, fmt.Errorf("no API key: set %s", keyEnv)
 		}
 		m, err := anthropic.New(anthropic.Config{
-			APIKey:         key,
-			BaseURL:        or(e.BaseURL, env("ANTHROPIC_BASE_URL")),
-			Model:          p.DefaultModel,
-			System:         e.System,
-			IdleTimeout:    e.IdleTimeout.Duration,
+			Endpoint: provider.Endpoint{
+				APIKey:      key,
+				BaseURL:     or(e.BaseURL, env("ANTHROPIC_BASE_URL")),
+				Model:       p.DefaultModel,
+				System:      e.System,
+				IdleTimeout: e.IdleTimeout.Duration,
+			},
 			StructuredMode: e.StructuredMode,
 		})
 		if err != nil {

@@ -28,6 +28,7 @@ import (
 	"time"
 	"unicode"
 
+	"mspd/modelretry"
 	"mspd/provider"
 )
 
@@ -143,7 +144,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 		var node schema
 		if err := json.Unmarshal(req.ResponseSchema, &node); err != nil {
 			return provider.Response{}, &provider.Error{
-				Kind:       provider.KindInvalidRequest,
+				Kind:       modelretry.KindInvalidRequest,
 				HTTPStatus: http.StatusBadRequest,
 				Message:    "demo: response schema is not valid JSON: " + err.Error(),
 				Err:        err,
@@ -198,20 +199,20 @@ func (m *Model) fault(req provider.Request) error {
 	case 0:
 		h := http.Header{}
 		h.Set("retry-after-ms", strconv.Itoa(300+r.IntN(1201)))
-		return &provider.Error{Kind: provider.KindRateLimited, HTTPStatus: http.StatusTooManyRequests, Header: h,
+		return &provider.Error{Kind: modelretry.KindRateLimited, HTTPStatus: http.StatusTooManyRequests, Header: h,
 			Message: "demo: rate limit reached for requests"}
 	case 1:
-		return &provider.Error{Kind: provider.KindOverloaded, HTTPStatus: http.StatusServiceUnavailable,
+		return &provider.Error{Kind: modelretry.KindOverloaded, HTTPStatus: http.StatusServiceUnavailable,
 			Message: "demo: service unavailable"}
 	case 2:
 		h := http.Header{}
 		h.Set("x-should-retry", "true")
-		return &provider.Error{Kind: provider.KindOverloaded, HTTPStatus: 529, Header: h,
+		return &provider.Error{Kind: modelretry.KindOverloaded, HTTPStatus: 529, Header: h,
 			Message: "demo: overloaded"}
 	case 3:
-		return &provider.Error{Kind: provider.KindTimeout, Message: "demo: timed out waiting for the first byte"}
+		return &provider.Error{Kind: modelretry.KindTimeout, Message: "demo: timed out waiting for the first byte"}
 	default:
-		return &provider.Error{Kind: provider.KindConnectionError, Message: "demo: connection reset by peer"}
+		return &provider.Error{Kind: modelretry.KindConnectionError, Message: "demo: connection reset by peer"}
 	}
 }
 

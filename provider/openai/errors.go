@@ -43,12 +43,8 @@ func (m *Model) failure(err error, w *watch) error {
 	if pe := provider.RedirectError(err); pe != nil {
 		return pe
 	}
-	if w.timedOut() {
-		msg := fmt.Sprintf("no data from the server for %s", m.cfg.IdleTimeout)
-		if w.beforeHdr {
-			msg = fmt.Sprintf("no response from the server within %s", m.cfg.IdleTimeout)
-		}
-		return &provider.Error{Kind: provider.KindTimeout, Message: msg, Err: errIdle}
+	if w.Fired() {
+		return w.IdleFailure()
 	}
 	var ae *oai.Error
 	if errors.As(err, &ae) {
@@ -58,21 +54,21 @@ func (m *Model) failure(err error, w *watch) error {
 	if errors.As(err, &se) {
 		return m.streamError(se.Event.Data)
 	}
-	if w.gotHeaders && w.status >= 400 {
+	if status, header := w.Response(); status >= 400 {
 		// The SDK failed to parse the error body ({"error": "text"}, say):
 		// the status and headers still say what happened.
-		return &provider.Error{HTTPStatus: w.status, Header: modelretry.KeepSignals(w.header),
-			Message: statusText(w.status)}
+		return &provider.Error{HTTPStatus: status, Header: modelretry.KeepSignals(header),
+			Message: statusText(status)}
 	}
 	cause := unwrapURL(err)
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
-		return &provider.Error{Kind: provider.KindTimeout, Message: "request timed out: " + m.redact(cause.Error()), Err: cause}
+		return &provider.Error{Kind: modelretry.KindTimeout, Message: "request timed out: " + m.redact(cause.Error()), Err: cause}
 	}
-	if w.gotHeaders {
-		return &provider.Error{Kind: provider.KindStreamInterrupted, Message: "the stream broke: " + m.redact(cause.Error()), Err: cause}
+	if w.GotHeaders() {
+		return &provider.Error{Kind: modelretry.KindStreamInterrupted, Message: "the stream broke: " + m.redact(cause.Error()), Err: cause}
 	}
-	return &provider.Error{Kind: provider.KindConnectionError, Message: "no response: " + m.redact(cause.Error()), Err: cause}
+	return &provider.Error{Kind: modelretry.KindConnectionError, Message: "no response: " + m.redact(cause.Error()), Err: cause}
 }
 
 // apiError maps an HTTP error response. The *oai.Error itself is not kept
@@ -87,7 +83,7 @@ func (m *Model) apiError(ae *oai.Error, w *watch) *provider.Error {
 	if msg == "" {
 		msg = statusText(ae.StatusCode)
 	}
-	h := w.header
+	_, h := w.Response()
 	if ae.Response != nil {
 		h = ae.Response.Header
 	}
@@ -107,16 +103,16 @@ func bodyKind(code, typ string) string {
 	for _, s := range [...]string{code, typ} {
 		switch strings.ToLower(s) {
 		case "insufficient_quota":
-			return provider.KindQuotaExhausted
+			return modelretry.KindQuotaExhausted
 		case "rate_limit_exceeded":
-			return provider.KindRateLimited
+			return modelretry.KindRateLimited
 		case "context_length_exceeded":
-			return provider.KindContextLengthExceeded
+			return modelretry.KindContextLengthExceeded
 		case "model_not_found":
-			return provider.KindNotFound
+			return modelretry.KindNotFound
 		case "content_filter", "content_policy_violation":
 			// Azure's filter: asking again gets the same answer.
-			return provider.KindContentFilter
+			return modelretry.KindContentFilter
 		}
 	}
 	return ""
@@ -167,7 +163,7 @@ func (m *Model) streamError(data []byte) *provider.Error {
 	// The stream was open: whatever it cost is unknown, not zero.
 	pe := &provider.Error{Message: m.redact(msg), Accepted: true}
 	pe.Kind, pe.HTTPStatus = frameKind(code, e.Type)
-	if pe.Kind == provider.KindStreamInterrupted && status >= 400 && status <= 599 {
+	if pe.Kind == modelretry.KindStreamInterrupted && status >= 400 && status <= 599 {
 		pe.Kind, pe.HTTPStatus = "", status
 	}
 	return pe
@@ -176,9 +172,9 @@ func (m *Model) streamError(data []byte) *provider.Error {
 func frameKind(code, typ string) (string, int) {
 	if k := bodyKind(code, typ); k != "" {
 		switch k {
-		case provider.KindQuotaExhausted, provider.KindRateLimited:
+		case modelretry.KindQuotaExhausted, modelretry.KindRateLimited:
 			return k, http.StatusTooManyRequests
-		case provider.KindNotFound:
+		case modelretry.KindNotFound:
 			return k, http.StatusNotFound
 		}
 		return k, http.StatusBadRequest
@@ -186,17 +182,17 @@ func frameKind(code, typ string) (string, int) {
 	for _, s := range [...]string{code, typ} {
 		switch strings.ToLower(s) {
 		case "rate_limit_error":
-			return provider.KindRateLimited, http.StatusTooManyRequests
+			return modelretry.KindRateLimited, http.StatusTooManyRequests
 		case "invalid_request_error", "badrequesterror", "invalid_prompt":
-			return provider.KindInvalidRequest, http.StatusBadRequest
+			return modelretry.KindInvalidRequest, http.StatusBadRequest
 		case "server_error", "api_error", "internal_error", "internalservererror":
-			return provider.KindServerError, http.StatusInternalServerError
+			return modelretry.KindServerError, http.StatusInternalServerError
 		case "overloaded", "overloaded_error", "slow_down", "engine_overloaded",
 			"server_overloaded", "service_unavailable", "serviceunavailableerror":
-			return provider.KindOverloaded, http.StatusServiceUnavailable
+			return modelretry.KindOverloaded, http.StatusServiceUnavailable
 		}
 	}
-	return provider.KindStreamInterrupted, 0
+	return modelretry.KindStreamInterrupted, 0
 }
 
 // topLevelError reads {"message", "type", "code"} from an error body that

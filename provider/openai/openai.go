@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -29,6 +28,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
+	"mspd/modelretry"
 	"mspd/provider"
 )
 
@@ -66,28 +66,15 @@ const (
 // OpenAI requires one, and nothing else reads it.
 const responseSchemaName = "response"
 
-// Config configures a Model.
+// Config configures a Model. Of its Endpoint, APIKey is sent as a bearer
+// token and may be empty for a compatible server without authentication;
+// BaseURL is the API root, e.g. "http://localhost:8000/v1" for vLLM, ""
+// meaning DefaultBaseURL (chat/completions is resolved against it); System
+// defaults to DefaultSystem (set e.g. "vllm" for a compatible endpoint),
+// IdleTimeout to DefaultIdleTimeout, and HTTPClient to a client on a clone
+// of http.DefaultTransport.
 type Config struct {
-	// APIKey is sent as a bearer token. It may be empty for a compatible
-	// server without authentication. It never appears in errors.
-	APIKey string
-	// BaseURL is the API root, e.g. "http://localhost:8000/v1" for vLLM;
-	// "" means DefaultBaseURL. chat/completions is resolved against it.
-	BaseURL string
-	// Model is the model id used when a Request names none; required.
-	Model string
-	// System is the OTel gen_ai.provider.name to report: "" means
-	// DefaultSystem; set e.g. "vllm" for a compatible endpoint.
-	System string
-	// IdleTimeout fails a request, as Kind "timeout", when the server sends
-	// nothing for this long, whether before the response headers or between
-	// stream chunks. Only time spent waiting on the server counts, not time
-	// spent in onText. 0 means DefaultIdleTimeout; negative disables it.
-	IdleTimeout time.Duration
-	// HTTPClient sends the requests; nil uses a client on a clone of
-	// http.DefaultTransport. Its Timeout, if any, bounds whole streams, so
-	// leave it 0 and rely on IdleTimeout.
-	HTTPClient *http.Client
+	provider.Endpoint
 	// MaxTokensField names the Chat Completions field for
 	// Request.MaxTokens: MaxCompletionTokens ("" means this) or MaxTokens
 	// for older compatible servers. The Responses API always uses
@@ -114,22 +101,11 @@ type Model struct {
 // alone: OPENAI_* environment variables are not read, so what mspd's
 // configuration says is what is sent.
 func New(cfg Config) (*Model, error) {
-	if cfg.Model == "" {
-		return nil, errors.New("openai: Config.Model is required")
-	}
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		// The URL is not echoed: it may carry credentials.
-		return nil, errors.New("openai: Config.BaseURL must be an absolute http(s) URL")
-	}
-	if cfg.System == "" {
-		cfg.System = DefaultSystem
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
+	if err := cfg.Resolve("openai", DefaultSystem, DefaultIdleTimeout); err != nil {
+		return nil, err
 	}
 	switch cfg.MaxTokensField {
 	case "":
@@ -194,7 +170,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := newWatch(m.cfg.IdleTimeout, cancel)
-	defer w.stop()
+	defer w.Stop()
 	opts := []option.RequestOption{
 		option.WithMiddleware(w.middleware),
 		// The SDK counts its own retries (always 0 here); tell the server
@@ -228,12 +204,12 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 func checkMessages(req provider.Request) error {
 	for i, msg := range req.Messages {
 		if msg.Role != provider.RoleUser && msg.Role != provider.RoleAssistant {
-			return &provider.Error{Kind: provider.KindInvalidRequest,
+			return &provider.Error{Kind: modelretry.KindInvalidRequest,
 				Message: fmt.Sprintf("message %d has unsupported role %q", i, msg.Role)}
 		}
 	}
 	if len(req.ResponseSchema) > 0 && !json.Valid(req.ResponseSchema) {
-		return &provider.Error{Kind: provider.KindInvalidRequest, Message: "the response schema is not valid JSON"}
+		return &provider.Error{Kind: modelretry.KindInvalidRequest, Message: "the response schema is not valid JSON"}
 	}
 	return nil
 }
@@ -284,7 +260,7 @@ func (m *Model) streamChat(ctx context.Context, req provider.Request, onText fun
 	// With a finish_reason the answer is whole even if the connection then
 	// broke or went quiet before data: [DONE]; only usage may be missing.
 	if finish == "" && !w.sawDone() {
-		return resp, &provider.Error{Kind: provider.KindStreamInterrupted,
+		return resp, &provider.Error{Kind: modelretry.KindStreamInterrupted,
 			Message: "the stream ended before a finish_reason or data: [DONE]"}
 	}
 	resp.FinishReason = finishReason(finish, refused)

@@ -30,7 +30,7 @@ const testKey = "sk-proj-TESTKEY0123456789abcdefghijSECRET"
 // newModel returns a Model on srv; mod adjusts the config.
 func newModel(t *testing.T, srv *openaitest.Server, mod func(*openai.Config)) *openai.Model {
 	t.Helper()
-	cfg := openai.Config{APIKey: testKey, BaseURL: srv.URL, Model: "gpt-4o-mini", HTTPClient: srv.Client()}
+	cfg := openai.Config{Endpoint: provider.Endpoint{APIKey: testKey, BaseURL: srv.URL(), Model: "gpt-4o-mini", HTTPClient: srv.Client()}}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -289,7 +289,7 @@ func TestConnectionRefused(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	m, err := openai.New(openai.Config{APIKey: testKey, BaseURL: "http://" + addr + "/v1", Model: "m"})
+	m, err := openai.New(openai.Config{Endpoint: provider.Endpoint{APIKey: testKey, BaseURL: "http://" + addr + "/v1", Model: "m"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,8 +444,8 @@ func TestConfig(t *testing.T) {
 		cfg  openai.Config
 	}{
 		{"no model", openai.Config{}},
-		{"bad max tokens field", openai.Config{Model: "m", MaxTokensField: "max_output_tokens"}},
-		{"relative base URL", openai.Config{Model: "m", BaseURL: "localhost:8000/v1"}},
+		{"bad max tokens field", openai.Config{Endpoint: provider.Endpoint{Model: "m"}, MaxTokensField: "max_output_tokens"}},
+		{"relative base URL", openai.Config{Endpoint: provider.Endpoint{Model: "m", BaseURL: "localhost:8000/v1"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := openai.New(tc.cfg); err == nil {
@@ -484,7 +484,7 @@ func TestBaseURL(t *testing.T) {
 		for _, slash := range []string{"", "/"} {
 			t.Run(prefix+slash, func(t *testing.T) {
 				srv := openaitest.New(t, prefix, openaitest.Stream(openaitest.Answer("ok")...))
-				m := newModel(t, srv, func(c *openai.Config) { c.BaseURL = srv.URL + slash; c.APIKey = "" })
+				m := newModel(t, srv, func(c *openai.Config) { c.BaseURL = srv.URL() + slash; c.APIKey = "" })
 				text, _, err := stream(t, m, hello)
 				if err != nil || text != "ok" {
 					t.Fatalf("got %q, %v", text, err)
@@ -518,20 +518,12 @@ func TestStructuredOutputRequest(t *testing.T) {
 
 // --- through the turn runner ---
 
-// notice is the content of a turn/modelRetryScheduled.
-type notice struct {
-	Attempt, NextAttempt, MaxAttempts int
-	RetryDelayMs                      int64
-	System, ErrorKind                 string
-	HTTPStatus                        int
-}
-
-// turnNotice is the content of a turn/retryScheduled.
-type turnNotice struct {
-	Attempt, NextAttempt, MaxAttempts int
-	RetryDelayMs                      int64
-	Reason                            string
-}
+// notice and turnNotice are what a scenario checks of the model-layer and
+// turn-layer retry notices.
+type (
+	notice     = turntest.ModelRetry
+	turnNotice = turntest.TurnRetry
+)
 
 type turnRun struct {
 	out   turn.Outcome
@@ -576,25 +568,6 @@ func runTurn(t *testing.T, m provider.Model, spec turn.Spec, start time.Time, mo
 	return turnRun{out: out, sink: sink, clock: clk, start: start}
 }
 
-func modelNotices(s *turntest.Sink) []notice {
-	var out []notice
-	for _, p := range turntest.Of[*msp.TurnModelRetryScheduledParams](s, msp.NotifyTurnModelRetryScheduled) {
-		if p.TurnID != "turn-1" {
-			panic("wrong turn id " + p.TurnID)
-		}
-		out = append(out, notice{p.Attempt, p.NextAttempt, p.MaxAttempts, p.RetryDelayMs, p.System, p.ErrorKind, p.HTTPStatus})
-	}
-	return out
-}
-
-func turnNotices(s *turntest.Sink) []turnNotice {
-	var out []turnNotice
-	for _, p := range turntest.Of[*msp.TurnRetryScheduledParams](s, msp.NotifyTurnRetryScheduled) {
-		out = append(out, turnNotice{p.Attempt, p.NextAttempt, p.MaxAttempts, p.RetryDelayMs, p.Reason})
-	}
-	return out
-}
-
 // items returns the closing status and text of each agentMessage item.
 func items(s *turntest.Sink) [][2]string {
 	var out [][2]string
@@ -630,7 +603,7 @@ func TestTurnScenarios(t *testing.T) {
 		return func(time.Time) []openaitest.Reply { return r }
 	}
 	oa := func(attempt int, delay int64, kind string, status int) notice {
-		return notice{attempt, attempt + 1, 5, delay, "openai", kind, status}
+		return turntest.NewModelRetry(attempt, 5, delay, "openai", kind, status)
 	}
 	scenarios := []scenario{
 		{
@@ -754,7 +727,7 @@ func TestTurnScenarios(t *testing.T) {
 			replies: fixed(openaitest.Stream(openaitest.Role(), openaitest.Delta("Hel"), openaitest.Delta("lo wor")),
 				ok),
 			methods: "item/started, item/delta, item/completed, turn/retryScheduled, " + answer,
-			turn_:   []turnNotice{{1, 2, 5, 250, "provider stream disconnected"}},
+			turn_:   []turnNotice{turntest.NewTurnRetry(1, 5, 250, "provider stream disconnected")},
 			items:   [][2]string{{"failed", "Hello wor"}, {"completed", "Hello"}},
 			// The cut attempt's usage never came: a floor, not a count.
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
@@ -765,7 +738,7 @@ func TestTurnScenarios(t *testing.T) {
 			replies: fixed(openaitest.StreamAbort(openaitest.Role(), openaitest.Delta("Hel")),
 				ok),
 			methods:  "item/started, item/delta, item/completed, turn/retryScheduled, " + answer,
-			turn_:    []turnNotice{{1, 2, 5, 250, "provider stream disconnected"}},
+			turn_:    []turnNotice{turntest.NewTurnRetry(1, 5, 250, "provider stream disconnected")},
 			items:    [][2]string{{"failed", "Hel"}, {"completed", "Hello"}},
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
 		},
@@ -783,7 +756,7 @@ func TestTurnScenarios(t *testing.T) {
 			replies: fixed(openaitest.Stream(openaitest.Role(), openaitest.Delta("Hel"),
 				openaitest.ErrorFrame("The server had an error while processing your request.", "server_error", "")), ok),
 			methods:  "item/started, item/delta, item/completed, turn/retryScheduled, " + answer,
-			turn_:    []turnNotice{{1, 2, 5, 250, "provider stream failed: server error (HTTP 500)"}},
+			turn_:    []turnNotice{turntest.NewTurnRetry(1, 5, 250, "provider stream failed: server error (HTTP 500)")},
 			items:    [][2]string{{"failed", "Hel"}, {"completed", "Hello"}},
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
 		},
@@ -792,7 +765,7 @@ func TestTurnScenarios(t *testing.T) {
 			model:    func(c *openai.Config) { c.IdleTimeout = 40 * time.Millisecond },
 			replies:  fixed(openaitest.StreamStall(openaitest.Role(), openaitest.Delta("Hel")), ok),
 			methods:  "item/started, item/delta, item/completed, turn/retryScheduled, " + answer,
-			turn_:    []turnNotice{{1, 2, 5, 250, "provider stream failed: timed out"}},
+			turn_:    []turnNotice{turntest.NewTurnRetry(1, 5, 250, "provider stream failed: timed out")},
 			items:    [][2]string{{"failed", "Hel"}, {"completed", "Hello"}},
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
 		},
@@ -810,7 +783,7 @@ func TestTurnScenarios(t *testing.T) {
 			replies: fixed(openaitest.Stream(openaitest.Role(), openaitest.Delta("Once upon"), openaitest.Finish("length"),
 				openaitest.Usage(12, 100, 0, 0), openaitest.Done), ok),
 			methods:  answer + ", turn/retryScheduled, " + answer,
-			turn_:    []turnNotice{{1, 2, 5, 250, "output truncated at 100 tokens; retrying with 200"}},
+			turn_:    []turnNotice{turntest.NewTurnRetry(1, 5, 250, "output truncated at 100 tokens; retrying with 200")},
 			items:    [][2]string{{"failed", "Once upon"}, {"completed", "Hello"}},
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 102, UsageComplete: true},
 			check: func(t *testing.T, srv *openaitest.Server, _ turnRun) {
@@ -847,7 +820,7 @@ func TestTurnScenarios(t *testing.T) {
 			replies: fixed(openaitest.Stream(openaitest.Answer(`The answer is 42.`)...),
 				openaitest.Stream(openaitest.Answer(`{"answer":"42"}`)...)),
 			methods:  answer + ", turn/retryScheduled, " + answer,
-			turn_:    []turnNotice{{1, 2, 5, 250, "answer does not match the response schema: the answer is not valid JSON"}},
+			turn_:    []turnNotice{turntest.NewTurnRetry(1, 5, 250, "answer does not match the response schema: the answer is not valid JSON")},
 			items:    [][2]string{{"failed", `The answer is 42.`}, {"completed", `{"answer":"42"}`}},
 			terminal: "completed",
 			attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true, StructuredOutput: "native"},
@@ -858,12 +831,12 @@ func TestTurnScenarios(t *testing.T) {
 			replies: fixed(openaitest.Stream(openaitest.Answer(`{"nope":1}`)...),
 				openaitest.Stream(openaitest.Answer(`{"answer":"42"}`)...)),
 			methods:  answer + ", turn/retryScheduled, " + answer,
-			turn_:    []turnNotice{{1, 2, 5, 250, "answer does not match the response schema: answer: required"}},
+			turn_:    []turnNotice{turntest.NewTurnRetry(1, 5, 250, "answer does not match the response schema: answer: required")},
 			items:    [][2]string{{"failed", `{"nope":1}`}, {"completed", `{"answer":"42"}`}},
 			terminal: "completed",
 			attempts: msp.Attempts{Count: 2, OutputTokens: 2, UsageComplete: true, StructuredOutput: "native"},
 			check: func(t *testing.T, _ *openaitest.Server, r turnRun) {
-				if n := turnNotices(r.sink); len(n) != 1 || !strings.HasPrefix(n[0].Reason, "answer does not match the response schema") {
+				if n := turntest.TurnRetries(r.sink); len(n) != 1 || !strings.HasPrefix(n[0].Reason, "answer does not match the response schema") {
 					t.Errorf("turn notices %+v", n)
 				}
 			},
@@ -915,7 +888,7 @@ func TestTurnScenarios(t *testing.T) {
 			replies: fixed(openaitest.Stream(openaitest.Role(),
 				`{"error":{"object":"error","message":"engine dead","type":"InternalServerError","param":null,"code":500}}`), ok),
 			methods:  modelThen,
-			model_:   []notice{{1, 2, 5, 250, "vllm", "serverError", 500}},
+			model_:   []notice{turntest.NewModelRetry(1, 5, 250, "vllm", "serverError", 500)},
 			terminal: "completed", attempts: msp.Attempts{Count: 2, OutputTokens: 2},
 		},
 		{
@@ -923,7 +896,7 @@ func TestTurnScenarios(t *testing.T) {
 			replies:  fixed(openaitest.Error(503, openaitest.OverloadedBody), openaitest.Error(503, openaitest.OverloadedBody), openaitest.Error(503, openaitest.OverloadedBody)),
 			spec:     func(s *turn.Spec) { n := 3; s.Retry = &msp.RetryPolicy{MaxAttempts: &n} },
 			methods:  "turn/modelRetryScheduled, turn/modelRetryScheduled",
-			model_:   []notice{{1, 2, 3, 250, "openai", "overloaded", 503}, {2, 3, 3, 500, "openai", "overloaded", 503}},
+			model_:   []notice{turntest.NewModelRetry(1, 3, 250, "openai", "overloaded", 503), turntest.NewModelRetry(2, 3, 500, "openai", "overloaded", 503)},
 			terminal: "failed", errText: "overloaded (HTTP 503); gave up after 3 attempts",
 			attempts: msp.Attempts{Count: 3, UsageComplete: true},
 		},
@@ -943,10 +916,10 @@ func TestTurnScenarios(t *testing.T) {
 			if got := r.sink.Methods(); got != sc.methods {
 				t.Errorf("methods\n got %s\nwant %s", got, sc.methods)
 			}
-			if got := modelNotices(r.sink); !reflect.DeepEqual(got, sc.model_) {
+			if got := turntest.ModelRetries(r.sink); !reflect.DeepEqual(got, sc.model_) {
 				t.Errorf("turn/modelRetryScheduled\n got %+v\nwant %+v", got, sc.model_)
 			}
-			if got := turnNotices(r.sink); !reflect.DeepEqual(got, sc.turn_) {
+			if got := turntest.TurnRetries(r.sink); !reflect.DeepEqual(got, sc.turn_) {
 				t.Errorf("turn/retryScheduled\n got %+v\nwant %+v", got, sc.turn_)
 			}
 			if sc.items != nil {
@@ -1077,7 +1050,7 @@ func TestResponsesAPI(t *testing.T) {
 		})
 	}
 	t.Run("bad API", func(t *testing.T) {
-		if _, err := openai.New(openai.Config{Model: "m", API: "assistants"}); err == nil {
+		if _, err := openai.New(openai.Config{Endpoint: provider.Endpoint{Model: "m"}, API: "assistants"}); err == nil {
 			t.Error("New accepted it")
 		}
 	})
@@ -1095,7 +1068,7 @@ func TestResponsesTurn(t *testing.T) {
 		if got := r.sink.Methods(); got != want {
 			t.Errorf("methods %s", got)
 		}
-		if got := turnNotices(r.sink); !reflect.DeepEqual(got, []turnNotice{{1, 2, 5, 250, "output truncated at 100 tokens; retrying with 200"}}) {
+		if got := turntest.TurnRetries(r.sink); !reflect.DeepEqual(got, []turnNotice{turntest.NewTurnRetry(1, 5, 250, "output truncated at 100 tokens; retrying with 200")}) {
 			t.Errorf("notices %+v", got)
 		}
 		var sent []any
@@ -1120,14 +1093,74 @@ func TestResponsesTurn(t *testing.T) {
 		if got := r.sink.Methods(); got != want {
 			t.Errorf("methods %s", got)
 		}
-		if got := modelNotices(r.sink); !reflect.DeepEqual(got, []notice{{1, 2, 5, 250, "openai", "serverError", 500}}) {
+		if got := turntest.ModelRetries(r.sink); !reflect.DeepEqual(got, []notice{turntest.NewModelRetry(1, 5, 250, "openai", "serverError", 500)}) {
 			t.Errorf("model notices %+v", got)
 		}
-		if got := turnNotices(r.sink); !reflect.DeepEqual(got, []turnNotice{{2, 3, 5, 500, "provider stream disconnected"}}) {
+		if got := turntest.TurnRetries(r.sink); !reflect.DeepEqual(got, []turnNotice{turntest.NewTurnRetry(2, 5, 500, "provider stream disconnected")}) {
 			t.Errorf("turn notices %+v", got)
 		}
 		if r.out.Answer != "Hello" || r.out.Completed.Attempts.Count != 3 || srv.Count() != 3 {
 			t.Errorf("answer %q attempts %+v requests %d", r.out.Answer, r.out.Completed.Attempts, srv.Count())
 		}
 	})
+}
+
+// TestFinishedThenDropped: the stream delivered every delta and
+// finish_reason "stop", then the connection dropped before the usage chunk
+// and data: [DONE]. The answer is whole, exactly as in TestStreamEnds' "cut
+// after finish, before usage and DONE" (which ends the body cleanly), so it
+// succeeds the same way, with nil Usage.
+func TestFinishedThenDropped(t *testing.T) {
+	srv := openaitest.New(t, "/v1", openaitest.StreamAbort(openaitest.Role(), openaitest.Delta("Hi"),
+		openaitest.Finish("stop")))
+	text, resp, err := stream(t, newModel(t, srv, nil), hello)
+	if err != nil || text != "Hi" || resp.FinishReason != provider.FinishStop || resp.Usage != nil {
+		t.Errorf("got %q %+v %v; want Hi, stop, nil usage (the answer finished; only the accounting was lost)", text, resp, err)
+	}
+}
+
+// TestFinishedThenDroppedTurn: the same through the runner: the finished
+// answer is kept after one request, not thrown away and bought again.
+func TestFinishedThenDroppedTurn(t *testing.T) {
+	srv := openaitest.New(t, "/v1",
+		openaitest.StreamAbort(openaitest.Role(), openaitest.Delta("Hel"), openaitest.Delta("lo"), openaitest.Finish("stop")),
+		openaitest.Stream(openaitest.Answer("Hel", "lo")...))
+	start := time.Now().Truncate(time.Second)
+	r := runTurn(t, newModel(t, srv, nil), turn.Spec{SessionID: "session-1", TurnID: "turn-1",
+		History: []provider.Message{{Role: provider.RoleUser, Text: "Hi"}}}, start, nil)
+	c := r.out.Completed
+	if n := srv.Count(); n != 1 || c.Attempts == nil || c.Attempts.Count != 1 {
+		t.Errorf("%d requests, attempts %+v; want the finished answer kept after 1 request (events: %s)",
+			n, c.Attempts, r.sink.Methods())
+	}
+	if got := items(r.sink); len(got) == 0 || got[0] != [2]string{msp.ItemCompleted, "Hello"} {
+		t.Errorf("items %v; want the finished answer completed", got)
+	}
+}
+
+// TestFinishedThenSilent: a compatible server sends finish_reason and the
+// usage chunk, then keeps the connection open without data: [DONE]. The
+// answer and its accounting are complete, so the idle watchdog's firing
+// does not fail the attempt.
+func TestFinishedThenSilent(t *testing.T) {
+	srv := openaitest.New(t, "/v1", openaitest.StreamStall(openaitest.Role(), openaitest.Delta("Hi"),
+		openaitest.Finish("stop"), openaitest.Usage(12, 1, 0, 0)))
+	text, resp, err := stream(t, newModel(t, srv, func(c *openai.Config) { c.IdleTimeout = 50 * time.Millisecond }), hello)
+	if err != nil || text != "Hi" || resp.FinishReason != provider.FinishStop || resp.Usage == nil {
+		t.Errorf("got %q %+v %v; want Hi, stop, usage kept", text, resp, err)
+	}
+}
+
+// TestRedirectIsNotFollowed: one attempt is one HTTP request; a redirect
+// fails the attempt as an invalid request (a base URL to fix) instead of
+// becoming a second request.
+func TestRedirectIsNotFollowed(t *testing.T) {
+	srv := openaitest.New(t, "/v1", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/v1/elsewhere", http.StatusTemporaryRedirect)
+	})
+	_, _, err := stream(t, newModel(t, srv, nil), hello)
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Kind != modelretry.KindInvalidRequest || srv.Count() != 1 {
+		t.Fatalf("err %v, %d requests; want an invalid request after one request", err, srv.Count())
+	}
 }

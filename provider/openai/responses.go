@@ -9,6 +9,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
+	"mspd/modelretry"
 	"mspd/provider"
 )
 
@@ -71,7 +72,7 @@ func (m *Model) streamResponses(ctx context.Context, req provider.Request, onTex
 	if err := stream.Err(); err != nil {
 		return resp, err
 	}
-	return resp, &provider.Error{Kind: provider.KindStreamInterrupted,
+	return resp, &provider.Error{Kind: modelretry.KindStreamInterrupted,
 		Message: "the stream ended before response.completed"}
 }
 
@@ -118,7 +119,7 @@ func (m *Model) responsesParams(req provider.Request) (responses.ResponseNewPara
 	if len(req.ResponseSchema) > 0 {
 		var schema map[string]any
 		if err := json.Unmarshal(req.ResponseSchema, &schema); err != nil {
-			return p, &provider.Error{Kind: provider.KindInvalidRequest, Message: "the response schema is not a JSON object"}
+			return p, &provider.Error{Kind: modelretry.KindInvalidRequest, Message: "the response schema is not a JSON object"}
 		}
 		p.Text = responses.ResponseTextConfigParam{Format: responses.ResponseFormatTextConfigUnionParam{
 			OfJSONSchema: &responses.ResponseFormatTextJSONSchemaConfigParam{

@@ -38,6 +38,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"mspd/modelretry"
 	"mspd/provider"
 )
 
@@ -52,9 +53,9 @@ const (
 	KindScriptExhausted = "scriptExhausted"
 	// KindInvalidRequest fails every request of a turn whose script is
 	// malformed, naming the problem in the Message.
-	KindInvalidRequest = provider.KindInvalidRequest
+	KindInvalidRequest = modelretry.KindInvalidRequest
 	// KindStreamInterrupted is the default kind of a "cut" entry.
-	KindStreamInterrupted = provider.KindStreamInterrupted
+	KindStreamInterrupted = modelretry.KindStreamInterrupted
 )
 
 // scriptKey is the member of the user message's JSON object that holds the

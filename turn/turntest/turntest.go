@@ -149,3 +149,49 @@ func JSON(p msp.ViewParams) string {
 	b, _ := json.Marshal(p)
 	return string(b)
 }
+
+// ModelRetry is what a test compares of a turn/modelRetryScheduled
+// notice.
+type ModelRetry struct {
+	Attempt, NextAttempt, MaxAttempts int
+	RetryDelayMs                      int64
+	System, ErrorKind                 string
+	HTTPStatus                        int
+}
+
+// NewModelRetry is the notice that attempt failed with kind (and status)
+// on system and is retried, as attempt+1 of maxAttempts, after delayMs.
+func NewModelRetry(attempt, maxAttempts int, delayMs int64, system, kind string, status int) ModelRetry {
+	return ModelRetry{attempt, attempt + 1, maxAttempts, delayMs, system, kind, status}
+}
+
+// ModelRetries lists the turn/modelRetryScheduled notices emitted so far.
+func ModelRetries(s *Sink) []ModelRetry {
+	var out []ModelRetry
+	for _, p := range Of[*msp.TurnModelRetryScheduledParams](s, msp.NotifyTurnModelRetryScheduled) {
+		out = append(out, ModelRetry{p.Attempt, p.NextAttempt, p.MaxAttempts, p.RetryDelayMs, p.System, p.ErrorKind, p.HTTPStatus})
+	}
+	return out
+}
+
+// TurnRetry is what a test compares of a turn/retryScheduled notice.
+type TurnRetry struct {
+	Attempt, NextAttempt, MaxAttempts int
+	RetryDelayMs                      int64
+	Reason                            string
+}
+
+// NewTurnRetry is the notice that the turn layer re-runs attempt, as
+// attempt+1 of maxAttempts, after delayMs, for reason.
+func NewTurnRetry(attempt, maxAttempts int, delayMs int64, reason string) TurnRetry {
+	return TurnRetry{attempt, attempt + 1, maxAttempts, delayMs, reason}
+}
+
+// TurnRetries lists the turn/retryScheduled notices emitted so far.
+func TurnRetries(s *Sink) []TurnRetry {
+	var out []TurnRetry
+	for _, p := range Of[*msp.TurnRetryScheduledParams](s, msp.NotifyTurnRetryScheduled) {
+		out = append(out, TurnRetry{p.Attempt, p.NextAttempt, p.MaxAttempts, p.RetryDelayMs, p.Reason})
+	}
+	return out
+}

@@ -12,15 +12,11 @@ package anthropictest
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
-	"mspd/internal/memnet"
+	"mspd/provider/providertest"
 )
 
 // Key is the API key the server expects; a request carrying any other
@@ -34,27 +30,25 @@ const Model = "claude-test-1"
 const Path = "/v1/messages"
 
 // Reply answers one request.
-type Reply func(w http.ResponseWriter, r *http.Request)
+type Reply = providertest.Reply
 
 // Request is one request the server received.
-type Request struct {
-	Method string
-	Path   string
-	Header http.Header
-	// Raw is the body as sent; Body is it decoded.
-	Raw  []byte
-	Body map[string]any
+type Request = providertest.Request
+
+// Server is a running fake. URL returns the base URL to configure clients
+// with (ANTHROPIC_BASE_URL, anthropic.Config.BaseURL): scheme and host
+// only, as the SDK appends /v1/messages itself.
+type Server struct {
+	*providertest.Server
 }
 
-// Server is a running fake.
-type Server struct {
-	t      testing.TB
-	srv    *httptest.Server
-	client *http.Client
-
-	mu      sync.Mutex
-	replies []Reply
-	reqs    []Request
+// wire is the Messages API's part of the scripted server.
+var wire = providertest.Wire{
+	Name:  "anthropictest",
+	Check: check,
+	Unscripted: func(msg string) Reply {
+		return APIError(http.StatusTeapot, "invalid_request_error", msg)
+	},
 }
 
 // New starts a server answering request n with replies[n-1]; a request
@@ -65,15 +59,7 @@ type Server struct {
 // stream; a miss fails the test. The server is closed when the test ends.
 func New(t testing.TB, replies ...Reply) *Server {
 	t.Helper()
-	s := &Server{t: t, replies: replies}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.client = s.srv.Client()
-	t.Cleanup(func() {
-		// Stalled handlers return once their connection is gone.
-		s.srv.CloseClientConnections()
-		s.srv.Close()
-	})
-	return s
+	return &Server{providertest.New(t, wire, replies...)}
 }
 
 // NewInMemory is New on an in-memory network (package memnet), for tests
@@ -81,72 +67,26 @@ func New(t testing.TB, replies ...Reply) *Server {
 // replies' waits run on the bubble's fake clock. Only Client reaches it.
 func NewInMemory(t testing.TB, replies ...Reply) *Server {
 	t.Helper()
-	s := &Server{t: t, replies: replies}
-	s.srv, s.client = memnet.NewServer(t, http.HandlerFunc(s.serve))
-	return s
+	return &Server{providertest.NewInMemory(t, wire, replies...)}
 }
 
-// URL returns the base URL to configure clients with (ANTHROPIC_BASE_URL,
-// anthropic.Config.BaseURL): scheme and host only, as the SDK appends
-// /v1/messages itself.
-func (s *Server) URL() string { return s.srv.URL }
-
-// Client returns an HTTP client for the server.
-func (s *Server) Client() *http.Client { return s.client }
-
-// Requests returns the requests received so far, in order.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.reqs...)
-}
-
-// Count returns how many requests were received.
-func (s *Server) Count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.reqs)
-}
-
-func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	raw, err := io.ReadAll(r.Body)
-	if err != nil {
-		s.t.Errorf("anthropictest: reading request body: %v", err)
-	}
-	if r.Method != http.MethodPost || r.URL.Path != Path {
-		s.t.Errorf("anthropictest: request %s %s; want POST %s", r.Method, r.URL.Path, Path)
+// check fails the test for what the Messages API would refuse.
+func check(t testing.TB, r Request) {
+	if r.Method != http.MethodPost || r.Path != Path {
+		t.Errorf("anthropictest: request %s %s; want POST %s", r.Method, r.Path, Path)
 	}
 	if got := credential(r.Header); got != Key {
-		s.t.Errorf("anthropictest: credential %q; want the configured key", got)
+		t.Errorf("anthropictest: credential %q; want the configured key", got)
 	}
 	if r.Header.Get("anthropic-version") == "" {
-		s.t.Error("anthropictest: no anthropic-version header")
+		t.Error("anthropictest: no anthropic-version header")
 	}
 	if ct := r.Header.Get("content-type"); !strings.HasPrefix(ct, "application/json") {
-		s.t.Errorf("anthropictest: content-type %q; want application/json", ct)
+		t.Errorf("anthropictest: content-type %q; want application/json", ct)
 	}
-	var body map[string]any
-	if err := json.Unmarshal(raw, &body); err != nil {
-		s.t.Errorf("anthropictest: request body is not JSON: %v", err)
+	if r.Body["stream"] != true {
+		t.Errorf("anthropictest: stream = %v; want true", r.Body["stream"])
 	}
-	if body["stream"] != true {
-		s.t.Errorf("anthropictest: stream = %v; want true", body["stream"])
-	}
-	s.mu.Lock()
-	s.reqs = append(s.reqs, Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Raw: raw, Body: body})
-	n := len(s.reqs)
-	var reply Reply
-	if n <= len(s.replies) {
-		reply = s.replies[n-1]
-	}
-	s.mu.Unlock()
-	if reply == nil {
-		msg := fmt.Sprintf("anthropictest: unexpected request %d (only %d scripted)", n, len(s.replies))
-		s.t.Error(msg)
-		APIError(http.StatusTeapot, "invalid_request_error", msg)(w, r)
-		return
-	}
-	reply(w, r)
 }
 
 // credential is the API key a request carries: x-api-key, or the bearer
@@ -158,11 +98,9 @@ func credential(h http.Header) string {
 	return strings.TrimPrefix(h.Get("authorization"), "Bearer ")
 }
 
-// SSE writes an event stream.
-type SSE struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
-}
+// SSE writes an event stream: Send writes one "event: <event>\ndata:
+// <data>\n\n" frame, flushed so the client sees it at once.
+type SSE = providertest.SSE
 
 // StartSSE answers 200 with the stream's headers, flushed, and returns a
 // writer for its events.
@@ -170,17 +108,7 @@ func StartSSE(w http.ResponseWriter) *SSE {
 	w.Header().Set("content-type", "text/event-stream")
 	w.Header().Set("cache-control", "no-cache")
 	w.Header().Set("request-id", "req_011CStreamTest")
-	w.WriteHeader(http.StatusOK)
-	s := &SSE{w: w, rc: http.NewResponseController(w)}
-	_ = s.rc.Flush()
-	return s
-}
-
-// Send writes one "event: <event>\ndata: <data>\n\n" frame, flushed so
-// the client sees it at once.
-func (s *SSE) Send(event, data string) {
-	fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, data)
-	_ = s.rc.Flush()
+	return providertest.StartSSE(w)
 }
 
 // Event data, byte for byte as the API sends it.
@@ -255,9 +183,7 @@ func Answer(stop string, outputTokens int, chunks ...string) Reply {
 // plus header pairs ("retry-after-ms", "1500", ...).
 func APIError(status int, typ, msg string, header ...string) Reply {
 	return func(w http.ResponseWriter, r *http.Request) {
-		for i := 0; i+1 < len(header); i += 2 {
-			w.Header().Set(header[i], header[i+1])
-		}
+		providertest.SetPairs(w.Header(), header...)
 		w.Header().Set("content-type", "application/json")
 		w.Header().Set("request-id", "req_011CErrorTest")
 		w.WriteHeader(status)
@@ -278,18 +204,7 @@ func PlainError(status int) Reply {
 // Reset resets the TCP connection. Before any response byte the client
 // sees a connection error; called inside a Reply after StartSSE, it cuts
 // the stream mid-body.
-func Reset() Reply {
-	return func(w http.ResponseWriter, r *http.Request) {
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			panic(err)
-		}
-		if tc, ok := conn.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0) // RST, not FIN
-		}
-		_ = conn.Close()
-	}
-}
+func Reset() Reply { return providertest.Reset() }
 
 // Cut streams message_start, a text block with one delta per chunk, then
 // ends the body cleanly without message_delta or message_stop: a stream
@@ -328,12 +243,10 @@ func Stall() Reply {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s := StartSSE(w)
 		s.Send("message_start", MsgStart(25))
-		<-r.Context().Done()
+		providertest.Stall(r)
 	}
 }
 
 // StallHeaders never answers: the request waits for headers until the
 // client leaves.
-func StallHeaders() Reply {
-	return func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
-}
+func StallHeaders() Reply { return providertest.StallHeaders() }

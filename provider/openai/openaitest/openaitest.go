@@ -13,14 +13,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
-	"mspd/internal/memnet"
+	"mspd/provider/providertest"
 )
 
 // Model is the model the fake answers as unless a frame names another.
@@ -30,34 +27,17 @@ const Model = "gpt-4o-mini-2024-07-18"
 const Done = "[DONE]"
 
 // Reply answers one request.
-type Reply func(w http.ResponseWriter, r *http.Request)
+type Reply = providertest.Reply
 
 // Request is one request the server received.
-type Request struct {
-	Method string
-	Path   string
-	Header http.Header
-	// Raw is the body as sent; Body is it decoded.
-	Raw  []byte
-	Body map[string]any
-}
+type Request = providertest.Request
 
 // Server is a running fake. Requests to <prefix>/chat/completions and
 // <prefix>/responses share one script; any other path gets OpenAI's 404
 // body.
 type Server struct {
-	// URL is the base URL to configure clients with, prefix included
-	// (e.g. "http://127.0.0.1:1234/v1").
-	URL string
-
-	t      testing.TB
-	srv    *httptest.Server
-	client *http.Client
+	*providertest.Server
 	prefix string
-
-	mu      sync.Mutex
-	replies []Reply
-	reqs    []Request
 }
 
 // New starts a server under prefix (e.g. "/v1") answering the i-th
@@ -65,16 +45,8 @@ type Server struct {
 // server is closed when the test ends.
 func New(t testing.TB, prefix string, replies ...Reply) *Server {
 	t.Helper()
-	s := &Server{t: t, prefix: strings.TrimSuffix(prefix, "/"), replies: replies}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.client = s.srv.Client()
-	s.URL = s.srv.URL + s.prefix
-	t.Cleanup(func() {
-		// Stalled handlers return once their connection is gone.
-		s.srv.CloseClientConnections()
-		s.srv.Close()
-	})
-	return s
+	prefix = strings.TrimSuffix(prefix, "/")
+	return &Server{providertest.New(t, wire(prefix), replies...), prefix}
 }
 
 // NewInMemory is New on an in-memory network (package memnet), for tests
@@ -82,54 +54,29 @@ func New(t testing.TB, prefix string, replies ...Reply) *Server {
 // replies' waits run on the bubble's fake clock. Only Client reaches it.
 func NewInMemory(t testing.TB, prefix string, replies ...Reply) *Server {
 	t.Helper()
-	s := &Server{t: t, prefix: strings.TrimSuffix(prefix, "/"), replies: replies}
-	s.srv, s.client = memnet.NewServer(t, http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL + s.prefix
-	return s
+	prefix = strings.TrimSuffix(prefix, "/")
+	return &Server{providertest.NewInMemory(t, wire(prefix), replies...), prefix}
 }
 
-// Client returns an HTTP client for the server.
-func (s *Server) Client() *http.Client { return s.client }
+// URL returns the base URL to configure clients with, prefix included
+// (e.g. "http://127.0.0.1:1234/v1").
+func (s *Server) URL() string { return s.Server.URL() + s.prefix }
 
-// Requests returns the scripted requests received so far.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.reqs...)
-}
-
-// Count returns how many scripted requests were received.
-func (s *Server) Count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.reqs)
-}
-
-func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != s.prefix+"/chat/completions" && r.URL.Path != s.prefix+"/responses" {
-		Error(http.StatusNotFound, `{"error":{"message":"Invalid URL (`+r.Method+` `+r.URL.Path+`)","type":"invalid_request_error","param":null,"code":null}}`)(w, r)
-		return
+// wire is the OpenAI API's part of the scripted server, under prefix.
+func wire(prefix string) providertest.Wire {
+	return providertest.Wire{
+		Name: "openaitest",
+		Misrouted: func(r *http.Request) Reply {
+			if r.Method == http.MethodPost && (r.URL.Path == prefix+"/chat/completions" || r.URL.Path == prefix+"/responses") {
+				return nil
+			}
+			return Error(http.StatusNotFound, ErrorBody("Invalid URL ("+r.Method+" "+r.URL.Path+")", "invalid_request_error", ""))
+		},
+		Stamp: func(h http.Header, n int) { h.Set("X-Request-Id", fmt.Sprintf("req_fake%04d", n)) },
+		Unscripted: func(msg string) Reply {
+			return Error(http.StatusTeapot, ErrorBody(msg, "invalid_request_error", ""))
+		},
 	}
-	raw, _ := io.ReadAll(r.Body)
-	req := Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Raw: raw}
-	if err := json.Unmarshal(raw, &req.Body); err != nil {
-		s.t.Errorf("openaitest: request body is not JSON: %v", err)
-	}
-	s.mu.Lock()
-	n := len(s.reqs)
-	s.reqs = append(s.reqs, req)
-	var reply Reply
-	if n < len(s.replies) {
-		reply = s.replies[n]
-	}
-	s.mu.Unlock()
-	if reply == nil {
-		s.t.Errorf("openaitest: request %d has no scripted reply", n+1)
-		Error(http.StatusTeapot, `{"error":{"message":"no reply scripted","type":"fake","param":null,"code":null}}`)(w, r)
-		return
-	}
-	w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake%04d", n+1))
-	reply(w, r)
 }
 
 // commonHeaders are the headers OpenAI sends on every response.
@@ -146,27 +93,14 @@ func commonHeaders(h http.Header) {
 }
 
 // writeFrames sends the stream's headers and then each payload as one
-// "data: <payload>\n\n" frame, flushed so the client sees it at once. A
-// Responses event (a JSON object with a "type") is preceded by its
-// "event: <type>" line, as OpenAI sends it.
+// flushed frame, a Responses event (a JSON object with a "type") preceded
+// by its "event: <type>" line, as OpenAI sends it.
 func writeFrames(w http.ResponseWriter, frames []string) {
 	h := w.Header()
 	commonHeaders(h)
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache, must-revalidate")
-	w.WriteHeader(http.StatusOK)
-	f := w.(http.Flusher)
-	f.Flush()
-	for _, p := range frames {
-		var ev struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal([]byte(p), &ev) == nil && ev.Type != "" {
-			fmt.Fprintf(w, "event: %s\n", ev.Type)
-		}
-		fmt.Fprintf(w, "data: %s\n\n", p)
-		f.Flush()
-	}
+	providertest.StartSSE(w).Frames(frames...)
 }
 
 // Stream answers 200 with frames, then ends the response cleanly. Without
@@ -180,7 +114,7 @@ func Stream(frames ...string) Reply {
 func StreamStall(frames ...string) Reply {
 	return func(w http.ResponseWriter, r *http.Request) {
 		writeFrames(w, frames)
-		<-r.Context().Done()
+		providertest.Stall(r)
 	}
 }
 
@@ -189,29 +123,16 @@ func StreamStall(frames ...string) Reply {
 func StreamAbort(frames ...string) Reply {
 	return func(w http.ResponseWriter, r *http.Request) {
 		writeFrames(w, frames)
-		panic(http.ErrAbortHandler)
+		providertest.Abort()
 	}
 }
 
 // StallHeaders never answers: the request waits for headers until the
 // client gives up.
-func StallHeaders() Reply {
-	return func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
-}
+func StallHeaders() Reply { return providertest.StallHeaders() }
 
 // Reset resets the TCP connection before any response byte is written.
-func Reset() Reply {
-	return func(w http.ResponseWriter, r *http.Request) {
-		conn, _, err := w.(http.Hijacker).Hijack()
-		if err != nil {
-			panic(err)
-		}
-		if tc, ok := conn.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0) // close with RST, not FIN
-		}
-		_ = conn.Close()
-	}
-}
+func Reset() Reply { return providertest.Reset() }
 
 // Error answers status with body as application/json, plus header pairs
 // ("Retry-After-Ms", "1500", ...).
@@ -220,9 +141,7 @@ func Error(status int, body string, header ...string) Reply {
 		h := w.Header()
 		commonHeaders(h)
 		h.Set("Content-Type", "application/json; charset=utf-8")
-		for i := 0; i+1 < len(header); i += 2 {
-			h.Set(header[i], header[i+1])
-		}
+		providertest.SetPairs(h, header...)
 		w.WriteHeader(status)
 		_, _ = io.WriteString(w, body)
 	}
