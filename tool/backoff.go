@@ -39,3 +39,21 @@ func (b Backoff) delay(n int, r float64) time.Duration {
 	d = min(d, b.Max)
 	return d - time.Duration(r*float64(d/2))
 }
+
+// restartPolicy counts a server's consecutive failures and spaces its
+// reconnections.
+type restartPolicy struct {
+	backoff  Backoff
+	rand     func() float64
+	failures int
+}
+
+// next is the wait after a connection that ended (or failed to open)
+// after uptime.
+func (p *restartPolicy) next(uptime time.Duration) time.Duration {
+	if uptime >= p.backoff.Healthy {
+		p.failures = 0
+	}
+	p.failures++
+	return p.backoff.delay(p.failures, p.rand())
+}

@@ -287,18 +287,14 @@ func (c *Client) Close() error {
 // supervise keeps the server connected until ctx ends.
 func (c *Client) supervise(ctx context.Context) {
 	defer close(c.done)
-	failures := 0
+	policy := restartPolicy{backoff: c.opts.Backoff, rand: c.opts.Rand}
 	for {
 		began := time.Now()
 		err := c.connectAndServe(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		if time.Since(began) >= c.opts.Backoff.Healthy {
-			failures = 0
-		}
-		failures++
-		d := c.opts.Backoff.delay(failures, c.opts.Rand())
+		d := policy.next(time.Since(began))
 		c.opts.Logger.Warn("mcp server is down; reconnecting", "error", err, "in", d)
 		if c.opts.Sleep(ctx, d) != nil {
 			return
