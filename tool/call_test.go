@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"mspd/tool"
 	"mspd/tool/tooltest"
 )
@@ -270,5 +272,30 @@ func TestConcurrentCalls(t *testing.T) {
 	}
 	if len(distinct) != n || s.Count(tooltest.Append) != n {
 		t.Errorf("%d distinct answers, %d appends, want %d", len(distinct), s.Count(tooltest.Append), n)
+	}
+}
+
+func TestEveryPageIsListed(t *testing.T) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "paged"}, &mcp.ServerOptions{PageSize: 2})
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		mcp.AddTool(s, &mcp.Tool{Name: name}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name}}}, nil, nil
+		})
+	}
+	c, err := tool.StartInProcess("paged", s, tool.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitReady(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tools, _ := c.Tools()
+	var names []string
+	for _, tl := range tools {
+		names = append(names, tl.Name)
+	}
+	if strings.Join(names, " ") != "a b c d e" {
+		t.Errorf("listed %v", names)
 	}
 }
