@@ -95,14 +95,14 @@ func TestStdioServerRestartsAfterItDies(t *testing.T) {
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	err := <-inFlight
+	err := receive(t, inFlight, "the in-flight call's end")
 	var te *tool.Error
 	if !errors.As(err, &te) || te.Kind != tool.KindUnavailable || !te.MayHaveRun || te.Server != "counter" || te.Tool != tooltest.Slow {
 		t.Fatalf("in-flight call: %v (%#v)", err, te)
 	}
 
 	// While it is down, calls fail at once, typed, and did not run.
-	<-held.waiting
+	receive(t, held.waiting, "a reconnection waiting")
 	if st := c.Status(); st.Connected || st.Err == nil {
 		t.Fatalf("status while down: %+v", st)
 	}
@@ -133,6 +133,18 @@ func TestStdioServerRestartsAfterItDies(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "mcp server is down") || strings.Count(logs.String(), tooltest.StartedLine) != 2 {
 		t.Errorf("log lacks the restart:\n%s", logs.String())
+	}
+}
+
+// receive waits for a value on ch, failing the test if none comes.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
 	}
 }
 
