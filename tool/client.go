@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"sync"
 	"time"
@@ -36,6 +37,10 @@ type Options struct {
 	// ConnectTimeout bounds initialize and tools/list (default
 	// DefaultConnectTimeout).
 	ConnectTimeout time.Duration
+	// BaseEnv is the environment a stdio server starts from, before its
+	// env is added (default: mspd's own, os.Environ()). The daemon passes
+	// one without its provider keys.
+	BaseEnv []string
 	// Limits bound a call's output.
 	Limits Limits
 	// Backoff spaces reconnections of a server that died or failed to start.
@@ -60,6 +65,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.BaseEnv == nil {
+		o.BaseEnv = os.Environ()
 	}
 	o.Limits = o.Limits.withDefaults()
 	o.Backoff = o.Backoff.withDefaults()
@@ -167,7 +175,7 @@ func Start(cfg ServerConfig, opts Options) (*Client, error) {
 	if cfg.URL != "" {
 		dial = httpDialer(cfg.URL, cfg.Headers)
 	} else {
-		dial = stdioDialer(cfg.Command, cfg.Args, cfg.Env, log)
+		dial = stdioDialer(cfg.Command, cfg.Args, opts.BaseEnv, cfg.Env, log)
 	}
 	log.Info("mcp server configured", "config", cfg)
 	return start(cfg.Name, cfg.NeedsApproval, dial, opts), nil
@@ -177,7 +185,7 @@ func Start(cfg ServerConfig, opts Options) (*Client, error) {
 // the SDK's in-memory transport; its tools need no approval. The name
 // follows ServerConfig.Name's rules.
 func StartInProcess(name string, server *mcp.Server, opts Options) (*Client, error) {
-	if err := (ServerConfig{Name: name, Command: "in-process"}).Validate(); err != nil {
+	if err := validateServerName(name); err != nil {
 		return nil, err
 	}
 	dial := func(ctx context.Context) (mcp.Transport, func() int, func(), error) {
@@ -226,7 +234,8 @@ func (c *Client) Name() string { return c.name }
 
 // Tools returns the tools the server listed last, and the listing's
 // version, which grows whenever the list changes. A server that is down
-// keeps its last list: its tools' calls fail with KindUnavailable.
+// keeps its last list: its tools' calls fail with KindUnavailable. The
+// slice is shared: do not modify it.
 func (c *Client) Tools() ([]Tool, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -277,7 +286,8 @@ func (c *Client) WaitReady(ctx context.Context) error {
 }
 
 // Close stops supervising, closes the connection (a stdio server's stdin
-// closes, then it is terminated if it does not exit) and waits for it.
+// closes, then it is terminated if it does not exit) and waits for it. It
+// returns nil; it is an io.Closer.
 func (c *Client) Close() error {
 	c.stop()
 	<-c.done

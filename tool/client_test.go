@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -202,5 +203,48 @@ func TestLogsShowNoSecret(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the log lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestStdioServerEnvironment(t *testing.T) {
+	cfg, _ := stdioConfig(t, "counter")
+	cfg.Env["SERVER_TOKEN"] = "tok"
+	t.Setenv("MSPD_ONLY", "mspd's")
+	getenv := func(c *tool.Client, name string) string {
+		t.Helper()
+		res, err := c.Call(context.Background(), tooltest.Env, json.RawMessage(`{"name":"`+name+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Text
+	}
+	inherits := start(t, cfg, tool.Options{})
+	if got := getenv(inherits, "SERVER_TOKEN"); got != "tok" {
+		t.Errorf("SERVER_TOKEN %q: env is not added", got)
+	}
+	if got := getenv(inherits, "MSPD_ONLY"); got != "mspd's" {
+		t.Errorf("MSPD_ONLY %q: mspd's environment is not the default base", got)
+	}
+	cfg.Name = "bare"
+	bare := start(t, cfg, tool.Options{BaseEnv: []string{"BASE=1"}})
+	if getenv(bare, "MSPD_ONLY") != "" || getenv(bare, "BASE") != "1" || getenv(bare, "SERVER_TOKEN") != "tok" {
+		t.Error("BaseEnv is not the child's whole base environment")
+	}
+}
+
+func TestMissingCommandIsReported(t *testing.T) {
+	c, err := tool.Start(tool.ServerConfig{Name: "gone", Command: filepath.Join(t.TempDir(), "no-such-server")}, tool.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, c, "the failure is reported", func() bool { return c.Status().Err != nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.WaitReady(ctx); err == nil || !strings.Contains(err.Error(), "no-such-server") {
+		t.Errorf("WaitReady: %v", err)
+	}
+	if _, err := c.Call(context.Background(), "anything", nil); tool.KindOf(err) != tool.KindArgument {
+		t.Errorf("a call before any listing: %v", err)
 	}
 }

@@ -76,14 +76,11 @@ func (c ServerConfig) NeedsApproval(tool string) bool {
 // Validate checks one server's configuration. Its errors name the server
 // and the key, never a value of env or headers.
 func (c ServerConfig) Validate() error {
-	if c.Name == "" {
-		return errors.New("mcp: a server has no name")
+	if err := validateServerName(c.Name); err != nil {
+		return err
 	}
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("mcp server %q: %s", c.Name, fmt.Sprintf(format, args...))
-	}
-	if len(c.Name) > MaxServerNameLen || !serverNamePattern.MatchString(c.Name) {
-		return fail("name must be at most %d letters, digits and '-', words joined by single underscores", MaxServerNameLen)
 	}
 	switch {
 	case c.Command == "" && c.URL == "":
@@ -122,6 +119,17 @@ func (c ServerConfig) Validate() error {
 		if !toolNamePattern.MatchString(t) {
 			return fail("approval_tools entry %q is not a tool name (names only: letters, digits, '_', '-', '.')", t)
 		}
+	}
+	return nil
+}
+
+// validateServerName checks a server's name (see ServerConfig.Name).
+func validateServerName(name string) error {
+	if name == "" {
+		return errors.New("mcp: a server has no name")
+	}
+	if len(name) > MaxServerNameLen || !serverNamePattern.MatchString(name) {
+		return fmt.Errorf("mcp server %q: name must be at most %d letters, digits and '-', words joined by single underscores", name, MaxServerNameLen)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"os"
 	"os/exec"
 	"slices"
 	"sync"
@@ -14,12 +13,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// stdioDialer starts the command for each connection, env added to mspd's
-// environment, its stderr logged line by line.
-func stdioDialer(command string, args []string, env map[string]string, log *slog.Logger) dialFunc {
+// stdioDialer starts the command for each connection, env added to the
+// base environment, its stderr logged line by line.
+func stdioDialer(command string, args, base []string, env map[string]string, log *slog.Logger) dialFunc {
 	return func(context.Context) (mcp.Transport, func() int, func(), error) {
 		cmd := exec.Command(command, args...)
-		cmd.Env = os.Environ()
+		cmd.Env = slices.Clone(base)
 		for _, k := range slices.Sorted(maps.Keys(env)) {
 			cmd.Env = append(cmd.Env, k+"="+env[k])
 		}

@@ -44,6 +44,9 @@ const (
 	// Big (args {bytes}) answers that many bytes of text, "é" and "x"
 	// alternating, so that a cut can fall inside a UTF-8 sequence.
 	Big = "big"
+	// Env (args {name}) is read-only: it answers the server process's
+	// environment variable of that name.
+	Env = "env"
 	// AddTool (args {name}) lists a new tool of that name (answering
 	// "added"), which announces notifications/tools/list_changed.
 	AddTool = "add_tool"
@@ -133,6 +136,13 @@ func New(journal string) *Server {
 	type nameArgs struct {
 		Name string `json:"name"`
 	}
+	mcp.AddTool(s.MCP, &mcp.Tool{Name: Env, Description: "Reads an environment variable.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *mcp.CallToolRequest, in nameArgs) (*mcp.CallToolResult, any, error) {
+			if _, err := s.record(Env, in); err != nil {
+				return nil, nil, err
+			}
+			return text(os.Getenv(in.Name)), nil, nil
+		})
 	mcp.AddTool(s.MCP, &mcp.Tool{Name: AddTool, Description: "Lists a new tool."},
 		func(_ context.Context, _ *mcp.CallToolRequest, in nameArgs) (*mcp.CallToolResult, any, error) {
 			if _, err := s.record(AddTool, in); err != nil {
