@@ -66,6 +66,9 @@ type Config struct {
 	MaxOutputTokens int
 	// Demo configures the demo provider.
 	Demo demo.Config
+	// Tools configures the tools turns may call: the built-in server and
+	// the ConfigFile's [[mcp]] servers.
+	Tools Tools
 	// Env reads the providers' environment variables (API keys, base
 	// URLs); nil means os.Getenv.
 	Env catalog.Env
@@ -119,6 +122,8 @@ type Daemon struct {
 	stopPruner func()
 	// metrics is what /metrics serves, on a registry of this daemon's.
 	metrics *observe.Metrics
+	// tools are the MCP servers' clients, stopped last.
+	tools *toolset
 	// stopTracing flushes and stops the tracer provider New built (a no-op
 	// for one given in Config, whose owner stops it).
 	stopTracing func(context.Context) error
@@ -166,8 +171,14 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		tel.stopTracing(ctx)
 		return nil, err
 	}
+	tools, err := startTools(cfg, cat, cfg.Logger)
+	if err != nil {
+		tel.stopTracing(ctx)
+		return nil, err
+	}
 	be, err := openBackend(ctx, cfg, dir, tel.metrics)
 	if err != nil {
+		tools.close()
 		tel.stopTracing(ctx)
 		return nil, err
 	}
@@ -193,6 +204,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		MaxFrameBytes: int(cfg.Server.MaxFrameBytes),
 		Logger:        cfg.Logger,
 		Metrics:       tel.metrics,
+		Tools:         turn.Registry(tools.registry),
 	}
 	if be.cluster != nil {
 		scfg0.Cluster = be.cluster
@@ -200,6 +212,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	mgr, err := session.New(ctx, scfg0)
 	if err != nil {
 		be.close()
+		tools.close()
 		tel.stopTracing(ctx)
 		return nil, err
 	}
@@ -207,6 +220,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		if err := be.cluster.Serve(mgr.Serve); err != nil {
 			mgr.Close()
 			be.close()
+			tools.close()
 			tel.stopTracing(ctx)
 			return nil, err
 		}
@@ -224,6 +238,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		mgr.Close()
 		be.close()
+		tools.close()
 		tel.stopTracing(ctx)
 		return nil, err
 	}
@@ -232,7 +247,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	stopPruner := startPruner(st, cfg.CommandRetention, cfg.Logger)
 	return &Daemon{cfg: cfg, backend: be, mgr: mgr, srv: srv, stopPruner: stopPruner,
-		metrics: tel.metrics, stopTracing: tel.stopTracing}, nil
+		metrics: tel.metrics, tools: tools, stopTracing: tel.stopTracing}, nil
 }
 
 // DefaultCommandRetention is the exactly-once window when Config names
@@ -339,6 +354,8 @@ func newRunners(cfg Config, cat *catalog.Catalog, tel telemetry) (*router, error
 			Metrics:          tel.metrics,
 			Tracer:           tel.tracer,
 			Logger:           cfg.Logger,
+			MaxSteps:         cfg.Tools.MaxSteps,
+			ToolTimeout:      cfg.Tools.Timeout,
 		})
 	}
 	return r, nil
@@ -546,6 +563,7 @@ func (d *Daemon) close(ctx context.Context) error {
 	errs = append(errs, d.srv.Shutdown(ctx))
 	d.stopPruner()
 	errs = append(errs, d.backend.close())
+	errs = append(errs, d.tools.close())
 	// Every turn span has ended: the batch goes out before the exit.
 	errs = append(errs, d.stopTracing(ctx))
 	if d.served != nil {

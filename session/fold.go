@@ -10,6 +10,7 @@ import (
 	"mspd/provider"
 	"mspd/schema/msp"
 	"mspd/store"
+	"mspd/tool"
 	"mspd/turn"
 )
 
@@ -138,7 +139,7 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 func appendHistory(h []provider.Message, it msp.Item) []provider.Message {
 	if it.Kind == msp.ItemToolCall {
 		res := turn.CallResult(it)
-		res.Name = turn.ToolName(it.Server, it.Tool)
+		res.Name = tool.ModelName(it.Server, it.Tool)
 		return append(h, provider.Message{Role: provider.RoleTool, ToolResults: []provider.ToolResult{res}})
 	}
 	if it.Text == nil || *it.Text == "" || it.Status != msp.ItemCompleted {
@@ -157,7 +158,7 @@ func appendHistory(h []provider.Message, it msp.Item) []provider.Message {
 // history holds it from the item's start: the call was asked for whether
 // or not it ever completed.
 func callMessage(it msp.Item) provider.Message {
-	call := provider.ToolCall{ID: it.CallID, Name: turn.ToolName(it.Server, it.Tool)}
+	call := provider.ToolCall{ID: it.CallID, Name: tool.ModelName(it.Server, it.Tool)}
 	if it.Args != nil {
 		call.Args = *it.Args
 	}

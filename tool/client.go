@@ -463,16 +463,11 @@ func (c *Client) setDown(err error) {
 // IsError, not an error; every other failure is an *Error.
 func (c *Client) Call(ctx context.Context, tool string, args json.RawMessage) (Result, error) {
 	c.mu.Lock()
-	cs, schema := c.session, c.schemas[tool]
+	cs := c.session
 	c.mu.Unlock()
-	if schema == nil {
-		return Result{}, &ArgumentError{Name: ModelName(c.name, tool), Message: "no such tool"}
-	}
-	if len(bytes.TrimSpace(args)) == 0 {
-		args = json.RawMessage("{}")
-	}
-	if path, msg, ok := schema.check(args); !ok {
-		return Result{}, &ArgumentError{Name: ModelName(c.name, tool), Path: path, Message: msg}
+	args, err := c.check(tool, args)
+	if err != nil {
+		return Result{}, err
 	}
 	fail := func(k Kind, sent bool, err error) (Result, error) {
 		return Result{}, &Error{Kind: k, Server: c.name, Tool: tool, MayHaveRun: sent, Err: err}
@@ -503,6 +498,30 @@ func (c *Client) Call(ctx context.Context, tool string, args json.RawMessage) (R
 		// or an HTTP request that did not complete).
 		return fail(KindUnavailable, true, err)
 	}
+}
+
+// Check tells whether args would be accepted by the tool's input schema,
+// calling nothing: an *ArgumentError says why not.
+func (c *Client) Check(tool string, args json.RawMessage) error {
+	_, err := c.check(tool, args)
+	return err
+}
+
+// check vets args for tool and returns them as sent (empty means {}).
+func (c *Client) check(tool string, args json.RawMessage) (json.RawMessage, error) {
+	c.mu.Lock()
+	schema := c.schemas[tool]
+	c.mu.Unlock()
+	if schema == nil {
+		return nil, &ArgumentError{Name: ModelName(c.name, tool), Message: "no such tool"}
+	}
+	if len(bytes.TrimSpace(args)) == 0 {
+		args = json.RawMessage("{}")
+	}
+	if path, msg, ok := schema.check(args); !ok {
+		return nil, &ArgumentError{Name: ModelName(c.name, tool), Path: path, Message: msg}
+	}
+	return args, nil
 }
 
 func ctxKind(err error) Kind {

@@ -114,3 +114,13 @@ func (r *Registry) Call(ctx context.Context, modelName string, args json.RawMess
 	}
 	return r.byName[t.Server].Call(ctx, t.Name, args)
 }
+
+// Check tells whether args would be accepted by the tool's input schema,
+// calling nothing (see Client.Check).
+func (r *Registry) Check(modelName string, args json.RawMessage) error {
+	t, ok := r.Lookup(modelName)
+	if !ok {
+		return &ArgumentError{Name: modelName, Message: "no such tool"}
+	}
+	return r.byName[t.Server].Check(t.Name, args)
+}

@@ -15,6 +15,7 @@ import (
 	"mspd/observe"
 	"mspd/provider"
 	"mspd/schema/msp"
+	"mspd/tool"
 )
 
 // Toolbox is the set of tools a turn may offer the model; package tool's
@@ -301,7 +302,7 @@ func (t *run) settleOpenCalls(ctx context.Context, open []msp.Item) error {
 	var again []pendingCall
 	var results []provider.ToolResult
 	for _, it := range open {
-		name := ToolName(it.Server, it.Tool)
+		name := tool.ModelName(it.Server, it.Tool)
 		p := pendingCall{call: provider.ToolCall{ID: it.CallID, Name: name, Args: deref(it.Args)}, item: it,
 			info: ToolInfo{Server: it.Server, Tool: it.Tool}}
 		if t.spec.Tools != nil {
@@ -330,21 +331,4 @@ func (t *run) settleOpenCalls(ctx context.Context, open []msp.Item) error {
 	}
 	t.messages = append(t.messages, provider.Message{Role: provider.RoleTool, ToolResults: results})
 	return nil
-}
-
-// ToolName is the name the model knows a server's tool by: the two joined
-// by "__", with every character the providers refuse as "_", cut to 64
-// bytes. The tool registry names its tools so, and a history read back
-// from items names their calls alike.
-func ToolName(server, tool string) string {
-	b := []byte(server + "__" + tool)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			b[i] = '_'
-		}
-	}
-	if len(b) > 64 {
-		b = b[:64]
-	}
-	return string(b)
 }

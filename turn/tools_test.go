@@ -12,6 +12,7 @@ import (
 
 	"mspd/provider"
 	"mspd/schema/msp"
+	"mspd/tool"
 	"mspd/turn"
 	"mspd/turn/turntest"
 )
@@ -38,7 +39,7 @@ type fakeToolbox struct {
 func newToolbox(sink *turntest.Sink, tools ...fakeTool) *fakeToolbox {
 	b := &fakeToolbox{sink: sink, tools: map[string]fakeTool{}}
 	for _, t := range tools {
-		b.tools[turn.ToolName(t.info.Server, t.info.Tool)] = t
+		b.tools[tool.ModelName(t.info.Server, t.info.Tool)] = t
 	}
 	return b
 }
@@ -107,8 +108,8 @@ func calls(text string, cs ...provider.ToolCall) reply {
 	}
 }
 
-func call(id, server, tool, args string) provider.ToolCall {
-	return provider.ToolCall{ID: id, Name: turn.ToolName(server, tool), Args: args}
+func call(id, server, name, args string) provider.ToolCall {
+	return provider.ToolCall{ID: id, Name: tool.ModelName(server, name), Args: args}
 }
 
 func toolItems(h *harness, method string) []msp.Item {

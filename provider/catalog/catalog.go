@@ -21,6 +21,7 @@ import (
 	"mspd/provider/demo"
 	"mspd/provider/openai"
 	"mspd/provider/scripted"
+	"mspd/tool"
 )
 
 // Provider types.
@@ -89,6 +90,9 @@ type File struct {
 	// (default: the first).
 	Default   string  `toml:"default"`
 	Providers []Entry `toml:"providers"`
+	// MCP are the operator's MCP servers, whose tools every session's
+	// turns may call (see package tool for the keys).
+	MCP []tool.ServerConfig `toml:"mcp"`
 }
 
 // duration reads "60s"-style TOML strings.
@@ -117,7 +121,11 @@ type Provider struct {
 type Catalog struct {
 	providers []*Provider
 	def       *Provider
+	mcp       []tool.ServerConfig
 }
+
+// MCP are the configured MCP servers, validated.
+func (c *Catalog) MCP() []tool.ServerConfig { return c.mcp }
 
 // Env looks up an environment variable (os.Getenv in production).
 type Env func(string) string
@@ -164,6 +172,10 @@ func Build(f File, env Env) (*Catalog, error) {
 		}
 		c.providers = append(c.providers, p)
 	}
+	if err := tool.ValidateServers(f.MCP); err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	c.mcp = f.MCP
 	c.def = c.providers[0]
 	if f.Default != "" {
 		if c.def = c.Get(f.Default); c.def == nil {

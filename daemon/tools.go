@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"mspd/provider/catalog"
+	"mspd/tool"
+	"mspd/tool/builtin"
+)
+
+// Tools configures the tools turns may call.
+type Tools struct {
+	// NoBuiltin leaves out mspd's built-in server (a clock and a
+	// calculator), which the offline demo model calls.
+	NoBuiltin bool
+	// MaxSteps bounds a turn's model calls (0: 24).
+	MaxSteps int
+	// Timeout bounds each tool call (0: 120 s).
+	Timeout time.Duration
+}
+
+// toolset is the daemon's MCP clients and the registry sessions see.
+type toolset struct {
+	registry *tool.Registry
+	clients  []*tool.Client
+}
+
+// startTools starts the built-in server and the configured ones. Servers
+// connect in the background, supervised: one that is down makes its
+// tools' calls fail, it does not stop the daemon starting. Children start
+// from mspd's environment without the providers' keys.
+func startTools(cfg Config, cat *catalog.Catalog, log *slog.Logger) (*toolset, error) {
+	opts := tool.Options{Logger: log, CallTimeout: cfg.Tools.Timeout, BaseEnv: childEnv(os.Environ())}
+	ts := &toolset{}
+	if !cfg.Tools.NoBuiltin {
+		c, err := builtin.Start(time.Now, opts)
+		if err != nil {
+			return nil, fmt.Errorf("built-in tools: %w", err)
+		}
+		ts.clients = append(ts.clients, c)
+	}
+	for _, sc := range cat.MCP() {
+		if sc.Name == builtin.Name && !cfg.Tools.NoBuiltin {
+			ts.close()
+			return nil, fmt.Errorf("mcp server %q: the name is mspd's built-in server's", sc.Name)
+		}
+		c, err := tool.Start(sc, opts)
+		if err != nil {
+			ts.close()
+			return nil, fmt.Errorf("mcp server %q: %w", sc.Name, err)
+		}
+		log.Info("mcp server", "server", sc)
+		ts.clients = append(ts.clients, c)
+	}
+	r, err := tool.NewRegistry(ts.clients...)
+	if err != nil {
+		ts.close()
+		return nil, err
+	}
+	ts.registry = r
+	return ts, nil
+}
+
+// close stops every server.
+func (ts *toolset) close() error {
+	var errs []error
+	for _, c := range ts.clients {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// childEnv is env without the variables that carry provider keys or
+// mspd's own secrets: a tool server is not trusted with them.
+func childEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		up := strings.ToUpper(name)
+		if strings.HasPrefix(up, "MSPD_") || strings.Contains(up, "API_KEY") || strings.Contains(up, "TOKEN") || strings.Contains(up, "SECRET") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
