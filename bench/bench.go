@@ -29,6 +29,9 @@ type Config struct {
 	// ServerArgs are extra flags for every mspd started (e.g.
 	// --queue-frames 256).
 	ServerArgs []string
+	// ServerEnv are variables added to every mspd process's environment
+	// (NAME=value): the tests run their own binary as mspd with one.
+	ServerEnv []string
 	// Scenarios to run (default all); raw baselines run with the
 	// scenarios that compare against them.
 	Scenarios []string
@@ -333,7 +336,7 @@ func (r *runner) startServer(ctx context.Context) (*server, error) {
 	if r.cfg.Profile != "" {
 		args = append(slices.Clip(args), "--pprof")
 	}
-	return startServer(ctx, r.bin, r.cfg.WorkDir, args)
+	return startServer(ctx, r.bin, r.cfg.WorkDir, args, r.cfg.ServerEnv)
 }
 
 func machine() Machine {

@@ -70,7 +70,7 @@ func (r *runner) tryNodes(ctx context.Context, n, replicas int) (*nodes, error) 
 		if r.cfg.Profile != "" {
 			args = append(args, "--pprof")
 		}
-		s, err := launchServer(r.bin, r.cfg.WorkDir, args, ns.env())
+		s, err := launchServer(r.bin, r.cfg.WorkDir, args, append(ns.env(), r.cfg.ServerEnv...))
 		if err != nil {
 			ns.stop()
 			return nil, err

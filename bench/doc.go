@@ -1,5 +1,6 @@
 // Package bench is mspd's load benchmark, run by cmd/mspbench. It starts a
-// real mspd process (the binary given, or ./cmd/mspd built for the run),
+// real mspd process (the binary given, or ./cmd/mspd built for the run;
+// its tests run their own binary as mspd, see internal/cli/clitest),
 // drives it over real WebSocket connections from this process, reads the
 // server's CPU time and resident memory from /proc, and sets every figure
 // beside a baseline measured in the same run on the same machine:

@@ -58,7 +58,7 @@ func (r *runner) memory(ctx context.Context) error {
 
 // memoryCase runs one case on a fresh server over the history in dir.
 func (r *runner) memoryCase(ctx context.Context, dir, sid string, c memoryCase) error {
-	srv, err := launchServerOn(r.bin, dir, r.cfg.ServerArgs, nil)
+	srv, err := launchServerOn(r.bin, dir, r.cfg.ServerArgs, r.cfg.ServerEnv)
 	if err != nil {
 		return err
 	}

@@ -41,10 +41,10 @@ func serverArgs(dataDir string) []string {
 		"--retry-budget-tokens", "-1", "--log-format", "json", "--log-level", "info"}
 }
 
-// startServer runs bin with a fresh data directory under workDir and
-// waits for it to listen.
-func startServer(ctx context.Context, bin, workDir string, extra []string) (*server, error) {
-	s, err := launchServer(bin, workDir, extra, nil)
+// startServer runs bin with a fresh data directory under workDir, env
+// added to its environment, and waits for it to listen.
+func startServer(ctx context.Context, bin, workDir string, extra, env []string) (*server, error) {
+	s, err := launchServer(bin, workDir, extra, env)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"mspd/internal/cli/clitest"
 	"mspd/internal/testlane"
 	"mspd/schema/msp"
 )
@@ -87,17 +88,13 @@ func TestStoreScenarioOnSQLite(t *testing.T) {
 // gives its nodes a secret of its own (over one in its environment) and
 // presents it.
 func TestStoreScenarioOnJetStream(t *testing.T) {
-	testlane.Slow(t, "builds and runs mspd")
+	testlane.Slow(t, "runs mspd and a NATS server")
 	t.Setenv("MSPD_NATS_SECRET", "inherited-not-the-nodes")
 	ctx := context.Background()
 	cfg := Config{Scenarios: []string{"store"}, StoreBackends: []string{"jetstream-r1"}, AppendSessions: 2, AppendTurns: 1,
-		Rounds: 1, StoreRows: 10, WorkDir: t.TempDir(), Log: io.Discard}
+		Rounds: 1, StoreRows: 10, WorkDir: t.TempDir(), Log: io.Discard, ServerEnv: []string{clitest.Env}}
 	cfg.defaults()
-	bin, err := buildServer(ctx, "..", cfg.WorkDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &runner{cfg: cfg, bin: bin, rep: &Report{}}
+	r := &runner{cfg: cfg, bin: clitest.Self(), rep: &Report{}}
 	if err := r.storeScenario(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -57,11 +56,7 @@ func testDataDirInUse(t *testing.T, args []string) {
 		}
 	}
 
-	bin, err := binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	second := exec.CommandContext(ctx, bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--data", dataDir, "--provider", "scripted"}, args...)...)
+	second := mspdCommand(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--data", dataDir, "--provider", "scripted"}, args...)...)
 	stderr, err := second.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -8,11 +8,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,21 +19,6 @@ import (
 	"mspd/provider/scripted"
 	"mspd/schema/msp"
 )
-
-// binary is the mspd command, built once for the tests that need a real
-// process to kill.
-var binary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "mspd-e2e-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "mspd")
-	out, err := exec.Command("go", "build", "-o", bin, "mspd/cmd/mspd").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
 
 // process is a running mspd child process.
 type process struct {
@@ -46,10 +29,7 @@ type process struct {
 
 var listening = regexp.MustCompile(`url=(ws://\S+)`)
 
-// startProcess runs `mspd serve` on a free port over dataDir. The first
-// call builds mspd, which takes minutes on a cold build cache and a loaded
-// machine: start a test's clock (testCtx) after it, or the build eats the
-// test's deadline and its first call fails with the context ended.
+// startProcess runs `mspd serve` on a free port over dataDir.
 func startProcess(t *testing.T, dataDir string, args ...string) *process {
 	t.Helper()
 	p := launchProcess(t, dataDir, args...)
@@ -61,12 +41,8 @@ func startProcess(t *testing.T, dataDir string, args ...string) *process {
 // waiting for it to listen (nodes of a cluster start together).
 func launchProcess(t *testing.T, dataDir string, args ...string) *process {
 	t.Helper()
-	bin, err := binary()
-	if err != nil {
-		t.Fatal(err)
-	}
 	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--data", dataDir, "--provider", "scripted"}, args...)
-	cmd := exec.Command(bin, args...)
+	cmd := mspdCommand(context.Background(), args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -22,10 +23,6 @@ import (
 // table and the JSON lines list the sessions most recently active first,
 // as session/list does.
 func TestSessionsCommand(t *testing.T) {
-	bin, err := binary()
-	if err != nil {
-		t.Fatal(err)
-	}
 	d := startDaemon(t, daemon.Config{})
 	c := dial(t, d.URL(), client.Options{})
 	var ids []string // oldest activity first
@@ -40,7 +37,7 @@ func TestSessionsCommand(t *testing.T) {
 	rename(t, c, ids[0], "Paris trip") // the first session is now the most recently active
 	ids = append(ids[1:], ids[0])
 
-	out, err := exec.Command(bin, "sessions", "--url", d.URL(), "-o", "json").Output()
+	out, err := mspdCommand(context.Background(), "sessions", "--url", d.URL(), "-o", "json").Output()
 	if err != nil {
 		t.Fatalf("sessions -o json: %v", err)
 	}
@@ -56,7 +53,7 @@ func TestSessionsCommand(t *testing.T) {
 		t.Errorf("json lists %v, want the most recently active first: %v", listed, want)
 	}
 
-	out, err = exec.Command(bin, "sessions", "--url", d.URL()).Output()
+	out, err = mspdCommand(context.Background(), "sessions", "--url", d.URL()).Output()
 	if err != nil {
 		t.Fatalf("sessions: %v", err)
 	}
@@ -75,14 +72,14 @@ func TestSessionsCommand(t *testing.T) {
 		}
 	}
 
-	out, err = exec.Command(bin, "sessions", "--url", d.URL(), "--limit", "1", "-o", "json").Output()
+	out, err = mspdCommand(context.Background(), "sessions", "--url", d.URL(), "--limit", "1", "-o", "json").Output()
 	if err != nil || strings.Count(string(out), "\n") != 1 || !strings.Contains(string(out), ids[2]) {
 		t.Errorf("--limit 1: %v\n%s", err, out)
 	}
 
 	// A refused token is exit status 4, one line on stderr.
 	authed := startDaemon(t, daemon.Config{Server: server.Config{AuthToken: "right-token"}})
-	cmd := exec.CommandContext(testCtx(t), bin, "sessions", "--url", authed.URL(), "--token", "wrong-token")
+	cmd := mspdCommand(testCtx(t), "sessions", "--url", authed.URL(), "--token", "wrong-token")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	var exit *exec.ExitError
@@ -165,9 +162,9 @@ func (l *lines) text() string {
 
 // startCommand runs mspd with args, its stdout and stderr read line by
 // line; the process is killed when the test ends.
-func startCommand(t *testing.T, bin string, args ...string) (stdout, stderr *lines) {
+func startCommand(t *testing.T, args ...string) (stdout, stderr *lines) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	cmd := mspdCommand(context.Background(), args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os/exec"
@@ -18,11 +19,7 @@ import (
 // TestStdio speaks NDJSON to `mspd serve --stdio`, the spawn path of
 // upstream clients: same handshake, same frames, one per line.
 func TestStdio(t *testing.T) {
-	bin, err := binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", "--stdio", "--provider", "scripted", "--data", t.TempDir(), "--log-level", "error")
+	cmd := mspdCommand(context.Background(), "serve", "--stdio", "--provider", "scripted", "--data", t.TempDir(), "--log-level", "error")
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -110,20 +107,16 @@ func TestStdio(t *testing.T) {
 }
 
 func TestValidateCommand(t *testing.T) {
-	bin, err := binary()
-	if err != nil {
-		t.Fatal(err)
-	}
 	good := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":{"name":"x","version":"1"}}}` + "\n" +
 		`{"jsonrpc":"2.0","method":"initialized"}` + "\n"
-	cmd := exec.Command(bin, "validate", "-")
+	cmd := mspdCommand(context.Background(), "validate", "-")
 	cmd.Stdin = strings.NewReader(good)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("valid transcript: %v\n%s", err, out)
 	}
 	bad := good + `{"jsonrpc":"2.0","id":2,"method":"turn/start","params":{"sessionId":"s","input":[]}}` + "\n" +
 		`{"jsonrpc":"2.0","method":"item/delta","params":{"sessionId":"s","itemId":"i","delta":"x"}}` + "\n"
-	cmd = exec.Command(bin, "validate", "-")
+	cmd = mspdCommand(context.Background(), "validate", "-")
 	cmd.Stdin = strings.NewReader(bad)
 	out, err := cmd.Output()
 	var exit *exec.ExitError

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"os/exec"
@@ -17,10 +18,6 @@ import (
 // TestTail runs `mspd tail` against a live daemon: the log, then live
 // events, in each output format.
 func TestTail(t *testing.T) {
-	bin, err := binary()
-	if err != nil {
-		t.Fatal(err)
-	}
 	d := startDaemon(t, daemon.Config{})
 	c := dial(t, d.URL(), client.Options{})
 	start, err := c.StartSession(testCtx(t))
@@ -32,7 +29,7 @@ func TestTail(t *testing.T) {
 		scripted.Step{Status: 429, ErrorKind: "rateLimited", RetryAfterMs: new(1200)},
 		scripted.Step{Text: "Hello there", Chunks: 2, OutputTokens: new(3)}))
 
-	out, err := exec.Command(bin, "tail", "--url", d.URL(), "--from-start", "--no-follow", "--color", "never", sid).Output()
+	out, err := mspdCommand(context.Background(), "tail", "--url", d.URL(), "--from-start", "--no-follow", "--color", "never", sid).Output()
 	if err != nil {
 		t.Fatalf("tail: %v", err)
 	}
@@ -49,7 +46,7 @@ func TestTail(t *testing.T) {
 		}
 	}
 
-	out, err = exec.Command(bin, "tail", "--url", d.URL(), "--from-start", "--no-follow", "-o", "json", sid).Output()
+	out, err = mspdCommand(context.Background(), "tail", "--url", d.URL(), "--from-start", "--no-follow", "-o", "json", sid).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +69,7 @@ func TestTail(t *testing.T) {
 	// start, so that its first line shows it subscribed: the live turn
 	// then reaches it whether it runs before the subscription lands (a
 	// replay after the cursor) or after.
-	follow := exec.Command(bin, "tail", "--url", d.URL(), "--from-start", "-o", "raw", sid)
+	follow := mspdCommand(context.Background(), "tail", "--url", d.URL(), "--from-start", "-o", "raw", sid)
 	stdout, err := follow.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +121,7 @@ func TestTail(t *testing.T) {
 		{"unknown session from the start", []string{"--url", d.URL(), "--from-start", "0198f0aa-0000-7000-8000-0000000000ff"}, 3},
 		{"wrong token", []string{"--url", authed.URL(), "--token", "wrong-token", sid}, 4},
 	} {
-		cmd := exec.CommandContext(testCtx(t), bin, append([]string{"tail"}, c.args...)...)
+		cmd := mspdCommand(testCtx(t), append([]string{"tail"}, c.args...)...)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		err := cmd.Run()
@@ -143,12 +140,8 @@ func TestTail(t *testing.T) {
 // recently active one and says which on stderr; with no session at all it
 // exits at once, status 3, with one line.
 func TestTailLatestSession(t *testing.T) {
-	bin, err := binary()
-	if err != nil {
-		t.Fatal(err)
-	}
 	d := startDaemon(t, daemon.Config{})
-	cmd := exec.CommandContext(testCtx(t), bin, "tail", "--url", d.URL())
+	cmd := mspdCommand(testCtx(t), "tail", "--url", d.URL())
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	var exit *exec.ExitError
@@ -171,7 +164,7 @@ func TestTailLatestSession(t *testing.T) {
 	rename(t, c, sids[0], "Paris trip")
 	answerTurn(t, c, sids[0], scripted.Script(scripted.Step{Text: "Bonjour"})) // the older session is the latest active
 
-	cmd = exec.CommandContext(testCtx(t), bin, "tail", "--url", d.URL(), "--from-start", "--no-follow", "-o", "raw")
+	cmd = mspdCommand(testCtx(t), "tail", "--url", d.URL(), "--from-start", "--no-follow", "-o", "raw")
 	stderr.Reset()
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -190,10 +183,6 @@ func TestTailLatestSession(t *testing.T) {
 // each line prefixed with its session's name: one that existed before it
 // began, and one started after.
 func TestTailAll(t *testing.T) {
-	bin, err := binary()
-	if err != nil {
-		t.Fatal(err)
-	}
 	d := startDaemon(t, daemon.Config{})
 	c := dial(t, d.URL(), client.Options{})
 	before, err := c.StartSession(testCtx(t))
@@ -204,7 +193,7 @@ func TestTailAll(t *testing.T) {
 	rename(t, c, trip, "Paris trip")
 	answerTurn(t, c, trip, scripted.Script(scripted.Step{Text: "an old answer"}))
 
-	stdout, stderr := startCommand(t, bin, "tail", "--all", "--url", d.URL(), "--color", "never")
+	stdout, stderr := startCommand(t, "tail", "--all", "--url", d.URL(), "--color", "never")
 	stderr.waitFor(t, "following every session (0 running)")
 
 	answerTurn(t, c, trip, scripted.Script(scripted.Step{Text: "Bonjour from Paris", Chunks: 3}))

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ func TestServeRefusesStrayArguments(t *testing.T) {
 	var stderr bytes.Buffer
 	// --provider bogus makes a start that got past the flags fail at once.
 	args := []string{"serve", "--data", t.TempDir(), "--provider", "bogus", "--pprof", "false", "--listen", "127.0.0.1:0"}
-	if code := run(args, strings.NewReader(""), io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), `unexpected argument "false"`) {
+	if code := Run(args, strings.NewReader(""), io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), `unexpected argument "false"`) {
 		t.Errorf("exit %d, want 2 naming the argument:\n%s", code, stderr.String())
 	}
 }
@@ -43,13 +43,13 @@ func TestServeRefusesOutOfRangeValues(t *testing.T) {
 		// --provider bogus makes a start that got past the flags fail at once.
 		base := []string{"serve", "--data", t.TempDir(), "--provider", "bogus"}
 		var stderr bytes.Buffer
-		if code := run(append(base, "--"+bad[0], bad[1]), strings.NewReader(""), io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--"+bad[0]) {
+		if code := Run(append(base, "--"+bad[0], bad[1]), strings.NewReader(""), io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--"+bad[0]) {
 			t.Errorf("--%s %s: exit %d, want 2 naming the flag:\n%s", bad[0], bad[1], code, stderr.String())
 		}
 	}
 	t.Setenv("MSPD_QUEUE_FRAMES", "0")
 	var stderr bytes.Buffer
-	if code := run([]string{"serve", "--data", t.TempDir(), "--provider", "bogus"}, strings.NewReader(""), io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--queue-frames") {
+	if code := Run([]string{"serve", "--data", t.TempDir(), "--provider", "bogus"}, strings.NewReader(""), io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--queue-frames") {
 		t.Errorf("MSPD_QUEUE_FRAMES=0: exit %d, want 2 naming the flag:\n%s", code, stderr.String())
 	}
 }
@@ -66,7 +66,7 @@ func startedWith(t *testing.T, args ...string) daemon.Config {
 		return nil, errors.New("not started in this test")
 	}
 	var stderr bytes.Buffer
-	if code := run(append([]string{"serve", "--data", t.TempDir()}, args...), strings.NewReader(""), io.Discard, &stderr); code != 1 || got == nil {
+	if code := Run(append([]string{"serve", "--data", t.TempDir()}, args...), strings.NewReader(""), io.Discard, &stderr); code != 1 || got == nil {
 		t.Fatalf("serve %v: exit %d, want 1 from the daemon:\n%s", args, code, stderr.String())
 	}
 	return *got
@@ -125,7 +125,7 @@ func TestHelpIsASuccess(t *testing.T) {
 		for _, help := range []string{"--help", "-h"} {
 			var out bytes.Buffer
 			args := append(append([]string(nil), cmd...), help)
-			if code := run(args, strings.NewReader(""), &out, &out); code != 0 || !strings.Contains(strings.ToLower(out.String()), "usage") {
+			if code := Run(args, strings.NewReader(""), &out, &out); code != 0 || !strings.Contains(strings.ToLower(out.String()), "usage") {
 				t.Errorf("mspd %s: exit %d, want 0 with the usage:\n%s", strings.Join(args, " "), code, out.String())
 			}
 		}
@@ -133,7 +133,7 @@ func TestHelpIsASuccess(t *testing.T) {
 		if cmd != nil && cmd[0] == "validate" {
 			args = append(args, "extra") // validate takes one argument, not flags
 		}
-		if code := run(args, strings.NewReader(""), io.Discard, io.Discard); code != 2 {
+		if code := Run(args, strings.NewReader(""), io.Discard, io.Discard); code != 2 {
 			t.Errorf("mspd %s: exit %d, want 2", strings.Join(args, " "), code)
 		}
 	}
@@ -144,7 +144,7 @@ func TestHelpIsASuccess(t *testing.T) {
 func TestVersion(t *testing.T) {
 	for _, args := range [][]string{{"--version"}, {"-version"}, {"version"}} {
 		var out bytes.Buffer
-		code := run(args, strings.NewReader(""), &out, io.Discard)
+		code := Run(args, strings.NewReader(""), &out, io.Discard)
 		if code != 0 || !strings.HasPrefix(out.String(), "mspd "+buildVersion()+" (go") {
 			t.Errorf("mspd %s: exit %d, %q; want 0 and the version", args[0], code, out.String())
 		}

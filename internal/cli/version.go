@@ -1,11 +1,11 @@
-package main
+package cli
 
 import (
 	"runtime/debug"
 )
 
 // version is mspd's version: set at link time for a release
-// (-ldflags "-X main.version=v1.2.3"), otherwise the module's version from
+// (-ldflags "-X mspd/internal/cli.version=v1.2.3"), otherwise the module's version from
 // the build information, or "dev" with the commit the binary was built
 // from (and "-dirty" when the tree had changes).
 var version = ""

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 // with no credential exits non-zero and says why and what to do.
 func TestServeRefusesExposureWithoutAuth(t *testing.T) {
 	var stderr bytes.Buffer
-	code := run([]string{"serve", "--listen", "0.0.0.0:0", "--data", t.TempDir(), "--provider", "scripted"}, strings.NewReader(""), io.Discard, &stderr)
+	code := Run([]string{"serve", "--listen", "0.0.0.0:0", "--data", t.TempDir(), "--provider", "scripted"}, strings.NewReader(""), io.Discard, &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), "refusing to listen on 0.0.0.0:0 without authentication") {
 		t.Errorf("exit %d:\n%s", code, stderr.String())
 	}
@@ -25,7 +25,7 @@ func TestServeRefusesBadAuthConfig(t *testing.T) {
 		"issuer, no keys": {"--auth-jwt-issuer", "https://issuer.test"},
 	} {
 		var stderr bytes.Buffer
-		code := run(append([]string{"serve", "--data", t.TempDir(), "--provider", "scripted"}, args...), strings.NewReader(""), io.Discard, &stderr)
+		code := Run(append([]string{"serve", "--data", t.TempDir(), "--provider", "scripted"}, args...), strings.NewReader(""), io.Discard, &stderr)
 		if code != 1 || !strings.Contains(stderr.String(), "auth:") {
 			t.Errorf("%s: exit %d:\n%s", name, code, stderr.String())
 		}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ func TestClientCommandUsage(t *testing.T) {
 		"sessions, a session":  {"sessions", "a"},
 	} {
 		var stderr bytes.Buffer
-		if code := run(args, strings.NewReader(""), io.Discard, &stderr); code != 2 {
+		if code := Run(args, strings.NewReader(""), io.Discard, &stderr); code != 2 {
 			t.Errorf("%s: exit %d, want 2:\n%s", name, code, stderr.String())
 		}
 	}
@@ -42,7 +42,7 @@ func TestClientCommandUnreachable(t *testing.T) {
 	url := "ws://" + ln.Addr().String() + "/msp"
 	ln.Close() // nothing listens there now
 	var stderr bytes.Buffer
-	if code := run([]string{"sessions", "--url", url}, strings.NewReader(""), io.Discard, &stderr); code != 1 ||
+	if code := Run([]string{"sessions", "--url", url}, strings.NewReader(""), io.Discard, &stderr); code != 1 ||
 		!strings.HasPrefix(stderr.String(), "mspd sessions: ") || strings.Count(stderr.String(), "\n") != 1 {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
@@ -57,7 +57,7 @@ func TestClientUsageKeepsTheTokenPrivate(t *testing.T) {
 	t.Setenv("MSPD_AUTH_TOKEN", secret)
 	for _, args := range [][]string{{"tail", "a", "b"}, {"sessions", "extra"}, {"tail", "--bogus"}, {"sessions", "--help"}} {
 		var stderr bytes.Buffer
-		run(args, strings.NewReader(""), io.Discard, &stderr)
+		Run(args, strings.NewReader(""), io.Discard, &stderr)
 		if strings.Contains(stderr.String(), secret) {
 			t.Errorf("mspd %s printed the auth token:\n%s", strings.Join(args, " "), stderr.String())
 		}
@@ -87,7 +87,7 @@ func TestClientTokenFromTheEnvironment(t *testing.T) {
 		{[]string{"sessions", "--url", url, "--token", "from-flag"}, "Bearer from-flag"},
 	} {
 		var stderr bytes.Buffer
-		if code := run(c.args, strings.NewReader(""), io.Discard, &stderr); code != 4 {
+		if code := Run(c.args, strings.NewReader(""), io.Discard, &stderr); code != 4 {
 			t.Errorf("%v: exit %d, want 4:\n%s", c.args, code, stderr.String())
 		}
 		select {
