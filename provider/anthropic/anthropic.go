@@ -33,6 +33,28 @@
 // ends or breaks before message_stop streamInterrupted, and a client-side
 // or idle timeout timeout.
 //
+// Tools: Request.Tools go as custom tools (name, description,
+// input_schema, the schema verbatim), tool_choice left to the model. A
+// response's tool_use blocks are read whole, each input the concatenation
+// of its input_json_delta fragments ({} with none), and returned in block
+// order as Response.ToolCalls with FinishToolCalls when stop_reason is
+// tool_use; text blocks before or between them stream through onText. A
+// stream that fails, or stops for tool use with a tool_use block unended,
+// returns no calls. History goes through provider.Steps: an assistant's
+// calls become tool_use blocks after its text, and a step's results one
+// user turn of tool_result blocks in call order (is_error for a failed
+// call), shared with the next turn's user text when one follows. Recorded
+// arguments that are not a JSON object are sent as
+// {"unparsed_arguments": "<as written>"}, and call ids are mapped to the
+// characters the API allows, alike in both blocks.
+//
+// Structured output and tools: StructuredTool forces one tool, which
+// would forbid the real ones, so a request with both a ResponseSchema and
+// Tools is sent in prompt mode (the schema in the system prompt, the
+// tools offered freely) and reports provider.StructuredPrompt; the turn
+// checks the final answer against the schema either way. A real tool may
+// therefore be named ToolName without ever meeting the forced one.
+//
 // Liveness: IdleTimeout bounds every silence of the connection, from
 // sending the request to the response headers and between any two reads of
 // the body. Any bytes count, pings included: the API sends pings precisely
@@ -70,7 +92,8 @@ const (
 const (
 	// StructuredTool forces a call of the tool ToolName whose input_schema
 	// is the response schema; the answer is the tool input, streamed as
-	// text. Reported as provider.StructuredNative.
+	// text. Reported as provider.StructuredNative. A request that also
+	// offers tools falls back to prompt mode (see the package doc).
 	StructuredTool = "tool"
 	// StructuredPromptMode embeds the schema in the system prompt and asks
 	// for JSON only. Reported as provider.StructuredPrompt.
@@ -89,7 +112,8 @@ type Config struct {
 	// StructuredMode is StructuredTool (the default) or
 	// StructuredPromptMode. A response schema whose top level is not
 	// {"type": "object"} is always sent in prompt mode, since a tool's
-	// input must be an object.
+	// input must be an object, and so is one in a request offering tools,
+	// since forcing the answer tool would forbid them.
 	StructuredMode string
 }
 
@@ -216,7 +240,12 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 			resp.FinishReason = provider.FinishStop
 			break
 		}
-		resp.FinishReason = string(st.stopReason)
+		calls, ok := st.calls()
+		if !ok {
+			return resp, &provider.Error{Kind: modelretry.KindStreamInterrupted, Accepted: true,
+				Message: "the response stopped for tool use without a complete tool_use block"}
+		}
+		resp.FinishReason, resp.ToolCalls = provider.FinishToolCalls, calls
 	default:
 		resp.FinishReason = string(st.stopReason)
 	}

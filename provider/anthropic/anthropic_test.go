@@ -664,7 +664,6 @@ func TestFinishReasons(t *testing.T) {
 		{"max_tokens", provider.FinishLength},
 		{"refusal", provider.FinishContentFilter},
 		{"pause_turn", "pause_turn"},
-		{"tool_use", "tool_use"}, // not the forced tool: verbatim
 	} {
 		f := anthropictest.New(t, anthropictest.Answer(tc.stop, 1, "x"))
 		_, resp, err := stream(t, newModel(t, f), provider.Request{})

@@ -1,6 +1,10 @@
 package anthropic
 
 import (
+	"cmp"
+	"slices"
+	"strings"
+
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
 	"mspd/provider"
@@ -22,14 +26,38 @@ type streamState struct {
 	input, cacheRead, cacheCreate, think int64
 	output                               int64
 
-	// toolBlock is the index of the forced tool's content block, -1 when
-	// none is open; toolText says its input has streamed any text.
-	toolBlock int64
-	toolText  bool
+	// uses are the response's tool_use blocks as they started; in
+	// StructuredTool mode only the forced tool's, whose input streams as
+	// text.
+	uses []*toolUse
+}
+
+// toolUse is one tool_use content block being read.
+type toolUse struct {
+	index int64
+	id    string
+	name  string
+	// start is the input content_block_start carried; args the
+	// concatenated partial_json of its input_json_delta events.
+	start  string
+	args   strings.Builder
+	closed bool // content_block_stop seen
+}
+
+// input is the block's input JSON: its deltas, or without any the input
+// it started with ({} when that is empty too).
+func (u *toolUse) input() string {
+	if u.args.Len() > 0 {
+		return u.args.String()
+	}
+	if s := strings.TrimSpace(u.start); s != "" && s != "null" {
+		return s
+	}
+	return "{}"
 }
 
 func newStreamState(p plan, onText func(string)) *streamState {
-	return &streamState{plan: p, onText: onText, toolBlock: -1}
+	return &streamState{plan: p, onText: onText}
 }
 
 // handle applies one event. Unknown event and delta types are ignored, as
@@ -48,9 +76,9 @@ func (s *streamState) handle(ev anthropic.MessageStreamEventUnion) {
 	case "content_block_start":
 		cb := ev.ContentBlock
 		switch {
-		case s.plan.tool && cb.Type == "tool_use" && cb.Name == ToolName:
-			s.toolBlock, s.toolText = ev.Index, false
-		case !s.plan.tool && cb.Type == "text":
+		case cb.Type == "tool_use" && (!s.plan.tool || cb.Name == ToolName):
+			s.uses = append(s.uses, &toolUse{index: ev.Index, id: cb.ID, name: cb.Name, start: cb.JSON.Input.Raw()})
+		case cb.Type == "text" && !s.plan.tool:
 			s.emit(cb.Text)
 		}
 	case "content_block_delta":
@@ -58,18 +86,20 @@ func (s *streamState) handle(ev anthropic.MessageStreamEventUnion) {
 		switch {
 		case d.Type == "text_delta" && !s.plan.tool:
 			s.emit(d.Text)
-		case d.Type == "input_json_delta" && s.plan.tool && ev.Index == s.toolBlock:
-			if d.PartialJSON != "" {
-				s.toolText = true
-				s.emit(d.PartialJSON)
+		case d.Type == "input_json_delta":
+			if u := s.use(ev.Index); u != nil {
+				u.args.WriteString(d.PartialJSON)
+				if s.plan.tool {
+					s.emit(d.PartialJSON)
+				}
 			}
 		}
 	case "content_block_stop":
-		if s.plan.tool && ev.Index == s.toolBlock {
-			if !s.toolText {
-				s.emit("{}") // a tool called without arguments has input {}
+		if u := s.use(ev.Index); u != nil {
+			u.closed = true
+			if s.plan.tool && u.args.Len() == 0 {
+				s.emit(u.input()) // a tool called without arguments has input {}
 			}
-			s.toolBlock = -1
 		}
 	case "message_delta":
 		if r := ev.Delta.StopReason; r != "" {
@@ -97,6 +127,31 @@ func (s *streamState) handle(ev anthropic.MessageStreamEventUnion) {
 	case "message_stop":
 		s.stopped = true
 	}
+}
+
+// use is the open tool_use block at a content block index, or nil.
+func (s *streamState) use(index int64) *toolUse {
+	for _, u := range s.uses {
+		if u.index == index && !u.closed {
+			return u
+		}
+	}
+	return nil
+}
+
+// calls are the response's tool calls in block order; ok is false unless
+// there is at least one and every tool_use block ended, since a call cut
+// short has partial arguments.
+func (s *streamState) calls() (calls []provider.ToolCall, ok bool) {
+	uses := slices.Clone(s.uses)
+	slices.SortStableFunc(uses, func(a, b *toolUse) int { return cmp.Compare(a.index, b.index) })
+	for _, u := range uses {
+		if !u.closed {
+			return nil, false
+		}
+		calls = append(calls, provider.ToolCall{ID: u.id, Name: u.name, Args: u.input()})
+	}
+	return calls, len(calls) > 0
 }
 
 func (s *streamState) emit(text string) {

@@ -6,7 +6,9 @@
 // what every request carries (POST /v1/messages, the API key Key, an
 // anthropic-version header, a JSON body with "stream": true), answers each
 // request with the next scripted Reply, and records every request so tests
-// can count attempts and inspect bodies.
+// can count attempts and inspect bodies. Replies are canned (Answer,
+// ToolUse, the failures) or scripted event by event (Frames, Broken) from
+// the event payloads below, tool_use blocks included.
 package anthropictest
 
 import (
@@ -139,16 +141,117 @@ const (
 )
 
 // TextDelta is a content_block_delta adding text to block 0.
-func TextDelta(text string) string {
-	q, _ := json.Marshal(text)
-	return fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%s}}`, q)
-}
+func TextDelta(text string) string { return TextDeltaAt(0, text) }
 
 // JSONDelta is a content_block_delta adding partial tool input JSON to
 // block 0.
-func JSONDelta(partial string) string {
-	q, _ := json.Marshal(partial)
-	return fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":%s}}`, q)
+func JSONDelta(partial string) string { return JSONDeltaAt(0, partial) }
+
+// TextStartAt is content_block_start of text block i.
+func TextStartAt(i int) string {
+	return fmt.Sprintf(`{"type":"content_block_start","index":%d,"content_block":{"type":"text","text":""}}`, i)
+}
+
+// TextDeltaAt is a content_block_delta adding text to block i.
+func TextDeltaAt(i int, text string) string {
+	return fmt.Sprintf(`{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":%s}}`, i, quote(text))
+}
+
+// ToolUseStart is content_block_start of tool_use block i calling tool
+// name under call id (toolu_…), with the empty input the API starts every
+// streamed tool_use block with.
+func ToolUseStart(i int, id, name string) string {
+	return fmt.Sprintf(`{"type":"content_block_start","index":%d,"content_block":{"type":"tool_use","id":%s,"name":%s,"input":{}}}`, i, quote(id), quote(name))
+}
+
+// JSONDeltaAt is a content_block_delta adding a fragment of tool input
+// JSON to block i.
+func JSONDeltaAt(i int, partial string) string {
+	return fmt.Sprintf(`{"type":"content_block_delta","index":%d,"delta":{"type":"input_json_delta","partial_json":%s}}`, i, quote(partial))
+}
+
+// BlockStopAt is content_block_stop of block i.
+func BlockStopAt(i int) string {
+	return fmt.Sprintf(`{"type":"content_block_stop","index":%d}`, i)
+}
+
+// quote is s as a JSON string.
+func quote(s string) string {
+	q, _ := json.Marshal(s)
+	return string(q)
+}
+
+// Call is one tool_use block of a scripted response.
+type Call struct {
+	// ID is the call id (toolu_…) and Name the tool called.
+	ID, Name string
+	// Fragments are the input's partial_json deltas, in order; none
+	// sends no delta, as the API does for a call without arguments.
+	Fragments []string
+}
+
+// Split cuts s into fragments of n runes (the last may be shorter),
+// which land mid-token as the API's input_json_delta fragments do.
+func Split(s string, n int) []string {
+	var out []string
+	r := []rune(s)
+	for len(r) > n {
+		out = append(out, string(r[:n]))
+		r = r[n:]
+	}
+	if len(r) > 0 {
+		out = append(out, string(r))
+	}
+	return out
+}
+
+// ToolUseBlocks are the content block events of a response calling tools:
+// a text block 0 holding text unless text is "", then a tool_use block
+// per call (content_block_start, an input_json_delta per fragment,
+// content_block_stop), indexed on from there.
+func ToolUseBlocks(text string, calls ...Call) []string {
+	var out []string
+	i := 0
+	if text != "" {
+		out = append(out, TextStartAt(0), TextDeltaAt(0, text), BlockStopAt(0))
+		i++
+	}
+	for _, c := range calls {
+		out = append(out, ToolUseStart(i, c.ID, c.Name))
+		for _, f := range c.Fragments {
+			out = append(out, JSONDeltaAt(i, f))
+		}
+		out = append(out, BlockStopAt(i))
+		i++
+	}
+	return out
+}
+
+// ToolUse streams a complete response asking for calls: message_start
+// (25 input tokens), ToolUseBlocks(text, calls...), message_delta with
+// stop_reason tool_use and outputTokens, and message_stop.
+func ToolUse(outputTokens int, text string, calls ...Call) Reply {
+	frames := append([]string{MsgStart(25)}, ToolUseBlocks(text, calls...)...)
+	return Frames(append(frames, MsgDelta("tool_use", outputTokens), MsgStop)...)
+}
+
+// Frames streams the payloads given, each as an event named after its
+// type (an "event: <type>" line, then its data), then ends the body
+// cleanly: a stream scripted event by event, and one cut short unless it
+// ends with message_stop.
+func Frames(payloads ...string) Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		StartSSE(w).Frames(payloads...)
+	}
+}
+
+// Broken streams the payloads as Frames does, then drops the connection
+// mid-body: the client reads an unexpected EOF.
+func Broken(payloads ...string) Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		StartSSE(w).Frames(payloads...)
+		providertest.Abort()
+	}
 }
 
 // MsgDelta is message_delta with stop_reason stop and out output tokens.
