@@ -162,7 +162,9 @@ func (m *Model) System() string { return m.cfg.System }
 // data: [DONE] fails as streamInterrupted; one that finished but lost its
 // usage chunk succeeds with nil Usage. On the Responses API a stream that
 // ends without response.completed, response.incomplete or response.failed
-// fails as streamInterrupted.
+// fails as streamInterrupted. Tool calls are returned only with a
+// response that finished asking for them (FinishToolCalls), each whole:
+// a failed stream returns none of the calls it had begun.
 func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(string)) (provider.Response, error) {
 	if err := checkMessages(req); err != nil {
 		return provider.Response{}, err
@@ -203,7 +205,7 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 // checkMessages refuses what no OpenAI API accepts, before any request.
 func checkMessages(req provider.Request) error {
 	for i, msg := range req.Messages {
-		if msg.Role != provider.RoleUser && msg.Role != provider.RoleAssistant {
+		if msg.Role != provider.RoleUser && msg.Role != provider.RoleAssistant && msg.Role != provider.RoleTool {
 			return &provider.Error{Kind: modelretry.KindInvalidRequest,
 				Message: fmt.Sprintf("message %d has unsupported role %q", i, msg.Role)}
 		}
@@ -219,10 +221,15 @@ func checkMessages(req provider.Request) error {
 func (m *Model) streamChat(ctx context.Context, req provider.Request, onText func(string),
 	opts []option.RequestOption, w *watch) (provider.Response, error) {
 	var resp provider.Response
-	stream := m.chat.NewStreaming(ctx, m.params(req), opts...)
+	params, err := m.params(req)
+	if err != nil {
+		return resp, err
+	}
+	stream := m.chat.NewStreaming(ctx, params, opts...)
 	defer stream.Close()
 
 	var finish string
+	var calls callParts
 	refused := false
 	for stream.Next() {
 		c := stream.Current()
@@ -249,6 +256,9 @@ func (m *Model) streamChat(ctx context.Context, req provider.Request, onText fun
 			if ch.Delta.Refusal != "" {
 				refused = true
 			}
+			for _, d := range ch.Delta.ToolCalls {
+				addChatCall(&calls, d)
+			}
 			if ch.FinishReason != "" {
 				finish = ch.FinishReason
 			}
@@ -263,12 +273,30 @@ func (m *Model) streamChat(ctx context.Context, req provider.Request, onText fun
 		return resp, &provider.Error{Kind: modelretry.KindStreamInterrupted,
 			Message: "the stream ended before a finish_reason or data: [DONE]"}
 	}
-	resp.FinishReason = finishReason(finish, refused)
+	resp.FinishReason, resp.ToolCalls = withCalls(finishReason(finish, refused), calls.calls())
 	return resp, nil
 }
 
+// addChatCall adds one delta.tool_calls fragment: the first of a call
+// carries its id, type and name, the later ones only pieces of its
+// arguments under the same index. A new id at an index already holding
+// another call starts a new call, for servers that number every call 0.
+func addChatCall(c *callParts, d oai.ChatCompletionChunkChoiceDeltaToolCall) {
+	p := c.get(d.Index)
+	if p == nil || d.ID != "" && p.id != "" && d.ID != p.id {
+		p = c.open(d.Index, d.ID, d.Function.Name)
+	}
+	if p.id == "" {
+		p.id = d.ID
+	}
+	if p.name == "" {
+		p.name = d.Function.Name
+	}
+	p.args.WriteString(d.Function.Arguments)
+}
+
 // params builds the chat/completions body; checkMessages has vetted req.
-func (m *Model) params(req provider.Request) oai.ChatCompletionNewParams {
+func (m *Model) params(req provider.Request) (oai.ChatCompletionNewParams, error) {
 	p := oai.ChatCompletionNewParams{
 		Model:         shared.ChatModel(m.cfg.Model),
 		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: param.NewOpt(true)},
@@ -276,14 +304,12 @@ func (m *Model) params(req provider.Request) oai.ChatCompletionNewParams {
 	if req.Model != "" {
 		p.Model = shared.ChatModel(req.Model)
 	}
-	p.Messages = make([]oai.ChatCompletionMessageParamUnion, 0, len(req.Messages))
-	for _, msg := range req.Messages {
-		if msg.Role == provider.RoleAssistant {
-			p.Messages = append(p.Messages, oai.AssistantMessage(msg.Text))
-		} else {
-			p.Messages = append(p.Messages, oai.UserMessage(msg.Text))
-		}
+	p.Messages = convertHistory(req.Messages, oai.UserMessage[string], chatAssistant, chatResult)
+	tools, err := convertTools(req.Tools, chatTool)
+	if err != nil {
+		return p, err
 	}
+	p.Tools = tools
 	if req.MaxTokens > 0 {
 		if m.cfg.MaxTokensField == MaxTokens {
 			p.MaxTokens = param.NewOpt(int64(req.MaxTokens))
@@ -305,7 +331,43 @@ func (m *Model) params(req provider.Request) oai.ChatCompletionNewParams {
 			},
 		}
 	}
-	return p
+	return p, nil
+}
+
+// chatTool is a tool as Chat Completions declares it: type function, with
+// the name, description and parameters under function. strict is left
+// out (false): strict mode refuses common schemas, and mspd checks every
+// call's arguments itself.
+func chatTool(s provider.ToolSpec, parameters map[string]any) oai.ChatCompletionToolUnionParam {
+	f := shared.FunctionDefinitionParam{Name: s.Name, Parameters: parameters}
+	if s.Description != "" {
+		f.Description = param.NewOpt(s.Description)
+	}
+	return oai.ChatCompletionFunctionTool(f)
+}
+
+// chatAssistant is an assistant message: its text, or, when it called
+// tools, its calls with content null if it said nothing.
+func chatAssistant(text string, calls []provider.ToolCall) []oai.ChatCompletionMessageParamUnion {
+	if len(calls) == 0 {
+		return []oai.ChatCompletionMessageParamUnion{oai.AssistantMessage(text)}
+	}
+	a := oai.ChatCompletionAssistantMessageParam{ToolCalls: make([]oai.ChatCompletionMessageToolCallUnionParam, len(calls))}
+	a.Content.OfString = param.Null[string]()
+	if text != "" {
+		a.Content.OfString = param.NewOpt(text)
+	}
+	for i, c := range calls {
+		a.ToolCalls[i] = oai.ChatCompletionMessageToolCallUnionParam{OfFunction: &oai.ChatCompletionMessageFunctionToolCallParam{
+			ID: c.ID, Function: oai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.Name, Arguments: c.Args}}}
+	}
+	return []oai.ChatCompletionMessageParamUnion{{OfAssistant: &a}}
+}
+
+// chatResult is a tool message answering callID; resultText says how a
+// failure is told.
+func chatResult(callID, output string) oai.ChatCompletionMessageParamUnion {
+	return oai.ToolMessage(output, callID)
 }
 
 // finishReason normalises OpenAI's finish_reason. A refusal (the model
@@ -323,6 +385,8 @@ func finishReason(reason string, refused bool) string {
 		return provider.FinishLength
 	case "content_filter":
 		return provider.FinishContentFilter
+	case "tool_calls":
+		return provider.FinishToolCalls
 	}
 	return reason
 }

@@ -92,7 +92,7 @@ func TestFinishReasons(t *testing.T) {
 		{"stop", []string{openaitest.Finish("stop")}, provider.FinishStop},
 		{"length", []string{openaitest.Finish("length")}, provider.FinishLength},
 		{"content_filter", []string{openaitest.Finish("content_filter")}, provider.FinishContentFilter},
-		{"tool_calls verbatim", []string{openaitest.Finish("tool_calls")}, "tool_calls"},
+		{"tool_calls without calls", []string{openaitest.Finish("tool_calls")}, provider.FinishToolCalls},
 		{"refusal is a content filter", []string{openaitest.Refusal("I can't help with that."), openaitest.Finish("stop")}, provider.FinishContentFilter},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

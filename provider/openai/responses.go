@@ -14,9 +14,16 @@ import (
 )
 
 // streamResponses streams from the Responses API (retry-background §6.3).
-// The terminal events decide the outcome:
+// Text deltas go to onText as they come, before, between or after
+// function calls; a function_call output item is assembled from
+// response.output_item.added (its call_id and name), the
+// response.function_call_arguments deltas and .done, and
+// response.output_item.done (the item whole). The terminal events decide
+// the outcome:
 //
-//	response.completed   → finish "stop" (contentFilter after a refusal)
+//	response.completed   → finish "toolCalls" with the function calls its
+//	                       output holds (those streamed, if it lists none);
+//	                       else "stop" (contentFilter after a refusal)
 //	response.incomplete  → incomplete_details.reason: max_output_tokens →
 //	                       "length", content_filter → "contentFilter",
 //	                       others verbatim
@@ -34,6 +41,7 @@ func (m *Model) streamResponses(ctx context.Context, req provider.Request, onTex
 	defer stream.Close()
 
 	refused := false
+	var calls callParts
 	for stream.Next() {
 		ev := stream.Current()
 		r := ev.Response
@@ -47,6 +55,20 @@ func (m *Model) streamResponses(ctx context.Context, req provider.Request, onTex
 			}
 		case "response.refusal.delta":
 			refused = true
+		case "response.output_item.added":
+			if ev.Item.Type == "function_call" {
+				calls.open(ev.OutputIndex, ev.Item.CallID, ev.Item.Name).args.WriteString(ev.Item.Arguments.OfString)
+			}
+		case "response.function_call_arguments.delta":
+			if p := calls.get(ev.OutputIndex); p != nil {
+				p.args.WriteString(ev.Delta)
+			}
+		case "response.function_call_arguments.done":
+			calls.whole(ev.OutputIndex, "", "", ev.Arguments)
+		case "response.output_item.done":
+			if ev.Item.Type == "function_call" {
+				calls.whole(ev.OutputIndex, ev.Item.CallID, ev.Item.Name, ev.Item.Arguments.OfString)
+			}
 		case "response.completed", "response.incomplete", "response.failed":
 			if r.JSON.Usage.Valid() {
 				resp.Usage = &provider.Usage{
@@ -56,14 +78,16 @@ func (m *Model) streamResponses(ctx context.Context, req provider.Request, onTex
 					ReasoningTokens: r.Usage.OutputTokensDetails.ReasoningTokens,
 				}
 			}
+			var finish string
 			switch ev.Type {
 			case "response.completed":
-				resp.FinishReason = finishReason("stop", refused)
+				finish = finishReason("stop", refused)
 			case "response.incomplete":
-				resp.FinishReason = incompleteReason(r.IncompleteDetails.Reason)
+				finish = incompleteReason(r.IncompleteDetails.Reason)
 			default:
 				return resp, m.eventError(string(r.Error.Code), r.Error.Message)
 			}
+			resp.FinishReason, resp.ToolCalls = withCalls(finish, outputCalls(r.Output, &calls))
 			return resp, nil
 		case "error":
 			return resp, m.eventError(ev.Code, ev.Message)
@@ -74,6 +98,22 @@ func (m *Model) streamResponses(ctx context.Context, req provider.Request, onTex
 	}
 	return resp, &provider.Error{Kind: modelretry.KindStreamInterrupted,
 		Message: "the stream ended before response.completed"}
+}
+
+// outputCalls returns the function calls a finished response's output
+// holds, the final word on them; a server that leaves its output empty
+// gets the calls its events streamed.
+func outputCalls(output []responses.ResponseOutputItemUnion, streamed *callParts) []provider.ToolCall {
+	var final callParts
+	for i, it := range output {
+		if it.Type == "function_call" {
+			final.whole(int64(i), it.CallID, it.Name, it.Arguments.OfString)
+		}
+	}
+	if calls := final.calls(); calls != nil {
+		return calls
+	}
+	return streamed.calls()
 }
 
 // eventError maps a response.failed or error event like a Chat
@@ -104,15 +144,15 @@ func (m *Model) responsesParams(req provider.Request) (responses.ResponseNewPara
 	if req.Model != "" {
 		p.Model = shared.ResponsesModel(req.Model)
 	}
-	items := make(responses.ResponseInputParam, 0, len(req.Messages))
-	for _, msg := range req.Messages {
-		role := responses.EasyInputMessageRoleUser
-		if msg.Role == provider.RoleAssistant {
-			role = responses.EasyInputMessageRoleAssistant
-		}
-		items = append(items, responses.ResponseInputItemParamOfMessage(msg.Text, role))
+	user := func(text string) responses.ResponseInputItemUnionParam {
+		return responses.ResponseInputItemParamOfMessage(text, responses.EasyInputMessageRoleUser)
 	}
-	p.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: items}
+	p.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: convertHistory(req.Messages, user, responsesAssistant, responsesResult)}
+	tools, err := convertTools(req.Tools, responsesTool)
+	if err != nil {
+		return p, err
+	}
+	p.Tools = tools
 	if req.MaxTokens > 0 {
 		p.MaxOutputTokens = param.NewOpt(int64(req.MaxTokens))
 	}
@@ -126,4 +166,40 @@ func (m *Model) responsesParams(req provider.Request) (responses.ResponseNewPara
 				Name: responseSchemaName, Schema: schema, Strict: param.NewOpt(false)}}}
 	}
 	return p, nil
+}
+
+// responsesTool is a tool as the Responses API declares it: flat, type
+// function with name, description and parameters. strict is sent false:
+// left out, the Responses API turns the schema strict (every property
+// required, additionalProperties false), making optional arguments
+// mandatory; mspd checks every call's arguments itself.
+func responsesTool(s provider.ToolSpec, parameters map[string]any) responses.ToolUnionParam {
+	t := responses.ToolParamOfFunction(s.Name, parameters, false)
+	if s.Description != "" {
+		t.OfFunction.Description = param.NewOpt(s.Description)
+	}
+	return t
+}
+
+// responsesAssistant is an assistant message's items: its text as a
+// message (also when empty, if it called nothing), then one function_call
+// item per call. The items carry no id (fc_…): with store false the API
+// keeps no item for an id to name, and mspd keeps no reasoning items,
+// which reasoning models may demand alongside a function_call's id.
+func responsesAssistant(text string, calls []provider.ToolCall) []responses.ResponseInputItemUnionParam {
+	items := make([]responses.ResponseInputItemUnionParam, 0, 1+len(calls))
+	if text != "" || len(calls) == 0 {
+		items = append(items, responses.ResponseInputItemParamOfMessage(text, responses.EasyInputMessageRoleAssistant))
+	}
+	for _, c := range calls {
+		items = append(items, responses.ResponseInputItemParamOfFunctionCall(c.Args, c.ID, c.Name))
+	}
+	return items
+}
+
+// responsesResult is a function_call_output item answering callID.
+func responsesResult(callID, output string) responses.ResponseInputItemUnionParam {
+	item := responses.ResponseInputItemParamOfFunctionCallOutput(output)
+	item.OfFunctionCallOutput.CallID = param.NewOpt(callID)
+	return item
 }

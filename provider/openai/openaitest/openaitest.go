@@ -4,9 +4,11 @@
 //
 // It covers Chat Completions and Responses streaming as retry-background
 // §6.1–6.3 describes them (headers, chunk and event shapes, error bodies,
-// mid-stream error frames), answers each request with the next scripted
-// Reply, and records every request so tests can count attempts and inspect
-// bodies.
+// mid-stream error frames) and streamed tool calls as OpenAI sends them
+// (Chat's delta.tool_calls by index, the Responses function_call events
+// with their event: lines), answers
+// each request with the next scripted Reply, and records every request so
+// tests can count attempts and inspect bodies.
 package openaitest
 
 import (
@@ -198,9 +200,25 @@ type choice struct {
 }
 
 type delta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
-	Refusal *string `json:"refusal,omitempty"`
+	Role string `json:"role,omitempty"`
+	// Content is a JSON string, or null.
+	Content   json.RawMessage `json:"content,omitempty"`
+	Refusal   *string         `json:"refusal,omitempty"`
+	ToolCalls []toolCallDelta `json:"tool_calls,omitempty"`
+}
+
+// toolCallDelta is one fragment of a streamed tool call: the first
+// carries id, type and name, the later ones only arguments.
+type toolCallDelta struct {
+	Index    int           `json:"index"`
+	ID       string        `json:"id,omitempty"`
+	Type     string        `json:"type,omitempty"`
+	Function functionDelta `json:"function"`
+}
+
+type functionDelta struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 type usage struct {
@@ -227,15 +245,20 @@ func render(c chunk) string {
 	return string(b)
 }
 
+// jsonString is s as a JSON string.
+func jsonString(s string) json.RawMessage {
+	b, _ := json.Marshal(s)
+	return b
+}
+
 // Role is the first chunk: the assistant role with empty content.
 func Role() string {
-	empty := ""
-	return render(chunk{Choices: []choice{{Delta: delta{Role: "assistant", Content: &empty}}}})
+	return render(chunk{Choices: []choice{{Delta: delta{Role: "assistant", Content: jsonString("")}}}})
 }
 
 // Delta is a content chunk.
 func Delta(text string) string {
-	return render(chunk{Choices: []choice{{Delta: delta{Content: &text}}}})
+	return render(chunk{Choices: []choice{{Delta: delta{Content: jsonString(text)}}}})
 }
 
 // Refusal is a refusal chunk.
@@ -268,6 +291,79 @@ func Answer(parts ...string) []string {
 		frames = append(frames, Delta(p))
 	}
 	return append(frames, Finish("stop"), Usage(12, int64(len(parts)), 0, 0), Done)
+}
+
+// Call is a tool call to script: its call id (call_…), the function's
+// name and its arguments as the model writes them (valid JSON or not).
+type Call struct {
+	ID, Name, Args string
+}
+
+// ToolCallStart is the first chunk of the call at index: its id, type and
+// name, with arguments "".
+func ToolCallStart(index int, id, name string) string {
+	return render(chunk{Choices: []choice{{Delta: delta{ToolCalls: []toolCallDelta{
+		{Index: index, ID: id, Type: "function", Function: functionDelta{Name: name}}}}}}})
+}
+
+// ToolCallArgs is a later chunk of the call at index: one fragment of its
+// arguments.
+func ToolCallArgs(index int, fragment string) string {
+	return render(chunk{Choices: []choice{{Delta: delta{ToolCalls: []toolCallDelta{
+		{Index: index, Function: functionDelta{Arguments: fragment}}}}}}})
+}
+
+// ToolCallFrames are the chunks of calls, indexed 0, 1, … in order: each
+// call's ToolCallStart, then its arguments in fragments of split bytes
+// (the last shorter), cut wherever they fall as a model's tokens do.
+func ToolCallFrames(split int, calls ...Call) []string {
+	var frames []string
+	for i, c := range calls {
+		frames = append(frames, ToolCallStart(i, c.ID, c.Name))
+		for _, f := range fragments(c.Args, split) {
+			frames = append(frames, ToolCallArgs(i, f))
+		}
+	}
+	return frames
+}
+
+// fragments cuts s into pieces of n bytes (n < 1 is 1); "" is no piece.
+func fragments(s string, n int) []string {
+	n = max(n, 1)
+	var out []string
+	for len(s) > n {
+		out = append(out, s[:n])
+		s = s[n:]
+	}
+	if s != "" {
+		out = append(out, s)
+	}
+	return out
+}
+
+// Tool-call responses' usage: what ToolCalls and RToolCalls report.
+const (
+	ToolCallPromptTokens     = 80
+	ToolCallCompletionTokens = 18
+)
+
+// ToolCalls is a whole streamed response calling tools, as OpenAI streams
+// it: the first chunk carries the assistant role, content null and the
+// first call's start; then ToolCallFrames' chunks, finish_reason
+// "tool_calls", the usage chunk (ToolCallPromptTokens,
+// ToolCallCompletionTokens) and Done.
+func ToolCalls(split int, calls ...Call) []string {
+	frames := ToolCallFrames(split, calls...)
+	if len(frames) > 0 {
+		// Merge the role into the first call's chunk, as OpenAI does.
+		var c chunk
+		if err := json.Unmarshal([]byte(frames[0]), &c); err != nil {
+			panic(err)
+		}
+		c.Choices[0].Delta.Role, c.Choices[0].Delta.Content = "assistant", json.RawMessage("null")
+		frames[0] = render(c)
+	}
+	return append(frames, Finish("tool_calls"), Usage(ToolCallPromptTokens, ToolCallCompletionTokens, 0, 0), Done)
 }
 
 // Responses API events (§6.3). Each carries its sequence_number.
@@ -315,11 +411,68 @@ func RTextDelta(seq int, text string) string {
 		"content_index": 0, "delta": text, "logprobs": []any{}})
 }
 
-// RCompleted is response.completed with usage.
-func RCompleted(seq int, input, output, cached, reasoning int64) string {
+// RCompleted is response.completed with usage and the given output items
+// (RFunctionCallItem's, say; none is an empty output).
+func RCompleted(seq int, input, output, cached, reasoning int64, items ...any) string {
 	r := response("completed")
 	r.Usage = responseUsage(input, output, cached, reasoning)
+	r.Output = append(r.Output, items...)
 	return event("response.completed", seq, map[string]any{"response": r})
+}
+
+// ItemID is the id (fc_…) the fake gives the function_call output item of
+// call c.
+func ItemID(c Call) string { return "fc_" + strings.TrimPrefix(c.ID, "call_") }
+
+// RFunctionCallItem is c as a function_call output item: status
+// in_progress and arguments "" while it streams (done false), completed
+// with its arguments once done.
+func RFunctionCallItem(c Call, done bool) map[string]any {
+	item := map[string]any{"type": "function_call", "id": ItemID(c), "call_id": c.ID, "name": c.Name,
+		"arguments": "", "status": "in_progress"}
+	if done {
+		item["arguments"], item["status"] = c.Args, "completed"
+	}
+	return item
+}
+
+// RFunctionCall is the events of call c as output item outputIndex,
+// numbered from seq: response.output_item.added, its arguments as
+// response.function_call_arguments.delta events of split bytes,
+// response.function_call_arguments.done and response.output_item.done.
+// It returns them and the next sequence number.
+func RFunctionCall(seq, outputIndex, split int, c Call) ([]string, int) {
+	at := func(fields map[string]any) map[string]any {
+		fields["output_index"] = outputIndex
+		return fields
+	}
+	events := []string{event("response.output_item.added", seq, at(map[string]any{"item": RFunctionCallItem(c, false)}))}
+	seq++
+	for _, f := range fragments(c.Args, split) {
+		events = append(events, event("response.function_call_arguments.delta", seq,
+			at(map[string]any{"item_id": ItemID(c), "delta": f})))
+		seq++
+	}
+	events = append(events,
+		event("response.function_call_arguments.done", seq, at(map[string]any{"item_id": ItemID(c), "arguments": c.Args})),
+		event("response.output_item.done", seq+1, at(map[string]any{"item": RFunctionCallItem(c, true)})))
+	return events, seq + 2
+}
+
+// RToolCalls is a whole Responses stream calling tools: response.created,
+// each call's RFunctionCall events (output items 0, 1, …), then
+// response.completed whose output lists the calls, with usage
+// (ToolCallPromptTokens, ToolCallCompletionTokens).
+func RToolCalls(split int, calls ...Call) []string {
+	frames, seq := []string{RCreated()}, 1
+	items := make([]any, len(calls))
+	for i, c := range calls {
+		var evs []string
+		evs, seq = RFunctionCall(seq, i, split, c)
+		frames = append(frames, evs...)
+		items[i] = RFunctionCallItem(c, true)
+	}
+	return append(frames, RCompleted(seq, ToolCallPromptTokens, ToolCallCompletionTokens, 0, 0, items...))
 }
 
 // RIncomplete is response.incomplete for reason ("max_output_tokens",
