@@ -23,6 +23,7 @@ func Steps(msgs []Message) []Message {
 	var results []ToolResult
 	flush := func() {
 		if step == nil {
+			results = nil // strays with no step to answer: dropped
 			return
 		}
 		if len(step.ToolCalls) > 0 {

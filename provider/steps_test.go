@@ -48,6 +48,16 @@ func TestStepsGroupsCallsWithTheirResults(t *testing.T) {
 				{Role: RoleAssistant, ToolCalls: []ToolCall{call("a")}},
 				{Role: RoleTool, ToolResults: []ToolResult{{CallID: "a", Name: "t_a", IsError: true, Text: "no result was recorded for this call"}}},
 				user}},
+		{"a stray result before a step does not hold its calls apart",
+			[]Message{user,
+				{Role: RoleTool, ToolResults: []ToolResult{result("z")}},
+				{Role: RoleAssistant, ToolCalls: []ToolCall{call("a")}},
+				{Role: RoleAssistant, ToolCalls: []ToolCall{call("b")}},
+				{Role: RoleTool, ToolResults: []ToolResult{result("a")}},
+				{Role: RoleTool, ToolResults: []ToolResult{result("b")}}},
+			[]Message{user,
+				{Role: RoleAssistant, ToolCalls: []ToolCall{call("a"), call("b")}},
+				{Role: RoleTool, ToolResults: []ToolResult{result("a"), result("b")}}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
