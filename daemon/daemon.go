@@ -171,7 +171,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		tel.stopTracing(ctx)
 		return nil, err
 	}
-	tools, err := startTools(cfg, cat, cfg.Logger)
+	tools, err := startTools(ctx, cfg, cat, cfg.Logger)
 	if err != nil {
 		tel.stopTracing(ctx)
 		return nil, err

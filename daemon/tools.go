@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,11 +31,17 @@ type toolset struct {
 	clients  []*tool.Client
 }
 
+// firstConnectWait bounds how long a starting daemon waits for its MCP
+// servers' first connection attempts.
+const firstConnectWait = 10 * time.Second
+
 // startTools starts the built-in server and the configured ones. Servers
-// connect in the background, supervised: one that is down makes its
-// tools' calls fail, it does not stop the daemon starting. Children start
-// from mspd's environment without the providers' keys.
-func startTools(cfg Config, cat *catalog.Catalog, log *slog.Logger) (*toolset, error) {
+// connect supervised: one that is down makes its tools' calls fail, it
+// does not stop the daemon starting. startTools returns once each server's
+// first attempt has ended (at most firstConnectWait), so that the first
+// turns see the tools of the servers that are up. Children start from
+// mspd's environment without the providers' keys.
+func startTools(ctx context.Context, cfg Config, cat *catalog.Catalog, log *slog.Logger) (*toolset, error) {
 	opts := tool.Options{Logger: log, CallTimeout: cfg.Tools.Timeout, BaseEnv: childEnv(os.Environ())}
 	ts := &toolset{}
 	if !cfg.Tools.NoBuiltin {
@@ -63,6 +70,11 @@ func startTools(cfg Config, cat *catalog.Catalog, log *slog.Logger) (*toolset, e
 		return nil, err
 	}
 	ts.registry = r
+	wait, cancel := context.WithTimeout(ctx, firstConnectWait)
+	defer cancel()
+	for _, c := range ts.clients {
+		c.WaitTried(wait) // they connect at once; this waits for the slowest
+	}
 	return ts, nil
 }
 
