@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"runtime"
 	"strings"
 	"testing"
@@ -61,6 +62,64 @@ func BenchmarkTurnRoundTrip(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkToolStep: what a tool step adds to a turn — the same
+// one-delta answer, alone (one provider request) and after one call of
+// the built-in calculator (two requests, the call's toolCall item durable
+// before the call and its result durable before the second request), on
+// one daemon and connection in the same run. Each turn runs in a new
+// session (started, and left, off the clock), so that the history sent
+// is the same size every time.
+func BenchmarkToolStep(b *testing.B) {
+	_, c, _ := benchDaemon(b)
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name   string
+		script string
+	}{
+		{"answer", scripted.Script(scripted.Step{Text: "ok"})},
+		{"calculator then answer", scripted.Script(
+			scripted.Step{Calls: []scripted.Call{{Name: "builtin__calculator", Args: `{"expression":"6*7"}`}}},
+			scripted.Step{Text: "ok"})},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				start, err := c.StartSession(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sid := start.Session.SessionID
+				b.StartTimer()
+				ack, err := c.StartTurn(ctx, sid, bc.script)
+				if err != nil {
+					b.Fatal(err)
+				}
+				events, err := c.WaitTurn(ctx, ack.TurnID)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if done := decodeB[msp.TurnCompletedParams](b, events[len(events)-1]); done.Terminal != msp.TerminalCompleted {
+					b.Fatalf("turn ended %s: %+v", done.Terminal, done.Error)
+				}
+				b.StopTimer()
+				if err := c.Call(ctx, msp.MethodViewUnsubscribe, msp.ViewUnsubscribeParams{SessionID: sid}, nil); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// decodeB is decode for benchmarks.
+func decodeB[T any](b *testing.B, n client.Notification) T {
+	var v T
+	if err := json.Unmarshal(n.Params, &v); err != nil {
+		b.Fatal(err)
+	}
+	return v
 }
 
 // BenchmarkStreamDeltas: the per-delta cost from the provider callback to
