@@ -7,6 +7,7 @@ import (
 	"mspd/client"
 	"mspd/daemon"
 	"mspd/provider/demo"
+	"mspd/provider/scripted"
 	"mspd/schema/msp"
 )
 
@@ -78,5 +79,43 @@ func TestDemoCallsTheBuiltInCalculator(t *testing.T) {
 	}
 	if strings.Join(kinds, ",") != "userMessage,agentMessage,toolCall,agentMessage" || answer != "The calculator says 20." {
 		t.Errorf("items %v, answer %q", kinds, answer)
+	}
+}
+
+// TestStepLimit: a model that keeps calling tools ends the turn at the
+// step limit, typed stepLimit — the server's --max-steps, or lower where
+// the turn asks (maxSteps on turn/start, never higher); every request of
+// every step counted.
+func TestStepLimit(t *testing.T) {
+	d := startDaemon(t, daemon.Config{Provider: "scripted", Tools: daemon.Tools{MaxSteps: 3}})
+	ctx := testCtx(t)
+	c := dial(t, d.URL(), client.Options{})
+	sid := newSession(t, c)
+	call := scripted.Step{Calls: []scripted.Call{{Name: "builtin__calculator", Args: `{"expression":"1+1"}`}}}
+	script := scripted.Script(call, call, call, call, scripted.Step{Text: "never reached"})
+	for _, c1 := range []struct {
+		maxSteps *int
+		want     int
+	}{{nil, 3}, {ptr(2), 2}, {ptr(9), 3}} {
+		ack, err := c.StartTurnWith(ctx, msp.TurnStartParams{SessionID: sid, MaxSteps: c1.maxSteps,
+			Input: []msp.TurnInputPart{{Type: "text", Text: script}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, err := c.WaitTurn(ctx, ack.TurnID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := decode[msp.TurnCompletedParams](t, events[len(events)-1])
+		calls := 0
+		for _, n := range only(events, msp.NotifyItemCompleted) {
+			if decode[msp.ItemParams](t, n).Item.Kind == msp.ItemToolCall {
+				calls++
+			}
+		}
+		if done.Terminal != msp.TerminalFailed || done.Error == nil || done.Error.Kind != msp.TurnErrorStepLimit ||
+			done.Attempts.Count != c1.want || calls != c1.want-1 {
+			t.Errorf("maxSteps %v: %s after %d calls; want stepLimit after %d requests", c1.maxSteps, events[len(events)-1].Params, calls, c1.want)
+		}
 	}
 }

@@ -157,6 +157,7 @@ func (m *Manager) specLocked(s *session, a pendingTurn) turn.Spec {
 		ProviderID:     deref(s.st.ProviderID),
 		Model:          deref(s.st.ModelID),
 		MaxTokens:      a.MaxTokens,
+		MaxSteps:       a.MaxSteps,
 		ResponseSchema: a.ResponseSchema,
 		Retry:          a.Retry,
 		Tools:          m.cfg.Tools,

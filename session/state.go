@@ -47,6 +47,7 @@ type pendingTurn struct {
 	Text           string           `json:"text"`
 	DisplayText    string           `json:"displayText,omitempty"`
 	MaxTokens      int              `json:"maxTokens,omitempty"`
+	MaxSteps       int              `json:"maxSteps,omitempty"`
 	ResponseSchema json.RawMessage  `json:"responseSchema,omitempty"`
 	Retry          *msp.RetryPolicy `json:"retry,omitempty"`
 	AdmittedAt     time.Time        `json:"admittedAt"`

@@ -71,6 +71,9 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 		if p.MaxTokens != nil {
 			pt.MaxTokens = *p.MaxTokens
 		}
+		if p.MaxSteps != nil {
+			pt.MaxSteps = *p.MaxSteps
+		}
 		st := s.st.clone()
 		if ack.StartedNewTurn && !s.working && !s.broken && m.ctx.Err() == nil {
 			if sub != nil {

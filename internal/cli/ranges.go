@@ -14,7 +14,7 @@ import (
 var positiveFlags = []string{
 	"max-attempts", "max-frame-bytes", "queue-frames", "queue-bytes", "max-subscriptions", "write-timeout",
 	"default-max-tokens", "retry-initial-backoff", "retry-max-backoff", "retry-max-server-delay",
-	"retry-budget-ratio", "lease-ttl", "jetstream-replicas",
+	"retry-budget-ratio", "lease-ttl", "jetstream-replicas", "max-steps", "tool-timeout",
 }
 
 // nonNegativeFlags are the serve flags where 0 means the default or none,

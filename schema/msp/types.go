@@ -295,6 +295,10 @@ type TurnStartParams struct {
 	Retry           *RetryPolicy    `json:"retry,omitempty"`
 	MaxTokens       *int            `json:"maxTokens,omitempty"`
 	ResponseSchema  json.RawMessage `json:"responseSchema,omitempty"`
+	// MaxSteps (mspd addition) lowers the server's step limit
+	// (--max-steps) for this turn: the model calls it may make before
+	// the turn ends stepLimit. A higher value is the server's limit.
+	MaxSteps *int `json:"maxSteps,omitempty"`
 }
 
 // IfBusy dispositions.
