@@ -11,7 +11,9 @@ import (
 
 	"mspd/client"
 	"mspd/daemon"
+	"mspd/provider/demo"
 	"mspd/provider/scripted"
+	"mspd/schema/msp"
 	"mspd/server"
 )
 
@@ -216,5 +218,83 @@ func TestTailAll(t *testing.T) {
 	stderr.waitFor(t, "following "+later.Session.SessionID) // as it started, before its name
 	if strings.Contains(stdout.text(), "an old answer") {
 		t.Errorf("showed a turn from before tail began:\n%s", stdout.text())
+	}
+}
+
+// TestTailToolCalls runs `mspd tail` against a daemon running the demo
+// model, which calls the built-in calculator: followed live, pretty
+// output has a line as the call starts and one as it ends, between the
+// step's text and the answer made of its result; from the log, JSON
+// lines carry the call's events whole, and raw output leaves it out.
+func TestTailToolCalls(t *testing.T) {
+	d := startDaemon(t, daemon.Config{Provider: "demo", Demo: demo.Config{WordDelay: demo.NoDelay, Seed: 3}})
+	c := dial(t, d.URL(), client.Options{})
+	start, err := c.StartSession(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := start.Session.SessionID
+	answerTurn(t, c, sid, "Hello")
+
+	// From the start, so that the first turn's end shows it following:
+	// the next turn then reaches it, live or replayed after its cursor.
+	stdout, _ := startCommand(t, "tail", "--url", d.URL(), "--from-start", "--color", "never", sid)
+	stdout.waitFor(t, "✓ completed")
+	answerTurn(t, c, sid, "What is (2+3)*4?")
+	stdout.waitFor(t, "agent: The calculator says 20.")
+	all := stdout.text()
+	turn := all[strings.LastIndex(all, "you: What is (2+3)*4?"):]
+	want := []string{
+		"you: What is (2+3)*4?",
+		"agent: Let me work that out.",
+		`→ calculator (builtin) {"expression":"(2+3)*4"}`,
+		"✓ calculator ", // its time, then ": 20"
+		"agent: The calculator says 20.",
+	}
+	lines := strings.Split(turn, "\n")
+	if len(lines) < len(want) {
+		t.Fatalf("followed:\n%s", all)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("line %d %q, want %q first; followed:\n%s", i+1, lines[i], w, all)
+		}
+	}
+	if !strings.HasSuffix(lines[3], " ms: 20") {
+		t.Errorf("the call's end %q, want its time in ms and its output", lines[3])
+	}
+
+	out, err := mspdCommand(testCtx(t), "tail", "--url", d.URL(), "--from-start", "--no-follow", "-o", "json", sid).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls []msp.Item
+	for l := range strings.Lines(string(out)) {
+		var e struct {
+			Cursor string         `json:"cursor"`
+			Method string         `json:"method"`
+			Params msp.ItemParams `json:"params"`
+		}
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("json line %q: %v", l, err)
+		}
+		if e.Params.Item.Kind == msp.ItemToolCall {
+			if e.Cursor == "" {
+				t.Errorf("a tool call's line without its cursor: %s", l)
+			}
+			calls = append(calls, e.Params.Item)
+		}
+	}
+	if len(calls) != 2 || calls[0].Status != msp.ItemInProgress || calls[1].Status != msp.ItemCompleted ||
+		calls[1].Tool != "calculator" || calls[1].Server != "builtin" || calls[1].VisibleOutput == nil || *calls[1].VisibleOutput != "20" {
+		t.Errorf("json tool call events: %+v\n%s", calls, out)
+	}
+
+	out, err = mspdCommand(testCtx(t), "tail", "--url", d.URL(), "--from-start", "--no-follow", "-o", "raw", sid).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(out), "\nLet me work that out.\nThe calculator says 20.\n") || strings.Contains(string(out), "calculator (") {
+		t.Errorf("raw output %q, want the answers' text only", out)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"mspd/client"
 	"mspd/daemon"
+	"mspd/provider/demo"
 	"mspd/provider/openai/openaitest"
 	"mspd/schema/msp"
 )
@@ -33,9 +34,10 @@ var update = flag.Bool("update", false, "TestScreenshots: rewrite docs/screensho
 const screenshotDir = "../docs/screenshots"
 
 // TestScreenshots renders the chat page the README shows — desktop, phone,
-// dark mode and a retry counting down — in the headless Chromium the
-// browser tests drive, against mspd's OpenAI provider talking to a fake
-// OpenAI server, so every pixel comes from the real page and wire. With
+// dark mode, a retry counting down and tool calls — in the headless
+// Chromium the browser tests drive, against mspd's OpenAI provider talking
+// to a fake OpenAI server (the tool calls: the offline demo model and the
+// built-in calculator), so every pixel comes from the real page and wire. With
 // -update it writes docs/screenshots/*.png; without, it renders them to a
 // temporary directory, so the command keeps working.
 func TestScreenshots(t *testing.T) {
@@ -137,8 +139,32 @@ func TestScreenshots(t *testing.T) {
 	shot("retry.png", 1024, 640)
 	p.run("stopping", chromedp.KeyEvent(kbEscape))
 	p.waitFor("the stopped turn", `footer() === '■ stopped'`)
+
+	// Tool calls, as the offline demo model makes them: one unfolded, one
+	// that failed.
+	tools := startDaemon(t, daemon.Config{Provider: "demo", Demo: demo.Config{WordDelay: demo.NoDelay, Seed: 3}})
+	tc := dial(t, tools.URL(), client.Options{})
+	ts, err := tc.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answerTurn(t, tc, ts.Session.SessionID, "What is (2+3)*4?")
+	answerTurn(t, tc, ts.Session.SessionID, "And 1/0?")
+	p.open("http://" + tools.Addr() + "/")
+	p.media("light")
+	p.viewport(1024, 760)
+	p.openChat(ts.Session.SessionID)
+	p.waitFor("the chat", `document.querySelectorAll('#transcript .turn-footer').length === 2 && document.querySelectorAll('#transcript .tool').length === 2`)
+	p.run("unfolding the first call", chromedp.Click(chromedp.CSS("#transcript .tool summary")))
+	p.waitFor("the call unfolded", `document.querySelector('#transcript .tool details').open`)
+	p.eval(`(() => { // from the first step's text
+		const t = document.getElementById('transcript');
+		t.scrollTop += document.querySelector('.msg.agent').getBoundingClientRect().top - t.getBoundingClientRect().top - 16;
+		return '';
+	})()`)
+	shot("tools.png", 1024, 760)
 	if *update {
-		t.Logf("wrote %s", strings.Join([]string{"desktop.png", "dark.png", "phone.png", "retry.png"}, ", "))
+		t.Logf("wrote %s", strings.Join([]string{"desktop.png", "dark.png", "phone.png", "retry.png", "tools.png"}, ", "))
 	}
 }
 

@@ -297,6 +297,19 @@ const retryText = () => {
 	const r = document.querySelector('#transcript .turn:last-of-type .retry .retry-text');
 	return r ? r.textContent : '';
 };
+const tools = () => [...document.querySelectorAll('#transcript .turn:last-of-type .tool')].map((r) => {
+	const text = (sel) => { const e = r.querySelector(sel); return e ? e.textContent : null; };
+	return {
+		status: r.dataset.status, name: text('.tool-name'), server: text('.tool-server'), state: text('.tool-state'),
+		time: text('.tool-time'), why: text('.tool-why'), args: text('.tool-args'), output: text('.tool-output'),
+		note: text('.tool-note'), open: r.querySelector('details').open, live: r.querySelector('.tool-live') !== null,
+	};
+});
+// shape is what the transcript shows, turn by turn: each part's kind,
+// status and text, for comparing a chat rendered live with the same chat
+// rebuilt from its log.
+const shape = () => JSON.stringify([...document.querySelectorAll('#transcript .turn')].map((t) => [...t.children]
+	.filter((c) => !c.hidden).map((c) => [c.className.replace(' streaming', ''), c.dataset.status || '', c.textContent])));
 `
 
 // predicate wraps a page expression that may use the helpers.
@@ -584,6 +597,9 @@ type msProxy struct {
 	// gapNextTurn withholds the next turn's view events after its user
 	// message, up to its turn/completed, which a view/gap precedes.
 	gapNextTurn atomic.Bool
+	// rewrite, when set, changes each whole text frame from the server
+	// to the page.
+	rewrite atomic.Pointer[func([]byte) []byte]
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -672,6 +688,9 @@ func (p *msProxy) forward(c, up net.Conn) {
 			continue
 		}
 		for _, f := range g.frames(payload) {
+			if rw := p.rewrite.Load(); rw != nil {
+				f = (*rw)(f)
+			}
 			if _, err := c.Write(textFrame(f)); err != nil {
 				return
 			}

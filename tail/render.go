@@ -2,8 +2,9 @@
 // person at a terminal or for a script: the engine of `mspd tail` and
 // `mspd sessions`. It renders notifications as text (streaming deltas
 // inline, retry notices as "openai · rate limited · retrying in 3s ·
-// attempt 2/5", counting down in place on a terminal), as JSON lines, or
-// as the raw answer text.
+// attempt 2/5", counting down in place on a terminal, tool calls as
+// "→ calculator (builtin) {…}" and "✓ calculator 12 ms: 20"), as JSON
+// lines, or as the raw answer text.
 package tail
 
 import (
@@ -23,7 +24,8 @@ const (
 	// JSON is one object per notification: {"cursor", "method", "params"}.
 	JSON = "json"
 	// Raw is the text of the agent's kept answers only, one per line: no
-	// deltas (a discarded attempt's text never mixes in), nothing else.
+	// deltas (a discarded attempt's text never mixes in), no tool calls,
+	// nothing else.
 	Raw = "raw"
 )
 
@@ -115,7 +117,15 @@ func (r *renderer) pretty(method string, params json.RawMessage, emittedAtMs int
 			r.delta(p)
 		}
 		return
-	case msp.NotifyItemStarted, msp.NotifyItemUpdated, msp.NotifySessionTokenUsage:
+	case msp.NotifyItemStarted:
+		// An answer's deltas say it all; a tool call gets its line as it
+		// starts, since it may run a while.
+		var p msp.ItemParams
+		json.Unmarshal(params, &p)
+		if p.Item.Kind != msp.ItemToolCall {
+			return
+		}
+	case msp.NotifyItemUpdated, msp.NotifySessionTokenUsage:
 		// The deltas and the terminal say it all; a saved text
 		// (item/updated) must not end a streaming answer's line.
 		return
@@ -132,6 +142,10 @@ func (r *renderer) pretty(method string, params json.RawMessage, emittedAtMs int
 		var p msp.TurnStartedParams
 		json.Unmarshal(params, &p)
 		r.println(r.paint(dim, "── turn "+short(p.TurnID)+" ──"))
+	case msp.NotifyItemStarted:
+		var p msp.ItemParams
+		json.Unmarshal(params, &p)
+		r.println(r.callStarted(p.Item))
 	case msp.NotifyItemCompleted:
 		var p msp.ItemParams
 		json.Unmarshal(params, &p)
@@ -201,6 +215,8 @@ func (r *renderer) item(it msp.Item) {
 	switch {
 	case it.Kind == msp.ItemUserMessage:
 		r.println(r.paint(bold, "you: ") + sanitize(text))
+	case it.Kind == msp.ItemToolCall:
+		r.println(r.callEnded(it))
 	case it.Kind != msp.ItemAgentMessage:
 		return
 	case it.Status == msp.ItemCompleted:
@@ -309,6 +325,7 @@ const (
 	red    = "31"
 	green  = "32"
 	yellow = "33"
+	cyan   = "36"
 )
 
 func (r *renderer) paint(style, s string) string {

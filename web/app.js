@@ -4,7 +4,8 @@
 // Model output is untrusted. Answers are Markdown: markdown-it renders them
 // with raw HTML off (markup in an answer shows as text), DOMPurify
 // sanitizes the result into a DocumentFragment, and the Content Security
-// Policy forbids inline script. Everything else reaches the page as
+// Policy forbids inline script. Everything else — tool calls' arguments
+// and output included, which are not even Markdown — reaches the page as
 // textContent; no string is ever parsed as HTML here.
 'use strict';
 
@@ -111,6 +112,61 @@
 
   /** sentence capitalizes the first letter. */
   const sentence = (s) => s.charAt(0).toUpperCase() + s.slice(1);
+
+  /** callTime words a tool call's duration: "12 ms", "1.4 s", "2 min 5 s". */
+  function callTime(ms) {
+    if (ms < 1000) return `${Math.max(0, Math.round(ms))} ms`;
+    if (ms < 10000) return `${(ms / 1000).toFixed(1)} s`;
+    const s = Math.round(ms / 1000);
+    return s < 60 ? `${s} s` : `${Math.floor(s / 60)} min ${s % 60} s`;
+  }
+
+  /**
+   * prettyJSON indents JSON text two spaces a level, keeping each string,
+   * number and literal exactly as written (a parse and stringify would
+   * round big numbers and reorder nothing else): the arguments read as the
+   * model wrote them. Text that is not JSON comes back as it is.
+   */
+  function prettyJSON(text) {
+    try {
+      JSON.parse(text);
+    } catch {
+      return text;
+    }
+    const space = (c) => c === ' ' || c === '\t' || c === '\n' || c === '\r';
+    let out = '';
+    let depth = 0;
+    const newline = () => `\n${'  '.repeat(depth)}`;
+    for (let i = 0; i < text.length; i++) {
+      const c = text[i];
+      if (c === '"') {
+        let j = i + 1;
+        while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
+        out += text.slice(i, j + 1);
+        i = j;
+      } else if (c === '{' || c === '[') {
+        let j = i + 1;
+        while (space(text[j])) j++;
+        if (text[j] === (c === '{' ? '}' : ']')) { // empty: stays "{}"
+          out += c + text[j];
+          i = j;
+        } else {
+          depth++;
+          out += c + newline();
+        }
+      } else if (c === '}' || c === ']') {
+        depth--;
+        out += newline() + c;
+      } else if (c === ',') {
+        out += `,${newline()}`;
+      } else if (c === ':') {
+        out += ': ';
+      } else if (!space(c)) {
+        out += c;
+      }
+    }
+    return out;
+  }
 
   // ------------------------------------------------------------ connection
 
@@ -340,6 +396,7 @@
     turns: new Map(), // turnId (or a sent commandId) → TurnView
     lastTurn: null, // the TurnView items without a turnId join
     items: new Map(), // itemId → ItemView
+    tools: new Map(), // itemId → ToolView
     echoes: new Map(), // commandId → ItemView of a sent message not yet confirmed
     notices: new Set(), // viewCursors of retry notices shown (replays repeat them)
     sessions: new Map(), // sessionId → Session, the chat list
@@ -544,6 +601,10 @@
 
   /** upsertItem shows an item, replacing an older revision of it. */
   function upsertItem(item) {
+    if (item.kind === 'toolCall') {
+      upsertTool(item);
+      return;
+    }
     if (item.kind !== 'userMessage' && item.kind !== 'agentMessage') return;
     let view = app.items.get(item.itemId);
     if (view && item.revision <= view.item.revision) return;
@@ -580,6 +641,12 @@
   }
 
   function appendDelta(p) {
+    if (p.field === 'output') {
+      // A tool call's output, streamed (MSP's visibleOutput delta).
+      const tool = app.tools.get(p.itemId);
+      if (tool) tool.appendOutput(p.delta);
+      return;
+    }
     if (p.field && p.field !== 'text') return;
     if (!app.items.has(p.itemId)) {
       // Its item/started was lost (a gap): open it now, below any real
@@ -589,6 +656,128 @@
     const view = app.items.get(p.itemId);
     // Deltas after the authoritative item/completed are stale.
     if (view.item.status === 'inProgress') view.append(p.delta);
+  }
+
+  // ------------------------------------------------------------ tool calls
+
+  // A toolCall's status in words; a status this page does not know is
+  // spelt out as it comes.
+  const CALL_WORDS = {
+    inProgress: 'running',
+    completed: 'completed',
+    failed: 'failed',
+    rejected: 'rejected',
+    timedOut: 'timed out',
+    cancelled: 'cancelled',
+  };
+
+  /**
+   * ToolView is one tool call: a compact row in its turn, between the
+   * text of the step that asked for it and what follows, reading
+   * "🔧 calculator · builtin · completed · 12 ms" (and why, when it did
+   * not complete), that unfolds to its arguments and output. A call's
+   * name, arguments, output and failure are the tool's or the model's
+   * text: they are set as textContent only, never parsed as HTML or
+   * Markdown.
+   */
+  class ToolView {
+    constructor() {
+      this.item = { revision: 0, status: 'inProgress' };
+      this.output = ''; // visibleOutput, and any output deltas after it
+      this.el = el('div', 'tool');
+      this.details = el('details', 'tool-call');
+      this.summary = el('summary', 'tool-summary');
+      this.body = el('div', 'tool-body');
+      this.details.append(this.summary, this.body);
+      this.el.append(this.details);
+      // Approval: a call waiting for a person (its item's approvalId, and
+      // the approval events that name it) gets its card here, appended to
+      // this.el after this.details — outside the fold, so that the question
+      // shows while the row is folded; the call's next revision (running,
+      // or rejected with why) replaces the card.
+    }
+
+    /** set shows a revision of the call. */
+    set(item) {
+      this.item = item;
+      if (typeof item.visibleOutput === 'string') this.output = item.visibleOutput;
+      this.el.dataset.status = item.status;
+      this.renderSummary();
+      this.renderBody();
+    }
+
+    appendOutput(delta) {
+      if (this.item.status !== 'inProgress') return; // stale after the result
+      this.output += delta;
+      this.renderBody();
+    }
+
+    renderSummary() {
+      const it = this.item;
+      const icon = el('span', 'tool-icon'); // a wrench, drawn by the style sheet
+      icon.setAttribute('aria-hidden', 'true');
+      const parts = [
+        el('span', 'visually-hidden', 'Tool call: '),
+        icon,
+        el('span', 'tool-name', it.tool || 'tool'),
+      ];
+      const sep = () => el('span', 'tool-sep', ' · ');
+      if (it.server) parts.push(sep(), el('span', 'tool-server', it.server));
+      parts.push(sep(), el('span', 'tool-state', CALL_WORDS[it.status] || kindWords(it.status)));
+      if (it.status === 'inProgress') {
+        const live = el('span', 'tool-live');
+        live.setAttribute('aria-hidden', 'true');
+        parts.push(live);
+      }
+      if (it.durationMs != null) parts.push(sep(), el('span', 'tool-time', callTime(it.durationMs)));
+      const why = this.why();
+      if (why) parts.push(el('span', 'visually-hidden', ': '), el('span', 'tool-why', why));
+      this.summary.replaceChildren(...parts);
+    }
+
+    /**
+     * why says why a call did not complete: its failureReason, and for a
+     * tool's own error the first line of what it said.
+     */
+    why() {
+      const it = this.item;
+      if (it.status === 'completed' || it.status === 'inProgress') return '';
+      let why = it.failureReason || '';
+      if (it.failureKind === 'tool_error' && this.output.trim()) {
+        let said = this.output.trim().split('\n')[0];
+        if (said.length > 200) said = `${said.slice(0, 199)}…`;
+        why = why ? `${why}: ${said}` : said;
+      }
+      return why;
+    }
+
+    renderBody() {
+      const it = this.item;
+      const rows = [el('p', 'tool-label', 'Arguments')];
+      rows.push(it.args == null || it.args === '' ? el('p', 'tool-empty', 'none') : el('pre', 'tool-args', prettyJSON(it.args)));
+      rows.push(el('p', 'tool-label', 'Output'));
+      if (this.output !== '') rows.push(el('pre', 'tool-output', this.output));
+      else rows.push(el('p', 'tool-empty', it.status === 'inProgress' ? 'waiting for the result…' : 'no output'));
+      if (it.truncated) rows.push(el('p', 'tool-note', 'Output truncated: only its beginning was kept.'));
+      const facts = [it.failureKind && `failure ${it.failureKind}`, it.callId && `call ${it.callId}`].filter(Boolean);
+      if (facts.length) rows.push(el('p', 'tool-facts', facts.join(' · ')));
+      this.body.replaceChildren(...rows);
+    }
+  }
+
+  /** upsertTool shows a tool call, replacing an older revision of it. */
+  function upsertTool(item) {
+    let view = app.tools.get(item.itemId);
+    if (view && item.revision <= view.item.revision) return;
+    if (!view) {
+      view = new ToolView();
+      view.el.dataset.itemId = item.itemId;
+      app.tools.set(item.itemId, view);
+      // In the order the calls began: after the text of the step that
+      // asked for them, before the answer made of their results.
+      turnView(item.turnId).add(view.el);
+    }
+    view.set(item);
   }
 
   // ------------------------------------------------------------ retries
@@ -875,6 +1064,7 @@
     ui.empty.hidden = false;
     app.turns.clear();
     app.items.clear();
+    app.tools.clear();
     app.echoes.clear();
     app.notices.clear();
     app.lastTurn = null;
