@@ -5,6 +5,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -176,6 +177,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		tel.stopTracing(ctx)
 		return nil, err
 	}
+	tools.waitReady(ctx, cmp.Or(cfg.Tools.ReadyWait, 10*time.Second), cfg.Logger)
 	be, err := openBackend(ctx, cfg, dir, tel.metrics)
 	if err != nil {
 		tools.close()
