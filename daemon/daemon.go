@@ -177,13 +177,15 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		tel.stopTracing(ctx)
 		return nil, err
 	}
-	tools.waitReady(ctx, cmp.Or(cfg.Tools.ReadyWait, 10*time.Second), cfg.Logger)
 	be, err := openBackend(ctx, cfg, dir, tel.metrics)
 	if err != nil {
 		tools.close()
 		tel.stopTracing(ctx)
 		return nil, err
 	}
+	// After the store opened (a data directory in use fails first), before
+	// the manager resumes what a previous process left running.
+	tools.waitReady(ctx, cmp.Or(cfg.Tools.ReadyWait, 10*time.Second), cfg.Logger)
 	st := be.store
 	// A server of several principals tells none of them where it keeps
 	// its files (or its NATS address): session.path and museHome are ""
