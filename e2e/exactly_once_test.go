@@ -472,8 +472,7 @@ func TestKilledWithAResultRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.until(ctx, func(n client.Notification) bool {
-		it := decode[msp.ItemParams](t, n).Item
-		return n.Method == msp.NotifyItemCompleted && it.CallID == "c1"
+		return n.Method == msp.NotifyItemCompleted && decode[msp.ItemParams](t, n).Item.CallID == "c1"
 	})
 	h.waitCount(ctx, t, tooltest.SlowReadOnly, 1)
 	p1.kill()
