@@ -5,6 +5,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -171,17 +172,21 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		tel.stopTracing(ctx)
 		return nil, err
 	}
-	tools, err := startTools(ctx, cfg, cat, cfg.Logger)
-	if err != nil {
-		tel.stopTracing(ctx)
-		return nil, err
-	}
+	// The store first: a data directory in use is refused before any tool
+	// server starts (and logs).
 	be, err := openBackend(ctx, cfg, dir, tel.metrics)
 	if err != nil {
-		tools.close()
 		tel.stopTracing(ctx)
 		return nil, err
 	}
+	tools, err := startTools(cfg, cat, cfg.Logger)
+	if err != nil {
+		be.close()
+		tel.stopTracing(ctx)
+		return nil, err
+	}
+	// Before the manager resumes what a previous process left running.
+	tools.waitReady(ctx, cmp.Or(cfg.Tools.ReadyWait, 10*time.Second), cfg.Logger)
 	st := be.store
 	// A server of several principals tells none of them where it keeps
 	// its files (or its NATS address): session.path and museHome are ""

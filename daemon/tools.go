@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"mspd/provider/catalog"
@@ -23,6 +24,9 @@ type Tools struct {
 	MaxSteps int
 	// Timeout bounds each tool call (0: 120 s).
 	Timeout time.Duration
+	// ReadyWait bounds how long a start waits for the MCP servers to
+	// connect and list their tools (0: 10 s); see waitReady.
+	ReadyWait time.Duration
 }
 
 // toolset is the daemon's MCP clients and the registry sessions see.
@@ -31,17 +35,12 @@ type toolset struct {
 	clients  []*tool.Client
 }
 
-// firstConnectWait bounds how long a starting daemon waits for its MCP
-// servers' first connection attempts.
-const firstConnectWait = 10 * time.Second
-
 // startTools starts the built-in server and the configured ones. Servers
-// connect supervised: one that is down makes its tools' calls fail, it
-// does not stop the daemon starting. startTools returns once each server's
-// first attempt has ended (at most firstConnectWait), so that the first
-// turns see the tools of the servers that are up. Children start from
-// mspd's environment without the providers' keys.
-func startTools(ctx context.Context, cfg Config, cat *catalog.Catalog, log *slog.Logger) (*toolset, error) {
+// connect in the background, supervised: one that is down makes its
+// tools' calls fail, it does not stop the daemon starting (New waits a
+// bounded while for them, see waitReady). Children start from mspd's
+// environment without the providers' keys.
+func startTools(cfg Config, cat *catalog.Catalog, log *slog.Logger) (*toolset, error) {
 	opts := tool.Options{Logger: log, CallTimeout: cfg.Tools.Timeout, BaseEnv: childEnv(os.Environ())}
 	ts := &toolset{}
 	if !cfg.Tools.NoBuiltin {
@@ -70,12 +69,28 @@ func startTools(ctx context.Context, cfg Config, cat *catalog.Catalog, log *slog
 		return nil, err
 	}
 	ts.registry = r
-	wait, cancel := context.WithTimeout(ctx, firstConnectWait)
-	defer cancel()
-	for _, c := range ts.clients {
-		c.WaitTried(wait) // they connect at once; this waits for the slowest
-	}
 	return ts, nil
+}
+
+// waitReady waits, at most limit, until every server is connected and
+// its tools listed. A start waits for them before it resumes the turns a
+// previous process left running, and before it serves: a turn run
+// earlier would find none of a server's tools, so a call it had in
+// flight could not be told replay-safe and would not be made again, and
+// the model would be offered no tools. A server still down after limit
+// is left to its supervisor: its tools are missing until it is up.
+func (ts *toolset) waitReady(ctx context.Context, limit time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, c := range ts.clients {
+		wg.Go(func() {
+			if err := c.WaitReady(ctx); err != nil {
+				log.Warn("mcp server not ready at start; its tools are missing until it is", "server", c.Name(), "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // close stops every server.

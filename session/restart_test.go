@@ -145,7 +145,7 @@ func TestResumption(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r, lost := resumption(pendingTurn{Checkpoint: tt.cp, StartedAt: started}, tt.inFlight, now, "the server restarted")
-			if r.Attempts != tt.made || r.Delay != tt.delay || r.Reason != tt.reason || !r.StartedAt.Equal(started) {
+			if r.Attempts != tt.made || r.Delay != tt.delay || r.Reason != tt.reason || !r.StartedAt.Equal(started) || r.StoppedBy != "the server restarted" {
 				t.Fatalf("got %+v\nwant made %d, delay %v, reason %q", r, tt.made, tt.delay, tt.reason)
 			}
 			want := 0 // every case but those of a backoff cut an attempt in flight

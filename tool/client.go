@@ -285,26 +285,6 @@ func (c *Client) WaitReady(ctx context.Context) error {
 	}
 }
 
-// WaitTried waits until the server's first connection attempt has ended,
-// connected and listed or failed, or ctx ends. A daemon waits for it
-// before serving, so that the first turns see the tools of servers that
-// are up.
-func (c *Client) WaitTried(ctx context.Context) {
-	for {
-		ch := c.Changed()
-		if st := c.Status(); st.Connected || st.Err != nil || st.Restarts > 0 {
-			return
-		}
-		select {
-		case <-ch:
-		case <-c.done:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
 // Close stops supervising, closes the connection (a stdio server's stdin
 // closes, then it is terminated if it does not exit) and waits for it. It
 // returns nil; it is an io.Closer.

@@ -334,7 +334,7 @@ func (t *run) resume(ctx context.Context, policy modelretry.Policy, maxTokens in
 		// request marked begun first like a retried one, or a process
 		// that dies sending it would leave the stop's checkpoint, which
 		// counts no request, and the turn could loop.
-		if err := t.settleOpenCalls(ctx, res.OpenCalls); err != nil {
+		if err := t.settleOpenCalls(ctx, res.OpenCalls, res.StoppedBy); err != nil {
 			o := t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the session log: %v", err), true)
 			t.ended = &o
 			return nil, nil

@@ -1,6 +1,7 @@
 package turn
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -292,10 +293,11 @@ func (t *run) toolStep(ctx context.Context, res attemptResult, maxTokens int) *O
 
 // settleOpenCalls closes the calls a lost process recorded and did not
 // close; the history it resumes with holds the calls, and their results
-// follow them there. Their effect is unknown: a tool its server calls read-only or
-// idempotent runs again; any other is not run twice, its item fails and
-// the model is told the outcome is unknown.
-func (t *run) settleOpenCalls(ctx context.Context, open []msp.Item) error {
+// follow them there. Their effect is unknown: a tool its server calls
+// read-only or idempotent runs again; any other is not run twice, its
+// item fails, saying what stopped the process (stoppedBy, see
+// Resumption.StoppedBy), and the model is told the outcome is unknown.
+func (t *run) settleOpenCalls(ctx context.Context, open []msp.Item, stoppedBy string) error {
 	if len(open) == 0 {
 		return nil
 	}
@@ -315,7 +317,7 @@ func (t *run) settleOpenCalls(ctx context.Context, open []msp.Item) error {
 			continue
 		}
 		done, res := t.closeCall(p, 0, msp.ItemFailed, FailureUnknownOutcome,
-			"the server stopped during the call, so whether it took effect is unknown; it was not run again", "")
+			cmp.Or(stoppedBy, "the server stopped")+" during the call, so whether it took effect is unknown; it was not run again", "")
 		done.DurationMs = nil
 		if err := t.sink.Emit(t.emitCtx, msp.NotifyItemCompleted, &msp.ItemParams{Item: done}); err != nil {
 			return err

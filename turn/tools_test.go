@@ -405,7 +405,7 @@ func TestResumeSettlesOpenCallsByTheReplayRule(t *testing.T) {
 	sp.History = append(sp.History,
 		provider.Message{Role: provider.RoleAssistant, ToolCalls: []provider.ToolCall{call("r", "s", "read", `{"id":"r"}`)}},
 		provider.Message{Role: provider.RoleAssistant, ToolCalls: []provider.ToolCall{call("c", "s", "charge", `{"id":"c"}`)}})
-	sp.Resume = &turn.Resumption{Attempts: 2, Step: 1, StepBase: 2, StartedAt: t0,
+	sp.Resume = &turn.Resumption{Attempts: 2, Step: 1, StepBase: 2, StartedAt: t0, StoppedBy: "node n1 stopped",
 		OpenCalls: []msp.Item{open("r", "read"), open("c", "charge")}}
 	o := h.run(t, context.Background(), sp, nil)
 	if o.Completed.Terminal != msp.TerminalCompleted || o.Completed.Attempts.Count != 3 {
@@ -419,14 +419,15 @@ func TestResumeSettlesOpenCallsByTheReplayRule(t *testing.T) {
 	for _, it := range done {
 		byTool[it.Tool] = it
 	}
-	if c := byTool["charge"]; c.Status != msp.ItemFailed || c.FailureKind != turn.FailureUnknownOutcome || c.Revision != 2 {
+	if c := byTool["charge"]; c.Status != msp.ItemFailed || c.FailureKind != turn.FailureUnknownOutcome || c.Revision != 2 ||
+		!strings.HasPrefix(c.FailureReason, "node n1 stopped during the call") {
 		t.Errorf("charge item %+v", c)
 	}
 	if r := byTool["read"]; r.Status != msp.ItemCompleted || r.Revision != 2 {
 		t.Errorf("read item %+v", r)
 	}
 	got := describe(h.model.requests()[0].Messages)
-	if len(got) != 4 || !strings.Contains(got[3], "c=the server stopped during the call") {
+	if len(got) != 4 || !strings.Contains(got[3], "c=node n1 stopped during the call") {
 		t.Errorf("the model was told %q", got)
 	}
 	if n := turnNotices(h); len(n) != 0 {

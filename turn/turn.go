@@ -131,6 +131,10 @@ type Resumption struct {
 	// OpenCalls are the tool calls the turn recorded and did not close,
 	// in the order they were asked for: their outcome is unknown.
 	OpenCalls []msp.Item
+	// StoppedBy says what stopped the process that ran the turn, as
+	// Reason begins ("the server restarted", "node n1 stopped"), for the
+	// open calls' failure reasons; "" says "the server stopped".
+	StoppedBy string
 }
 
 // Outcome is how a turn ended.

@@ -19,6 +19,12 @@
 //
 //	{"calls": [{"id": "c1", "name": "builtin__calculator", "args": "{\"expression\":\"2+2\"}"}]}
 //
+// An entry with "echoRequest" answers with the request's history, as a
+// JSON array of Echoed: the messages, the tool calls and their results,
+// so that a test sees what the model was told.
+//
+//	{"echoRequest": true}
+//
 // Any other user message is echoed back in word-sized deltas.
 //
 // When ctx is cancelled, Stream stops before the next delta and returns
@@ -107,6 +113,9 @@ type Step struct {
 	// ResponseSchema: "native" (default) or "prompt". It is ignored for a
 	// request without a schema.
 	StructuredOutput string `json:"structuredOutput,omitempty"`
+	// EchoRequest streams, as the answer's text, the JSON of the request's
+	// messages ([]Echoed); Text is then unset.
+	EchoRequest bool `json:"echoRequest,omitempty"`
 	// Cut streams Text and then fails with KindStreamInterrupted.
 	Cut bool `json:"cut,omitempty"`
 	// NeedsMaxTokens makes the request finish "length" unless
@@ -128,6 +137,43 @@ type Call struct {
 	Name string `json:"name"`
 	// Args is the argument text, verbatim: it need not be JSON.
 	Args string `json:"args"`
+}
+
+// Echoed is one message of an EchoRequest answer: a user's or assistant's
+// text and tool calls, or a tool message's results.
+type Echoed struct {
+	Role    string   `json:"role"`
+	Text    string   `json:"text,omitempty"`
+	Calls   []Call   `json:"calls,omitempty"`
+	Results []Result `json:"results,omitempty"`
+}
+
+// Result is a tool result as an EchoRequest answer reports it.
+type Result struct {
+	CallID  string `json:"callId"`
+	Name    string `json:"name,omitempty"`
+	Text    string `json:"text"`
+	IsError bool   `json:"isError,omitempty"`
+}
+
+// echoRequest renders the messages of req.
+func echoRequest(req provider.Request) string {
+	out := []Echoed{}
+	for _, m := range req.Messages {
+		e := Echoed{Role: m.Role, Text: m.Text}
+		for _, c := range m.ToolCalls {
+			e.Calls = append(e.Calls, Call{ID: c.ID, Name: c.Name, Args: c.Args})
+		}
+		for _, r := range m.ToolResults {
+			e.Results = append(e.Results, Result{CallID: r.CallID, Name: r.Name, Text: r.Text, IsError: r.IsError})
+		}
+		out = append(out, e)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		panic("scripted: " + err.Error()) // strings and bools always marshal
+	}
+	return string(b)
 }
 
 // Script renders steps as the user message text that scripts a turn.
@@ -195,6 +241,9 @@ func serve(ctx context.Context, req provider.Request, s Step, onText func(string
 		return resp, s.failure(req.Attempt, "scripted failure before output")
 	}
 
+	if s.EchoRequest {
+		s.Text = echoRequest(req)
+	}
 	if err := streamChunks(ctx, split(s.Text, s.Chunks), s.ChunkDelayMs, onText); err != nil {
 		return provider.Response{}, err
 	}
@@ -316,6 +365,9 @@ func (s Step) validate() error {
 	case "", provider.StructuredNative, provider.StructuredPrompt:
 	default:
 		return fmt.Errorf("structuredOutput %q is not native or prompt", s.StructuredOutput)
+	}
+	if s.EchoRequest && (s.Text != "" || s.Cut || s.failsBeforeOutput() || len(s.Calls) > 0) {
+		return errors.New("echoRequest answers with its own text: drop text, calls, cut, status and errorKind")
 	}
 	if s.failsBeforeOutput() {
 		if s.Text != "" || s.Chunks != 0 || s.Finish != "" || s.NeedsMaxTokens != 0 || s.StructuredOutput != "" {

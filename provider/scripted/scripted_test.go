@@ -445,6 +445,8 @@ func TestMalformed(t *testing.T) {
 		{"text on a failure", `{"mspScript": [{"status": 500, "text": "x"}]}`, "cut"},
 		{"signals without a failure", `{"mspScript": [{"retryAfterMs": 5}]}`, "retryAfterMs"},
 		{"bad structured mode", `{"mspScript": [{"text": "x", "structuredOutput": "json"}]}`, "structuredOutput"},
+		{"echo with text", `{"mspScript": [{"echoRequest": true, "text": "x"}]}`, "echoRequest"},
+		{"echo failing", `{"mspScript": [{"echoRequest": true, "status": 503}]}`, "echoRequest"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -545,5 +547,33 @@ func TestCalls(t *testing.T) {
 	_, resp, err = run(t, t.Context(), req(text, 2))
 	if err != nil || resp.FinishReason != provider.FinishStop || resp.ToolCalls != nil {
 		t.Fatalf("second entry: %+v %v", resp, err)
+	}
+}
+
+// TestEchoRequest: an echoRequest entry answers with the request's
+// history — its messages, the calls and their results.
+func TestEchoRequest(t *testing.T) {
+	r := req(scripted.Script(scripted.Step{Calls: []scripted.Call{{ID: "c1", Name: "s__append", Args: `{"text":"a"}`}}},
+		scripted.Step{EchoRequest: true, Chunks: 3}), 2)
+	r.Messages = append(r.Messages,
+		provider.Message{Role: provider.RoleAssistant, ToolCalls: []provider.ToolCall{{ID: "c1", Name: "s__append", Args: `{"text":"a"}`}}},
+		provider.Message{Role: provider.RoleTool, ToolResults: []provider.ToolResult{{CallID: "c1", Name: "s__append", Text: "unknown", IsError: true}}})
+	deltas, resp, err := run(t, t.Context(), r)
+	if err != nil || resp.FinishReason != provider.FinishStop || len(deltas) != 3 {
+		t.Fatalf("deltas %q, finish %q, err %v", deltas, resp.FinishReason, err)
+	}
+	var got []scripted.Echoed
+	if err := json.Unmarshal([]byte(strings.Join(deltas, "")), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []scripted.Echoed{
+		{Role: provider.RoleUser, Text: "an earlier question"},
+		{Role: provider.RoleAssistant, Text: "an earlier answer"},
+		{Role: provider.RoleUser, Text: r.Messages[2].Text},
+		{Role: provider.RoleAssistant, Calls: []scripted.Call{{ID: "c1", Name: "s__append", Args: `{"text":"a"}`}}},
+		{Role: provider.RoleTool, Results: []scripted.Result{{CallID: "c1", Name: "s__append", Text: "unknown", IsError: true}}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("echoed %+v\nwant %+v", got, want)
 	}
 }

@@ -37,8 +37,13 @@ const (
 	// Lookup (args {key}) is read-only: it answers "value of KEY".
 	Lookup = "lookup"
 	// Slow (no args) answers "done" once Release is called (in-process) or
-	// never (a child): for timeouts, cancellation and calls in flight.
+	// never (a child): for timeouts, cancellation and calls in flight. It
+	// is neither read-only nor idempotent.
 	Slow = "slow"
+	// SlowIdempotent is Slow annotated idempotent, and SlowReadOnly is
+	// Slow annotated read-only: calls in flight that may run again.
+	SlowIdempotent = "slow_idempotent"
+	SlowReadOnly   = "slow_read_only"
 	// Fail (args {message}) answers a tool error (isError) with message.
 	Fail = "fail"
 	// Big (args {bytes}) answers that many bytes of text, "é" and "x"
@@ -94,9 +99,13 @@ func New(journal string) *Server {
 			}
 			return text("value of " + in.Key), nil, nil
 		})
-	mcp.AddTool(s.MCP, &mcp.Tool{Name: Slow, Description: "Answers when released."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
-			if _, err := s.record(Slow, nil); err != nil {
+	for _, slow := range []*mcp.Tool{
+		{Name: Slow, Description: "Answers when released."},
+		{Name: SlowIdempotent, Description: "Answers when released; idempotent.", Annotations: &mcp.ToolAnnotations{IdempotentHint: true}},
+		{Name: SlowReadOnly, Description: "Answers when released; read-only.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+	} {
+		mcp.AddTool(s.MCP, slow, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			if _, err := s.record(slow.Name, nil); err != nil {
 				return nil, nil, err
 			}
 			select {
@@ -106,6 +115,7 @@ func New(journal string) *Server {
 				return nil, nil, ctx.Err()
 			}
 		})
+	}
 	type failArgs struct {
 		Message string `json:"message"`
 	}
@@ -166,7 +176,8 @@ func (s *Server) AddTool(name string) {
 		})
 }
 
-// Release lets every Slow call, current and later, answer.
+// Release lets every call of the slow tools (Slow, SlowIdempotent,
+// SlowReadOnly), current and later, answer.
 func (s *Server) Release() { s.once.Do(func() { close(s.release) }) }
 
 // Count is how many times tool was invoked: read from the journal when
