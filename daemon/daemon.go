@@ -531,8 +531,8 @@ func (d *Daemon) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) {
 // refused (503, overloaded: both retryable on a successor), /readyz turns
 // 503, queued turns wait for the next process, and running turns go on.
 func (d *Daemon) Drain() {
+	d.mgr.Drain() // first: once /readyz says 503, new turns are refused
 	d.srv.Drain()
-	d.mgr.Drain()
 }
 
 // CancelTurns drains and ends every running turn as cancelled (a stdio

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -83,6 +84,21 @@ func (p *process) waitListening(t *testing.T, limit time.Duration) {
 	case p.url = <-p.found:
 	case <-time.After(limit):
 		t.Fatal("mspd did not report its address")
+	}
+}
+
+// waitUnready waits until the process's /readyz answers 503: it drains,
+// and refuses new turns.
+func (p *process) waitUnready(ctx context.Context, t *testing.T) {
+	t.Helper()
+	readyz := strings.Replace(strings.TrimSuffix(p.url, "/msp"), "ws://", "http://", 1) + "/readyz"
+	for {
+		if code, _ := get(t, readyz); code == http.StatusServiceUnavailable {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal("/readyz still ready after SIGTERM")
+		}
 	}
 }
 

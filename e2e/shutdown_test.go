@@ -32,6 +32,7 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	// Draining: the turn still streams to this connection, new turns are
 	// refused as retryable.
+	p1.waitUnready(ctx, t)
 	w.until(ctx, func(n client.Notification) bool { return n.Method == msp.NotifyItemDelta })
 	_, err := w.c.StartTurn(ctx, w.sid, "too late")
 	var me *msp.Error

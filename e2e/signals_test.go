@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,16 +28,7 @@ func TestSignalsDuringShutdown(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	// Not ready any more: the shutdown has begun.
-	readyz := strings.Replace(strings.TrimSuffix(p.url, "/msp"), "ws://", "http://", 1) + "/readyz"
-	for {
-		if code, _ := get(t, readyz); code == http.StatusServiceUnavailable {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("/readyz still ready after SIGTERM")
-		}
-	}
+	p.waitUnready(ctx, t) // the shutdown has begun
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}

@@ -94,8 +94,8 @@ type Manager struct {
 
 	ctx      context.Context // ends when the manager closes; parents every turn
 	cancel   context.CancelCauseFunc
-	turns    sync.WaitGroup // every goroutine the manager started
-	workers  sync.WaitGroup // the goroutines running turns
+	turns    tally          // every goroutine the manager started
+	workers  tally          // the goroutines running turns
 	pool     *workpool.Pool // where turns run
 	draining atomic.Bool    // no new turns: a graceful shutdown is under way
 
@@ -191,9 +191,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 // every runs fn each interval on a goroutine of its own until the
 // manager closes (Close waits for it).
 func (m *Manager) every(interval time.Duration, fn func()) {
-	m.turns.Add(1)
+	m.turns.add()
 	go func() {
-		defer m.turns.Done()
+		defer m.turns.done()
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
@@ -268,7 +268,7 @@ func (s *session) idleLocked() bool {
 // stay queued. It waits for them to record that.
 func (m *Manager) Close() {
 	m.cancel(turn.ErrHostStopping)
-	m.turns.Wait()
+	m.turns.wait()
 	m.pool.Close()
 	if c := m.cfg.Cluster; c != nil {
 		// Let go of every lease, so that another node takes the sessions

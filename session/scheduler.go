@@ -39,11 +39,11 @@ func (m *Manager) kick(s *session) {
 	s.working = true
 	done := make(chan struct{})
 	s.workerDone = done
-	m.turns.Add(1)
-	m.workers.Add(1)
+	m.turns.add()
+	m.workers.add()
 	m.pool.Go(func() {
-		defer m.turns.Done()
-		defer m.workers.Done()
+		defer m.turns.done()
+		defer m.workers.done()
 		defer close(done)
 		m.work(s)
 	})
@@ -476,10 +476,8 @@ func (m *Manager) CancelRunning() {
 
 // WaitIdle waits until no turn runs, or ctx ends.
 func (m *Manager) WaitIdle(ctx context.Context) error {
-	idle := make(chan struct{})
-	go func() { m.workers.Wait(); close(idle) }()
 	select {
-	case <-idle:
+	case <-m.workers.idle():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
