@@ -356,6 +356,7 @@ func newRunners(cfg Config, cat *catalog.Catalog, tel telemetry) (*router, error
 			Logger:           cfg.Logger,
 			MaxSteps:         cfg.Tools.MaxSteps,
 			ToolTimeout:      cfg.Tools.Timeout,
+			ApprovalTimeout:  cfg.Tools.ApprovalTimeout,
 		})
 	}
 	return r, nil

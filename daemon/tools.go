@@ -22,6 +22,9 @@ type Tools struct {
 	MaxSteps int
 	// Timeout bounds each tool call (0: 120 s).
 	Timeout time.Duration
+	// ApprovalTimeout bounds how long a call waits for its approval before
+	// it is resolved timedOut (0: no bound).
+	ApprovalTimeout time.Duration
 }
 
 // toolset is the daemon's MCP clients and the registry sessions see.

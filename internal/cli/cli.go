@@ -133,6 +133,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveOptions) {
 	fs.Float64Var(&o.cfg.RetryBudget.Ratio, "retry-budget-ratio", 0.1, "tokens a successful request gives back to the retry budget")
 	fs.Float64Var(&o.cfg.RetryBudget.Refill, "retry-budget-refill", 0.2, "tokens each second gives back to the retry budget, so a quiet key recovers after an outage (0 or negative: none)")
 	fs.IntVar(&o.cfg.DefaultMaxTokens, "default-max-tokens", 1024, "output bound of an attempt when a turn names no maxTokens")
+	fs.DurationVar(&o.cfg.Tools.ApprovalTimeout, "approval-timeout", 0, "how long a tool call waits for a person's approval, from when it was asked for, before it is resolved timedOut and not run (0: no limit)")
 	fs.Int64Var(&o.cfg.Server.MaxFrameBytes, "max-frame-bytes", 10<<20, "largest inbound frame")
 	fs.Int64Var(&o.cfg.Server.InboundBytes, "inbound-bytes", server.DefaultInboundBytes, "server-wide budget of inbound frames being read and decoded: a frame past its first 64 KiB takes --max-frame-bytes of it while read, then its size until dispatched; a connection whose frame does not fit stops reading until one does")
 	fs.IntVar(&o.cfg.Server.MaxConnRequests, "max-conn-requests", 1, "requests one connection has executing at once; the next frame is read only once one finishes (1: in order; above 1, answers may come in any order)")
