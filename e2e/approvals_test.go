@@ -72,7 +72,8 @@ func receipt(ctx context.Context, t *testing.T, c *checkedClient, req client.Not
 // pending is asked too; the daemon restarts over the same data directory
 // with the approval pending and a client that resumes is pointed at it and
 // asked again; its decision on the new daemon runs the tool exactly once,
-// and approval/resolved reaches the client.
+// and approval/resolved reaches the client, which opted out of it in vain
+// (it is protected).
 func TestApprovalOverWebSocket(t *testing.T) {
 	counting := tooltest.New("")
 	mcp := httptest.NewServer(counting.HTTPHandler())
@@ -124,7 +125,8 @@ func TestApprovalOverWebSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	d = approvalDaemon(t, dataDir, mcp.URL)
-	c2 := dial(t, d.URL(), client.Options{})
+	// approval/resolved is protected: a client cannot opt out of it.
+	c2 := dial(t, d.URL(), client.Options{OptOut: []string{msp.NotifyApprovalResolved, msp.NotifyItemDelta}})
 	snap, err := c2.Resume(ctx, sid, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -221,6 +223,75 @@ func TestSetApprovalModeOverWebSocket(t *testing.T) {
 	for _, e := range events {
 		if e.IsRequest() || e.Method == msp.NotifyApprovalRequested {
 			t.Fatalf("allowAll asked: %s", compact(methods(events)))
+		}
+	}
+	if n := counting.Count(tooltest.Append); n != 1 {
+		t.Fatalf("the tool ran %d times, want once", n)
+	}
+}
+
+// TestClusterApprovalDecidedOnAFollower: on three mspd processes sharing
+// JetStream, a turn on the node leading its session waits for approval;
+// a client of another node resumes the session and is asked too, and its
+// decision, sent to that node, is forwarded to the leader, where the tool
+// runs exactly once and the turn completes; both clients see the
+// resolution.
+func TestClusterApprovalDecidedOnAFollower(t *testing.T) {
+	counting := tooltest.New("")
+	mcp := httptest.NewServer(counting.HTTPHandler())
+	t.Cleanup(mcp.Close)
+	file := filepath.Join(t.TempDir(), "mspd.toml")
+	if err := os.WriteFile(file, []byte(`[[providers]]
+id = "s"
+type = "scripted"
+
+[[mcp]]
+name = "t"
+url = "`+mcp.URL+`"
+approval = "always"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nodes := startClusterNodes(t, "--config", file)
+	ctx := testCtx(t)
+
+	c1 := dial(t, nodes[0].proc.url, client.Options{})
+	start, err := c1.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := start.Session.SessionID
+	ack, err := c1.StartTurn(ctx, sid, scripted.Script(
+		scripted.Step{Calls: []scripted.Call{{ID: "c1", Name: "t__append", Args: `{"text":"a"}`}}},
+		scripted.Step{Text: "Appended."}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := nextRequest(ctx, t, c1)
+	receipt(ctx, t, c1, first)
+
+	c2 := dial(t, nodes[1].proc.url, client.Options{})
+	if _, err := c2.Resume(ctx, sid, nil); err != nil {
+		t.Fatal(err)
+	}
+	asked, _ := nextRequest(ctx, t, c2)
+	if string(asked.Params) != string(first.Params) {
+		t.Fatalf("the follower's client was asked\n%s\nwant\n%s", asked.Params, first.Params)
+	}
+	req := receipt(ctx, t, c2, asked)
+	if _, err := c2.Decide(ctx, req, turn.ChoiceApprove, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*checkedClient{c1, c2} {
+		events, err := c.WaitTurn(ctx, ack.TurnID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(only(events, msp.NotifyApprovalResolved)) != 1 {
+			t.Fatalf("a client saw %s", compact(methods(events)))
+		}
+		if done := decode[msp.TurnCompletedParams](t, events[len(events)-1]); done.Terminal != msp.TerminalCompleted {
+			t.Fatalf("terminal %+v", done)
 		}
 	}
 	if n := counting.Count(tooltest.Append); n != 1 {
