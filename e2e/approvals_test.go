@@ -69,7 +69,8 @@ func receipt(ctx context.Context, t *testing.T, c *checkedClient, req client.Not
 // validated against the schema: a subscribed connection gets the
 // approval/requested event and the approval/request request (the same
 // params), answers its receipt; a connection that subscribes while it is
-// pending is asked too; the daemon restarts over the same data directory
+// pending is asked too, and answers that it cannot show it, which leaves
+// it pending; the daemon restarts over the same data directory
 // with the approval pending and a client that resumes is pointed at it and
 // asked again; its decision on the new daemon runs the tool exactly once,
 // and approval/resolved reaches the client, which opted out of it in vain
@@ -111,10 +112,18 @@ func TestApprovalOverWebSocket(t *testing.T) {
 	if err := late.Call(ctx, msp.MethodViewSubscribe, msp.ViewSubscribeParams{SessionID: sid}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := nextRequest(ctx, t, late); string(again.Params) != string(req.Params) {
+	again, _ := nextRequest(ctx, t, late)
+	if string(again.Params) != string(req.Params) {
 		t.Fatalf("the late subscriber was asked\n%s", again.Params)
-	} else {
-		receipt(ctx, t, late, again)
+	}
+	// A client that cannot show it says so; the approval stays pending and
+	// the connection open.
+	refusal := `{"jsonrpc":"2.0","id":` + string(again.ID) + `,"error":{"code":-32603,"message":"no room for a card","data":{"kind":"internal"}}}`
+	if err := late.SendRaw(ctx, []byte(refusal)); err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := late.ListPending(ctx, sid); err != nil || len(pending) != 1 {
+		t.Fatalf("after a client's refusal to show it: %+v, %v", pending, err)
 	}
 	if n := counting.Count(tooltest.Append); n != 0 {
 		t.Fatalf("the tool ran %d times before a decision", n)
@@ -138,8 +147,8 @@ func TestApprovalOverWebSocket(t *testing.T) {
 	if err != nil || len(pending) != 1 || pending[0].ApprovalID != asked.ApprovalID {
 		t.Fatalf("listPending: %+v, %v", pending, err)
 	}
-	again, _ := nextRequest(ctx, t, c2)
-	reasked := receipt(ctx, t, c2, again)
+	third, _ := nextRequest(ctx, t, c2)
+	reasked := receipt(ctx, t, c2, third)
 	if reasked.ApprovalID != asked.ApprovalID || reasked.CurrentRequirementID != asked.CurrentRequirementID {
 		t.Fatalf("asked again for %+v, want %+v", reasked, asked)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -114,7 +115,7 @@ func (c *conn) answer(rawID json.RawMessage, env map[string]json.RawMessage) {
 	if e, failed := env["error"]; failed {
 		// The client could not present it: the approval stays pending, and
 		// is presented again when this or another connection subscribes.
-		c.log.Debug("the client could not present a request", "method", r.method, "session", r.sessionID, "after", took, "error", string(e))
+		c.log.Debug("the client could not present a request", "method", r.method, "session", r.sessionID, "after", took, "error", strings.ToValidUTF8(string(e[:min(len(e), 200)]), ""))
 		return
 	}
 	c.log.Debug("the client presented a request", "method", r.method, "session", r.sessionID, "after", took)

@@ -365,13 +365,13 @@ func (t *run) settleOpenCalls(ctx context.Context, open []msp.Item) error {
 	var at []int
 	for i, it := range open {
 		p := t.reopen(it)
-		gate, done, res := t.resumeGate(&p)
-		if done.ItemID == "" && (gate == GateAsk || p.info.ReplaySafe) {
-			p.gate = gate
+		done, res, refused := t.resumeApproval(&p)
+		switch {
+		case refused:
+		case p.gate == GateAsk || p.info.ReplaySafe:
 			again, at = append(again, p), append(at, i)
 			continue
-		}
-		if done.ItemID == "" {
+		default:
 			done, res = t.closeCall(p, 0, msp.ItemFailed, FailureUnknownOutcome,
 				"the server stopped during the call, so whether it took effect is unknown; it was not run again", "")
 			done.DurationMs = nil
@@ -408,30 +408,31 @@ func (t *run) reopen(it msp.Item) pendingCall {
 	return p
 }
 
-// resumeGate decides how an open call of a lost process goes on, from its
-// approval: GateAsk when it is still pending (the call never ran, it
-// waits again), GateRun when it was approved or needed none (its outcome
-// is unknown), or a closed item (with what the model is told) when its
-// approval kept it from running.
-func (t *run) resumeGate(p *pendingCall) (Gate, msp.Item, provider.ToolResult) {
+// resumeApproval decides how an open call of a lost process goes on, by
+// its approval. Still pending, the call never ran: it waits again (its
+// gate GateAsk, its deadline counted from when it was asked for).
+// Approved, or needing none, it may have run, and its gate stays
+// GateRun. Kept from running (denied, timed out, stopped), it is closed
+// unrun: refused, with the item and what the model is told.
+func (t *run) resumeApproval(p *pendingCall) (done msp.Item, res provider.ToolResult, refused bool) {
 	if p.item.ApprovalID == "" || t.spec.Approvals == nil {
-		return GateRun, msp.Item{}, provider.ToolResult{}
+		return msp.Item{}, provider.ToolResult{}, false
 	}
-	res, resolved, known := t.spec.Approvals.Lookup(p.item.ApprovalID)
+	r, resolved, known := t.spec.Approvals.Lookup(p.item.ApprovalID)
 	if t.spec.Resume != nil && t.spec.Resume.Unapproved[p.item.ItemID] {
 		resolved = false // decided since the process stopped: the wait returns at once
 	}
 	switch {
 	case !known:
-		// Its approval was never recorded, so it was never granted: the
-		// call did not run, and is not run now.
-		res = Resolution{Decision: msp.DecisionAbort}
+		// Its approval was never recorded, so never granted: the call
+		// did not run, and is not run now.
+		r = Resolution{Decision: msp.DecisionAbort}
 	case !resolved:
-		p.deadline = t.deadlineOf(p.item)
-		return GateAsk, msp.Item{}, provider.ToolResult{}
-	case res.Allows():
-		return GateRun, msp.Item{}, provider.ToolResult{}
+		p.gate, p.deadline = GateAsk, t.deadlineOf(p.item)
+		return msp.Item{}, provider.ToolResult{}, false
+	case r.Allows():
+		return msp.Item{}, provider.ToolResult{}, false
 	}
-	it, out := t.refuse(*p, res)
-	return GateRun, it, out
+	done, res = t.refuse(*p, r)
+	return done, res, true
 }
