@@ -297,8 +297,8 @@ func (a approver) Await(ctx context.Context, id string) (turn.Resolution, error)
 		return turn.Resolution{}, errUnknownApproval
 	}
 	s.awaiting++
-	if s.m.draining.Load() && ap.state == approvalRequested && s.park != nil {
-		s.park() // a draining host waits for no one (see Drain)
+	if s.m.stopWaiting.Load() && ap.state == approvalRequested && s.park != nil {
+		s.park() // a host shutting down waits for no one (see StopWaiting)
 	}
 	s.mu.Unlock()
 	defer func() {

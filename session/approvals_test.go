@@ -911,10 +911,9 @@ func TestWaitingCallsHoldNoSlot(t *testing.T) {
 	}
 }
 
-// TestDrainDoesNotWaitForAPerson: a draining host stops a turn waiting for
-// approval at once (as its own stop, not the user's): the approval stays
-// pending for the next process, and a turn that starts waiting while the
-// host drains stops too.
+// TestDrainDoesNotWaitForAPerson: a host shutting down (Drain, then
+// StopWaiting) stops a turn waiting for approval at once, as its own stop,
+// not the user's: the approval stays pending for the next process.
 func TestDrainDoesNotWaitForAPerson(t *testing.T) {
 	h := newApprovalHarness(t, nil)
 	sub := newAskSub()
@@ -922,6 +921,7 @@ func TestDrainDoesNotWaitForAPerson(t *testing.T) {
 	ack := startTurn(t, h.m, textTurn(sid, `call append {"text":"a"}`))
 	sub.waitAsked(t, 1)
 	h.m.Drain()
+	h.m.StopWaiting()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := h.m.WaitIdle(ctx); err != nil {
@@ -936,5 +936,27 @@ func TestDrainDoesNotWaitForAPerson(t *testing.T) {
 	}
 	if r := of[msp.ApprovalResolvedParams](t, sub.recSub, msp.NotifyApprovalResolved); len(r) != 0 {
 		t.Fatalf("the drain resolved %+v", r)
+	}
+}
+
+// TestCancelRunningAbortsTheWait: a stdio client that closes its input
+// (Drain, then CancelRunning) ends a turn waiting for approval cancelled,
+// its approval aborted, as a user's stop does.
+func TestCancelRunningAbortsTheWait(t *testing.T) {
+	h := newApprovalHarness(t, nil)
+	sub := newAskSub()
+	sid := startSession(t, h.m, sub)
+	ack := startTurn(t, h.m, textTurn(sid, `call append {"text":"a"}`))
+	sub.waitAsked(t, 1)
+	h.m.Drain()
+	h.m.CancelRunning()
+	if c := sub.waitTerminal(t, ack.TurnID); c.Terminal != msp.TerminalCancelled {
+		t.Fatalf("terminal %+v", c)
+	}
+	if r := of[msp.ApprovalResolvedParams](t, sub.recSub, msp.NotifyApprovalResolved); len(r) != 1 || r[0].Decision != msp.DecisionAbort {
+		t.Fatalf("resolved %+v", r)
+	}
+	if list, _ := h.m.ListPendingApprovals(context.Background(), mustJSON(msp.ApprovalListPendingParams{SessionID: sid})); len(list.Approvals) != 0 {
+		t.Fatalf("still pending: %+v", list)
 	}
 }

@@ -60,8 +60,9 @@
 // pending one when it subscribes. A running turn waits through approver,
 // which the scheduler gives it; its resumption names the calls whose
 // approval was pending when it was taken up (turn.Resumption.Unapproved):
-// they never ran. A draining host stops a turn waiting for a person as it
-// stops itself (session.park): the approval stays pending.
+// they never ran. A host shutting down stops a turn waiting for a person
+// as it stops itself (Manager.StopWaiting, session.park): the approval
+// stays pending.
 //
 // # Locking
 //

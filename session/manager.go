@@ -98,6 +98,8 @@ type Manager struct {
 	workers  sync.WaitGroup // the goroutines running turns
 	pool     *workpool.Pool // where turns run
 	draining atomic.Bool    // no new turns: a graceful shutdown is under way
+	// stopWaiting stops turns that wait for a person (StopWaiting).
+	stopWaiting atomic.Bool
 
 	stats   counters
 	running atomic.Int64 // turns inside Runner.Run

@@ -452,11 +452,15 @@ func (s *session) turnSoFar(ctx context.Context, a pendingTurn) (turnRecord, err
 
 // Drain makes the manager refuse new turns (overloaded, retryable) and
 // launch no queued ones, while running turns go on; part of a graceful
-// shutdown. A turn waiting for a person's approval does not wait for
-// them: it stops as with the host (its approvals stay pending, for the
-// next process to ask again), and so does one that starts waiting later.
-func (m *Manager) Drain() {
-	m.draining.Store(true)
+// shutdown.
+func (m *Manager) Drain() { m.draining.Store(true) }
+
+// StopWaiting stops the turns waiting for a person's approval as the host
+// stops them (their approvals stay pending, for the next process to ask
+// again), and those that start waiting later: a graceful shutdown waits
+// for running turns to finish, not for people.
+func (m *Manager) StopWaiting() {
+	m.stopWaiting.Store(true)
 	m.mu.Lock()
 	var loaded []*session
 	for _, l := range m.sessions {
