@@ -10,6 +10,7 @@ import (
 
 	"mspd/client"
 	"mspd/daemon"
+	"mspd/observe/observetest"
 	"mspd/provider/scripted"
 	"mspd/schema/msp"
 	"mspd/tool/tooltest"
@@ -129,6 +130,8 @@ func TestApprovalOverWebSocket(t *testing.T) {
 		t.Fatalf("the tool ran %d times before a decision", n)
 	}
 
+	metric(t, d, "mspd_approvals_requested_total", nil, 1)
+
 	// The daemon stops with the approval pending and starts again.
 	if err := d.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -170,6 +173,8 @@ func TestApprovalOverWebSocket(t *testing.T) {
 	if n := counting.Count(tooltest.Append); n != 1 {
 		t.Fatalf("the tool ran %d times, want once", n)
 	}
+	metric(t, d, "mspd_approvals_resolved_total", observetest.Labels{"decision": msp.DecisionApproved, "resolved_by": msp.ResolvedByUser}, 1)
+	metric(t, d, "mspd_tool_calls_total", observetest.Labels{"server": "t", "tool": "append", "result": msp.ItemCompleted}, 1)
 	// A refusal is a typed error on an open connection.
 	_, err = c2.Decide(ctx, reasked, turn.ChoiceApprove, "")
 	var me *msp.Error
@@ -178,6 +183,18 @@ func TestApprovalOverWebSocket(t *testing.T) {
 	}
 	if _, err := c2.ListPending(ctx, sid); err != nil {
 		t.Fatalf("the connection after a refusal: %v", err)
+	}
+}
+
+// metric checks a counter of d's /metrics.
+func metric(t *testing.T, d *daemon.Daemon, name string, sel observetest.Labels, want float64) {
+	t.Helper()
+	f, text, err := observetest.Scrape("http://" + d.Addr() + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape: %v\n%s", err, text)
+	}
+	if v := f.Value(name, sel); v != want {
+		t.Errorf("%s%v = %v, want %v", name, sel, v, want)
 	}
 }
 

@@ -6,6 +6,7 @@ package session
 // a takeover; and the session's side of a turn's waiting (approver).
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -120,9 +121,10 @@ func (t *approvals) apply(method string, params json.RawMessage, seq int64) (*ap
 		if t.byID[p.ApprovalID] != nil {
 			return nil, nil
 		}
+		// The params are cloned: a fold's records may share a page's buffer.
 		a := &approval{id: p.ApprovalID, state: approvalRequested, tool: p.ToolName, itemID: p.ItemID, turnID: p.TurnID,
-			seq: seq, cursor: p.ViewCursor, request: params, choices: p.AvailableChoices, requirement: p.CurrentRequirementID,
-			settled: make(chan struct{})}
+			seq: seq, cursor: p.ViewCursor, request: bytes.Clone(params), choices: p.AvailableChoices,
+			requirement: p.CurrentRequirementID, settled: make(chan struct{})}
 		t.byID[a.id] = a
 		t.pending++
 		return a, nil
