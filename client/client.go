@@ -20,14 +20,22 @@ import (
 	"mspd/schema/msp"
 )
 
-// Notification is one server notification as received.
+// Notification is one server notification as received, or a request
+// the server sent (approval/request), which carries an ID to answer with
+// Respond.
 type Notification struct {
 	Method      string
 	Params      json.RawMessage
 	EmittedAtMs int64
+	// ID is a server request's id, as sent; nil for a notification.
+	ID json.RawMessage
 	// Frame is the whole frame as it arrived.
 	Frame []byte
 }
+
+// IsRequest tells whether the server sent a request, which must be
+// answered (Respond), rather than a notification.
+func (n Notification) IsRequest() bool { return n.ID != nil }
 
 // Decode unmarshals the notification's params into v.
 func (n Notification) Decode(v any) error { return json.Unmarshal(n.Params, v) }
@@ -207,7 +215,7 @@ func (c *Client) readLoop() {
 		c.mu.Lock()
 		switch {
 		case r.Method != nil:
-			n := Notification{Method: *r.Method, Params: r.Params, Frame: frame}
+			n := Notification{Method: *r.Method, Params: r.Params, ID: r.ID, Frame: frame}
 			if r.Emit != nil {
 				n.EmittedAtMs, _ = strconv.ParseInt(string(*r.Emit), 10, 64)
 			}
@@ -285,6 +293,16 @@ func (c *Client) CallRaw(ctx context.Context, method string, params any) (json.R
 		c.mu.Unlock()
 		return nil, ctx.Err()
 	}
+}
+
+// Respond answers a request the server sent (a Notification with an ID)
+// with result.
+func (c *Client) Respond(ctx context.Context, id json.RawMessage, result any) error {
+	frame, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "result": result})
+	if err != nil {
+		return err
+	}
+	return c.write(ctx, frame)
 }
 
 // Notify sends a notification.

@@ -63,3 +63,43 @@ func (c *Client) WaitTurn(ctx context.Context, turnID string) ([]Notification, e
 		}
 	}
 }
+
+// StartSessionWith starts a session with every parameter given; a missing
+// CommandID is minted. The connection is subscribed to it.
+func (c *Client) StartSessionWith(ctx context.Context, p msp.SessionStartParams) (msp.SessionStartResult, error) {
+	if p.CommandID == "" {
+		p.CommandID = NewCommandID()
+	}
+	var res msp.SessionStartResult
+	err := c.Call(ctx, msp.MethodSessionStart, p, &res)
+	return res, err
+}
+
+// Decide decides a pending approval as req presents it, with choiceID
+// (and feedback for the model, or "" for none), under a fresh commandId.
+func (c *Client) Decide(ctx context.Context, req msp.ApprovalRequestParams, choiceID, feedback string) (msp.ApprovalDecideResult, error) {
+	p := msp.ApprovalDecideParams{ApprovalID: req.ApprovalID, ChoiceID: choiceID, CommandID: NewCommandID(),
+		RequirementID: req.CurrentRequirementID, SessionID: req.SessionID}
+	if feedback != "" {
+		p.Feedback = &feedback
+	}
+	var res msp.ApprovalDecideResult
+	err := c.Call(ctx, msp.MethodApprovalDecide, p, &res)
+	return res, err
+}
+
+// ListPending reads a session's pending approvals.
+func (c *Client) ListPending(ctx context.Context, sessionID string) ([]msp.ApprovalRequestParams, error) {
+	var res struct {
+		Approvals []msp.ApprovalRequestParams `json:"approvals"`
+	}
+	err := c.Call(ctx, msp.MethodApprovalListPending, msp.ApprovalListPendingParams{SessionID: sessionID}, &res)
+	return res.Approvals, err
+}
+
+// SetApprovalMode selects a session's approval mode.
+func (c *Client) SetApprovalMode(ctx context.Context, sessionID, mode string) (msp.SessionSetApprovalModeResult, error) {
+	var res msp.SessionSetApprovalModeResult
+	err := c.Call(ctx, msp.MethodSessionSetApprovalMode, msp.SessionSetApprovalModeParams{CommandID: NewCommandID(), Mode: mode, SessionID: sessionID}, &res)
+	return res, err
+}

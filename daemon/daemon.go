@@ -361,6 +361,7 @@ func newRunners(cfg Config, cat *catalog.Catalog, tel telemetry) (*router, error
 			Logger:           cfg.Logger,
 			MaxSteps:         cfg.Tools.MaxSteps,
 			ToolTimeout:      cfg.Tools.Timeout,
+			ApprovalTimeout:  cfg.Tools.ApprovalTimeout,
 		})
 	}
 	return r, nil
@@ -542,8 +543,9 @@ func (d *Daemon) CancelTurns() {
 	d.mgr.CancelRunning()
 }
 
-// Close shuts down gracefully: it drains, waits for running turns until
-// ctx ends, then stops those still running — they stay active in the store
+// Close shuts down gracefully: it drains, stops the turns waiting for a
+// person's approval (they resume in the next process), waits for the
+// other running turns until ctx ends, then stops those still running — they stay active in the store
 // and the next process resumes them as a new attempt — closes the
 // connections as going away, and closes the store. Later calls return
 // the first one's result.
@@ -554,6 +556,9 @@ func (d *Daemon) Close(ctx context.Context) error {
 
 func (d *Daemon) close(ctx context.Context) error {
 	d.Drain()
+	// Turns waiting for a person's approval stop at once and resume in
+	// the next process; the others may finish.
+	d.mgr.StopWaiting()
 	if err := d.mgr.WaitIdle(ctx); err != nil {
 		d.cfg.Logger.Warn("turns still running at the shutdown deadline; the next start resumes them")
 	}

@@ -27,6 +27,9 @@ type Tools struct {
 	// ReadyWait bounds how long a start waits for the MCP servers to
 	// connect and list their tools (0: 10 s); see waitReady.
 	ReadyWait time.Duration
+	// ApprovalTimeout bounds how long a call waits for its approval before
+	// it is resolved timedOut (0: no bound).
+	ApprovalTimeout time.Duration
 }
 
 // toolset is the daemon's MCP clients and the registry sessions see.

@@ -90,6 +90,8 @@ type Metrics struct {
 	turns           *prometheus.CounterVec // terminal
 	modelRetries    *prometheus.CounterVec // error_kind
 	turnRetries     prometheus.Counter
+	approvals       prometheus.Counter
+	resolutions     *prometheus.CounterVec // decision, resolved_by
 	attempts        prometheus.Counter
 	attemptsPerTurn prometheus.Histogram
 
@@ -153,6 +155,14 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "mspd_turn_retries_total",
 			Help: "turn/retryScheduled notices.",
 		}),
+		approvals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mspd_approvals_requested_total",
+			Help: "Tool calls that waited for a person's approval, or were denied by the session's approval mode (approval/requested written).",
+		}),
+		resolutions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mspd_approvals_resolved_total",
+			Help: "Approvals resolved (approval/resolved written), by decision (approved, approvedForSession, denied, timedOut, abort) and who resolved them (user, policy).",
+		}, []string{"decision", "resolved_by"}),
 		attempts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mspd_provider_attempts_total",
 			Help: "Provider requests made by settled turns (RFC 0248 attempts.count summed).",
@@ -194,7 +204,7 @@ func New(reg *prometheus.Registry) *Metrics {
 			[]string{"provider", "system"}, nil)},
 	}
 	reg.MustRegister(m.providerRequests, m.outputTokens, m.retryDelay, m.turnDuration, m.firstToken, m.toolCalls, m.toolDuration,
-		m.turns, m.modelRetries, m.turnRetries, m.attempts, m.attemptsPerTurn,
+		m.turns, m.modelRetries, m.turnRetries, m.approvals, m.resolutions, m.attempts, m.attemptsPerTurn,
 		m.commitSeconds, m.commitBatches, m.checkpoints, m.walPages, m.walFrames, m.queueWait, m.budgets)
 	return m
 }
@@ -250,6 +260,34 @@ func (m *Metrics) ToolCalled(server, tool, result string, took time.Duration) {
 	}
 	m.toolCalls.WithLabelValues(server, tool, result).Inc()
 	m.toolDuration.WithLabelValues(server).Observe(took.Seconds())
+}
+
+// ApprovalRequested counts an approval/requested written.
+func (m *Metrics) ApprovalRequested() {
+	if m == nil {
+		return
+	}
+	m.approvals.Inc()
+}
+
+// ApprovalResolved counts an approval/resolved written, by its decision
+// and who resolved it (ApprovalDecision and ApprovalResolvedBy values:
+// a closed set mspd writes).
+func (m *Metrics) ApprovalResolved(decision, resolvedBy string) {
+	if m == nil {
+		return
+	}
+	m.resolutions.WithLabelValues(decision, resolvedBy).Inc()
+}
+
+// ToolRefused records a tool call its approval kept from running (denied,
+// timed out, stopped while it waited): counted with result, its item's
+// status, and no duration, since it never ran.
+func (m *Metrics) ToolRefused(server, tool, result string) {
+	if m == nil {
+		return
+	}
+	m.toolCalls.WithLabelValues(server, tool, result).Inc()
 }
 
 // TurnEnded records a turn's duration and, when any text streamed

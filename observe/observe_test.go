@@ -65,6 +65,9 @@ func populated(t *testing.T) *observe.Metrics {
 	m.ModelRetryNotice("rateLimited")
 	m.TurnRetryNotice()
 	m.ToolCalled("files", "read", "completed", 40*time.Millisecond)
+	m.ToolRefused("files", "write", "rejected")
+	m.ApprovalRequested()
+	m.ApprovalResolved("denied", "user")
 	m.StoreCommit(3, 2*time.Millisecond, 40)
 	m.StoreCheckpoint("background", 1200, 1200, false, nil)
 	m.StoreCheckpoint("background", 1500, 900, false, nil) // a reader held the rest

@@ -40,6 +40,11 @@ type conn struct {
 	// optOut is set once by initialize, before any notification can flow,
 	// and only read after: a lock-free read on every delivery.
 	optOut atomic.Pointer[map[string]bool]
+	// clientName is the clientInfo.name initialize gave, for the records
+	// of commands that name who asked.
+	clientName atomic.Pointer[string]
+	// asks are the server's requests waiting for the client's answer.
+	asks asks
 
 	// cred is what the connection authenticated with, set before it is
 	// registered; once credEnded is set (a reload revoked it, or it

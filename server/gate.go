@@ -64,8 +64,8 @@ func (c *conn) gate(frame []byte) (req *jsonrpc2.Request, id json.RawMessage, re
 	}
 	switch {
 	case !hasMethod && hasID && isResponse(env):
-		// A response: mspd sends no requests, so there is nothing to match.
-		c.log.Debug("ignoring a response from the client", "id", string(rawID))
+		// A response: a receipt for one of the server's requests.
+		c.answer(rawID, env)
 		return nil, nil, nil
 	case !hasMethod && hasID:
 		// Identified, so the sender waits for an answer (JSON-RPC 2.0 §5).

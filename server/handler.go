@@ -9,6 +9,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"mspd/schema/msp"
+	"mspd/session"
 )
 
 // CapabilitySessionListStream is the capability a client requests to be
@@ -51,6 +52,9 @@ func (h *handler) Handle(ctx context.Context, req *jsonrpc2.Request, id json.Raw
 	params := json.RawMessage("{}")
 	if req.Params != nil {
 		params = *req.Params
+	}
+	if name := h.c.clientName.Load(); name != nil {
+		ctx = session.WithClientName(ctx, *name)
 	}
 	result, after, err := h.dispatch(ctx, req.Method, params)
 	dispatched()
@@ -107,6 +111,15 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 		return res, nil, err
 	case msp.MethodSessionSetModel:
 		res, err := mgr.SetModel(ctx, params)
+		return res, nil, err
+	case msp.MethodSessionSetApprovalMode:
+		res, err := mgr.SetApprovalMode(ctx, params)
+		return res, nil, err
+	case msp.MethodApprovalDecide:
+		res, err := mgr.DecideApproval(ctx, params)
+		return res, nil, err
+	case msp.MethodApprovalListPending:
+		res, err := mgr.ListPendingApprovals(ctx, params)
 		return res, nil, err
 	case msp.MethodSessionDelete:
 		res, erase, err := mgr.DeleteSession(ctx, c, params)
@@ -281,6 +294,7 @@ func (h *handler) initialize(params json.RawMessage) (any, func(context.Context)
 		}
 	}
 	c.retries.Store(int32(retries))
+	c.clientName.Store(&p.ClientInfo.Name)
 	c.initialized.Store(true)
 	c.log.Debug("initialized", "client", p.ClientInfo.Name, "version", p.ClientInfo.Version)
 	cfg := &c.srv.cfg

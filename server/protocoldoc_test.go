@@ -196,6 +196,7 @@ type schemaError struct {
 type servedSchema struct {
 	Methods       map[string]schemaEntry `json:"methods"`
 	Notifications map[string]schemaEntry `json:"notifications"`
+	Requests      map[string]schemaEntry `json:"requests"` // server to client
 	Errors        []schemaError          `json:"errors"`
 }
 
@@ -246,6 +247,9 @@ func protocolTable(t *testing.T) string {
 	for m, e := range ours.Methods {
 		row(kindRequest, fromClient, m).what = e.Description
 	}
+	for m, e := range ours.Requests {
+		row(kindRequest, fromServer, m).what = e.Description
+	}
 	for m, e := range ours.Notifications {
 		from := fromServer
 		if m == msp.NotifyInitialized {
@@ -255,8 +259,11 @@ func protocolTable(t *testing.T) string {
 	}
 	for _, r := range rows {
 		_, declared := ours.Methods[r.name]
-		if r.kind == kindNotification {
+		switch {
+		case r.kind == kindNotification:
 			_, declared = ours.Notifications[r.name]
+		case r.from == fromServer:
+			_, declared = ours.Requests[r.name]
 		}
 		if r.kind == kindRequest && r.from == fromClient {
 			declared = declared && slices.Contains(dispatched, r.name)
@@ -334,7 +341,7 @@ func protocolTable(t *testing.T) string {
 // when mspd serves or sends it.
 func rowStatus(r *protocolRow, declared bool) string {
 	did := "served"
-	if r.kind == kindNotification && r.from == fromServer {
+	if r.from == fromServer {
 		did = "sent"
 	}
 	switch {

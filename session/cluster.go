@@ -61,9 +61,11 @@ type Position struct {
 
 // Command is a state-changing request forwarded to a session's leader.
 type Command struct {
-	Principal string          `json:"principal"`
-	Method    string          `json:"method"`
-	Params    json.RawMessage `json:"params"`
+	Principal string `json:"principal"`
+	// ClientName is the requesting connection's clientInfo.name.
+	ClientName string          `json:"clientName,omitempty"`
+	Method     string          `json:"method"`
+	Params     json.RawMessage `json:"params"`
 }
 
 type forwardedKey struct{}
@@ -72,7 +74,7 @@ type forwardedKey struct{}
 // never forwarded again (a node that no longer leads the session answers
 // overloaded, and the client retries).
 func (m *Manager) Serve(ctx context.Context, cmd Command) (json.RawMessage, error) {
-	ctx = context.WithValue(WithPrincipal(ctx, cmd.Principal), forwardedKey{}, true)
+	ctx = context.WithValue(WithClientName(WithPrincipal(ctx, cmd.Principal), cmd.ClientName), forwardedKey{}, true)
 	var res json.RawMessage
 	var after func(context.Context)
 	var err error
@@ -91,6 +93,10 @@ func (m *Manager) Serve(ctx context.Context, cmd Command) (json.RawMessage, erro
 		res, err = m.RenameSession(ctx, cmd.Params)
 	case msp.MethodSessionSetModel:
 		res, err = m.SetModel(ctx, cmd.Params)
+	case msp.MethodSessionSetApprovalMode:
+		res, err = m.SetApprovalMode(ctx, cmd.Params)
+	case msp.MethodApprovalDecide:
+		res, err = m.DecideApproval(ctx, cmd.Params)
 	case msp.MethodSessionDelete:
 		res, after, err = m.DeleteSession(ctx, nil, cmd.Params)
 	default:
@@ -134,7 +140,7 @@ func (m *Manager) forward(ctx context.Context, sessionID, method string, raw jso
 	if ctx.Value(forwardedKey{}) != nil {
 		return nil, true, unavailable("this node no longer leads session %s", sessionID)
 	}
-	res, err = c.Forward(ctx, leader, Command{Principal: PrincipalFrom(ctx), Method: method, Params: raw})
+	res, err = c.Forward(ctx, leader, Command{Principal: PrincipalFrom(ctx), ClientName: ClientNameFrom(ctx), Method: method, Params: raw})
 	var me *msp.Error
 	if err != nil && !errors.As(err, &me) {
 		err = unavailable("node %s, which leads session %s, did not answer: %v", leader, sessionID, err)
@@ -206,6 +212,8 @@ func (m *Manager) lead(ctx context.Context, key, id string) error {
 // catchUpLocked fans out the stored records after seq from, up to head.
 // s.mu must be held.
 func (s *session) catchUpLocked(ctx context.Context, from int64) error {
+	var opened []*approval
+	defer func() { s.askOpenedLocked(opened) }()
 	for from < s.head {
 		recs, err := s.m.store.Records(ctx, s.key, from, logPage(int(min(s.head-from, 256))))
 		if err != nil {
@@ -216,6 +224,7 @@ func (s *session) catchUpLocked(ctx context.Context, from int64) error {
 		}
 		for _, r := range recs {
 			s.fanOutLocked(s.recordNotification(r))
+			s.noteLocked(r.Method, r.Params, r.Seq, &opened)
 			from = r.Seq
 		}
 	}
@@ -315,6 +324,7 @@ func (s *session) ingest(n Notification, pos Position) {
 	}
 	s.stale = true
 	s.fanOutLocked(n)
+	s.noteFrameLocked(n, seq)
 }
 
 // reloadSpansLocked reads a follower's cursor epoch spans from the row

@@ -15,6 +15,7 @@ import (
 	"mspd/provider"
 	"mspd/schema/msp"
 	"mspd/store"
+	"mspd/turn"
 )
 
 // memHub is an in-memory cluster: leases, forwarding and the event bus of
@@ -27,6 +28,7 @@ type memHub struct {
 	lists     map[int]memListFollower
 	next      int
 	down      map[string]bool // nodes that died: cut off from the rest
+	tools     turn.Toolbox    // what the nodes' turns may call
 }
 
 type memListFollower struct {
@@ -169,7 +171,7 @@ func (c memNode) FollowLists(fn func(string, Notification)) func() {
 func (h *memHub) startNode(t *testing.T, node string, st store.Store, model provider.Model) *Manager {
 	t.Helper()
 	m, err := New(context.Background(), Config{Store: st, Runner: newTestRunner(model), LogPath: "test.db",
-		Logger: slog.New(slog.DiscardHandler), Cluster: memNode{h, node}, AdoptInterval: 5 * time.Millisecond})
+		Logger: slog.New(slog.DiscardHandler), Cluster: memNode{h, node}, AdoptInterval: 5 * time.Millisecond, Tools: h.tools})
 	if err != nil {
 		t.Fatal(err)
 	}

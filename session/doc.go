@@ -46,6 +46,24 @@
 // the worker its admission launched (launched), and whether a follower's
 // state lags its log (stale).
 //
+// # Approvals
+//
+// A tool call that needs a person's consent is recorded with its
+// approval/requested in the commit of its item/started; approval/decide
+// records approval/resolved. Every node keeps a session's approvals in a
+// table (approvals.go) folded from those records — by appendLocked on the
+// leader, ingest on a follower, fold at a load — so a pending approval
+// survives a restart and a takeover, and the tools approved for the
+// session with it. Each approval's state moves once, from requested to
+// the resolution named for its decision. A subscriber that presents
+// approvals (an Asker) is asked for each one as it opens, and for every
+// pending one when it subscribes. A running turn waits through approver,
+// which the scheduler gives it; its resumption names the calls whose
+// approval was pending when it was taken up (turn.Resumption.Unapproved):
+// they never ran. A host shutting down stops a turn waiting for a person
+// as it stops itself (Manager.StopWaiting, session.park): the approval
+// stays pending.
+//
 // # Locking
 //
 // Locks are taken in this order, and never the other way:

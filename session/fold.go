@@ -25,6 +25,7 @@ type folded struct {
 	openAt     map[string]int64 // an open item's last record (its text is saved through it)
 	attemptEnd int64            // the last record that ended an attempt (a retry notice, a terminal)
 	cumulative msp.CumulativeTokenUsage
+	approvals  approvals // every approval opened, and the tools approved for the session
 }
 
 // foldSpec says how far a fold goes and what it keeps.
@@ -56,7 +57,7 @@ func (s *sizedItem) UnmarshalJSON(b []byte) error {
 // fold replays a session's log from the start, as spec says, a page of
 // at most ReadBytes at a time.
 func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded, error) {
-	f := folded{open: make(map[string]msp.Item), openAt: make(map[string]int64)}
+	f := folded{open: make(map[string]msp.Item), openAt: make(map[string]int64), approvals: newApprovals()}
 	index := make(map[string]int) // each item's place in f.items
 	var after int64
 	for {
@@ -125,6 +126,11 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 			default:
 				if _, settled := attemptAfter(r.Method); settled && r.Method != msp.NotifyTurnStarted {
 					f.attemptEnd = r.Seq // a retry notice or a terminal ends the attempt before it
+				}
+			}
+			if foldsApprovals(r.Method) {
+				if _, err := f.approvals.apply(r.Method, r.Params, r.Seq); err != nil {
+					return f, err
 				}
 			}
 		}

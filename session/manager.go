@@ -98,6 +98,8 @@ type Manager struct {
 	workers  tally          // the goroutines running turns
 	pool     *workpool.Pool // where turns run
 	draining atomic.Bool    // no new turns: a graceful shutdown is under way
+	// stopWaiting stops turns that wait for a person (StopWaiting).
+	stopWaiting atomic.Bool
 
 	stats   counters
 	running atomic.Int64 // turns inside Runner.Run
@@ -481,7 +483,7 @@ func (m *Manager) load(ctx context.Context, key, id string) (s *session, release
 // this node does not lead follows its leader's events from the start.
 func (m *Manager) read(ctx context.Context, key, id string) (*session, error) {
 	s := &session{id: id, key: key, m: m, subs: make(map[Subscriber]struct{}), gapsDue: make(map[Subscriber]dueGap), floors: make(map[Subscriber]cursor),
-		open: make(map[string]*openItem)}
+		open: make(map[string]*openItem), approvals: newApprovals()}
 	if m.cfg.Cluster == nil {
 		s.role = roleLeader
 	}
@@ -529,7 +531,7 @@ func (s *session) refreshLocked(ctx context.Context) error {
 	if err != nil {
 		return msp.ErrInternal("loading session log: %v", err)
 	}
-	s.history, s.cumulative = f.history, f.cumulative
+	s.history, s.cumulative, s.approvals = f.history, f.cumulative, f.approvals
 	// The ephemeral events streamed before this load are gone with the
 	// process or the memory that held them.
 	s.loadedHead = s.head

@@ -191,6 +191,8 @@ type mgrOpts struct {
 	maxQueued      int
 	now            func() time.Time
 	textCheckpoint time.Duration
+	tools          turn.Toolbox
+	runner         func(*turn.Config) // adjusts the runner's config
 }
 
 // ticking is a clock that moves a millisecond every time it is read, so
@@ -208,8 +210,13 @@ func ticking() func() time.Time {
 
 func newManager(t *testing.T, st store.Store, model provider.Model, o mgrOpts) *Manager {
 	t.Helper()
-	m, err := New(context.Background(), Config{Store: st, Runner: newTestRunner(model), LogPath: "test.db",
-		MaxQueuedTurns: o.maxQueued, Now: o.now, TextCheckpoint: o.textCheckpoint, Logger: slog.New(slog.DiscardHandler)})
+	var adjust []func(*turn.Config)
+	if o.runner != nil {
+		adjust = append(adjust, o.runner)
+	}
+	m, err := New(context.Background(), Config{Store: st, Runner: newTestRunner(model, adjust...), LogPath: "test.db",
+		MaxQueuedTurns: o.maxQueued, Now: o.now, TextCheckpoint: o.textCheckpoint, Logger: slog.New(slog.DiscardHandler),
+		Tools: o.tools})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,13 +239,18 @@ func attachAtHead(ctx context.Context, m *Manager, sub Subscriber, sid string) e
 }
 
 // newTestRunner runs turns on model with the default policy and no
-// backoff: Rand 0 with full jitter makes every delay zero.
-func newTestRunner(model provider.Model) *turn.Runner {
-	return turn.NewRunner(turn.Config{
+// backoff: Rand 0 with full jitter makes every delay zero; adjust changes
+// the rest.
+func newTestRunner(model provider.Model, adjust ...func(*turn.Config)) *turn.Runner {
+	cfg := turn.Config{
 		Model:  model,
 		Engine: &modelretry.Engine{Clock: retrytest.NewClock(time.Now()), Rand: retrytest.Fixed(0)},
 		Policy: modelretry.DefaultPolicy(),
-	})
+	}
+	for _, f := range adjust {
+		f(&cfg)
+	}
+	return turn.NewRunner(cfg)
 }
 
 var cmdSeq atomic.Int64

@@ -29,6 +29,22 @@ func PrincipalFrom(ctx context.Context) string {
 	return p
 }
 
+type clientNameKey struct{}
+
+// WithClientName returns a context carrying the clientInfo.name of the
+// connection requests made under it come from: the records of the
+// commands that name their requester (session/approvalModeChanged) carry
+// it.
+func WithClientName(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, clientNameKey{}, name)
+}
+
+// ClientNameFrom returns the client name ctx carries ("" when none).
+func ClientNameFrom(ctx context.Context) string {
+	n, _ := ctx.Value(clientNameKey{}).(string)
+	return n
+}
+
 // sessionKey is where principal's session id is kept in the store and
 // leased on a cluster: under the id itself for the empty principal, else
 // under the principal (in hex) and "_" and the id, as its commandIds are

@@ -74,6 +74,7 @@ func (s *session) subscribe(ctx context.Context, sub Subscriber, after cursor) e
 		s.floors[sub] = r.pos // ahead of this node: nothing up to it again
 	}
 	s.subs[sub] = struct{}{}
+	s.askPendingLocked(sub)
 	return nil
 }
 

@@ -161,15 +161,18 @@ func (m *Manager) specLocked(s *session, a pendingTurn) turn.Spec {
 		ResponseSchema: a.ResponseSchema,
 		Retry:          a.Retry,
 		Tools:          m.cfg.Tools,
+		Approvals:      approver{s},
 	}
 }
 
 // runCtxLocked is a running turn's context: the user's stop cancels it
-// alone, the host's stop (Manager.Close) all of them with
-// turn.ErrHostStopping.
+// alone (s.cancel), the host's stop (Manager.Close) all of them with
+// turn.ErrHostStopping, and a draining host the one waiting for a
+// person's approval the same way (s.park).
 func (m *Manager) runCtxLocked(s *session) context.Context {
-	ctx, cancel := context.WithCancel(m.ctx)
-	s.cancel = cancel
+	ctx, cancel := context.WithCancelCause(m.ctx)
+	s.cancel = func() { cancel(context.Canceled) }
+	s.park = func() { cancel(turn.ErrHostStopping) }
 	return ctx
 }
 
@@ -197,7 +200,7 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 	defer s.mu.Unlock()
 	if s.cancel != nil {
 		s.cancel()
-		s.cancel = nil
+		s.cancel, s.park = nil, nil
 	}
 	if s.phase.deleted() {
 		s.working = false
@@ -333,7 +336,7 @@ func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) st
 			return err
 		}
 		r, lost := resumption(*a, inFlight, s.m.now(), stopped(*a))
-		r.Usage, r.OpenCalls = so.usage, calls
+		r.Usage, r.OpenCalls, r.Unapproved = so.usage, calls, s.unapprovedLocked(calls)
 		res = &r
 		// The lost attempt's answer may have opened on an ephemeral
 		// event, which died with the process: a client that saw it open
@@ -452,6 +455,29 @@ func (s *session) turnSoFar(ctx context.Context, a pendingTurn) (turnRecord, err
 // launch no queued ones, while running turns go on; part of a graceful
 // shutdown.
 func (m *Manager) Drain() { m.draining.Store(true) }
+
+// StopWaiting stops the turns waiting for a person's approval as the host
+// stops them (their approvals stay pending, for the next process to ask
+// again), and those that start waiting later: a graceful shutdown waits
+// for running turns to finish, not for people.
+func (m *Manager) StopWaiting() {
+	m.stopWaiting.Store(true)
+	m.mu.Lock()
+	var loaded []*session
+	for _, l := range m.sessions {
+		if l.s != nil {
+			loaded = append(loaded, l.s)
+		}
+	}
+	m.mu.Unlock()
+	for _, s := range loaded {
+		s.mu.Lock()
+		if s.awaiting > 0 && s.park != nil {
+			s.park()
+		}
+		s.mu.Unlock()
+	}
+}
 
 // CancelRunning stops every running turn as a user's stop would: each
 // ends with a durable cancelled terminal. For a stdio host whose client

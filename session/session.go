@@ -42,8 +42,11 @@ type session struct {
 	history    []provider.Message
 	cumulative msp.CumulativeTokenUsage
 	open       map[string]*openItem // items started and not yet completed
+	approvals  approvals            // the approvals its log opened (approvals.go)
 	deltas     deltaLog             // the running turn's deltas, for resuming readers
-	cancel     context.CancelFunc   // stops the active turn
+	cancel     context.CancelFunc   // stops the active turn (the user's stop)
+	park       context.CancelFunc   // stops the active turn as a stopping host does
+	awaiting   int                  // the active turn's calls waiting for their approval
 	resume     *turn.Resumption     // the active turn is to be resumed so
 	farewell   *Notification        // the session/deleteCompleted that erased it, for subscriptions that register after it
 	workerDone chan struct{}        // closed when the running worker stops
@@ -178,6 +181,7 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 		s.m.stats.observe(ev.params)
 	}
 	ms := now.UnixMilli()
+	var asked []*approval
 	for i, rec := range batch.Records {
 		n := Notification{
 			SessionID: s.id,
@@ -188,8 +192,10 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 		}
 		s.fanOutLocked(n)
 		s.publishLocked(n, Position{Seq: rec.Seq, Prev: prev})
+		s.noteLocked(rec.Method, rec.Params, rec.Seq, &asked)
 		prev = 0
 	}
+	s.askOpenedLocked(asked)
 	return nil
 }
 

@@ -33,6 +33,11 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 	if err := checkWorkspaceRoots(p); err != nil {
 		return nil, nil, err
 	}
+	if p.ApprovalMode != nil {
+		if err := checkApprovalMode(*p.ApprovalMode, "approvalMode"); err != nil {
+			return nil, nil, err
+		}
+	}
 	owner := PrincipalFrom(ctx)
 	var started *msp.Session
 	resp, _, err := m.ledger.runCreating(ctx, p.CommandID, msp.MethodSessionStart, raw, func(a *admission) (json.RawMessage, error) {
@@ -70,6 +75,9 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 			root = p.WorkspaceRoots[0]
 		}
 		st.WorkspaceRoot = optional(root)
+		if p.ApprovalMode != nil {
+			st.ApprovalMode = &approvalModeState{Mode: *p.ApprovalMode, Source: msp.ApprovalSourceStartup, LastCommandID: p.CommandID}
+		}
 		wire := st.wire(id, m.cfg.LogPath)
 		res, err := msp.Marshal(msp.SessionStartResult{Session: wire, ViewCursor: durableCursor(id, st.CursorSpans[0].Epoch, 0)})
 		if err != nil {
@@ -212,6 +220,7 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 		return msp.SessionSnapshot{}, err
 	}
 	wire := s.st.wire(s.id, m.cfg.LogPath)
+	pending := s.approvals.pointers()
 	at := s.at(s.head, 0)
 	var live streamed
 	if inline && s.role == roleLeader {
@@ -228,7 +237,7 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	s.mu.Unlock()
 	snap := msp.SessionSnapshot{
 		History:         msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: noneReason, Snapshot: json.RawMessage("null")},
-		PendingRequests: []msp.PendingRequest{},
+		PendingRequests: pending,
 		Session:         wire,
 		ViewCursor:      s.durable(at.seq),
 	}

@@ -35,8 +35,11 @@ type state struct {
 	// ForkedFrom is where a fork was cut from.
 	ForkedFrom *msp.ForkProvenance `json:"forkedFrom,omitempty"`
 	TurnCount  int                 `json:"turnCount"`
-	Active     *pendingTurn        `json:"active,omitempty"`
-	Queue      []pendingTurn       `json:"queue,omitempty"`
+	// ApprovalMode is the approval mode the session chose (at its start,
+	// or by session/setApprovalMode); nil: the server default.
+	ApprovalMode *approvalModeState `json:"approvalMode,omitempty"`
+	Active       *pendingTurn       `json:"active,omitempty"`
+	Queue        []pendingTurn      `json:"queue,omitempty"`
 }
 
 // pendingTurn is an admitted turn: everything needed to launch it, even
@@ -92,6 +95,8 @@ func (st *state) wire(id, path string) msp.Session {
 		UpdatedAt:       wireTime(st.UpdatedAt),
 		WorkspaceRoot:   st.WorkspaceRoot,
 	}
+	mode := st.approvalMode().wire()
+	s.ApprovalMode = &mode
 	if st.Active != nil {
 		turnID := st.Active.TurnID
 		s.ActiveTurnID = &turnID

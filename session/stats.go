@@ -27,6 +27,10 @@ func (c counters) observe(params msp.ViewParams) {
 		c.metrics.ModelRetryNotice(p.ErrorKind)
 	case *msp.TurnRetryScheduledParams:
 		c.metrics.TurnRetryNotice()
+	case *msp.ApprovalRequestParams:
+		c.metrics.ApprovalRequested()
+	case *msp.ApprovalResolvedParams:
+		c.metrics.ApprovalResolved(p.Decision, p.ResolvedBy)
 	case *msp.TurnCompletedParams:
 		attempts := 0
 		if p.Attempts != nil {

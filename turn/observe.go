@@ -107,6 +107,20 @@ func (o *telemetry) endTool(span trace.Span, info ToolInfo, status string, took 
 	span.End()
 }
 
+// approvalAwaited notes that a call waits for a person; the line names
+// the tool and the approval, never the arguments.
+func (o *telemetry) approvalAwaited(info ToolInfo, approvalID string) {
+	if o.logs(slog.LevelInfo) {
+		o.log.Log(o.ctx, slog.LevelInfo, "tool call waits for approval", "server", info.Server, "tool", info.Tool, "approval", approvalID)
+	}
+}
+
+// callRefused records a call its approval kept from running: its status
+// is rejected or cancelled.
+func (o *telemetry) callRefused(info ToolInfo, status string) {
+	o.metrics.ToolRefused(info.Server, info.Tool, status)
+}
+
 // response records how the provider answered the attempt in flight.
 func (o *telemetry) response(resp provider.Response, err error) {
 	if resp.Usage != nil {

@@ -27,7 +27,8 @@ func (b registry) Specs() []provider.ToolSpec {
 
 func (b registry) Lookup(name string) (ToolInfo, bool) {
 	t, ok := b.r.Lookup(name)
-	return ToolInfo{Server: t.Server, Tool: t.Name, ReplaySafe: t.Repeatable()}, ok
+	return ToolInfo{Server: t.Server, Tool: t.Name, ReplaySafe: t.Repeatable(), ReadOnly: t.Annotations.ReadOnlyHint,
+		NeedsApproval: t.NeedsApproval}, ok
 }
 
 func (b registry) Check(name, args string) error {

@@ -49,6 +49,9 @@ type Config struct {
 	MaxSteps int
 	// ToolTimeout bounds each tool call (default 120 s).
 	ToolTimeout time.Duration
+	// ApprovalTimeout bounds how long a call waits for its approval, from
+	// when it was asked for, before it is resolved timedOut (0: no bound).
+	ApprovalTimeout time.Duration
 }
 
 // Runner runs turns against one model. It is safe for concurrent use.

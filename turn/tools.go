@@ -42,6 +42,11 @@ type ToolInfo struct {
 	// ReplaySafe says a call may run again when its outcome is unknown:
 	// the server annotates the tool read-only or idempotent.
 	ReplaySafe bool
+	// ReadOnly says the server annotates the tool read-only.
+	ReadOnly bool
+	// NeedsApproval says the server's configuration makes the tool's
+	// calls wait for a person (approval, approval_tools).
+	NeedsApproval bool
 }
 
 // ToolOutput is what a call returned.
@@ -89,6 +94,10 @@ type pendingCall struct {
 	call provider.ToolCall
 	info ToolInfo
 	item msp.Item
+	gate Gate
+	// deadline is when an asked call stops waiting for its approval;
+	// zero: never.
+	deadline time.Time
 }
 
 // checkCalls vets a response's tool calls before any is recorded: each
@@ -130,11 +139,13 @@ func (t *run) openCalls(n int, calls []provider.ToolCall) []pendingCall {
 }
 
 // runCalls runs a step's calls, at most maxParallelCalls at once, each
-// result durable as it comes, and returns the results in the model's
-// order. A user's stop cancels the calls; a stopping host lets them
-// finish, since a call cut off has an unknown effect. It fails only when
-// the log refuses a result.
-func (t *run) runCalls(ctx context.Context, calls []pendingCall) ([]provider.ToolResult, error) {
+// after its approval when it needs one, each result durable as it comes,
+// and returns the results in the model's order; settled[i] is false for a
+// call left open because the host stops while it waits for approval. A
+// user's stop cancels the calls (and aborts their waits); a stopping host
+// lets running calls finish, since a call cut off has an unknown effect.
+// It fails only when the log refuses a result or a resolution.
+func (t *run) runCalls(ctx context.Context, calls []pendingCall) (results []provider.ToolResult, settled []bool, err error) {
 	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stopWatch := context.AfterFunc(ctx, func() {
@@ -144,25 +155,69 @@ func (t *run) runCalls(ctx context.Context, calls []pendingCall) ([]provider.Too
 	})
 	defer stopWatch()
 
-	results := make([]provider.ToolResult, len(calls))
+	results, settled = make([]provider.ToolResult, len(calls)), make([]bool, len(calls))
 	errs := make([]error, len(calls))
 	slots := make(chan struct{}, maxParallelCalls)
 	var wg sync.WaitGroup
 	var emit sync.Mutex // one result written at a time, whole
 	for i := range calls {
 		wg.Add(1)
-		slots <- struct{}{}
 		go func() {
-			defer func() { <-slots; wg.Done() }()
-			done, res := t.callTool(callCtx, calls[i])
+			defer wg.Done()
+			done, res, err := t.runOne(ctx, callCtx, slots, calls[i])
+			if err != nil {
+				if !errors.Is(err, errLeftOpen) {
+					errs[i] = err
+				}
+				return
+			}
 			emit.Lock()
 			defer emit.Unlock()
 			errs[i] = t.sink.Emit(t.emitCtx, msp.NotifyItemCompleted, &msp.ItemParams{Item: done})
-			results[i] = res
+			results[i], settled[i] = res, errs[i] == nil
 		}()
 	}
 	wg.Wait()
-	return results, errors.Join(errs...)
+	return results, settled, errors.Join(errs...)
+}
+
+// runOne takes one call to its closed item: it waits for the call's
+// approval first when it needs one (taking no slot meanwhile, so that
+// waiting calls hold up none that may run), then makes it in a slot, or
+// closes it unmade. errLeftOpen leaves it open for the next process.
+func (t *run) runOne(ctx, callCtx context.Context, slots chan struct{}, p pendingCall) (msp.Item, provider.ToolResult, error) {
+	switch p.gate {
+	case GateDeny:
+		it, res := t.refuse(p, Resolution{Decision: msp.DecisionDenied, By: msp.ResolvedByPolicy})
+		return it, res, nil
+	case GateAsk:
+		res, err := t.await(ctx, p)
+		if err != nil {
+			return msp.Item{}, provider.ToolResult{}, err
+		}
+		if !res.Allows() || callCtx.Err() != nil {
+			if res.Allows() { // approved as the user stopped the turn: not run
+				res = Resolution{Decision: msp.DecisionAbort}
+			}
+			it, out := t.refuse(p, res)
+			return it, out, nil
+		}
+	}
+	slots <- struct{}{}
+	defer func() { <-slots }()
+	it, res := t.callTool(callCtx, p)
+	return it, res, nil
+}
+
+// settledOnly keeps the results of the calls that settled.
+func settledOnly(results []provider.ToolResult, settled []bool) []provider.ToolResult {
+	out := results[:0:0]
+	for i, r := range results {
+		if settled[i] {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // callTool makes one call and returns its closed item and the result the
@@ -265,10 +320,12 @@ func deref(s *string) string {
 func (t *run) toolStep(ctx context.Context, res attemptResult, maxTokens int) *Outcome {
 	t.obs.endAttempt(observe.OutcomeSuccess, "")
 	calls := t.openCalls(t.attempts, res.calls)
+	t.gateCalls(calls)
 	t.messages = append(t.messages, provider.Message{Role: provider.RoleAssistant, Text: res.text, ToolCalls: res.calls})
 	events := t.takeHeld()
 	for _, c := range calls {
 		events = append(events, Event{Method: msp.NotifyItemStarted, Params: &msp.ItemParams{Item: c.item}})
+		events = append(events, t.approvalEvents(c)...)
 	}
 	t.step, t.stepBase = t.step+1, t.attempts
 	cp := t.checkpointAt(t.attempts, t.r.clock.Now(), maxTokens)
@@ -278,12 +335,12 @@ func (t *run) toolStep(ctx context.Context, res attemptResult, maxTokens int) *O
 		return &o
 	}
 	t.checkpoint = cp
-	results, err := t.runCalls(ctx, calls)
+	results, settled, err := t.runCalls(ctx, calls)
 	if err != nil {
 		o := t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the session log: %v", err), true)
 		return &o
 	}
-	t.messages = append(t.messages, provider.Message{Role: provider.RoleTool, ToolResults: results})
+	t.messages = append(t.messages, provider.Message{Role: provider.RoleTool, ToolResults: settledOnly(results, settled)})
 	if ctx.Err() != nil {
 		o := t.interrupted(ctx, false, maxTokens)
 		return &o
@@ -293,44 +350,91 @@ func (t *run) toolStep(ctx context.Context, res attemptResult, maxTokens int) *O
 
 // settleOpenCalls closes the calls a lost process recorded and did not
 // close; the history it resumes with holds the calls, and their results
-// follow them there. Their effect is unknown: a tool its server calls
-// read-only or idempotent runs again; any other is not run twice, its
-// item fails, saying what stopped the process (stoppedBy, see
-// Resumption.StoppedBy), and the model is told the outcome is unknown.
+// follow them there. A call whose approval was never granted never ran:
+// it waits for its approval again (or closes as its resolution says). A
+// call that was approved, or needed no approval, may have run, so its
+// effect is unknown: a tool its server calls read-only or idempotent runs
+// again; any other is not run twice, its item fails, saying what stopped
+// the process (stoppedBy, see Resumption.StoppedBy), and the model is
+// told the outcome is unknown.
 func (t *run) settleOpenCalls(ctx context.Context, open []msp.Item, stoppedBy string) error {
 	if len(open) == 0 {
 		return nil
 	}
+	results := make([]provider.ToolResult, len(open))
+	settled := make([]bool, len(open))
 	var again []pendingCall
-	var results []provider.ToolResult
-	for _, it := range open {
-		name := tool.ModelName(it.Server, it.Tool)
-		p := pendingCall{call: provider.ToolCall{ID: it.CallID, Name: name, Args: deref(it.Args)}, item: it,
-			info: ToolInfo{Server: it.Server, Tool: it.Tool}}
-		if t.spec.Tools != nil {
-			if info, ok := t.spec.Tools.Lookup(name); ok && info.Server == it.Server && info.Tool == it.Tool {
-				p.info = info
-			}
-		}
-		if p.info.ReplaySafe {
-			again = append(again, p)
+	var at []int
+	for i, it := range open {
+		p := t.reopen(it)
+		done, res, refused := t.resumeApproval(&p)
+		switch {
+		case refused:
+		case p.gate == GateAsk || p.info.ReplaySafe:
+			again, at = append(again, p), append(at, i)
 			continue
+		default:
+			done, res = t.closeCall(p, 0, msp.ItemFailed, FailureUnknownOutcome,
+				cmp.Or(stoppedBy, "the server stopped")+" during the call, so whether it took effect is unknown; it was not run again", "")
+			done.DurationMs = nil
 		}
-		done, res := t.closeCall(p, 0, msp.ItemFailed, FailureUnknownOutcome,
-			cmp.Or(stoppedBy, "the server stopped")+" during the call, so whether it took effect is unknown; it was not run again", "")
-		done.DurationMs = nil
 		if err := t.sink.Emit(t.emitCtx, msp.NotifyItemCompleted, &msp.ItemParams{Item: done}); err != nil {
 			return err
 		}
-		results = append(results, res)
+		results[i], settled[i] = res, true
 	}
 	if len(again) > 0 {
-		rerun, err := t.runCalls(ctx, again)
+		rerun, ok, err := t.runCalls(ctx, again)
 		if err != nil {
 			return err
 		}
-		results = append(results, rerun...)
+		for j, i := range at {
+			results[i], settled[i] = rerun[j], ok[j]
+		}
 	}
-	t.messages = append(t.messages, provider.Message{Role: provider.RoleTool, ToolResults: results})
+	t.messages = append(t.messages, provider.Message{Role: provider.RoleTool, ToolResults: settledOnly(results, settled)})
 	return nil
+}
+
+// reopen is the pending call an open toolCall item records, described as
+// the toolbox describes its tool today.
+func (t *run) reopen(it msp.Item) pendingCall {
+	name := tool.ModelName(it.Server, it.Tool)
+	p := pendingCall{call: provider.ToolCall{ID: it.CallID, Name: name, Args: deref(it.Args)}, item: it,
+		info: ToolInfo{Server: it.Server, Tool: it.Tool}}
+	if t.spec.Tools != nil {
+		if info, ok := t.spec.Tools.Lookup(name); ok && info.Server == it.Server && info.Tool == it.Tool {
+			p.info = info
+		}
+	}
+	return p
+}
+
+// resumeApproval decides how an open call of a lost process goes on, by
+// its approval. Still pending, the call never ran: it waits again (its
+// gate GateAsk, its deadline counted from when it was asked for).
+// Approved, or needing none, it may have run, and its gate stays
+// GateRun. Kept from running (denied, timed out, stopped), it is closed
+// unrun: refused, with the item and what the model is told.
+func (t *run) resumeApproval(p *pendingCall) (done msp.Item, res provider.ToolResult, refused bool) {
+	if p.item.ApprovalID == "" || t.spec.Approvals == nil {
+		return msp.Item{}, provider.ToolResult{}, false
+	}
+	r, resolved, known := t.spec.Approvals.Lookup(p.item.ApprovalID)
+	if t.spec.Resume != nil && t.spec.Resume.Unapproved[p.item.ItemID] {
+		resolved = false // decided since the process stopped: the wait returns at once
+	}
+	switch {
+	case !known:
+		// Its approval was never recorded, so never granted: the call
+		// did not run, and is not run now.
+		r = Resolution{Decision: msp.DecisionAbort}
+	case !resolved:
+		p.gate, p.deadline = GateAsk, t.deadlineOf(p.item)
+		return msp.Item{}, provider.ToolResult{}, false
+	case r.Allows():
+		return msp.Item{}, provider.ToolResult{}, false
+	}
+	done, res = t.refuse(*p, r)
+	return done, res, true
 }

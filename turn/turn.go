@@ -63,6 +63,9 @@ type Spec struct {
 	Retry *msp.RetryPolicy
 	// Tools are the tools the model may call; nil offers none.
 	Tools Toolbox
+	// Approvals decides which calls wait for a person and keeps their
+	// approvals; nil runs every call without asking.
+	Approvals Approvals
 	// MaxSteps, when positive, lowers the runner's step limit for this
 	// turn.
 	MaxSteps int
@@ -129,12 +132,17 @@ type Resumption struct {
 	// step had not sent a request.
 	Step, StepBase int
 	// OpenCalls are the tool calls the turn recorded and did not close,
-	// in the order they were asked for: their outcome is unknown.
+	// in the order they were asked for: those whose approval was never
+	// granted wait for it again; the others' outcome is unknown.
 	OpenCalls []msp.Item
 	// StoppedBy says what stopped the process that ran the turn, as
 	// Reason begins ("the server restarted", "node n1 stopped"), for the
 	// open calls' failure reasons; "" says "the server stopped".
 	StoppedBy string
+	// Unapproved are the OpenCalls, by item id, whose approval was still
+	// pending when the turn was taken up: they never ran (a decision
+	// made since, by this process, lets them run now).
+	Unapproved map[string]bool
 }
 
 // Outcome is how a turn ended.

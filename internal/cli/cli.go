@@ -136,6 +136,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveOptions) {
 	fs.IntVar(&o.cfg.Tools.MaxSteps, "max-steps", 24, "model calls a turn may make, tool calls running between them; a model still calling tools at the last ends the turn stepLimit (a turn's maxSteps may lower it)")
 	fs.DurationVar(&o.cfg.Tools.Timeout, "tool-timeout", 120*time.Second, "a tool call running longer fails as timedOut (the model is told)")
 	fs.BoolVar(&o.cfg.Tools.NoBuiltin, "no-builtin-tools", false, "leave out mspd's built-in MCP server (a clock and a calculator, which the demo model calls)")
+	fs.DurationVar(&o.cfg.Tools.ApprovalTimeout, "approval-timeout", 0, "how long a tool call waits for a person's approval, from when it was asked for, before it is resolved timedOut and not run (0: no limit)")
 	fs.Int64Var(&o.cfg.Server.MaxFrameBytes, "max-frame-bytes", 10<<20, "largest inbound frame")
 	fs.Int64Var(&o.cfg.Server.InboundBytes, "inbound-bytes", server.DefaultInboundBytes, "server-wide budget of inbound frames being read and decoded: a frame past its first 64 KiB takes --max-frame-bytes of it while read, then its size until dispatched; a connection whose frame does not fit stops reading until one does")
 	fs.IntVar(&o.cfg.Server.MaxConnRequests, "max-conn-requests", 1, "requests one connection has executing at once; the next frame is read only once one finishes (1: in order; above 1, answers may come in any order)")

@@ -19,7 +19,7 @@ var positiveFlags = []string{
 
 // nonNegativeFlags are the serve flags where 0 means the default or none,
 // and a negative value nothing.
-var nonNegativeFlags = []string{"max-output-tokens", "shutdown-timeout", "demo-faults", "gc-headroom-mib"}
+var nonNegativeFlags = []string{"max-output-tokens", "shutdown-timeout", "demo-faults", "gc-headroom-mib", "approval-timeout"}
 
 // nonZeroFlags are the serve flags where a negative value means off, and
 // 0, which the daemon would silently take for its default, nothing: each

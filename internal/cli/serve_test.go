@@ -34,7 +34,7 @@ func TestServeRefusesOutOfRangeValues(t *testing.T) {
 		{"write-timeout", "-1s"}, {"default-max-tokens", "-5"}, {"retry-initial-backoff", "0s"},
 		{"retry-max-backoff", "0s"}, {"retry-max-server-delay", "0s"}, {"retry-budget-ratio", "0"},
 		{"lease-ttl", "0s"}, {"max-output-tokens", "-1"},
-		{"shutdown-timeout", "-1s"}, {"demo-faults", "1.5"}, {"demo-faults", "-0.1"}, {"gc-headroom-mib", "-1"},
+		{"shutdown-timeout", "-1s"}, {"approval-timeout", "-1s"}, {"demo-faults", "1.5"}, {"demo-faults", "-0.1"}, {"gc-headroom-mib", "-1"},
 		// 0 would silently be the default, while a negative value means off.
 		{"retry-budget-tokens", "0"}, {"command-retention", "0s"},
 		{"jetstream-replicas", "0"}, {"jetstream-replicas", "-1"},
@@ -81,6 +81,17 @@ func TestServeTakesMaxSubscriptions(t *testing.T) {
 	t.Setenv("MSPD_MAX_SUBSCRIPTIONS", "7")
 	if cfg := startedWith(t); cfg.Server.MaxSubscriptions != 7 {
 		t.Errorf("MSPD_MAX_SUBSCRIPTIONS=7: the daemon got %d", cfg.Server.MaxSubscriptions)
+	}
+}
+
+// TestServeTakesAnApprovalTimeout: --approval-timeout reaches the
+// runners' config; left out, calls wait for ever.
+func TestServeTakesAnApprovalTimeout(t *testing.T) {
+	if cfg := startedWith(t); cfg.Tools.ApprovalTimeout != 0 {
+		t.Errorf("by default: the daemon got %v", cfg.Tools.ApprovalTimeout)
+	}
+	if cfg := startedWith(t, "--approval-timeout", "5m"); cfg.Tools.ApprovalTimeout != 5*time.Minute {
+		t.Errorf("--approval-timeout 5m: the daemon got %v", cfg.Tools.ApprovalTimeout)
 	}
 }
 

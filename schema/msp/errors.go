@@ -21,6 +21,11 @@ const (
 	CodeCommandRejected  = -32030
 	CodeBackpressured    = -32031
 	CodeBoundaryPruned   = -32042
+
+	CodeApprovalNotFound         = -32050
+	CodeApprovalAlreadyResolved  = -32051
+	CodeApprovalChoiceInvalid    = -32052
+	CodeApprovalRequirementStale = -32053
 )
 
 // Error kinds (camelCase) carried in error.data.kind.
@@ -42,6 +47,11 @@ const (
 	KindBackpressured      = "backpressured"
 	KindBoundaryPruned     = "boundaryPruned"
 	KindNoBoundary         = "noBoundary"
+
+	KindApprovalNotFound         = "approvalNotFound"
+	KindApprovalAlreadyResolved  = "approvalAlreadyResolved"
+	KindApprovalChoiceInvalid    = "approvalChoiceInvalid"
+	KindApprovalRequirementStale = "approvalRequirementStale"
 )
 
 // Snake_case reasons of commandRejected and notFound errors.
@@ -69,6 +79,12 @@ type ErrorData struct {
 	// LatestBoundaryCursor is sent as an explicit null ("null") when set.
 	LatestBoundaryCursor json.RawMessage `json:"latestBoundaryCursor,omitempty"`
 	Details              map[string]any  `json:"details,omitempty"`
+
+	// The approval plane's members.
+	ApprovalID           string                     `json:"approvalId,omitempty"`
+	ChoiceID             string                     `json:"choiceId,omitempty"`
+	CurrentRequirementID *ApprovalRequirementRef    `json:"currentRequirementId,omitempty"`
+	Resolution           *ApprovalResolutionSummary `json:"resolution,omitempty"`
 }
 
 // Error is a typed MSP error: the JSON-RPC error object of a response.
@@ -130,4 +146,35 @@ func ErrCommandRejected(commandID, reason, format string, args ...any) *Error {
 // ErrInternal reports a server failure.
 func ErrInternal(format string, args ...any) *Error {
 	return NewError(CodeInternal, KindInternal, format, args...)
+}
+
+// ErrApprovalNotFound reports an approval the session never opened.
+func ErrApprovalNotFound(sessionID, approvalID string) *Error {
+	e := NewError(CodeApprovalNotFound, KindApprovalNotFound, "session %s has no approval %s", sessionID, approvalID)
+	e.Data.SessionID, e.Data.ApprovalID = sessionID, approvalID
+	return e
+}
+
+// ErrApprovalAlreadyResolved reports a decision for an approval resolved
+// already, with the resolution that holds.
+func ErrApprovalAlreadyResolved(sessionID, approvalID string, won ApprovalResolutionSummary) *Error {
+	e := NewError(CodeApprovalAlreadyResolved, KindApprovalAlreadyResolved, "approval %s is already resolved (%s by %s)", approvalID, won.Decision, won.ResolvedBy)
+	e.Data.SessionID, e.Data.ApprovalID, e.Data.Resolution = sessionID, approvalID, &won
+	return e
+}
+
+// ErrApprovalChoiceInvalid reports a choiceId that is not one of the
+// approval's availableChoices.
+func ErrApprovalChoiceInvalid(sessionID, approvalID, choiceID string) *Error {
+	e := NewError(CodeApprovalChoiceInvalid, KindApprovalChoiceInvalid, "approval %s offers no choice %q", approvalID, choiceID)
+	e.Data.SessionID, e.Data.ApprovalID, e.Data.ChoiceID = sessionID, approvalID, choiceID
+	return e
+}
+
+// ErrApprovalRequirementStale reports a decision aimed at another stage
+// than the approval's current requirement, which it carries.
+func ErrApprovalRequirementStale(sessionID string, current ApprovalRequirementRef) *Error {
+	e := NewError(CodeApprovalRequirementStale, KindApprovalRequirementStale, "approval %s's current requirement is %s/%d", current.ApprovalID, current.ApprovalID, current.SourceIndex)
+	e.Data.SessionID, e.Data.ApprovalID, e.Data.CurrentRequirementID = sessionID, current.ApprovalID, &current
+	return e
 }

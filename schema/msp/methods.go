@@ -22,6 +22,18 @@ const (
 	MethodViewUnsubscribe = "view/unsubscribe"
 	MethodViewPage        = "view/page"
 	MethodModelList       = "model/list"
+
+	MethodSessionSetApprovalMode = "session/setApprovalMode"
+	MethodApprovalDecide         = "approval/decide"
+	MethodApprovalListPending    = "approval/listPending"
+)
+
+// Server-to-client request methods: must-answer requests a client answers
+// with a RequestReceipt.
+const (
+	// RequestApproval presents a pending approval; the decision travels as
+	// approval/decide.
+	RequestApproval = "approval/request"
 )
 
 // NotifyInitialized is the only client-to-server notification.
@@ -45,10 +57,15 @@ const (
 	NotifyItemCompleted           = "item/completed"
 	NotifyViewGap                 = "view/gap"
 	NotifySessionTokenUsage       = "session/tokenUsage"
+
+	NotifyApprovalRequested          = "approval/requested"
+	NotifyApprovalResolved           = "approval/resolved"
+	NotifySessionApprovalModeChanged = "session/approvalModeChanged"
 )
 
 // Protected reports whether a server notification may never be dropped,
-// gapped or opted out of (MSP §4.5).
+// gapped or opted out of (MSP §4.5): view/gap, and approval/resolved, the
+// settlement of a server-to-client request.
 func Protected(method string) bool {
-	return method == NotifyViewGap
+	return method == NotifyViewGap || method == NotifyApprovalResolved
 }

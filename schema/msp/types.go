@@ -78,6 +78,8 @@ type Session struct {
 	TurnCount       int             `json:"turnCount"`
 	UpdatedAt       string          `json:"updatedAt"`
 	WorkspaceRoot   *string         `json:"workspaceRoot"`
+	// ApprovalMode is the approval mode in effect; mspd always sends it.
+	ApprovalMode *EffectiveApprovalModeState `json:"approvalMode,omitempty"`
 }
 
 // ForkProvenance names where a forked session was cut from.
@@ -96,7 +98,10 @@ const (
 
 // SessionStartParams are the params of session/start.
 type SessionStartParams struct {
-	CommandID      string   `json:"commandId"`
+	CommandID string `json:"commandId"`
+	// ApprovalMode selects the session's approval mode; nil takes the
+	// server default (ApprovalPromptUnmatched).
+	ApprovalMode   *string  `json:"approvalMode,omitempty"`
 	SessionID      string   `json:"sessionId,omitempty"`
 	ModelID        string   `json:"modelId,omitempty"`
 	ProviderID     *string  `json:"providerId,omitempty"`
@@ -133,12 +138,16 @@ type SessionSnapshot struct {
 	ViewCursor      string           `json:"viewCursor"`
 }
 
-// PendingRequest points at a pending approval or user-input request; mspd
-// has none, so the list is always empty.
+// PendingRequest points at a pending approval (mspd asks for no user
+// input): its approval/requested event's cursor.
 type PendingRequest struct {
+	ApprovalID string `json:"approvalId,omitempty"`
 	Kind       string `json:"kind"`
 	ViewCursor string `json:"viewCursor"`
 }
+
+// PendingApproval is PendingRequest's kind for an approval.
+const PendingApproval = "approval"
 
 // SessionHistory is the history member of resume and read results.
 type SessionHistory struct {

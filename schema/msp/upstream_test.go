@@ -58,6 +58,13 @@ var servedUpstreamDefs = []string{
 	"UnframedViewNotification", "UnframedViewNotificationParams", "ViewGapParams",
 	// models
 	"ModelListParams", "ModelListResult", "ModelCatalogEntry", "ModelCatalogSource", "ModelCost",
+	// approvals
+	"ApprovalMode", "ApprovalModeSource", "ApprovalModeApplyOutcome", "EffectiveApprovalModeState",
+	"SessionSetApprovalModeParams", "SessionSetApprovalModeResult", "SessionApprovalModeChangedParams",
+	"ApprovalRequestParams", "ApprovalChoice", "ApprovalChoiceScope", "ApprovalDecision", "ApprovalRequirementRef",
+	"ApprovalSubject", "ApprovalDecideParams", "ApprovalDecideResult", "ApprovalResolvedParams", "ApprovalResolvedBy",
+	"ApprovalPolicyResult", "ApprovalStageEvidence", "ApprovalStageResolution", "ApprovalResolutionSummary",
+	"ApprovalListPendingParams", "ApprovalListPendingResult", "UserInputRequestParams", "RequestReceipt",
 }
 
 func loadDigests(t *testing.T) (ours, upstream *shapes.Digest) {
@@ -185,6 +192,7 @@ func TestMethodRefsAgreeWithUpstream(t *testing.T) {
 		mspdOnly       []string
 	}{
 		{"methods", ours.Methods, upstream.Methods, nil},
+		{"requests", ours.Requests, upstream.Requests, nil},
 		{"notifications", ours.Notifications, upstream.Notifications, []string{NotifyTurnModelRetryScheduled}},
 	} {
 		for method, refs := range set.ours {
@@ -237,6 +245,8 @@ func TestErrorsAgreeWithUpstream(t *testing.T) {
 		CodeInputTooLarge: KindInputTooLarge, CodeNotFound: KindNotFound, CodeSessionNotFound: KindSessionNotFound,
 		CodeSessionNotLoaded: KindSessionNotLoaded, CodeCommandRejected: KindCommandRejected,
 		CodeBackpressured: KindBackpressured, CodeBoundaryPruned: KindBoundaryPruned,
+		CodeApprovalNotFound: KindApprovalNotFound, CodeApprovalAlreadyResolved: KindApprovalAlreadyResolved,
+		CodeApprovalChoiceInvalid: KindApprovalChoiceInvalid, CodeApprovalRequirementStale: KindApprovalRequirementStale,
 	} {
 		if registered[code].Kind != kind {
 			t.Errorf("errors.go code %d (%s) is registered as %+v", code, kind, registered[code])
@@ -336,6 +346,16 @@ func TestGoTypesMatchSchema(t *testing.T) {
 	excluded.History = SessionHistory{Mode: HistoryNone, NoneReason: NoneExcluded}
 	stop := TurnStopParams{CommandID: testCommand, SessionID: testSession, TurnID: testCommand}
 	ack := CommandAck{CommandID: testCommand, Status: StatusAccepted, TurnID: testCommand}
+	withMode := running
+	withMode.ApprovalMode = &EffectiveApprovalModeState{Mode: ApprovalPromptUnmatched, Source: ApprovalSourceStartup}
+	request := ApprovalRequestParams{ViewHeader: durable, ApprovalID: "a1", ItemID: "i1", TaskID: "i1", ToolCallID: "c1",
+		ToolName: "files__write", RawArgs: `{"path":"a"}`, TurnID: testCommand,
+		Subject:              ApprovalSubject{Kind: SubjectTool, ToolName: "files__write"},
+		CurrentRequirementID: ApprovalRequirementRef{ApprovalID: "a1"},
+		AvailableChoices: []ApprovalChoice{{ChoiceID: "approve", Decision: DecisionApproved, Label: "Approve", Scope: ScopeOnce},
+			{ChoiceID: "deny", Decision: DecisionDenied, Label: "Deny", Scope: ScopeOnce, AcceptsFeedback: true}}}
+	pending := snapshot
+	pending.PendingRequests = []PendingRequest{{ApprovalID: "a1", Kind: PendingApproval, ViewCursor: "v:x:7"}}
 	rpe := &Error{Code: CodeBoundaryPruned, Message: "no boundary", Data: ErrorData{Kind: KindNoBoundary, SessionID: testSession, Anchor: "latestCompaction", LatestBoundaryCursor: json.RawMessage("null"), Retryable: ptr(false)}}
 
 	tests := []struct {
@@ -405,6 +425,27 @@ func TestGoTypesMatchSchema(t *testing.T) {
 			{DisplayLabel: "Other", ModelID: "other", ProviderID: "openai", Description: ptr("cheap"), ReleaseDate: ptr("2025-01-01"),
 				Cost: json.RawMessage(`{"cached":"0.1","currency":"USD","input":"1","output":"4"}`)},
 		}}},
+		{"Session", withMode},
+		{"SessionStartParams", SessionStartParams{CommandID: testCommand, ApprovalMode: ptr(ApprovalDenyUnmatched)}},
+		{"SessionResumeResult", pending},
+		{"SessionSetApprovalModeParams", SessionSetApprovalModeParams{CommandID: testCommand, Mode: ApprovalAllowAll, SessionID: testSession}},
+		{"SessionSetApprovalModeResult", SessionSetApprovalModeResult{ApplyOutcome: ApplyCompleted, CommandID: testCommand, Status: StatusAccepted,
+			EffectiveMode: EffectiveApprovalModeState{LastCommandID: ptr(testCommand), Mode: ApprovalAllowAll, Source: ApprovalSourceReconfigure}}},
+		{"SessionApprovalModeChangedParams", SessionApprovalModeChangedParams{ViewHeader: durable, ClientName: "mspd_client",
+			CommandID: testCommand, Mode: ApprovalAllowAll, Source: ApprovalSourceReconfigure}},
+		{"ApprovalRequestParams", request},
+		{"ApprovalDecideParams", ApprovalDecideParams{ApprovalID: "a1", ChoiceID: "deny", CommandID: testCommand, Feedback: ptr("use the other file"),
+			RequirementID: ApprovalRequirementRef{ApprovalID: "a1"}, SessionID: testSession}},
+		{"ApprovalDecideResult", ApprovalDecideResult{ApprovalID: "a1", CommandID: testCommand, Status: StatusAccepted, Terminal: true}},
+		{"ApprovalResolvedParams", ApprovalResolvedParams{ViewHeader: durable, ApprovalID: "a1", DecidedByCommandID: testCommand,
+			Decision: DecisionDenied, ItemID: "i1", PolicyResult: PolicyDeny, ResolvedBy: ResolvedByUser, StageEvidence: []ApprovalStageEvidence{}, TurnID: testCommand}},
+		{"ApprovalListPendingParams", ApprovalListPendingParams{SessionID: testSession}},
+		{"ApprovalListPendingResult", ApprovalListPendingResult{Approvals: []json.RawMessage{mustJSON(t, request)}, UserInputs: []json.RawMessage{}}},
+		{"RequestReceipt", RequestReceipt{}},
+		{"ErrorObject", ErrApprovalNotFound(testSession, "a1")},
+		{"ErrorObject", ErrApprovalAlreadyResolved(testSession, "a1", ApprovalResolutionSummary{Decision: DecisionApproved, ResolvedBy: ResolvedByUser, ViewCursor: "v:x:9"})},
+		{"ErrorObject", ErrApprovalChoiceInvalid(testSession, "a1", "maybe")},
+		{"ErrorObject", ErrApprovalRequirementStale(testSession, ApprovalRequirementRef{ApprovalID: "a1"})},
 		{"ErrorObject", rpe},
 		{"ErrorObject", ErrInvalidParams("retry.maxAttempts", "must be >= 1")},
 		{"ErrorObject", ErrCommandRejected(testCommand, ReasonCommandIDConflict, "conflict")},

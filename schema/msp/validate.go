@@ -69,8 +69,9 @@ type Validator struct {
 // after compileSchema returns.
 type compiled struct {
 	defs          map[string]*jsonschema.Schema
-	requests      map[string]methodSchemas
+	requests      map[string]methodSchemas // client to server
 	notifications map[string]methodSchemas
+	asks          map[string]methodSchemas // server to client requests
 }
 
 // methodSchemas are a method's params and result schemas; nil means the
@@ -100,6 +101,7 @@ func compileSchema() (*compiled, error) {
 		Defs          map[string]json.RawMessage  `json:"$defs"`
 		Methods       map[string]methodDescriptor `json:"methods"`
 		Notifications map[string]methodDescriptor `json:"notifications"`
+		Requests      map[string]methodDescriptor `json:"requests"`
 	}
 	if err := json.Unmarshal(schemaJSON, &top); err != nil {
 		return nil, fmt.Errorf("msp: parse msp.schema.json: %w", err)
@@ -112,6 +114,7 @@ func compileSchema() (*compiled, error) {
 		defs:          make(map[string]*jsonschema.Schema, len(top.Defs)),
 		requests:      make(map[string]methodSchemas, len(top.Methods)),
 		notifications: make(map[string]methodSchemas, len(top.Notifications)),
+		asks:          make(map[string]methodSchemas, len(top.Requests)),
 	}
 	for name := range top.Defs {
 		sch, err := jc.Compile(schemaURL + "#/$defs/" + name)
@@ -128,6 +131,11 @@ func compileSchema() (*compiled, error) {
 	for method, d := range top.Notifications {
 		if c.notifications[method], err = c.resolve(d); err != nil {
 			return nil, fmt.Errorf("msp: notifications[%q]: %w", method, err)
+		}
+	}
+	for method, d := range top.Requests {
+		if c.asks[method], err = c.resolve(d); err != nil {
+			return nil, fmt.Errorf("msp: requests[%q]: %w", method, err)
 		}
 	}
 	return c, nil
@@ -181,10 +189,17 @@ func (v *Validator) HasNotification(method string) bool {
 	return ok
 }
 
-// Params validates the params of a request or notification. Absent (nil or
-// empty) params are validated as {}, as MSP reads them.
+// HasServerRequest reports whether method is a server-to-client request
+// mspd sends (approval/request).
+func (v *Validator) HasServerRequest(method string) bool {
+	_, ok := v.c.asks[method]
+	return ok
+}
+
+// Params validates the params of a request (either way) or notification.
+// Absent (nil or empty) params are validated as {}, as MSP reads them.
 func (v *Validator) Params(method string, params json.RawMessage) []FieldError {
-	ms, ok := v.c.requests[method]
+	ms, ok := v.c.method(method)
 	if !ok {
 		if ms, ok = v.c.notifications[method]; !ok {
 			return []FieldError{{Message: fmt.Sprintf("unknown method %q", method)}}
@@ -200,9 +215,19 @@ func (v *Validator) Params(method string, params json.RawMessage) []FieldError {
 	return validateParams(ms.params, inst, "")
 }
 
-// Result validates the result of a request method.
+// method finds a request method, client to server or server to client:
+// their names never meet.
+func (c *compiled) method(name string) (methodSchemas, bool) {
+	if ms, ok := c.requests[name]; ok {
+		return ms, true
+	}
+	ms, ok := c.asks[name]
+	return ms, ok
+}
+
+// Result validates the result of a request method (either way).
 func (v *Validator) Result(method string, result json.RawMessage) []FieldError {
-	ms, ok := v.c.requests[method]
+	ms, ok := v.c.method(method)
 	if !ok {
 		return []FieldError{{Message: fmt.Sprintf("unknown request method %q", method)}}
 	}
@@ -231,8 +256,9 @@ func (v *Validator) Def(name string, doc json.RawMessage) []FieldError {
 // method of each request it has seen, by id, so that a later success
 // response's result is checked against that method's result schema.
 //
-// mspd serves no server-to-client requests, so one id table serves both
-// directions. A FrameChecker is safe for concurrent use.
+// One id table serves both directions: mspd's server-to-client requests
+// take string ids of their own ("mspd-1"), which its clients' numeric ids
+// never equal. A FrameChecker is safe for concurrent use.
 type FrameChecker struct {
 	v       *Validator
 	mu      sync.Mutex
@@ -281,7 +307,7 @@ func (c *FrameChecker) Check(frame []byte) []FieldError {
 		if key, ok := idKey(obj["id"]); ok {
 			c.remember(key, method)
 		}
-		ms, known := c.v.c.requests[method]
+		ms, known := c.v.c.method(method)
 		if !known {
 			errs = append(errs, FieldError{"method", fmt.Sprintf("unknown request method %q", method)})
 			break
@@ -326,7 +352,7 @@ func (c *FrameChecker) checkResponse(obj map[string]any) []FieldError {
 		return []FieldError{{Message: "response carries both result and error"}}
 	case hasResult:
 		errs := validate(defs["SuccessResponse"], obj, "")
-		if ms, ok := c.v.c.requests[method]; ok && ms.result != nil {
+		if ms, ok := c.v.c.method(method); ok && ms.result != nil {
 			if _, isObj := result.(map[string]any); isObj {
 				errs = append(errs, validate(ms.result, result, "result")...)
 			}

@@ -107,6 +107,7 @@ func TestMethodCatalogue(t *testing.T) {
 		MethodInitialize, MethodSessionStart, MethodSessionResume, MethodSessionRead, MethodSessionList,
 		MethodTurnStart, MethodTurnInterrupt, MethodTurnCancel, MethodTurnUnqueue,
 		MethodViewSubscribe, MethodViewUnsubscribe, MethodViewPage, MethodModelList,
+		MethodSessionSetApprovalMode, MethodApprovalDecide, MethodApprovalListPending,
 	} {
 		if !v.HasRequest(m) || v.HasNotification(m) {
 			t.Errorf("%s: want a request", m)
@@ -116,10 +117,14 @@ func TestMethodCatalogue(t *testing.T) {
 		NotifyInitialized, NotifySessionStarted, NotifyTurnStarted, NotifyTurnCompleted, NotifyTurnUnqueued,
 		NotifyTurnRetryScheduled, NotifyTurnModelRetryScheduled, NotifyItemStarted, NotifyItemDelta,
 		NotifyItemUpdated, NotifyItemCompleted, NotifyViewGap, NotifySessionTokenUsage,
+		NotifyApprovalRequested, NotifyApprovalResolved, NotifySessionApprovalModeChanged,
 	} {
 		if !v.HasNotification(m) || v.HasRequest(m) {
 			t.Errorf("%s: want a notification", m)
 		}
+	}
+	if !v.HasServerRequest(RequestApproval) || v.HasRequest(RequestApproval) || v.HasNotification(RequestApproval) {
+		t.Errorf("%s: want a server-to-client request", RequestApproval)
 	}
 	if v.HasRequest("turn/steer") || v.HasNotification("item/retracted") {
 		t.Error("methods mspd does not serve are in the catalogue")
@@ -270,12 +275,23 @@ type frameStep struct {
 }
 
 func TestCheck(t *testing.T) {
+	approvalRequest := `{"sessionId":"s","viewCursor":"v:s:5","sourceRange":` + testSR + `,"approvalId":"a","itemId":"i","taskId":"i","toolCallId":"c","toolName":"t__x","rawArgs":"{}","turnId":"t",` +
+		`"judgeEscalated":false,"protectedWrite":false,"subject":{"kind":"tool","toolName":"t__x"},"currentRequirementId":{"approvalId":"a","sourceIndex":0},` +
+		`"availableChoices":[{"choiceId":"approve","decision":"approved","label":"Approve","scope":"once"}]}`
 	tsParams := `{"commandId":"` + testCommand + `","sessionId":"` + testSession + `","input":[{"type":"text","text":"hi"}]}`
 	ack := `{"commandId":"` + testCommand + `","disposition":"started","startedNewTurn":true,"status":"accepted","turnId":"` + testCommand + `"}`
 	tests := []struct {
 		name  string
 		steps []frameStep
 	}{
+		{"a server request and the client's receipt", []frameStep{
+			{`{"jsonrpc":"2.0","id":"mspd-1","method":"approval/request","params":` + approvalRequest + `}`, nil},
+			{`{"jsonrpc":"2.0","id":"mspd-1","result":{}}`, nil},
+			{`{"jsonrpc":"2.0","id":"mspd-2","method":"approval/request","params":{"sessionId":"s"}}`, []string{"params.approvalId", "params.availableChoices", "params.currentRequirementId",
+				"params.itemId", "params.judgeEscalated", "params.protectedWrite", "params.rawArgs", "params.sourceRange", "params.subject", "params.taskId",
+				"params.toolCallId", "params.toolName", "params.turnId", "params.viewCursor"}},
+			{`{"jsonrpc":"2.0","id":"mspd-2","result":[]}`, []string{"result"}},
+		}},
 		{"request and its response", []frameStep{
 			{`{"jsonrpc":"2.0","id":3,"method":"turn/start","params":` + tsParams + `}`, nil},
 			{`{"jsonrpc":"2.0","id":3,"result":` + ack + `}`, nil},

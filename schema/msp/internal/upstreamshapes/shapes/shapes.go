@@ -25,7 +25,9 @@ type Digest struct {
 	Defs          map[string]Def        `json:"defs"`
 	Methods       map[string]MethodRefs `json:"methods"`
 	Notifications map[string]MethodRefs `json:"notifications"`
-	Errors        []ErrorEntry          `json:"errors"`
+	// Requests are the server-to-client requests (approval/request).
+	Requests map[string]MethodRefs `json:"requests,omitempty"`
+	Errors   []ErrorEntry          `json:"errors"`
 }
 
 // Def is the shape of one $defs entry.
@@ -66,6 +68,7 @@ func FromBundle(bundle []byte) (*Digest, error) {
 		Defs          map[string]map[string]any `json:"$defs"`
 		Methods       map[string]map[string]any `json:"methods"`
 		Notifications map[string]map[string]any `json:"notifications"`
+		Requests      map[string]map[string]any `json:"requests"`
 		Errors        []ErrorEntry              `json:"errors"`
 	}
 	if err := json.Unmarshal(bundle, &top); err != nil {
@@ -77,6 +80,7 @@ func FromBundle(bundle []byte) (*Digest, error) {
 		Defs:          make(map[string]Def, len(top.Defs)),
 		Methods:       refsOf(top.Methods),
 		Notifications: refsOf(top.Notifications),
+		Requests:      refsOf(top.Requests),
 		Errors:        top.Errors,
 	}
 	for name, s := range top.Defs {

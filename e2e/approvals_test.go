@@ -1,0 +1,326 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"mspd/client"
+	"mspd/daemon"
+	"mspd/observe/observetest"
+	"mspd/provider/scripted"
+	"mspd/schema/msp"
+	"mspd/tool/tooltest"
+	"mspd/turn"
+)
+
+// approvalDaemon runs a daemon over dataDir whose turns are scripted and
+// may call the counting MCP server at url, configured approval = "always".
+func approvalDaemon(t *testing.T, dataDir, url string) *daemon.Daemon {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "mspd.toml")
+	if err := os.WriteFile(file, []byte(`[[providers]]
+id = "s"
+type = "scripted"
+
+[[mcp]]
+name = "t"
+url = "`+url+`"
+approval = "always"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startDaemon(t, daemon.Config{DataDir: dataDir, ConfigFile: file, Tools: daemon.Tools{NoBuiltin: true}})
+}
+
+// nextRequest consumes c's notifications until the server sends a
+// request, and returns it with the notifications before it.
+func nextRequest(ctx context.Context, t *testing.T, c *checkedClient) (client.Notification, []client.Notification) {
+	t.Helper()
+	var seen []client.Notification
+	for {
+		n, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("waiting for a server request: %v; got %s", err, compact(methods(seen)))
+		}
+		if n.IsRequest() {
+			return n, seen
+		}
+		seen = append(seen, n)
+	}
+}
+
+// receipt answers a server request as a client that shows it does, and
+// returns its approval.
+func receipt(ctx context.Context, t *testing.T, c *checkedClient, req client.Notification) msp.ApprovalRequestParams {
+	t.Helper()
+	if req.Method != msp.RequestApproval {
+		t.Fatalf("the server asked %s", req.Method)
+	}
+	if err := c.Respond(ctx, req.ID, msp.RequestReceipt{}); err != nil {
+		t.Fatal(err)
+	}
+	return decode[msp.ApprovalRequestParams](t, req)
+}
+
+// TestApprovalOverWebSocket: over real WebSockets, every frame both ways
+// validated against the schema: a subscribed connection gets the
+// approval/requested event and the approval/request request (the same
+// params), answers its receipt; a connection that subscribes while it is
+// pending is asked too, and answers that it cannot show it, which leaves
+// it pending; the daemon restarts over the same data directory
+// with the approval pending and a client that resumes is pointed at it and
+// asked again; its decision on the new daemon runs the tool exactly once,
+// and approval/resolved reaches the client, which opted out of it in vain
+// (it is protected).
+func TestApprovalOverWebSocket(t *testing.T) {
+	counting := tooltest.New("")
+	mcp := httptest.NewServer(counting.HTTPHandler())
+	t.Cleanup(mcp.Close)
+	dataDir := t.TempDir()
+	d := approvalDaemon(t, dataDir, mcp.URL)
+	ctx := testCtx(t)
+
+	c := dial(t, d.URL(), client.Options{})
+	start, err := c.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := start.Session.SessionID
+	if am := start.Session.ApprovalMode; am == nil || am.Mode != msp.ApprovalPromptUnmatched {
+		t.Fatalf("a new session's approval mode: %+v", am)
+	}
+	ack, err := c.StartTurn(ctx, sid, scripted.Script(
+		scripted.Step{Calls: []scripted.Call{{ID: "c1", Name: "t__append", Args: `{"text":"a"}`}}},
+		scripted.Step{Text: "Appended."}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, before := nextRequest(ctx, t, c)
+	requested := only(before, msp.NotifyApprovalRequested)
+	if len(requested) != 1 || string(requested[0].Params) != string(req.Params) {
+		t.Fatalf("before the request: %s; the request's params must be approval/requested's:\n%s", compact(methods(before)), req.Params)
+	}
+	asked := receipt(ctx, t, c, req)
+	if asked.ToolName != "t__append" || asked.RawArgs != `{"text":"a"}` || asked.TurnID != ack.TurnID {
+		t.Fatalf("asked %+v", asked)
+	}
+
+	late := dial(t, d.URL(), client.Options{})
+	if err := late.Call(ctx, msp.MethodViewSubscribe, msp.ViewSubscribeParams{SessionID: sid}, nil); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := nextRequest(ctx, t, late)
+	if string(again.Params) != string(req.Params) {
+		t.Fatalf("the late subscriber was asked\n%s", again.Params)
+	}
+	// A client that cannot show it says so; the approval stays pending and
+	// the connection open.
+	refusal := `{"jsonrpc":"2.0","id":` + string(again.ID) + `,"error":{"code":-32603,"message":"no room for a card","data":{"kind":"internal"}}}`
+	if err := late.SendRaw(ctx, []byte(refusal)); err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := late.ListPending(ctx, sid); err != nil || len(pending) != 1 {
+		t.Fatalf("after a client's refusal to show it: %+v, %v", pending, err)
+	}
+	if n := counting.Count(tooltest.Append); n != 0 {
+		t.Fatalf("the tool ran %d times before a decision", n)
+	}
+
+	metric(t, d, "mspd_approvals_requested_total", nil, 1)
+
+	// The daemon stops with the approval pending and starts again.
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d = approvalDaemon(t, dataDir, mcp.URL)
+	// approval/resolved is protected: a client cannot opt out of it.
+	c2 := dial(t, d.URL(), client.Options{OptOut: []string{msp.NotifyApprovalResolved, msp.NotifyItemDelta}})
+	snap, err := c2.Resume(ctx, sid, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.PendingRequests) != 1 || snap.PendingRequests[0].ApprovalID != asked.ApprovalID || snap.PendingRequests[0].Kind != msp.PendingApproval {
+		t.Fatalf("resume's pendingRequests %+v", snap.PendingRequests)
+	}
+	pending, err := c2.ListPending(ctx, sid)
+	if err != nil || len(pending) != 1 || pending[0].ApprovalID != asked.ApprovalID {
+		t.Fatalf("listPending: %+v, %v", pending, err)
+	}
+	third, _ := nextRequest(ctx, t, c2)
+	reasked := receipt(ctx, t, c2, third)
+	if reasked.ApprovalID != asked.ApprovalID || reasked.CurrentRequirementID != asked.CurrentRequirementID {
+		t.Fatalf("asked again for %+v, want %+v", reasked, asked)
+	}
+	res, err := c2.Decide(ctx, reasked, turn.ChoiceApprove, "")
+	if err != nil || !res.Terminal || res.ApprovalID != asked.ApprovalID {
+		t.Fatalf("decide: %+v, %v", res, err)
+	}
+	events, err := c2.WaitTurn(ctx, ack.TurnID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolved := only(events, msp.NotifyApprovalResolved)
+	if len(resolved) != 1 || decode[msp.ApprovalResolvedParams](t, resolved[0]).Decision != msp.DecisionApproved {
+		t.Fatalf("after the decision: %s", compact(methods(events)))
+	}
+	if done := decode[msp.TurnCompletedParams](t, events[len(events)-1]); done.Terminal != msp.TerminalCompleted {
+		t.Fatalf("terminal %+v", done)
+	}
+	if n := counting.Count(tooltest.Append); n != 1 {
+		t.Fatalf("the tool ran %d times, want once", n)
+	}
+	metric(t, d, "mspd_approvals_resolved_total", observetest.Labels{"decision": msp.DecisionApproved, "resolved_by": msp.ResolvedByUser}, 1)
+	metric(t, d, "mspd_tool_calls_total", observetest.Labels{"server": "t", "tool": "append", "result": msp.ItemCompleted}, 1)
+	// A refusal is a typed error on an open connection.
+	_, err = c2.Decide(ctx, reasked, turn.ChoiceApprove, "")
+	var me *msp.Error
+	if !asError(err, &me) || me.Code != msp.CodeApprovalAlreadyResolved || me.Data.Kind != msp.KindApprovalAlreadyResolved {
+		t.Fatalf("a second decision: %v", err)
+	}
+	if _, err := c2.ListPending(ctx, sid); err != nil {
+		t.Fatalf("the connection after a refusal: %v", err)
+	}
+}
+
+// metric checks a counter of d's /metrics.
+func metric(t *testing.T, d *daemon.Daemon, name string, sel observetest.Labels, want float64) {
+	t.Helper()
+	f, text, err := observetest.Scrape("http://" + d.Addr() + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape: %v\n%s", err, text)
+	}
+	if v := f.Value(name, sel); v != want {
+		t.Errorf("%s%v = %v, want %v", name, sel, v, want)
+	}
+}
+
+// asError is errors.As for an *msp.Error.
+func asError(err error, target **msp.Error) bool {
+	e, ok := err.(*msp.Error)
+	if ok {
+		*target = e
+	}
+	return ok
+}
+
+// TestSetApprovalModeOverWebSocket: session/setApprovalMode's change
+// reaches the client as session/approvalModeChanged naming its clientInfo
+// name; the session then calls the marked tool without asking.
+func TestSetApprovalModeOverWebSocket(t *testing.T) {
+	counting := tooltest.New("")
+	mcp := httptest.NewServer(counting.HTTPHandler())
+	t.Cleanup(mcp.Close)
+	d := approvalDaemon(t, t.TempDir(), mcp.URL)
+	ctx := testCtx(t)
+	c := dial(t, d.URL(), client.Options{ClientName: "approval_test"})
+	start, err := c.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := start.Session.SessionID
+	res, err := c.SetApprovalMode(ctx, sid, msp.ApprovalAllowAll)
+	if err != nil || res.ApplyOutcome != msp.ApplyCompleted || res.EffectiveMode.Mode != msp.ApprovalAllowAll {
+		t.Fatalf("setApprovalMode: %+v, %v", res, err)
+	}
+	var n client.Notification
+	for n.Method != msp.NotifySessionApprovalModeChanged {
+		if n, err = c.Next(ctx); err != nil {
+			t.Fatalf("waiting for session/approvalModeChanged: %v", err)
+		}
+	}
+	var changed msp.SessionApprovalModeChangedParams
+	if err := json.Unmarshal(n.Params, &changed); err != nil || changed.ClientName != "approval_test" || changed.Mode != msp.ApprovalAllowAll {
+		t.Fatalf("approvalModeChanged %+v, %v", changed, err)
+	}
+	ack, err := c.StartTurn(ctx, sid, scripted.Script(
+		scripted.Step{Calls: []scripted.Call{{ID: "c1", Name: "t__append", Args: `{"text":"a"}`}}},
+		scripted.Step{Text: "Appended."}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := c.WaitTurn(ctx, ack.TurnID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events {
+		if e.IsRequest() || e.Method == msp.NotifyApprovalRequested {
+			t.Fatalf("allowAll asked: %s", compact(methods(events)))
+		}
+	}
+	if n := counting.Count(tooltest.Append); n != 1 {
+		t.Fatalf("the tool ran %d times, want once", n)
+	}
+}
+
+// TestClusterApprovalDecidedOnAFollower: on three mspd processes sharing
+// JetStream, a turn on the node leading its session waits for approval;
+// a client of another node resumes the session and is asked too, and its
+// decision, sent to that node, is forwarded to the leader, where the tool
+// runs exactly once and the turn completes; both clients see the
+// resolution.
+func TestClusterApprovalDecidedOnAFollower(t *testing.T) {
+	counting := tooltest.New("")
+	mcp := httptest.NewServer(counting.HTTPHandler())
+	t.Cleanup(mcp.Close)
+	file := filepath.Join(t.TempDir(), "mspd.toml")
+	if err := os.WriteFile(file, []byte(`[[providers]]
+id = "s"
+type = "scripted"
+
+[[mcp]]
+name = "t"
+url = "`+mcp.URL+`"
+approval = "always"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nodes := startClusterNodes(t, "--config", file)
+	ctx := testCtx(t)
+
+	c1 := dial(t, nodes[0].proc.url, client.Options{})
+	start, err := c1.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := start.Session.SessionID
+	ack, err := c1.StartTurn(ctx, sid, scripted.Script(
+		scripted.Step{Calls: []scripted.Call{{ID: "c1", Name: "t__append", Args: `{"text":"a"}`}}},
+		scripted.Step{Text: "Appended."}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := nextRequest(ctx, t, c1)
+	receipt(ctx, t, c1, first)
+
+	c2 := dial(t, nodes[1].proc.url, client.Options{})
+	if _, err := c2.Resume(ctx, sid, nil); err != nil {
+		t.Fatal(err)
+	}
+	asked, _ := nextRequest(ctx, t, c2)
+	if string(asked.Params) != string(first.Params) {
+		t.Fatalf("the follower's client was asked\n%s\nwant\n%s", asked.Params, first.Params)
+	}
+	req := receipt(ctx, t, c2, asked)
+	if _, err := c2.Decide(ctx, req, turn.ChoiceApprove, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*checkedClient{c1, c2} {
+		events, err := c.WaitTurn(ctx, ack.TurnID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(only(events, msp.NotifyApprovalResolved)) != 1 {
+			t.Fatalf("a client saw %s", compact(methods(events)))
+		}
+		if done := decode[msp.TurnCompletedParams](t, events[len(events)-1]); done.Terminal != msp.TerminalCompleted {
+			t.Fatalf("terminal %+v", done)
+		}
+	}
+	if n := counting.Count(tooltest.Append); n != 1 {
+		t.Fatalf("the tool ran %d times, want once", n)
+	}
+}
