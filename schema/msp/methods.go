@@ -22,6 +22,7 @@ const (
 	MethodViewUnsubscribe = "view/unsubscribe"
 	MethodViewPage        = "view/page"
 	MethodModelList       = "model/list"
+	MethodItemReadOutput  = "item/readOutput"
 )
 
 // NotifyInitialized is the only client-to-server notification.
