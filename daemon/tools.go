@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"mspd/provider/catalog"
+	"mspd/session"
 	"mspd/tool"
 	"mspd/tool/builtin"
 )
@@ -42,7 +43,10 @@ const firstConnectWait = 10 * time.Second
 // turns see the tools of the servers that are up. Children start from
 // mspd's environment without the providers' keys.
 func startTools(ctx context.Context, cfg Config, cat *catalog.Catalog, log *slog.Logger) (*toolset, error) {
-	opts := tool.Options{Logger: log, CallTimeout: cfg.Tools.Timeout, BaseEnv: childEnv(os.Environ())}
+	opts := tool.Options{Logger: log, CallTimeout: cfg.Tools.Timeout, BaseEnv: childEnv(os.Environ()),
+		// A call's whole output as far as the session keeps it, for
+		// item/readOutput; its item shows the first 32 KiB.
+		Limits: tool.Limits{OutputBytes: session.MaxStoredOutput}}
 	ts := &toolset{}
 	if !cfg.Tools.NoBuiltin {
 		c, err := builtin.Start(time.Now, opts)

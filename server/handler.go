@@ -165,6 +165,9 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 			stablePage(&res)
 		}
 		return res, nil, err
+	case msp.MethodItemReadOutput:
+		res, err := mgr.ReadOutput(ctx, params)
+		return res, nil, err
 	case msp.MethodModelList:
 		var p struct {
 			SessionID string `json:"sessionId"`

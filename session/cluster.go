@@ -215,7 +215,9 @@ func (s *session) catchUpLocked(ctx context.Context, from int64) error {
 			break
 		}
 		for _, r := range recs {
-			s.fanOutLocked(s.recordNotification(r))
+			if !hidden(r.Method) {
+				s.fanOutLocked(s.recordNotification(r))
+			}
 			from = r.Seq
 		}
 	}

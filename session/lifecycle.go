@@ -261,7 +261,10 @@ func (m *Manager) copyLog(ctx context.Context, from, to, id, epoch string, throu
 		}
 		out := make([]store.Record, len(recs))
 		for i, r := range recs {
-			params, err := rehead(r.Params, id, epoch, r.Seq)
+			params, err := r.Params, error(nil)
+			if !hidden(r.Method) { // a hidden record names no session or position
+				params, err = rehead(r.Params, id, epoch, r.Seq)
+			}
 			if err != nil {
 				return fmt.Errorf("record %d: %w", r.Seq, err)
 			}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"reflect"
 	"sync"
@@ -43,6 +44,17 @@ type Options struct {
 	BaseEnv []string
 	// Limits bound a call's output.
 	Limits Limits
+	// HTTPClient reaches a streamable HTTP server: its Transport (under
+	// the configured headers), CheckRedirect and Timeout are used
+	// (default: http.DefaultTransport, redirects followed). A server whose
+	// configuration a client gave is reached through one that vets the
+	// addresses it dials and follows no redirect.
+	HTTPClient *http.Client
+	// Secrets are strings that must never be logged (a configuration's
+	// header and env values): the client's log lines, the go-sdk's and a
+	// stdio server's stderr have them replaced (those shorter than 4
+	// bytes excepted).
+	Secrets []string
 	// Backoff spaces reconnections of a server that died or failed to start.
 	Backoff Backoff
 	// Sleep waits d or until ctx ends, returning ctx's error then (default:
@@ -170,10 +182,11 @@ func Start(cfg ServerConfig, opts Options) (*Client, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
+	opts.Logger = slog.New(newRedactingHandler(opts.Logger.Handler(), opts.Secrets))
 	log := opts.Logger.With("mcp_server", cfg.Name)
 	var dial dialFunc
 	if cfg.URL != "" {
-		dial = httpDialer(cfg.URL, cfg.Headers)
+		dial = httpDialer(cfg.URL, cfg.Headers, opts.HTTPClient)
 	} else {
 		dial = stdioDialer(cfg.Command, cfg.Args, opts.BaseEnv, cfg.Env, log)
 	}
