@@ -63,3 +63,10 @@ func (c *Client) WaitTurn(ctx context.Context, turnID string) ([]Notification, e
 		}
 	}
 }
+
+// ReadOutput reads a range of a tool call's stored output (item/readOutput).
+func (c *Client) ReadOutput(ctx context.Context, p msp.ItemReadOutputParams) (msp.ItemReadOutputResult, error) {
+	var res msp.ItemReadOutputResult
+	err := c.Call(ctx, msp.MethodItemReadOutput, p, &res)
+	return res, err
+}

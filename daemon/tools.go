@@ -13,6 +13,7 @@ import (
 	"mspd/session"
 	"mspd/tool"
 	"mspd/tool/builtin"
+	"mspd/tool/sessionmcp"
 )
 
 // Tools configures the tools turns may call.
@@ -30,6 +31,8 @@ type Tools struct {
 type toolset struct {
 	registry *tool.Registry
 	clients  []*tool.Client
+	// opts start every client, the operator's and the sessions' own.
+	opts tool.Options
 }
 
 // firstConnectWait bounds how long a starting daemon waits for its MCP
@@ -47,7 +50,7 @@ func startTools(ctx context.Context, cfg Config, cat *catalog.Catalog, log *slog
 		// A call's whole output as far as the session keeps it, for
 		// item/readOutput; its item shows the first 32 KiB.
 		Limits: tool.Limits{OutputBytes: session.MaxStoredOutput}}
-	ts := &toolset{}
+	ts := &toolset{opts: opts}
 	if !cfg.Tools.NoBuiltin {
 		c, err := builtin.Start(time.Now, opts)
 		if err != nil {
@@ -80,6 +83,25 @@ func startTools(ctx context.Context, cfg Config, cat *catalog.Catalog, log *slog
 		c.WaitTried(wait) // they connect at once; this waits for the slowest
 	}
 	return ts, nil
+}
+
+// sessionServers is the session servers of cfg.SessionMCP, or nil when
+// it takes none (off, the default).
+func (ts *toolset) sessionServers(cfg Config) (*sessionmcp.Servers, error) {
+	p := cfg.SessionMCP
+	switch p.Mode {
+	case "", sessionmcp.Off:
+		return nil, nil
+	case sessionmcp.HTTP:
+		if len(p.Hosts) == 0 {
+			cfg.Logger.Warn("--session-mcp http with no --session-mcp-hosts: every MCP server a client names is refused")
+		}
+	case sessionmcp.All:
+		cfg.Logger.Warn("--session-mcp all: clients may make this server run any command as its own user")
+	default:
+		return nil, fmt.Errorf("session MCP servers: mode %q: want off, http or all", p.Mode)
+	}
+	return sessionmcp.New(sessionmcp.Config{Policy: p, Operators: ts.registry, Options: ts.opts, Logger: cfg.Logger})
 }
 
 // close stops every server.

@@ -384,9 +384,10 @@ func (m *Manager) settle(s *session) {
 	}
 }
 
-// letGoLocked ends what a node holds for a session it unloads: its lease,
-// or its following. s.mu must be held.
+// letGoLocked ends what a node holds for a session it unloads: its MCP
+// servers, and its lease or its following. s.mu must be held.
 func (s *session) letGoLocked() {
+	s.closeServersLocked()
 	c := s.m.cfg.Cluster
 	if c == nil {
 		return

@@ -160,7 +160,7 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 		}
 		src.mu.Lock()
 		st := state{Owner: owner, CursorSpans: m.firstSpan(), MadeBy: a.maker(p.CommandID), ProviderID: src.st.ProviderID, ModelID: src.st.ModelID, WorkspaceRoot: src.st.WorkspaceRoot,
-			FirstUserPrompt: src.st.FirstUserPrompt, Name: src.st.Name, TurnCount: turns}
+			FirstUserPrompt: src.st.FirstUserPrompt, Name: src.st.Name, TurnCount: turns, MCPServers: src.st.MCPServers}
 		src.mu.Unlock()
 		id := newID()
 		key := sessionKey(owner, id)

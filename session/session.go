@@ -51,6 +51,7 @@ type session struct {
 	held       *heldFanout          // a turn/start's caller, whose events wait for its ack
 	queued     atomic.Int32         // len(st.Queue), read by Stats without mu
 	unfollow   func()               // stops following the leader's events (a follower's)
+	servers    OpenServers          // its MCP servers, from its first turn since it loaded (st.MCPServers)
 
 	// Its lifecycle and what this node does for it (phase.go).
 	phase phase

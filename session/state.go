@@ -37,6 +37,11 @@ type state struct {
 	TurnCount  int                 `json:"turnCount"`
 	Active     *pendingTurn        `json:"active,omitempty"`
 	Queue      []pendingTurn       `json:"queue,omitempty"`
+
+	// MCPServers are the MCP servers its client added (session/start's
+	// config.mcpServers), secrets included: kept for its turns, never
+	// returned to a client. Never changed once set.
+	MCPServers map[string]msp.SessionMCPServerConfig `json:"mcpServers,omitempty"`
 }
 
 // pendingTurn is an admitted turn: everything needed to launch it, even

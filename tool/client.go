@@ -50,11 +50,6 @@ type Options struct {
 	// configuration a client gave is reached through one that vets the
 	// addresses it dials and follows no redirect.
 	HTTPClient *http.Client
-	// Secrets are strings that must never be logged (a configuration's
-	// header and env values): the client's log lines, the go-sdk's and a
-	// stdio server's stderr have them replaced (those shorter than 4
-	// bytes excepted).
-	Secrets []string
 	// Backoff spaces reconnections of a server that died or failed to start.
 	Backoff Backoff
 	// Sleep waits d or until ctx ends, returning ctx's error then (default:
@@ -182,7 +177,6 @@ func Start(cfg ServerConfig, opts Options) (*Client, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	opts.Logger = slog.New(newRedactingHandler(opts.Logger.Handler(), opts.Secrets))
 	log := opts.Logger.With("mcp_server", cfg.Name)
 	var dial dialFunc
 	if cfg.URL != "" {

@@ -14,20 +14,31 @@ const minSecretLen = 4
 // redacted replaces a secret in what a redacting logger writes.
 const redacted = "[redacted]"
 
-// redactingHandler is a slog.Handler that writes no secret: every string
-// it is handed (message, attribute values, errors and whatever else is
-// formatted) has each secret replaced. It is the last line of defence for
-// a server whose configuration came from a less trusted party: this
-// package prints env and header keys only, but the go-sdk and the
-// server's own stderr log what they log.
+// redactingHandler is a slog.Handler that writes no secret (see
+// Redacting).
 type redactingHandler struct {
 	next    slog.Handler
 	secrets []string
 }
 
+// Redacting returns a logger that writes what l writes but none of
+// secrets (strings of at least 4 bytes): every string it is handed, the
+// message, attribute values, errors and whatever else it formats, has each
+// replaced. Give it as Options.Logger for a server whose configuration
+// came from a less trusted party, with its header and env values: this
+// package prints their keys only, but the go-sdk and a stdio server's
+// stderr log what they log.
+func Redacting(l *slog.Logger, secrets ...string) *slog.Logger {
+	if h, hides := newRedactingHandler(l.Handler(), secrets); hides {
+		return slog.New(h)
+	}
+	return l
+}
+
 // newRedactingHandler wraps next so that none of secrets (those of at
-// least minSecretLen bytes) is written; with none to hide it is next.
-func newRedactingHandler(next slog.Handler, secrets []string) slog.Handler {
+// least minSecretLen bytes) is written; with none to hide it is next, and
+// hides is false.
+func newRedactingHandler(next slog.Handler, secrets []string) (h slog.Handler, hides bool) {
 	var keep []string
 	for _, s := range secrets {
 		if len(s) >= minSecretLen {
@@ -35,9 +46,9 @@ func newRedactingHandler(next slog.Handler, secrets []string) slog.Handler {
 		}
 	}
 	if len(keep) == 0 {
-		return next
+		return next, false
 	}
-	return &redactingHandler{next: next, secrets: keep}
+	return &redactingHandler{next: next, secrets: keep}, true
 }
 
 func (h *redactingHandler) Enabled(ctx context.Context, l slog.Level) bool {

@@ -15,7 +15,7 @@ import (
 func TestRedactingHandlerHidesSecrets(t *testing.T) {
 	var buf bytes.Buffer
 	const secret = "s3cr3t-token-value"
-	log := slog.New(newRedactingHandler(slog.NewJSONHandler(&buf, nil), []string{secret, "ab"}))
+	log := Redacting(slog.New(slog.NewJSONHandler(&buf, nil)), secret, "ab")
 	log = log.With("with", "x"+secret)
 	log.WithGroup("g").Info("message "+secret,
 		"str", secret,
@@ -33,7 +33,7 @@ func TestRedactingHandlerHidesSecrets(t *testing.T) {
 	if !strings.Contains(out, "ab stays") {
 		t.Errorf("a short string was redacted: %s", out)
 	}
-	if h := newRedactingHandler(slog.DiscardHandler, []string{"abc"}); h != slog.DiscardHandler {
-		t.Error("a handler with nothing to hide is wrapped")
+	if l := slog.New(slog.DiscardHandler); Redacting(l, "abc") != l {
+		t.Error("a logger with nothing to hide is wrapped")
 	}
 }

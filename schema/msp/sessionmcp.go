@@ -9,6 +9,10 @@ import (
 	"strings"
 )
 
+// CapabilitySessionMCP is the capability a client requests to name MCP
+// servers of its own in session/start (config.mcpServers).
+const CapabilitySessionMCP = "sessionMcp"
+
 // SessionConfig is the config member of session/start and session/resume:
 // per-session configuration. Unknown members are ignored.
 type SessionConfig struct {
