@@ -96,11 +96,16 @@ func mcpServer(t *testing.T) (ts *tooltest.Server, endpoint string, authorized f
 	}
 }
 
-// startWithServers starts a session naming servers.
+// startWithServers starts a session naming servers. It selects MSP's
+// approval mode allowAll: a session server's tools are marked as needing
+// a person's consent (see docs/tools.md), and these tests have no person;
+// a server without approvals ignores the member.
 func startWithServers(ctx context.Context, c *checkedClient, servers map[string]msp.SessionMCPServerConfig) (msp.SessionStartResult, error) {
 	var res msp.SessionStartResult
-	err := c.Call(ctx, msp.MethodSessionStart, msp.SessionStartParams{CommandID: client.NewCommandID(),
-		Config: &msp.SessionConfig{MCPServers: servers}}, &res)
+	err := c.Call(ctx, msp.MethodSessionStart, struct {
+		msp.SessionStartParams
+		ApprovalMode string `json:"approvalMode"`
+	}{msp.SessionStartParams{CommandID: client.NewCommandID(), Config: &msp.SessionConfig{MCPServers: servers}}, "allowAll"}, &res)
 	return res, err
 }
 
