@@ -190,10 +190,10 @@ func TestSessionMCPOffByDefault(t *testing.T) {
 // item names the server, the header reached it. Servers on another host,
 // stdio servers and unknown transports are refused, typed, naming the
 // field, and make no session. Bob's session is never offered alice's
-// server's tools, and a call of one by name does not reach it. After a
-// restart over the same data directory alice's session calls its server
-// again. The header value is in no frame either client received and in
-// no log line.
+// server's tools, nor is alice's other session, and a call of one by name
+// does not reach it. After a restart over the same data directory alice's
+// session calls its server again. The header value is in no frame either
+// client received and in no log line.
 func TestSessionMCPOverHTTP(t *testing.T) {
 	ts, endpoint, authorized := mcpServer(t)
 	var logs logBuffer
@@ -268,6 +268,15 @@ func TestSessionMCPOverHTTP(t *testing.T) {
 	err = alice.Call(ctx, msp.MethodSessionResume, msp.SessionResumeParams{CommandID: client.NewCommandID(), SessionID: sid,
 		Config: &msp.SessionConfig{MCPServers: map[string]msp.SessionMCPServerConfig{"web": web}}}, &resumeCfg)
 	wantRefused(t, "servers on resume", err, msp.KindInvalidParams, "config.mcpServers", "")
+
+	// Alice's other session has no servers of its own.
+	other, err := alice.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if offered, _, _ := toolTurn(t, ctx, alice, other.Session.SessionID); strings.Contains(offered, "web__") {
+		t.Fatalf("alice's other session was offered %q", offered)
+	}
 
 	// Bob's session: never offered alice's server's tools; calling one by
 	// name reaches nothing.
