@@ -166,10 +166,10 @@ func (t *run) runCalls(ctx context.Context, calls []pendingCall) ([]provider.Too
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			done, res, out := t.callTool(callCtx, calls[i])
+			done, res := t.callTool(callCtx, calls[i])
 			emit.Lock()
 			defer emit.Unlock()
-			errs[i] = t.emitCall(done, out)
+			errs[i] = t.emitCall(done)
 			results[i] = res
 		}()
 	}
@@ -177,26 +177,32 @@ func (t *run) runCalls(ctx context.Context, calls []pendingCall) ([]provider.Too
 	return results, errors.Join(errs...)
 }
 
-// emitCall writes a closed call's item; one whose output it cut goes with
-// the whole output to a sink that keeps it.
-func (t *run) emitCall(it msp.Item, out ToolOutput) error {
+// emitCall writes a closed call's item (item/completed); one whose output
+// it cut goes with the whole output, kept by callTool, to a sink that
+// keeps it.
+func (t *run) emitCall(it msp.Item) error {
 	p := &msp.ItemParams{Item: it}
-	if keeper, ok := t.sink.(OutputSink); ok && it.Truncated {
-		return keeper.EmitCall(t.emitCtx, p, out)
+	if keeper, ok := t.sink.(OutputSink); ok {
+		if out, ok := t.outputs.LoadAndDelete(it.ItemID); ok {
+			return keeper.EmitCall(t.emitCtx, p, out.(ToolOutput))
+		}
 	}
 	return t.sink.Emit(t.emitCtx, msp.NotifyItemCompleted, p)
 }
 
-// callTool makes one call and returns its closed item, the result the
-// model is told and what the tool returned (zero when it returned
-// nothing).
-func (t *run) callTool(ctx context.Context, p pendingCall) (msp.Item, provider.ToolResult, ToolOutput) {
+// callTool makes one call and returns its closed item and the result the
+// model is told. The whole output of one whose item cuts it is kept for
+// emitCall, when the sink keeps outputs.
+func (t *run) callTool(ctx context.Context, p pendingCall) (msp.Item, provider.ToolResult) {
 	ctx, span := t.obs.startTool(ctx, p.info, p.call.ID)
 	began := t.r.clock.Now()
 	var out ToolOutput
 	it, res := t.makeCall(ctx, p, began, &out)
+	if _, keeps := t.sink.(OutputSink); keeps && it.Truncated {
+		t.outputs.Store(it.ItemID, out)
+	}
 	t.obs.endTool(span, p.info, it.Status, t.r.clock.Now().Sub(began))
-	return it, res, out
+	return it, res
 }
 
 // makeCall calls the tool under the runner's ToolTimeout; kept receives
