@@ -103,3 +103,10 @@ func (c *Client) SetApprovalMode(ctx context.Context, sessionID, mode string) (m
 	err := c.Call(ctx, msp.MethodSessionSetApprovalMode, msp.SessionSetApprovalModeParams{CommandID: NewCommandID(), Mode: mode, SessionID: sessionID}, &res)
 	return res, err
 }
+
+// ReadOutput reads a range of a tool call's stored output (item/readOutput).
+func (c *Client) ReadOutput(ctx context.Context, p msp.ItemReadOutputParams) (msp.ItemReadOutputResult, error) {
+	var res msp.ItemReadOutputResult
+	err := c.Call(ctx, msp.MethodItemReadOutput, p, &res)
+	return res, err
+}

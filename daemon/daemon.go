@@ -30,6 +30,7 @@ import (
 	"mspd/server"
 	"mspd/session"
 	"mspd/store"
+	"mspd/tool/sessionmcp"
 	"mspd/turn"
 	"mspd/web"
 )
@@ -70,6 +71,11 @@ type Config struct {
 	// Tools configures the tools turns may call: the built-in server and
 	// the ConfigFile's [[mcp]] servers.
 	Tools Tools
+	// SessionMCP is what MCP servers clients may add to their own
+	// sessions (session/start's config.mcpServers): none (the zero value,
+	// off), streamable HTTP servers on listed hosts (http), or any (all,
+	// refused by Start beyond loopback). See docs/tools.md.
+	SessionMCP sessionmcp.Policy
 	// Env reads the providers' environment variables (API keys, base
 	// URLs); nil means os.Getenv.
 	Env catalog.Env
@@ -185,6 +191,13 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		tel.stopTracing(ctx)
 		return nil, err
 	}
+	sessionServers, err := tools.sessionServers(cfg)
+	if err != nil {
+		tools.close()
+		be.close()
+		tel.stopTracing(ctx)
+		return nil, err
+	}
 	// Before the manager resumes what a previous process left running.
 	tools.waitReady(ctx, cmp.Or(cfg.Tools.ReadyWait, 10*time.Second), cfg.Logger)
 	st := be.store
@@ -214,6 +227,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if be.cluster != nil {
 		scfg0.Cluster = be.cluster
 	}
+	if sessionServers != nil {
+		scfg0.SessionServers = sessionServers
+	}
 	mgr, err := session.New(ctx, scfg0)
 	if err != nil {
 		be.close()
@@ -239,6 +255,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	scfg.Models = models{cat}
 	scfg.Auth = authn
 	scfg.Metrics = tel.metrics
+	scfg.SessionMCP = sessionServers != nil
 	srv, err := server.New(mgr, scfg)
 	if err != nil {
 		mgr.Close()
@@ -455,6 +472,9 @@ func (d *Daemon) Start() error {
 	}
 	if err := checkSharedToken(d.cfg.Listen, d.cfg.Auth.Token); err != nil {
 		return err
+	}
+	if d.cfg.SessionMCP.Mode == sessionmcp.All && !isLoopback(d.cfg.Listen) {
+		return fmt.Errorf("refusing --session-mcp all on %s: it lets clients make this server run any command, so it is for a listener on loopback only; use --session-mcp http with --session-mcp-hosts", d.cfg.Listen)
 	}
 	if d.cfg.Server.Pprof && !authenticated && !isLoopback(d.cfg.Listen) {
 		return fmt.Errorf("refusing --pprof on %s without authentication: anyone who can reach it could profile the server; configure a token or listen on 127.0.0.1", d.cfg.Listen)

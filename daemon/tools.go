@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"mspd/provider/catalog"
+	"mspd/session"
 	"mspd/tool"
 	"mspd/tool/builtin"
+	"mspd/tool/sessionmcp"
 )
 
 // Tools configures the tools turns may call.
@@ -36,6 +38,8 @@ type Tools struct {
 type toolset struct {
 	registry *tool.Registry
 	clients  []*tool.Client
+	// opts start every client, the operator's and the sessions' own.
+	opts tool.Options
 }
 
 // startTools starts the built-in server and the configured ones. Servers
@@ -44,8 +48,11 @@ type toolset struct {
 // bounded while for them, see waitReady). Children start from mspd's
 // environment without the providers' keys.
 func startTools(cfg Config, cat *catalog.Catalog, log *slog.Logger) (*toolset, error) {
-	opts := tool.Options{Logger: log, CallTimeout: cfg.Tools.Timeout, BaseEnv: childEnv(os.Environ())}
-	ts := &toolset{}
+	opts := tool.Options{Logger: log, CallTimeout: cfg.Tools.Timeout, BaseEnv: childEnv(os.Environ()),
+		// A call's whole output as far as the session keeps it, for
+		// item/readOutput; its item shows the first 32 KiB.
+		Limits: tool.Limits{OutputBytes: session.MaxStoredOutput}}
+	ts := &toolset{opts: opts}
 	if !cfg.Tools.NoBuiltin {
 		c, err := builtin.Start(time.Now, opts)
 		if err != nil {
@@ -94,6 +101,25 @@ func (ts *toolset) waitReady(ctx context.Context, limit time.Duration, log *slog
 		})
 	}
 	wg.Wait()
+}
+
+// sessionServers is the session servers of cfg.SessionMCP, or nil when
+// it takes none (off, the default).
+func (ts *toolset) sessionServers(cfg Config) (*sessionmcp.Servers, error) {
+	p := cfg.SessionMCP
+	switch p.Mode {
+	case "", sessionmcp.Off:
+		return nil, nil
+	case sessionmcp.HTTP:
+		if len(p.Hosts) == 0 {
+			cfg.Logger.Warn("--session-mcp http with no --session-mcp-hosts: every MCP server a client names is refused")
+		}
+	case sessionmcp.All:
+		cfg.Logger.Warn("--session-mcp all: clients may make this server run any command as its own user")
+	default:
+		return nil, fmt.Errorf("session MCP servers: mode %q: want off, http or all", p.Mode)
+	}
+	return sessionmcp.New(sessionmcp.Config{Policy: p, Operators: ts.registry, Options: ts.opts, Logger: cfg.Logger})
 }
 
 // close stops every server.

@@ -31,6 +31,7 @@ type conn struct {
 	initialized atomic.Bool     // initialize succeeded
 	ready       atomic.Bool     // the client sent initialized
 	listStream  atomic.Bool     // granted sessionListStream: takes session-list news
+	sessionMCP  atomic.Bool     // granted sessionMcp: its session/start may name MCP servers
 	retries     atomic.Int32    // a retryRendering: how model retry notices are sent
 	busy        atomic.Bool     // the read loop is not reading (so pongs are not read either)
 	isWedged    atomic.Bool     // closed because its peer does not read

@@ -83,6 +83,9 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 	case msp.MethodInitialize:
 		return h.initialize(params)
 	case msp.MethodSessionStart:
+		if err := c.mayNameServers(params); err != nil {
+			return nil, nil, err
+		}
 		if err := h.roomToMake(ctx, params, false); err != nil {
 			return nil, nil, err
 		}
@@ -178,6 +181,9 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 			stablePage(&res)
 		}
 		return res, nil, err
+	case msp.MethodItemReadOutput:
+		res, err := mgr.ReadOutput(ctx, params)
+		return res, nil, err
 	case msp.MethodModelList:
 		var p struct {
 			SessionID string `json:"sessionId"`
@@ -249,6 +255,27 @@ func (h *handler) roomToMake(ctx context.Context, params json.RawMessage, fork b
 	return err
 }
 
+// mayNameServers refuses a session/start naming MCP servers
+// (config.mcpServers) on a connection not granted sessionMcp.
+func (c *conn) mayNameServers(params json.RawMessage) error {
+	if c.sessionMCP.Load() {
+		return nil
+	}
+	var p struct {
+		Config struct {
+			MCPServers map[string]json.RawMessage `json:"mcpServers"`
+		} `json:"config"`
+	}
+	if json.Unmarshal(params, &p) == nil && len(p.Config.MCPServers) == 0 {
+		return nil
+	}
+	how := "request the sessionMcp capability in initialize"
+	if !c.srv.cfg.SessionMCP {
+		how = "this server takes none (--session-mcp off)"
+	}
+	return msp.ErrCapabilityRequired(msp.CapabilitySessionMCP, "config.mcpServers needs the sessionMcp capability: %s", how)
+}
+
 // ids are the sessionId and commandId a request's params name.
 type ids struct {
 	SessionID string `json:"sessionId"`
@@ -287,6 +314,11 @@ func (h *handler) initialize(params json.RawMessage) (any, func(context.Context)
 				c.listStream.Store(true)
 			case CapabilityModelRetryScheduled:
 				retries = retryAsModel
+			case msp.CapabilitySessionMCP:
+				if !c.srv.cfg.SessionMCP {
+					continue // this server takes no MCP servers from clients
+				}
+				c.sessionMCP.Store(true)
 			default:
 				continue // unknown capabilities are not granted
 			}

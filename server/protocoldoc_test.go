@@ -85,6 +85,12 @@ func TestDispatchMatchesSchema(t *testing.T) {
 	}
 }
 
+// grantedWhen qualifies a capability initialize grants only when the
+// server is configured to.
+var grantedWhen = map[string]string{
+	msp.CapabilitySessionMCP: "when the operator takes MCP servers from clients (`--session-mcp http` or `all`; off by default): see [tools.md](tools.md)",
+}
+
 // Kinds and senders of the names in the upstream list.
 const (
 	kindRequest      = "request"
@@ -321,6 +327,9 @@ func protocolTable(t *testing.T) string {
 			status = "granted"
 		case slices.Contains(granted, c):
 			status = "**mspd extension**, granted"
+		}
+		if when, ok := grantedWhen[c]; ok && slices.Contains(granted, c) {
+			status += " " + when
 		}
 		fmt.Fprintf(&b, "| `%s` | %s |\n", c, status)
 	}

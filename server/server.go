@@ -97,6 +97,11 @@ type Config struct {
 	// Pprof serves the Go runtime's profiles under /debug/pprof/, behind
 	// the same Host check and token as /msp (off by default).
 	Pprof bool
+	// SessionMCP grants the sessionMcp capability to connections that
+	// request it, whose session/start may then name MCP servers
+	// (config.mcpServers); the session manager's SessionServers must be
+	// set. Off by default: no connection may.
+	SessionMCP bool
 	// Ready, when set, says why this node should be sent no new clients
 	// (its store cannot write), or nil; /readyz answers 503 with it.
 	Ready func() error

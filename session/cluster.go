@@ -223,7 +223,9 @@ func (s *session) catchUpLocked(ctx context.Context, from int64) error {
 			break
 		}
 		for _, r := range recs {
-			s.fanOutLocked(s.recordNotification(r))
+			if !hidden(r.Method) {
+				s.fanOutLocked(s.recordNotification(r))
+			}
 			s.noteLocked(r.Method, r.Params, r.Seq, &opened)
 			from = r.Seq
 		}
@@ -392,9 +394,10 @@ func (m *Manager) settle(s *session) {
 	}
 }
 
-// letGoLocked ends what a node holds for a session it unloads: its lease,
-// or its following. s.mu must be held.
+// letGoLocked ends what a node holds for a session it unloads: its MCP
+// servers, and its lease or its following. s.mu must be held.
 func (s *session) letGoLocked() {
+	s.closeServersLocked()
 	c := s.m.cfg.Cluster
 	if c == nil {
 		return

@@ -160,7 +160,8 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 		}
 		src.mu.Lock()
 		st := state{Owner: owner, CursorSpans: m.firstSpan(), MadeBy: a.maker(p.CommandID), ProviderID: src.st.ProviderID, ModelID: src.st.ModelID, WorkspaceRoot: src.st.WorkspaceRoot,
-			FirstUserPrompt: src.st.FirstUserPrompt, Name: src.st.Name, TurnCount: turns, ApprovalMode: src.st.ApprovalMode}
+			FirstUserPrompt: src.st.FirstUserPrompt, Name: src.st.Name, TurnCount: turns, ApprovalMode: src.st.ApprovalMode,
+			MCPServers: src.st.MCPServers}
 		src.mu.Unlock()
 		id := newID()
 		key := sessionKey(owner, id)
@@ -261,7 +262,10 @@ func (m *Manager) copyLog(ctx context.Context, from, to, id, epoch string, throu
 		}
 		out := make([]store.Record, len(recs))
 		for i, r := range recs {
-			params, err := rehead(r.Params, id, epoch, r.Seq)
+			params, err := r.Params, error(nil)
+			if !hidden(r.Method) { // a hidden record names no session or position
+				params, err = rehead(r.Params, id, epoch, r.Seq)
+			}
 			if err != nil {
 				return fmt.Errorf("record %d: %w", r.Seq, err)
 			}

@@ -66,6 +66,10 @@ type Config struct {
 	// Tools are the tools every session's turns may call; nil offers
 	// none.
 	Tools turn.Toolbox
+	// SessionServers, when set, takes the MCP servers clients name in
+	// session/start (config.mcpServers) and adds their tools to their
+	// session's turns; nil refuses them (capabilityRequired).
+	SessionServers SessionServers
 	// IdleUnload is how long a session with no subscriber and no turn
 	// stays in memory after its last use (default 10 min); it is reloaded
 	// from the store on demand.
@@ -96,6 +100,7 @@ type Manager struct {
 	cancel   context.CancelCauseFunc
 	turns    tally          // every goroutine the manager started
 	workers  tally          // the goroutines running turns
+	closing  tally          // sessions' MCP servers being stopped
 	pool     *workpool.Pool // where turns run
 	draining atomic.Bool    // no new turns: a graceful shutdown is under way
 	// stopWaiting stops turns that wait for a person (StopWaiting).
@@ -272,6 +277,16 @@ func (m *Manager) Close() {
 	m.cancel(turn.ErrHostStopping)
 	m.turns.wait()
 	m.pool.Close()
+	m.mu.Lock()
+	for _, l := range m.sessions {
+		if l.s != nil {
+			l.s.mu.Lock()
+			l.s.closeServersLocked()
+			l.s.mu.Unlock()
+		}
+	}
+	m.mu.Unlock()
+	m.closing.wait()
 	if c := m.cfg.Cluster; c != nil {
 		// Let go of every lease, so that another node takes the sessions
 		// over at once rather than when the leases lapse.

@@ -186,6 +186,10 @@ func (r *replay) records(ctx context.Context, through int64, withDeltas bool, se
 		}
 		for _, rec := range recs {
 			at := r.s.at(rec.Seq, 0)
+			if hidden(rec.Method) {
+				r.pos = at // passed, never sent: written with the event after it
+				continue
+			}
 			if withDeltas {
 				if err := r.deltasBefore(at, send); err != nil {
 					return err

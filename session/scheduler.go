@@ -57,7 +57,17 @@ func (m *Manager) work(s *session) {
 			return
 		}
 		m.running.Add(1)
-		out := m.cfg.Runner.Run(ctx, spec, sink{s: s})
+		var out turn.Outcome
+		if tools, err := m.turnTools(ctx, s); err != nil && ctx.Err() == nil {
+			out = refusedTurn(spec, err)
+		} else {
+			// Stopped while its servers connected, the turn ends (or
+			// stops for the next process) as the runner ends any.
+			if tools != nil {
+				spec.Tools = tools
+			}
+			out = m.cfg.Runner.Run(ctx, spec, sink{s: s})
+		}
 		m.running.Add(-1)
 		if !m.finish(s, spec, out) {
 			return

@@ -54,6 +54,7 @@ type session struct {
 	held       *heldFanout          // a turn/start's caller, whose events wait for its ack
 	queued     atomic.Int32         // len(st.Queue), read by Stats without mu
 	unfollow   func()               // stops following the leader's events (a follower's)
+	servers    OpenServers          // its MCP servers, from its first turn since it loaded (st.MCPServers)
 
 	// Its lifecycle and what this node does for it (phase.go).
 	phase phase
@@ -183,6 +184,13 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 	ms := now.UnixMilli()
 	var asked []*approval
 	for i, rec := range batch.Records {
+		if hidden(rec.Method) {
+			// No view event: its followers learn its position alone, so
+			// that their heads keep step.
+			s.publishLocked(Notification{SessionID: s.id, Method: rec.Method, Durable: true}, Position{Seq: rec.Seq, Prev: prev})
+			prev = 0
+			continue
+		}
 		n := Notification{
 			SessionID: s.id,
 			Method:    rec.Method,
@@ -224,6 +232,9 @@ func attemptAfter(method string) (running, settled bool) {
 var errNotLeader = errors.New("session: this node does not lead the session")
 
 func (s *session) fanOutLocked(n Notification) {
+	if hidden(n.Method) {
+		return // the session's own record, no view event
+	}
 	for sub := range s.subs {
 		if h := s.held; h != nil && h.sub == sub {
 			h.queue = append(h.queue, n)

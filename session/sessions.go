@@ -38,6 +38,9 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 			return nil, nil, err
 		}
 	}
+	if err := m.checkSessionServers(p, raw); err != nil {
+		return nil, nil, err
+	}
 	owner := PrincipalFrom(ctx)
 	var started *msp.Session
 	resp, _, err := m.ledger.runCreating(ctx, p.CommandID, msp.MethodSessionStart, raw, func(a *admission) (json.RawMessage, error) {
@@ -77,6 +80,9 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 		st.WorkspaceRoot = optional(root)
 		if p.ApprovalMode != nil {
 			st.ApprovalMode = &approvalModeState{Mode: *p.ApprovalMode, Source: msp.ApprovalSourceStartup, LastCommandID: p.CommandID}
+		}
+		if p.Config != nil && len(p.Config.MCPServers) > 0 {
+			st.MCPServers = p.Config.MCPServers
 		}
 		wire := st.wire(id, m.cfg.LogPath)
 		res, err := msp.Marshal(msp.SessionStartResult{Session: wire, ViewCursor: durableCursor(id, st.CursorSpans[0].Epoch, 0)})
@@ -149,6 +155,9 @@ func (m *Manager) ResumeSession(ctx context.Context, sub Subscriber, raw json.Ra
 	var p msp.SessionResumeParams
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, nil, msp.ErrInvalidParams("", "session/resume params: %v", err)
+	}
+	if err := checkResumeConfig(p); err != nil {
+		return nil, nil, err
 	}
 	s, release, err := m.acquire(ctx, p.SessionID)
 	if err != nil {

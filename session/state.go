@@ -40,6 +40,11 @@ type state struct {
 	ApprovalMode *approvalModeState `json:"approvalMode,omitempty"`
 	Active       *pendingTurn       `json:"active,omitempty"`
 	Queue        []pendingTurn      `json:"queue,omitempty"`
+
+	// MCPServers are the MCP servers its client added (session/start's
+	// config.mcpServers), secrets included: kept for its turns, never
+	// returned to a client. Never changed once set.
+	MCPServers map[string]msp.SessionMCPServerConfig `json:"mcpServers,omitempty"`
 }
 
 // pendingTurn is an admitted turn: everything needed to launch it, even

@@ -197,9 +197,12 @@ func (s *session) page(ctx context.Context, p msp.ViewPageParams) (msp.ViewPageR
 		return res, nil
 	}
 	for _, r := range recs {
-		res.Events = append(res.Events, msp.ViewEvent{Method: r.Method, Params: r.Params})
+		if !hidden(r.Method) {
+			res.Events = append(res.Events, msp.ViewEvent{Method: r.Method, Params: r.Params})
+		}
 	}
-	// nextCursor is null exactly at the end of the view.
+	// nextCursor is null exactly at the end of the view: a page of hidden
+	// records alone (a long tool output) is empty, and names where to go on.
 	if first, last := recs[0].Seq, recs[len(recs)-1].Seq; backward && first > 1 {
 		next := s.durable(first)
 		res.NextCursor = &next

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"reflect"
 	"sync"
@@ -43,6 +44,12 @@ type Options struct {
 	BaseEnv []string
 	// Limits bound a call's output.
 	Limits Limits
+	// HTTPClient reaches a streamable HTTP server: its Transport (under
+	// the configured headers), CheckRedirect and Timeout are used
+	// (default: http.DefaultTransport, redirects followed). A server whose
+	// configuration a client gave is reached through one that vets the
+	// addresses it dials and follows no redirect.
+	HTTPClient *http.Client
 	// Backoff spaces reconnections of a server that died or failed to start.
 	Backoff Backoff
 	// Sleep waits d or until ctx ends, returning ctx's error then (default:
@@ -173,7 +180,7 @@ func Start(cfg ServerConfig, opts Options) (*Client, error) {
 	log := opts.Logger.With("mcp_server", cfg.Name)
 	var dial dialFunc
 	if cfg.URL != "" {
-		dial = httpDialer(cfg.URL, cfg.Headers)
+		dial = httpDialer(cfg.URL, cfg.Headers, opts.HTTPClient)
 	} else {
 		dial = stdioDialer(cfg.Command, cfg.Args, opts.BaseEnv, cfg.Env, log)
 	}
@@ -281,6 +288,26 @@ func (c *Client) WaitReady(ctx context.Context) error {
 				return fmt.Errorf("mcp server %q is not connected: %w", c.name, st.Err)
 			}
 			return fmt.Errorf("mcp server %q is not connected: %w", c.name, ctx.Err())
+		}
+	}
+}
+
+// WaitTried waits until the server's first connection attempt has ended,
+// connected and listed or failed, or ctx ends: a turn waits for it before
+// it offers a session's servers' tools, and then goes on without a
+// server that failed.
+func (c *Client) WaitTried(ctx context.Context) {
+	for {
+		ch := c.Changed()
+		if st := c.Status(); st.Connected || st.Err != nil || st.Restarts > 0 {
+			return
+		}
+		select {
+		case <-ch:
+		case <-c.done:
+			return
+		case <-ctx.Done():
+			return
 		}
 	}
 }

@@ -238,7 +238,14 @@ func TestMissingCommandIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	waitFor(t, c, "the failure is reported", func() bool { return c.Status().Err != nil })
+	// WaitTried returns once the first attempt failed, long before its
+	// deadline (which would fail the test by its own timeout).
+	tried, stop := context.WithTimeout(context.Background(), time.Hour)
+	defer stop()
+	c.WaitTried(tried)
+	if tried.Err() != nil || c.Status().Err == nil {
+		t.Fatalf("WaitTried returned with the status %+v", c.Status())
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := c.WaitReady(ctx); err == nil || !strings.Contains(err.Error(), "no-such-server") {

@@ -123,6 +123,10 @@ func (c ServerConfig) Validate() error {
 	return nil
 }
 
+// ValidateServerName checks a server's name (see ServerConfig.Name): a
+// name that makes model-facing tool names the providers accept.
+func ValidateServerName(name string) error { return validateServerName(name) }
+
 // validateServerName checks a server's name (see ServerConfig.Name).
 func validateServerName(name string) error {
 	if name == "" {

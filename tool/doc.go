@@ -31,5 +31,7 @@
 // them. Tool output is untrusted text: never render it as HTML.
 //
 // Package tool/builtin is the demo's in-process server (clock,
-// calculator); package tool/tooltest is a counting server for tests.
+// calculator); package tool/tooltest is a counting server for tests;
+// package tool/sessionmcp adds the servers clients name in session/start
+// to their own sessions, under the operator's policy.
 package tool

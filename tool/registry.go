@@ -51,6 +51,15 @@ func (r *Registry) With(extra ...*Client) (*Registry, error) {
 	return NewRegistry(append(r.clients[:len(r.clients):len(r.clients)], extra...)...)
 }
 
+// Servers names the registry's servers, in its order.
+func (r *Registry) Servers() []string {
+	names := make([]string, len(r.clients))
+	for i, c := range r.clients {
+		names[i] = c.Name()
+	}
+	return names
+}
+
 // Snapshot returns the current tools; it is rebuilt only when a list
 // changed. Treat it as read-only.
 func (r *Registry) Snapshot() *Snapshot {

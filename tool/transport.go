@@ -83,10 +83,17 @@ func (l *lineLogger) emitLocked() {
 	l.buf = l.buf[:0]
 }
 
-// httpDialer connects over streamable HTTP, sending headers with every
-// request.
-func httpDialer(endpoint string, headers map[string]string) dialFunc {
-	client := &http.Client{Transport: headerTransport{base: http.DefaultTransport, headers: headers}}
+// httpDialer connects over streamable HTTP through base (nil: the
+// default client), sending headers with every request.
+func httpDialer(endpoint string, headers map[string]string, base *http.Client) dialFunc {
+	if base == nil {
+		base = http.DefaultClient
+	}
+	rt := base.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	client := &http.Client{Transport: headerTransport{base: rt, headers: headers}, CheckRedirect: base.CheckRedirect, Timeout: base.Timeout}
 	return func(context.Context) (mcp.Transport, func() int, func(), error) {
 		t := &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: client}
 		return t, func() int { return 0 }, func() {}, nil

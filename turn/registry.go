@@ -49,5 +49,7 @@ func (b registry) Call(ctx context.Context, name, args string) (ToolOutput, erro
 	if err != nil {
 		return ToolOutput{}, err
 	}
-	return ToolOutput{Text: res.Text, IsError: res.IsError}, nil
+	// The whole output, as far as the client kept it: the item shows its
+	// first MaxVisibleOutput bytes, the session keeps the rest.
+	return ToolOutput{Text: res.Output, Incomplete: res.OutputTruncated, IsError: res.IsError}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -125,6 +126,7 @@ type run struct {
 	checkpoint    Checkpoint         // the last retry notice's
 	held          []Event            // the attempt's closing events, not yet written
 	obs           telemetry
+	outputs       sync.Map // item id → ToolOutput: whole outputs of closed calls, until emitCall writes them
 }
 
 func (t *run) run(ctx context.Context) Outcome {

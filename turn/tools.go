@@ -51,10 +51,23 @@ type ToolInfo struct {
 
 // ToolOutput is what a call returned.
 type ToolOutput struct {
-	// Text is the output the model sees.
+	// Text is the whole output, as far as the toolbox keeps it: its item
+	// (and so the model) shows the first MaxVisibleOutput bytes, and a
+	// Sink that is an OutputSink keeps the rest for item/readOutput.
 	Text string
+	// Incomplete says the output was longer still: Text is its first part.
+	Incomplete bool
 	// IsError says the tool reported a failure; Text says which.
 	IsError bool
+}
+
+// OutputSink is a Sink that keeps a call's whole output beside its item:
+// a call whose output its item cuts (Truncated) is written through
+// EmitCall, which records the item (as item/completed, with an outputRef
+// it sets) and the output in one write.
+type OutputSink interface {
+	Sink
+	EmitCall(ctx context.Context, p *msp.ItemParams, out ToolOutput) error
 }
 
 // ErrToolTimeout is the cause of a call's context when it ran past the
@@ -173,7 +186,7 @@ func (t *run) runCalls(ctx context.Context, calls []pendingCall) (results []prov
 			}
 			emit.Lock()
 			defer emit.Unlock()
-			errs[i] = t.sink.Emit(t.emitCtx, msp.NotifyItemCompleted, &msp.ItemParams{Item: done})
+			errs[i] = t.emitCall(done)
 			results[i], settled[i] = res, errs[i] == nil
 		}()
 	}
@@ -220,20 +233,42 @@ func settledOnly(results []provider.ToolResult, settled []bool) []provider.ToolR
 	return out
 }
 
+// emitCall writes a closed call's item (item/completed); one whose output
+// it cut goes with the whole output, kept by callTool, to a sink that
+// keeps it.
+func (t *run) emitCall(it msp.Item) error {
+	p := &msp.ItemParams{Item: it}
+	if keeper, ok := t.sink.(OutputSink); ok {
+		if out, ok := t.outputs.LoadAndDelete(it.ItemID); ok {
+			return keeper.EmitCall(t.emitCtx, p, out.(ToolOutput))
+		}
+	}
+	return t.sink.Emit(t.emitCtx, msp.NotifyItemCompleted, p)
+}
+
 // callTool makes one call and returns its closed item and the result the
-// model is told.
+// model is told. The whole output of one whose item cuts it is kept for
+// emitCall, when the sink keeps outputs.
 func (t *run) callTool(ctx context.Context, p pendingCall) (msp.Item, provider.ToolResult) {
 	ctx, span := t.obs.startTool(ctx, p.info, p.call.ID)
 	began := t.r.clock.Now()
-	it, res := t.makeCall(ctx, p, began)
+	var out ToolOutput
+	it, res := t.makeCall(ctx, p, began, &out)
+	if _, keeps := t.sink.(OutputSink); keeps && it.Truncated {
+		t.outputs.Store(it.ItemID, out)
+	}
 	t.obs.endTool(span, p.info, it.Status, t.r.clock.Now().Sub(began))
 	return it, res
 }
 
-// makeCall calls the tool under the runner's ToolTimeout.
-func (t *run) makeCall(ctx context.Context, p pendingCall, began time.Time) (msp.Item, provider.ToolResult) {
+// makeCall calls the tool under the runner's ToolTimeout; kept receives
+// what it returned.
+func (t *run) makeCall(ctx context.Context, p pendingCall, began time.Time, kept *ToolOutput) (msp.Item, provider.ToolResult) {
 	ctx, stop := context.WithTimeoutCause(ctx, t.r.cfg.ToolTimeout, ErrToolTimeout)
 	out, err := t.spec.Tools.Call(ctx, p.call.Name, p.call.Args)
+	if err == nil {
+		*kept = out
+	}
 	ended, cause := ctx.Err() != nil, context.Cause(ctx) // before stop ends ctx
 	stop()
 	took := t.r.clock.Now().Sub(began)

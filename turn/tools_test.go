@@ -434,3 +434,64 @@ func TestResumeSettlesOpenCallsByTheReplayRule(t *testing.T) {
 		t.Errorf("notices %+v: nothing was lost, no request is retried", n)
 	}
 }
+
+// keepingSink is a turntest.Sink that keeps whole outputs, as a session does.
+type keepingSink struct {
+	*turntest.Sink
+	mu   sync.Mutex
+	kept map[string]turn.ToolOutput // by item id
+}
+
+func (k *keepingSink) EmitCall(ctx context.Context, p *msp.ItemParams, out turn.ToolOutput) error {
+	k.mu.Lock()
+	k.kept[p.Item.ItemID] = out
+	k.mu.Unlock()
+	return k.Emit(ctx, msp.NotifyItemCompleted, p)
+}
+
+// TestAWholeOutputGoesToAnOutputSink: a call whose output its item cuts
+// at MaxVisibleOutput is written through EmitCall with the whole output
+// (and the toolbox's word that it was cut itself); one that fits is
+// written as before. The model reads the item's part either way.
+func TestAWholeOutputGoesToAnOutputSink(t *testing.T) {
+	whole := strings.Repeat("é", 50<<10) // 100 KiB, every cut point inside a character but the even ones
+	h := newHarness(t, nil,
+		calls("", call("big", "s", "big", `{}`), call("small", "s", "echo", `{}`)),
+		ok("done"),
+	)
+	sp := spec()
+	sp.Tools = newToolbox(h.sink,
+		fakeTool{info: turn.ToolInfo{Server: "s", Tool: "big"}, run: func(context.Context, string) (turn.ToolOutput, error) {
+			return turn.ToolOutput{Text: whole, Incomplete: true}, nil
+		}},
+		echoTool("s", "echo", true))
+	keeper := &keepingSink{Sink: h.sink, kept: map[string]turn.ToolOutput{}}
+	o := h.runner.Run(context.Background(), sp, keeper)
+	if o.Completed.Terminal != msp.TerminalCompleted {
+		t.Fatalf("terminal %+v", o.Completed)
+	}
+	done := toolItems(h, msp.NotifyItemCompleted)
+	if len(done) != 2 || len(keeper.kept) != 1 {
+		t.Fatalf("%d items completed, %d outputs kept", len(done), len(keeper.kept))
+	}
+	for _, it := range done {
+		out, kept := keeper.kept[it.ItemID]
+		switch it.Tool {
+		case "big":
+			if !kept || out.Text != whole || !out.Incomplete {
+				t.Errorf("big: kept %v, %d bytes, incomplete %v", kept, len(out.Text), out.Incomplete)
+			}
+			if !it.Truncated || len(*it.VisibleOutput) != turn.MaxVisibleOutput || !strings.HasPrefix(whole, *it.VisibleOutput) {
+				t.Errorf("big: item truncated %v, visible %d bytes", it.Truncated, len(*it.VisibleOutput))
+			}
+		case "echo":
+			if kept || it.Truncated {
+				t.Errorf("echo: kept %v, truncated %v", kept, it.Truncated)
+			}
+		}
+	}
+	told := h.model.requests()[1].Messages[2].ToolResults
+	if len(told) != 2 || len(told[0].Text) > turn.MaxVisibleOutput+len("\n[output truncated]") || !strings.HasSuffix(told[0].Text, "[output truncated]") {
+		t.Errorf("the model was told %d results, the first %d bytes", len(told), len(told[0].Text))
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"mspd/modelretry"
 	"mspd/provider/demo"
 	"mspd/server"
+	"mspd/tool/sessionmcp"
 )
 
 // newDaemon starts the daemon serve configured; tests replace it to see
@@ -91,6 +92,8 @@ type serveOptions struct {
 	shutdownTimeout             time.Duration
 	gcHeadroomMiB               int
 	origins, allowedHosts       stringList
+	sessionMCP                  string
+	sessionMCPHosts             stringList
 }
 
 // serveFlags is serve's flag set, writing its errors and usage to stderr,
@@ -154,6 +157,8 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveOptions) {
 	fs.StringVar(&o.cfg.Auth.JWT.Audience, "auth-jwt-audience", "", "an aud JWT bearer tokens must carry (required with JWT)")
 	fs.Var(&o.allowedHosts, "allowed-host", "extra Host `name` served while no authentication is configured (repeatable; loopback addresses and localhost always are)")
 	fs.BoolVar(&o.cfg.InsecureNoAuth, "insecure-no-auth", false, "allow listening on a non-loopback address with no authentication configured")
+	fs.StringVar(&o.sessionMCP, "session-mcp", "off", "MCP servers clients may add to their own sessions (session/start's config.mcpServers): off; http (streamable HTTP servers on --session-mcp-hosts only); or all (stdio servers too, a command this server runs as itself: loopback listeners only)")
+	fs.Var(&o.sessionMCPHosts, "session-mcp-hosts", "`host`[:port] a client's streamable HTTP MCP server may be on under --session-mcp http (repeatable or comma-separated; exact match; no port: the scheme's default only; a name must not resolve to a loopback, link-local or metadata address, an address listed as such may be anything)")
 	fs.BoolVar(&o.cfg.Server.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the listener (behind the Host check and the token, as /msp; needs authentication off loopback)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long running turns may finish before the rest stop, to resume as a new attempt in the next process (a second signal stops at once)")
 	fs.IntVar(&o.gcHeadroomMiB, "gc-headroom-mib", 64, "garbage the heap may gather above what is live before a collection, while less than this is live (MiB; 0: Go's GOGC=100; ignored when GOGC is set)")
@@ -195,6 +200,12 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	cfg.Server.OriginPatterns = o.origins
 	cfg.Server.AllowedHosts = o.allowedHosts
+	mode, err := sessionmcp.ParseMode(o.sessionMCP)
+	if err != nil {
+		fmt.Fprintln(stderr, "mspd:", err)
+		return 2
+	}
+	cfg.SessionMCP = sessionmcp.Policy{Mode: mode, Hosts: o.sessionMCPHosts}
 	logger, err := newLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		fmt.Fprintln(stderr, "mspd:", err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"mspd/daemon"
+	"mspd/tool/sessionmcp"
 )
 
 // TestServeRefusesStrayArguments: a word left after the flags is a usage
@@ -159,5 +160,22 @@ func TestVersion(t *testing.T) {
 		if code != 0 || !strings.HasPrefix(out.String(), "mspd "+buildVersion()+" (go") {
 			t.Errorf("mspd %s: exit %d, %q; want 0 and the version", args[0], code, out.String())
 		}
+	}
+}
+
+// TestServeTakesSessionMCP: --session-mcp is off unless given; http with
+// --session-mcp-hosts (repeated or comma-separated) reaches the daemon as
+// its policy; another mode is a usage error naming the flag.
+func TestServeTakesSessionMCP(t *testing.T) {
+	if cfg := startedWith(t); cfg.SessionMCP.Mode != sessionmcp.Off || len(cfg.SessionMCP.Hosts) != 0 {
+		t.Errorf("by default: %+v", cfg.SessionMCP)
+	}
+	cfg := startedWith(t, "--session-mcp", "http", "--session-mcp-hosts", "a.example,b.example:8443", "--session-mcp-hosts", "10.0.0.7")
+	if cfg.SessionMCP.Mode != sessionmcp.HTTP || strings.Join(cfg.SessionMCP.Hosts, " ") != "a.example b.example:8443 10.0.0.7" {
+		t.Errorf("http: %+v", cfg.SessionMCP)
+	}
+	var stderr bytes.Buffer
+	if code := Run([]string{"serve", "--data", t.TempDir(), "--session-mcp", "stdio"}, strings.NewReader(""), io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--session-mcp") {
+		t.Errorf("--session-mcp stdio: exit %d, want 2 naming the flag:\n%s", code, stderr.String())
 	}
 }

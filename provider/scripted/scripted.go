@@ -39,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -109,6 +110,10 @@ type Step struct {
 	// Calls are tool calls the answer makes after its Text, named as the
 	// request's tools are; the request then finishes "toolCalls".
 	Calls []Call `json:"calls,omitempty"`
+	// ToolNames appends to Text the model-facing names of the tools the
+	// request offers, sorted and comma-separated: a test reads what a
+	// turn was offered from its answer.
+	ToolNames bool `json:"toolNames,omitempty"`
 	// StructuredOutput is the mode reported when the request has a
 	// ResponseSchema: "native" (default) or "prompt". It is ignored for a
 	// request without a schema.
@@ -244,6 +249,9 @@ func serve(ctx context.Context, req provider.Request, s Step, onText func(string
 	if s.EchoRequest {
 		s.Text = echoRequest(req)
 	}
+	if s.ToolNames {
+		s.Text += toolNames(req)
+	}
 	if err := streamChunks(ctx, split(s.Text, s.Chunks), s.ChunkDelayMs, onText); err != nil {
 		return provider.Response{}, err
 	}
@@ -280,6 +288,16 @@ func serve(ctx context.Context, req provider.Request, s Step, onText func(string
 		}
 	}
 	return resp, nil
+}
+
+// toolNames lists the model-facing names of req's tools, sorted.
+func toolNames(req provider.Request) string {
+	names := make([]string, len(req.Tools))
+	for i, t := range req.Tools {
+		names[i] = t.Name
+	}
+	slices.Sort(names)
+	return strings.Join(names, ",")
 }
 
 // echo answers an unscripted turn with its own text.
@@ -370,7 +388,7 @@ func (s Step) validate() error {
 		return errors.New("echoRequest answers with its own text: drop text, calls, cut, status and errorKind")
 	}
 	if s.failsBeforeOutput() {
-		if s.Text != "" || s.Chunks != 0 || s.Finish != "" || s.NeedsMaxTokens != 0 || s.StructuredOutput != "" {
+		if s.Text != "" || s.ToolNames || s.Chunks != 0 || s.Finish != "" || s.NeedsMaxTokens != 0 || s.StructuredOutput != "" {
 			return errors.New("a failure (status or errorKind) streams nothing; add \"cut\": true to fail after text")
 		}
 		return nil

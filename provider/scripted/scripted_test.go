@@ -577,3 +577,17 @@ func TestEchoRequest(t *testing.T) {
 		t.Errorf("echoed %+v\nwant %+v", got, want)
 	}
 }
+
+// TestToolNames: an entry with toolNames answers the names of the tools
+// its request offers, sorted, after its text; a failure may not.
+func TestToolNames(t *testing.T) {
+	r := req(scripted.Script(scripted.Step{Text: "offered: ", ToolNames: true}), 1)
+	r.Tools = []provider.ToolSpec{{Name: "t__b"}, {Name: "builtin__clock"}, {Name: "t__a"}}
+	deltas, _, err := run(t, t.Context(), r)
+	if err != nil || strings.Join(deltas, "") != "offered: builtin__clock,t__a,t__b" {
+		t.Fatalf("deltas %q, err %v", deltas, err)
+	}
+	if _, _, err := run(t, t.Context(), req(scripted.Script(scripted.Step{Status: 500, ToolNames: true}), 1)); err == nil || !strings.Contains(err.Error(), "streams nothing") {
+		t.Fatalf("a failure naming tools: %v", err)
+	}
+}

@@ -7,20 +7,22 @@ import (
 
 // Error codes of the MSP error registry (MSP §3.12).
 const (
-	CodeParseError       = -32700
-	CodeInvalidRequest   = -32600
-	CodeMethodNotFound   = -32601
-	CodeInvalidParams    = -32602
-	CodeInternal         = -32603
-	CodeOverloaded       = -32001
-	CodeInputTooLarge    = -32002
-	CodeNotFound         = -32011
-	CodeSessionNotFound  = -32020
-	CodeForkBoundary     = -32023
-	CodeSessionNotLoaded = -32024
-	CodeCommandRejected  = -32030
-	CodeBackpressured    = -32031
-	CodeBoundaryPruned   = -32042
+	CodeParseError         = -32700
+	CodeInvalidRequest     = -32600
+	CodeMethodNotFound     = -32601
+	CodeInvalidParams      = -32602
+	CodeInternal           = -32603
+	CodeOverloaded         = -32001
+	CodeInputTooLarge      = -32002
+	CodeCapabilityRequired = -32010
+	CodeNotFound           = -32011
+	CodeSessionNotFound    = -32020
+	CodeForkBoundary       = -32023
+	CodeSessionNotLoaded   = -32024
+	CodeCommandRejected    = -32030
+	CodeBackpressured      = -32031
+	CodeOutputUnavailable  = -32041
+	CodeBoundaryPruned     = -32042
 
 	CodeApprovalNotFound         = -32050
 	CodeApprovalAlreadyResolved  = -32051
@@ -39,12 +41,14 @@ const (
 	KindInternal           = "internal"
 	KindOverloaded         = "overloaded"
 	KindInputTooLarge      = "inputTooLarge"
+	KindCapabilityRequired = "capabilityRequired"
 	KindNotFound           = "notFound"
 	KindSessionNotFound    = "sessionNotFound"
 	KindForkBoundary       = "forkBoundaryInvalid"
 	KindSessionNotLoaded   = "sessionNotLoaded"
 	KindCommandRejected    = "commandRejected"
 	KindBackpressured      = "backpressured"
+	KindOutputUnavailable  = "outputUnavailable"
 	KindBoundaryPruned     = "boundaryPruned"
 	KindNoBoundary         = "noBoundary"
 
@@ -66,6 +70,32 @@ const (
 	ReasonSessionDeleted = "session_deleted"
 )
 
+// Reasons of invalidParams and notFound errors of session MCP servers and
+// item/readOutput (camelCase, in data.reason).
+const (
+	// ReasonTransportNotAllowed refuses a session MCP server whose
+	// transport the operator does not allow (--session-mcp).
+	ReasonTransportNotAllowed = "transportNotAllowed"
+	// ReasonHostNotAllowed refuses a session MCP server whose URL's host
+	// is not one the operator lists (--session-mcp-hosts).
+	ReasonHostNotAllowed = "hostNotAllowed"
+	// ReasonNameTaken refuses a session MCP server named as one of the
+	// operator's.
+	ReasonNameTaken = "nameTaken"
+	// ReasonUnknownItem answers item/readOutput for an item the session
+	// does not have.
+	ReasonUnknownItem = "unknownItem"
+	// ReasonUnknownOutputRef answers item/readOutput for an outputRef the
+	// item does not carry.
+	ReasonUnknownOutputRef = "unknownOutputRef"
+	// ReasonMisalignedOffset refuses an offsetBytes inside a UTF-8
+	// character of text output (data.alignedNextOffset names the next
+	// boundary).
+	ReasonMisalignedOffset = "misalignedOffset"
+	// ReasonPastEnd refuses an offsetBytes past the end of the output.
+	ReasonPastEnd = "pastEnd"
+)
+
 // ErrorData is the data member of an MSP error; Kind is always set.
 type ErrorData struct {
 	Kind       string `json:"kind"`
@@ -74,8 +104,17 @@ type ErrorData struct {
 	SessionID  string `json:"sessionId,omitempty"`
 	CommandID  string `json:"commandId,omitempty"`
 	LimitBytes int64  `json:"limitBytes,omitempty"`
-	Capacity   int    `json:"capacity,omitempty"`
-	Anchor     string `json:"anchor,omitempty"`
+	// Capability is the capability a capabilityRequired error needs.
+	Capability string `json:"capability,omitempty"`
+	// ItemID, OutputRef and Availability name what item/readOutput
+	// could not read, and AlignedNextOffset the next character boundary
+	// after a misaligned offset.
+	ItemID            string `json:"itemId,omitempty"`
+	OutputRef         string `json:"outputRef,omitempty"`
+	Availability      string `json:"availability,omitempty"`
+	AlignedNextOffset *int64 `json:"alignedNextOffset,omitempty"`
+	Capacity          int    `json:"capacity,omitempty"`
+	Anchor            string `json:"anchor,omitempty"`
 	// LatestBoundaryCursor is sent as an explicit null ("null") when set.
 	LatestBoundaryCursor json.RawMessage `json:"latestBoundaryCursor,omitempty"`
 	Details              map[string]any  `json:"details,omitempty"`
@@ -140,6 +179,14 @@ func ErrCommandRejected(commandID, reason, format string, args ...any) *Error {
 	e := NewError(CodeCommandRejected, KindCommandRejected, format, args...)
 	e.Data.CommandID = commandID
 	e.Data.Reason = reason
+	return e
+}
+
+// ErrCapabilityRequired refuses a request that needs a capability the
+// connection was not granted.
+func ErrCapabilityRequired(capability, format string, args ...any) *Error {
+	e := NewError(CodeCapabilityRequired, KindCapabilityRequired, format, args...)
+	e.Data.Capability = capability
 	return e
 }
 

@@ -22,6 +22,7 @@ const (
 	MethodViewUnsubscribe = "view/unsubscribe"
 	MethodViewPage        = "view/page"
 	MethodModelList       = "model/list"
+	MethodItemReadOutput  = "item/readOutput"
 
 	MethodSessionSetApprovalMode = "session/setApprovalMode"
 	MethodApprovalDecide         = "approval/decide"

@@ -101,12 +101,13 @@ type SessionStartParams struct {
 	CommandID string `json:"commandId"`
 	// ApprovalMode selects the session's approval mode; nil takes the
 	// server default (ApprovalPromptUnmatched).
-	ApprovalMode   *string  `json:"approvalMode,omitempty"`
-	SessionID      string   `json:"sessionId,omitempty"`
-	ModelID        string   `json:"modelId,omitempty"`
-	ProviderID     *string  `json:"providerId,omitempty"`
-	WorkspaceRoot  string   `json:"workspaceRoot,omitempty"`
-	WorkspaceRoots []string `json:"workspaceRoots,omitempty"`
+	ApprovalMode   *string        `json:"approvalMode,omitempty"`
+	Config         *SessionConfig `json:"config,omitempty"`
+	SessionID      string         `json:"sessionId,omitempty"`
+	ModelID        string         `json:"modelId,omitempty"`
+	ProviderID     *string        `json:"providerId,omitempty"`
+	WorkspaceRoot  string         `json:"workspaceRoot,omitempty"`
+	WorkspaceRoots []string       `json:"workspaceRoots,omitempty"`
 }
 
 // SessionStartResult is the result of session/start.
@@ -117,11 +118,12 @@ type SessionStartResult struct {
 
 // SessionResumeParams are the params of session/resume.
 type SessionResumeParams struct {
-	CommandID    string  `json:"commandId"`
-	SessionID    string  `json:"sessionId"`
-	Cursor       *string `json:"cursor,omitempty"`
-	ExcludeItems bool    `json:"excludeItems,omitempty"`
-	History      string  `json:"history,omitempty"`
+	CommandID    string         `json:"commandId"`
+	Config       *SessionConfig `json:"config,omitempty"`
+	SessionID    string         `json:"sessionId"`
+	Cursor       *string        `json:"cursor,omitempty"`
+	ExcludeItems bool           `json:"excludeItems,omitempty"`
+	History      string         `json:"history,omitempty"`
 }
 
 // SessionReadParams are the params of session/read.
@@ -434,6 +436,9 @@ const (
 	TurnErrorHostRestarted = "hostRestarted"
 	TurnErrorConfig        = "configError"
 	TurnErrorLog           = "logError"
+	// TurnErrorEnvironment fails a turn whose environment is not there: a
+	// required session MCP server that cannot be reached.
+	TurnErrorEnvironment = "environmentError"
 	// TurnErrorStepLimit ends a turn whose model kept asking for tools
 	// past its step limit.
 	TurnErrorStepLimit = "stepLimit"
@@ -517,6 +522,9 @@ type Item struct {
 	FailureKind string `json:"failureKind,omitempty"`
 	// FailureReason says why, in words.
 	FailureReason string `json:"failureReason,omitempty"`
+	// OutputRef names the whole output, kept when VisibleOutput was cut;
+	// item/readOutput reads it.
+	OutputRef *OutputRef `json:"outputRef,omitempty"`
 	// ApprovalID is the approval that gated the call.
 	ApprovalID string `json:"approvalId,omitempty"`
 	// DurationMs is how long the call ran.

@@ -41,6 +41,7 @@ var servedUpstreamDefs = []string{
 	"SessionHistory", "HistoryMode", "HistoryNoneReason", "HistoryPreference",
 	"PendingRequestPointer", "PendingRequestKind", "ViewSnapshot",
 	"SessionListParams", "SessionListResult",
+	"SessionConfig", "SessionMcpServerConfig", "SessionMcpServerMode", "SessionMcpStdioFraming",
 	// turns
 	"TurnStartParams", "TurnStartResult", "TurnInputPart", "TurnInputPartType", "IfBusy", "ReasoningEffort",
 	"TurnStartDisposition", "CommandStatus",
@@ -52,6 +53,7 @@ var servedUpstreamDefs = []string{
 	"ItemStartedParams", "ItemDeltaParams", "ItemCompletedParams", "Item", "ItemKind", "ItemStatus",
 	"SessionTokenUsageParams", "TokenUsage", "CumulativeTokenUsage",
 	"SourceRange", "RecordPosition", "StreamRef",
+	"OutputRef", "OutputRefAvailability", "ItemReadOutputParams", "ItemReadOutputResult", "ItemReadOutputEncoding",
 	// views
 	"ViewSubscribeParams", "ViewSubscribeResult", "ViewUnsubscribeParams", "ViewUnsubscribeResult",
 	"ViewPageParams", "ViewPageResult", "ViewPageAnchor", "ViewPageDirection",
@@ -247,6 +249,7 @@ func TestErrorsAgreeWithUpstream(t *testing.T) {
 		CodeBackpressured: KindBackpressured, CodeBoundaryPruned: KindBoundaryPruned,
 		CodeApprovalNotFound: KindApprovalNotFound, CodeApprovalAlreadyResolved: KindApprovalAlreadyResolved,
 		CodeApprovalChoiceInvalid: KindApprovalChoiceInvalid, CodeApprovalRequirementStale: KindApprovalRequirementStale,
+		CodeCapabilityRequired: KindCapabilityRequired, CodeOutputUnavailable: KindOutputUnavailable,
 	} {
 		if registered[code].Kind != kind {
 			t.Errorf("errors.go code %d (%s) is registered as %+v", code, kind, registered[code])
@@ -371,6 +374,17 @@ func TestGoTypesMatchSchema(t *testing.T) {
 		{"Session", idle},
 		{"Session", running},
 		{"SessionStartParams", SessionStartParams{CommandID: testCommand, WorkspaceRoot: "/w", ProviderID: ptr("openai")}},
+		{"SessionStartParams", SessionStartParams{CommandID: testCommand, Config: &SessionConfig{MCPServers: map[string]SessionMCPServerConfig{
+			"web":   {Transport: MCPTransportStreamableHTTP, URL: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer x"}, Mode: MCPModeOptional},
+			"local": {Transport: MCPTransportStdio, Command: "mcp-server", Args: []string{"--flag"}, Env: map[string]string{"K": "v"}, Framing: MCPFramingAuto},
+		}}}},
+		{"SessionResumeParams", SessionResumeParams{CommandID: testCommand, SessionID: testSession, Config: &SessionConfig{}}},
+		{"ItemCompletedParams", ItemParams{ViewHeader: durable, Item: Item{ItemID: "0198f0ac-0002-7000-8000-000000000002", Kind: ItemToolCall,
+			Revision: 2, Status: ItemCompleted, TurnID: ptr(testCommand), Tool: "big", Server: "t", CallID: "c1", Args: ptr("{}"),
+			VisibleOutput: ptr("xx"), Truncated: true, OutputRef: &OutputRef{Availability: OutputAvailable, ByteLen: 100000, Digest: "sha256:00",
+				ID: "o1", Kind: OutputKindTool, MediaType: MediaTypeText, URI: "mspd:output/o1", Truncated: true}}}},
+		{"ItemReadOutputParams", ItemReadOutputParams{SessionID: testSession, ItemID: "i", OutputRef: "o1", OffsetBytes: ptr[int64](0), LengthBytes: ptr[int64](10)}},
+		{"ItemReadOutputResult", ItemReadOutputResult{ByteLen: 2, Content: "xx", Encoding: EncodingUTF8, EOF: true, MediaType: MediaTypeText, OffsetBytes: 99998}},
 		{"SessionStartResult", SessionStartResult{Session: idle, ViewCursor: "v:" + testSession + ":1"}},
 		{"SessionStartedParams", SessionStartedParams{Session: idle}},
 		{"SessionResumeParams", SessionResumeParams{CommandID: testCommand, SessionID: testSession, Cursor: ptr("v:x:1"), History: "inline"}},
@@ -452,6 +466,9 @@ func TestGoTypesMatchSchema(t *testing.T) {
 		{"ErrorObject", ErrMissingAnchor(testSession, "v:x:1")},
 		{"ErrorObject", ErrSessionNotFound(testSession)},
 		{"ErrorObject", ErrInternal("boom")},
+		{"ErrorObject", ErrCapabilityRequired("sessionMcp", "needs sessionMcp")},
+		{"ErrorObject", &Error{Code: CodeOutputUnavailable, Message: "no output", Data: ErrorData{Kind: KindOutputUnavailable, ItemID: "i", OutputRef: "o", Availability: OutputMissing}}},
+		{"ErrorObject", &Error{Code: CodeInvalidParams, Message: "misaligned", Data: ErrorData{Kind: KindInvalidParams, ItemID: "i", OutputRef: "o", AlignedNextOffset: ptr[int64](3), Reason: ReasonMisalignedOffset}}},
 	}
 	for _, tt := range tests {
 		b := mustJSON(t, tt.value)

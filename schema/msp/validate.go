@@ -509,6 +509,7 @@ func collectAlternatives(ve *jsonschema.ValidationError, field, prefix string, o
 		deeper = append(deeper, cause)
 	}
 	if len(deeper) > 0 {
+		deeper = discriminated(deeper, ve.InstanceLocation, field, out)
 		for _, cause := range deeper {
 			collect(cause, prefix, out)
 		}
@@ -516,6 +517,49 @@ func collectAlternatives(ve *jsonschema.ValidationError, field, prefix string, o
 	}
 	*out = append(*out, FieldError{field, fmt.Sprintf("must be %s, not %s", orList(want), got)})
 	return true
+}
+
+// discriminated narrows the failed alternatives of a union discriminated
+// by a const member (SessionMcpServerConfig's transport): the alternative
+// whose discriminator matched is the one the sender meant, so only its
+// findings are reported. When none matched, the discriminator alone is
+// reported, once, listing the values it may take, and no alternative is
+// left to report.
+func discriminated(alts []*jsonschema.ValidationError, loc []string, field string, out *[]FieldError) []*jsonschema.ValidationError {
+	var meant []*jsonschema.ValidationError
+	var want []string
+	member := ""
+	for _, alt := range alts {
+		c, name := constMismatch(alt, loc)
+		if c == nil {
+			meant = append(meant, alt)
+			continue
+		}
+		want = append(want, display(c.Want))
+		member = name
+	}
+	switch {
+	case len(want) == 0:
+		return alts // not a discriminated union
+	case len(meant) > 0:
+		return meant
+	}
+	*out = append(*out, FieldError{joinPath(field, []string{member}), "must be " + orList(want)})
+	return nil
+}
+
+// constMismatch finds, in one alternative's findings, a const that a
+// member of the object at loc failed, and that member's name.
+func constMismatch(ve *jsonschema.ValidationError, loc []string) (*kind.Const, string) {
+	if c, ok := ve.ErrorKind.(*kind.Const); ok && len(ve.InstanceLocation) == len(loc)+1 && slices.Equal(ve.InstanceLocation[:len(loc)], loc) {
+		return c, ve.InstanceLocation[len(loc)]
+	}
+	for _, cause := range ve.Causes {
+		if c, name := constMismatch(cause, loc); c != nil {
+			return c, name
+		}
+	}
+	return nil, ""
 }
 
 // typeMismatch returns the type error of an alternative whose only failure

@@ -106,7 +106,7 @@ func TestMethodCatalogue(t *testing.T) {
 	for _, m := range []string{
 		MethodInitialize, MethodSessionStart, MethodSessionResume, MethodSessionRead, MethodSessionList,
 		MethodTurnStart, MethodTurnInterrupt, MethodTurnCancel, MethodTurnUnqueue,
-		MethodViewSubscribe, MethodViewUnsubscribe, MethodViewPage, MethodModelList,
+		MethodViewSubscribe, MethodViewUnsubscribe, MethodViewPage, MethodModelList, MethodItemReadOutput,
 		MethodSessionSetApprovalMode, MethodApprovalDecide, MethodApprovalListPending,
 	} {
 		if !v.HasRequest(m) || v.HasNotification(m) {
@@ -169,6 +169,13 @@ func TestParams(t *testing.T) {
 		{"initialize bad client name", MethodInitialize, `{"clientInfo":{"name":"Bad Name","version":"1"}}`, []string{"clientInfo.name"}},
 		{"initialized without params", NotifyInitialized, ``, nil},
 		{"session/start", MethodSessionStart, `{"commandId":"` + testCommand + `","providerId":null,"workspaceRoot":"/w"}`, nil},
+		{"session/start with mcpServers", MethodSessionStart, `{"commandId":"` + testCommand + `","config":{"mcpServers":{"a":{"transport":"stdio","command":"x"},"b":{"transport":"streamableHttp","url":"https://h/mcp","headers":{"A":"b"},"mode":"optional"}},"later":1}}`, nil},
+		{"session mcp unknown transport", MethodSessionStart, `{"commandId":"` + testCommand + `","config":{"mcpServers":{"a":{"transport":"grpc","url":"https://h"}}}}`, []string{"config.mcpServers.a.transport"}},
+		{"session mcp http without url", MethodSessionStart, `{"commandId":"` + testCommand + `","config":{"mcpServers":{"a":{"transport":"streamableHttp"}}}}`, []string{"config.mcpServers.a.url"}},
+		{"session mcp header not a string", MethodSessionStart, `{"commandId":"` + testCommand + `","config":{"mcpServers":{"a":{"transport":"streamableHttp","url":"https://h","headers":{"A":1}}}}}`, []string{"config.mcpServers.a.headers.A"}},
+		{"session mcp bad mode", MethodSessionStart, `{"commandId":"` + testCommand + `","config":{"mcpServers":{"a":{"transport":"stdio","command":"x","mode":"sometimes"}}}}`, []string{"config.mcpServers.a.mode"}},
+		{"item/readOutput", MethodItemReadOutput, `{"sessionId":"s","itemId":"i","outputRef":"o","offsetBytes":0,"lengthBytes":10}`, nil},
+		{"item/readOutput without outputRef", MethodItemReadOutput, `{"sessionId":"s","itemId":"i"}`, []string{"outputRef"}},
 		{"session/resume bad history", MethodSessionResume, `{"commandId":"` + testCommand + `","sessionId":"s","history":"all"}`, []string{"history"}},
 		{"session/resume null cursor", MethodSessionResume, `{"commandId":"` + testCommand + `","sessionId":"s","cursor":null}`, nil},
 		{"session/list empty", MethodSessionList, `{}`, nil},
