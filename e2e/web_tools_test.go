@@ -196,7 +196,7 @@ func TestWebToolCalls(t *testing.T) {
 		p.expect("the truncated output says so", `(() => {
 			const r = tools()[2];
 			const bytes = new TextEncoder().encode(r.output).length;
-			return r.note === 'Output truncated: only its beginning was kept.' && bytes > 16000 && bytes <= 16384 && r.why === null &&
+			return r.note === 'Output truncated: only its beginning was kept.' && bytes > 32000 && bytes <= 32768 && r.why === null &&
 				tools()[0].note === null && tools()[1].note === null;
 		})()`)
 		for _, row := range []string{".msg.agent + .tool", ".tool + .tool", ".tool + .tool + .tool"} {
