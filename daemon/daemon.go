@@ -361,6 +361,10 @@ func newRunners(cfg Config, cat *catalog.Catalog, tel telemetry) (*router, error
 		return nil, fmt.Errorf("retry policy: %w", err)
 	}
 	r := &router{byID: make(map[string]*turn.Runner), def: cat.Default().ID}
+	family := make(map[string]string)
+	for _, p := range cat.Providers() {
+		family[p.ID] = p.Type
+	}
 	for _, p := range cat.Providers() {
 		budget, err := newBudget(cfg)
 		if err != nil {
@@ -379,6 +383,10 @@ func newRunners(cfg Config, cat *catalog.Catalog, tel telemetry) (*router, error
 			MaxSteps:         cfg.Tools.MaxSteps,
 			ToolTimeout:      cfg.Tools.Timeout,
 			ApprovalTimeout:  cfg.Tools.ApprovalTimeout,
+			// A provider's family is its API: every openai entry (OpenAI,
+			// compatible servers) speaks one, every anthropic entry the
+			// other. A provider no longer configured is another family.
+			SameFamily: func(id string) bool { f, ok := family[id]; return ok && f == p.Type },
 		})
 	}
 	return r, nil

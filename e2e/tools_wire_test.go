@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -288,4 +289,100 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// TestToolHistoryAcrossFamilies: a session whose model called tools keeps
+// what they returned when it switches models. Within one family (two
+// OpenAI-compatible entries) the calls go on as calls; to another family
+// (Anthropic) they go as text, since one API's call ids and shapes mean
+// nothing to the other — the same after a restart, when the history is
+// folded from the log.
+func TestToolHistoryAcrossFamilies(t *testing.T) {
+	journal := filepath.Join(t.TempDir(), "journal")
+	ts := tooltest.New(journal)
+	mcp := httptest.NewServer(ts.HTTPHandler())
+	t.Cleanup(mcp.Close)
+	oa := openaitest.New(t, "/v1",
+		openaitest.Stream(openaitest.ToolCalls(5, openaitest.Call{ID: "call_1", Name: "t__lookup", Args: `{"key":"k"}`})...),
+		openaitest.Stream(openaitest.Answer("found it")...))
+	compat := openaitest.New(t, "/v1", openaitest.Stream(openaitest.Answer("same family")...))
+	an := anthropictest.New(t, anthropictest.Answer("end_turn", 2, "other family"), anthropictest.Answer("end_turn", 2, "again"))
+	file := filepath.Join(t.TempDir(), "mspd.toml")
+	conf := fmt.Sprintf(`default = "oa"
+[[providers]]
+id = "oa"
+type = "openai"
+base_url = %q
+model = "gpt-test"
+api_key_env = "TEST_KEY"
+[[providers]]
+id = "compat"
+type = "openai"
+base_url = %q
+model = "llama"
+api_key_env = "TEST_KEY"
+[[providers]]
+id = "claude"
+type = "anthropic"
+base_url = %q
+model = %q
+api_key_env = "TEST_ANTHROPIC_KEY"
+[[mcp]]
+name = "t"
+url = %q
+approval = "never"
+`, oa.URL(), compat.URL(), an.URL(), anthropictest.Model, mcp.URL)
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := daemon.Config{ConfigFile: file, DataDir: t.TempDir(), Env: mapEnv(map[string]string{
+		"TEST_KEY": "sk-e2e", "TEST_ANTHROPIC_KEY": anthropictest.Key})}
+	d := startDaemon(t, cfg)
+	c := dial(t, d.URL(), client.Options{})
+	ctx := testCtx(t)
+	sid := newSession(t, c)
+	if _, done := answerTurn(t, c, sid, "look up k"); done.Terminal != msp.TerminalCompleted {
+		t.Fatalf("the tool turn: %+v", done)
+	}
+	setModel := func(c *checkedClient, provider, model string) {
+		t.Helper()
+		err := c.Call(ctx, msp.MethodSessionSetModel, msp.SessionSetModelParams{CommandID: client.NewCommandID(), SessionID: sid,
+			Model: msp.ModelSelection{ProviderID: provider, ModelID: model}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	setModel(c, "compat", "llama")
+	answerTurn(t, c, sid, "and now?")
+	body := compat.Requests()[0].Body
+	if got := strings.Join(toolWires[0].results(body), " "); got != "call_1=value of k" || !strings.Contains(string(compat.Requests()[0].Raw), `"tool_calls"`) {
+		t.Errorf("same family: results %q, body %s", got, compat.Requests()[0].Raw)
+	}
+
+	setModel(c, "claude", anthropictest.Model)
+	answerTurn(t, c, sid, "and you?")
+	text := `[I called the tool t__lookup with the arguments {\"key\":\"k\"}; it returned: value of k]`
+	for i, check := range []func() providertest.Request{
+		func() providertest.Request { return an.Requests()[0] },
+		func() providertest.Request {
+			// The same history folded from the log by the next process.
+			d.Close(context.Background())
+			d2 := startDaemon(t, cfg)
+			c2 := dial(t, d2.URL(), client.Options{})
+			if _, err := c2.Resume(ctx, sid, nil); err != nil {
+				t.Fatal(err)
+			}
+			answerTurn(t, c2, sid, "once more")
+			return an.Requests()[1]
+		},
+	} {
+		r := check()
+		if strings.Contains(string(r.Raw), "tool_use") || strings.Contains(string(r.Raw), "tool_result") || !strings.Contains(string(r.Raw), text) {
+			t.Errorf("request %d to the other family: want the call as text, no tool blocks: %s", i+1, r.Raw)
+		}
+	}
+	if n, _ := tooltest.Count(journal, tooltest.Lookup); n != 1 {
+		t.Errorf("lookup ran %d times, want 1", n)
+	}
 }

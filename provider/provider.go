@@ -33,6 +33,10 @@ type Message struct {
 	// ToolResults, in a RoleTool message, answer the calls of the
 	// assistant message before it.
 	ToolResults []ToolResult
+	// Provider is the configured provider (its id) whose model made an
+	// assistant message's tool calls; "" when unknown. A model of another
+	// family reads such calls and their results as text (ForeignToolsAsText).
+	Provider string
 }
 
 // ToolSpec is a tool the model may call.

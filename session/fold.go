@@ -38,6 +38,10 @@ type foldSpec struct {
 	// than this many bytes: they are past the history budget, and
 	// reading on would hold the log's items only to drop them.
 	budget int
+	// provider is the provider the log began with (state.StartProviderID):
+	// each tool call in the history is tagged with the provider of its
+	// turn, followed through session/modelChanged from there.
+	provider string
 }
 
 // sizedItem decodes an item and keeps the size of its encoding: the
@@ -60,6 +64,7 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 	f := folded{open: make(map[string]msp.Item), openAt: make(map[string]int64), approvals: newApprovals()}
 	index := make(map[string]int) // each item's place in f.items
 	var after int64
+	current, turnProvider := spec.provider, spec.provider // the session's provider, and its running turn's
 	for {
 		recs, err := st.Records(ctx, id, after, logPage(1000))
 		if err != nil || len(recs) == 0 {
@@ -103,7 +108,9 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 				case msp.NotifyItemStarted:
 					f.open[it.ItemID], f.openAt[it.ItemID] = it, r.Seq
 					if it.Kind == msp.ItemToolCall && !seen {
-						f.history = append(f.history, callMessage(it))
+						call := callMessage(it)
+						call.Provider = turnProvider
+						f.history = append(f.history, call)
 					}
 					continue
 				case msp.NotifyItemUpdated:
@@ -117,6 +124,16 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 				delete(f.open, it.ItemID)
 				delete(f.openAt, it.ItemID)
 				f.history = appendHistory(f.history, it)
+			case msp.NotifySessionModelChanged:
+				var p msp.SessionModelChangedParams
+				if err := json.Unmarshal(r.Params, &p); err != nil {
+					return f, fmt.Errorf("record %d: %w", r.Seq, err)
+				}
+				if p.ProviderID != "" {
+					current = p.ProviderID
+				}
+			case msp.NotifyTurnStarted:
+				turnProvider = current
 			case msp.NotifySessionTokenUsage:
 				var p msp.SessionTokenUsageParams
 				if err := json.Unmarshal(r.Params, &p); err != nil {

@@ -542,7 +542,7 @@ func (s *session) refreshLocked(ctx context.Context) error {
 		return msp.ErrInternal("loading session: %v", err)
 	}
 	s.sub = 0
-	f, err := fold(ctx, m.store, s.key, foldSpec{})
+	f, err := fold(ctx, m.store, s.key, foldSpec{provider: deref(s.st.StartProviderID)})
 	if err != nil {
 		return msp.ErrInternal("loading session log: %v", err)
 	}

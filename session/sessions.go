@@ -73,6 +73,7 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 		now := m.now()
 		st := state{CreatedAt: now, UpdatedAt: now, Owner: owner, CursorSpans: m.firstSpan(), MadeBy: a.maker(p.CommandID)}
 		st.ProviderID, st.ModelID = optional(providerID), optional(modelID)
+		st.StartProviderID = st.ProviderID
 		root := p.WorkspaceRoot
 		if root == "" && len(p.WorkspaceRoots) > 0 {
 			root = p.WorkspaceRoots[0]

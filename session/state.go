@@ -24,12 +24,17 @@ type state struct {
 	CursorEpoch string `json:"cursorEpoch,omitempty"`
 	// MadeBy is the command that made the session (nil for a session
 	// an older build made): its deletion answers that command's replays.
-	MadeBy          *maker    `json:"madeBy,omitempty"`
-	UpdatedAt       time.Time `json:"updatedAt"`
-	ModelID         *string   `json:"modelId,omitempty"`
-	ProviderID      *string   `json:"providerId,omitempty"`
-	WorkspaceRoot   *string   `json:"workspaceRoot,omitempty"`
-	FirstUserPrompt string    `json:"firstUserPrompt,omitempty"`
+	MadeBy     *maker    `json:"madeBy,omitempty"`
+	UpdatedAt  time.Time `json:"updatedAt"`
+	ModelID    *string   `json:"modelId,omitempty"`
+	ProviderID *string   `json:"providerId,omitempty"`
+	// StartProviderID is the provider the session's log began with: the
+	// fold follows session/modelChanged from it to know which provider's
+	// model made each tool call (nil for sessions of older builds:
+	// unknown).
+	StartProviderID *string `json:"startProviderId,omitempty"`
+	WorkspaceRoot   *string `json:"workspaceRoot,omitempty"`
+	FirstUserPrompt string  `json:"firstUserPrompt,omitempty"`
 	// Name is set from the first user message, and by session/rename.
 	Name string `json:"name,omitempty"`
 	// ForkedFrom is where a fork was cut from.

@@ -53,6 +53,11 @@ type Config struct {
 	// ApprovalTimeout bounds how long a call waits for its approval, from
 	// when it was asked for, before it is resolved timedOut (0: no bound).
 	ApprovalTimeout time.Duration
+	// SameFamily tells whether tool calls made through the configured
+	// provider providerID reach this runner's model in its own API's
+	// shapes; the calls of another family's model are sent as text
+	// (provider.ForeignToolsAsText). Nil sends every call as a call.
+	SameFamily func(providerID string) bool
 }
 
 // Runner runs turns against one model. It is safe for concurrent use.
@@ -497,10 +502,11 @@ func (t *run) vet(text string, calls []provider.ToolCall, schema *Schema) (schem
 // history is what the next request sends: the session's history, then
 // what this turn added, its steps grouped as providers take them.
 func (t *run) history() []provider.Message {
-	if len(t.messages) == 0 {
-		return provider.Steps(t.spec.History)
+	msgs := t.spec.History
+	if len(t.messages) > 0 {
+		msgs = append(msgs[:len(msgs):len(msgs)], t.messages...)
 	}
-	return provider.Steps(append(t.spec.History[:len(t.spec.History):len(t.spec.History)], t.messages...))
+	return provider.ForeignToolsAsText(provider.Steps(msgs), t.r.cfg.SameFamily)
 }
 
 // refusedBeforeOutput tells whether the provider refused an attempt with

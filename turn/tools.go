@@ -356,7 +356,8 @@ func (t *run) toolStep(ctx context.Context, res attemptResult, maxTokens int) *O
 	t.obs.endAttempt(observe.OutcomeSuccess, "")
 	calls := t.openCalls(t.attempts, res.calls)
 	t.gateCalls(calls)
-	t.messages = append(t.messages, provider.Message{Role: provider.RoleAssistant, Text: res.text, ToolCalls: res.calls})
+	t.messages = append(t.messages, provider.Message{Role: provider.RoleAssistant, Text: res.text, ToolCalls: res.calls,
+		Provider: t.spec.ProviderID})
 	events := t.takeHeld()
 	for _, c := range calls {
 		events = append(events, Event{Method: msp.NotifyItemStarted, Params: &msp.ItemParams{Item: c.item}})
