@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"mspd/internal/testlog"
 )
 
 // idp serves a JSON Web Key Set that a test can rotate, counting fetches.
@@ -77,9 +79,9 @@ func jwkOf(t *testing.T, kid string, key any) map[string]string {
 	return nil
 }
 
-func jwksAuth(t *testing.T, p *idp, c *clock, logs *logBuffer) *Authenticator {
+func jwksAuth(t *testing.T, p *idp, c *clock, logs *testlog.Buffer) *Authenticator {
 	t.Helper()
-	return newAuth(t, Config{Logger: logs.logger(), JWT: JWTConfig{
+	return newAuth(t, Config{Logger: logs.TextLogger(), JWT: JWTConfig{
 		JWKSURL: p.srv.URL + "/jwks", Issuer: testIssuer, Audience: testAudience, Now: c.Now,
 		JWKSMinRefresh: time.Minute, JWKSMaxAge: time.Hour,
 	}})
@@ -89,7 +91,7 @@ func jwksAuth(t *testing.T, p *idp, c *clock, logs *logBuffer) *Authenticator {
 // key the cache lacks refetches the set (at most once a minute), so a
 // signer's rotation is picked up and an unknown kid cannot hammer the IdP.
 func TestJWKSRotation(t *testing.T) {
-	c, p, logs := newClock(), newIDP(t), &logBuffer{}
+	c, p, logs := newClock(), newIDP(t), &testlog.Buffer{}
 	ec1, ec2, ed := newECKey(t), newECKey(t), newEdKey(t)
 	p.serve(http.StatusOK, jwkOf(t, "k1", &ec1.PublicKey), jwkOf(t, "rsa", &rsaKey().PublicKey), jwkOf(t, "ed", ed.Public()))
 	a := jwksAuth(t, p, c, logs)
@@ -136,7 +138,7 @@ func TestJWKSRotation(t *testing.T) {
 // TestJWKSUnavailableAtStart: an IdP down at startup does not stop the
 // server; tokens are refused until the set can be fetched.
 func TestJWKSUnavailableAtStart(t *testing.T) {
-	c, p, logs := newClock(), newIDP(t), &logBuffer{}
+	c, p, logs := newClock(), newIDP(t), &testlog.Buffer{}
 	p.serve(http.StatusServiceUnavailable)
 	a := jwksAuth(t, p, c, logs)
 	ec := newECKey(t)
@@ -150,7 +152,7 @@ func TestJWKSUnavailableAtStart(t *testing.T) {
 // TestJWKSOnlyAsymmetric: symmetric ("oct") and encryption keys in a set
 // are skipped, and HS256 or none tokens are refused whatever the kid.
 func TestJWKSOnlyAsymmetric(t *testing.T) {
-	c, p, logs := newClock(), newIDP(t), &logBuffer{}
+	c, p, logs := newClock(), newIDP(t), &testlog.Buffer{}
 	ec := newECKey(t)
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	encKey := jwkOf(t, "enc", &ec.PublicKey)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"mspd/internal/testlog"
 )
 
 const (
@@ -88,9 +90,9 @@ func TestTokensFileMalformed(t *testing.T) {
 // TestTokensReload: Reload takes a good new file and keeps the old set
 // when the new file is bad, logging both without tokens.
 func TestTokensReload(t *testing.T) {
-	var logs logBuffer
+	var logs testlog.Buffer
 	path := writeFile(t, "tokens", []byte("alice "+aliceToken+"\n"))
-	a := newAuth(t, Config{TokensFile: path, Logger: logs.logger()})
+	a := newAuth(t, Config{TokensFile: path, Logger: logs.TextLogger()})
 	wantPrincipal(t, a, bearer(aliceToken), "alice")
 
 	if err := os.WriteFile(path, []byte("bob "+bobToken+"\ncarol "+carolToken+"\n"), 0o600); err != nil {

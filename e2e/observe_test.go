@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -16,6 +14,7 @@ import (
 
 	"mspd/client"
 	"mspd/daemon"
+	"mspd/internal/testlog"
 	"mspd/observe"
 	"mspd/observe/observetest"
 	"mspd/provider/openai/openaitest"
@@ -188,24 +187,6 @@ func TestObservedRetriedTurn(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the daemon's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestNoSecretsInTelemetry: markers put in the user's text, the model's
 // answer, a provider error message, the provider API key and the server's
 // auth token appear in no exported span (names, attributes, events,
@@ -223,7 +204,7 @@ func TestNoSecretsInTelemetry(t *testing.T) {
 		openaitest.Error(429, openaitest.ErrorBody("slow down "+errMarker, "requests", "rate_limit_exceeded"), "Retry-After-Ms", "20"),
 		openaitest.StreamAbort(openaitest.Role(), openaitest.Delta("partial "+answerMarker)),
 		openaitest.Stream(openaitest.Answer("Hello "+answerMarker, " again")...))
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	d, spans := tracedDaemon(t, daemon.Config{Provider: "openai", Model: "gpt-test",
 		Env:    mapEnv(map[string]string{"OPENAI_BASE_URL": fake.URL(), "OPENAI_API_KEY": keyMarker}),
 		Server: server.Config{AuthToken: tokenMarker},

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"mspd/auth"
 	"mspd/client"
 	"mspd/daemon"
+	"mspd/internal/testlog"
 	"mspd/provider/scripted"
 	"mspd/schema/msp"
 	"mspd/tool/sessionmcp"
@@ -24,24 +24,6 @@ import (
 
 // headerSecret is the credential a client gives its session's server.
 const headerSecret = "Bearer session-mcp-secret-7f3a"
-
-// logBuffer collects a daemon's log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // wireLog keeps every frame a client sends and receives.
 type wireLog struct {
@@ -196,7 +178,7 @@ func TestSessionMCPOffByDefault(t *testing.T) {
 // client received and in no log line.
 func TestSessionMCPOverHTTP(t *testing.T) {
 	ts, endpoint, authorized := mcpServer(t)
-	var logs logBuffer
+	var logs testlog.Buffer
 	dir := t.TempDir()
 	cfg := daemon.Config{
 		DataDir:    dir,
@@ -325,7 +307,7 @@ func TestSessionMCPOverHTTP(t *testing.T) {
 // left out and the turn runs with the rest.
 func TestSessionMCPRequiredAndOptional(t *testing.T) {
 	_, endpoint, _ := mcpServer(t)
-	var logs logBuffer
+	var logs testlog.Buffer
 	// Listed by name: localhost resolves to loopback, which the guard
 	// never dials for a name.
 	byName := "http://" + strings.Replace(hostOf(t, endpoint), "127.0.0.1", "localhost", 1) + "/mcp"

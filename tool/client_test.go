@@ -10,14 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"mspd/internal/testlog"
 	"mspd/tool"
 	"mspd/tool/tooltest"
 )
 
 func TestStdioServer(t *testing.T) {
-	var logs logBuffer
+	var logs testlog.Buffer
 	cfg, journal := stdioConfig(t, "counter")
-	c := start(t, cfg, tool.Options{Logger: logs.logger()})
+	c := start(t, cfg, tool.Options{Logger: logs.JSONLogger()})
 	tools, version := c.Tools()
 	if version != 1 {
 		t.Errorf("version %d", version)
@@ -75,10 +76,10 @@ func (h *heldSleep) sleep(ctx context.Context, _ time.Duration) error {
 }
 
 func TestStdioServerRestartsAfterItDies(t *testing.T) {
-	var logs logBuffer
+	var logs testlog.Buffer
 	held := newHeldSleep()
 	cfg, journal := stdioConfig(t, "counter")
-	c := start(t, cfg, tool.Options{Logger: logs.logger(), Sleep: held.sleep})
+	c := start(t, cfg, tool.Options{Logger: logs.JSONLogger(), Sleep: held.sleep})
 	first := c.Status().PID
 	if first == 0 {
 		t.Fatal("no pid")
@@ -171,8 +172,8 @@ func waitForCount(t *testing.T, journal, name string, n int) {
 }
 
 func TestLogsShowNoSecret(t *testing.T) {
-	var logs logBuffer
-	opts := tool.Options{Logger: logs.logger(), Sleep: newHeldSleep().sleep}
+	var logs testlog.Buffer
+	opts := tool.Options{Logger: logs.JSONLogger(), Sleep: newHeldSleep().sleep}
 
 	// A stdio server with a secret in its environment, killed once.
 	cfg, _ := stdioConfig(t, "counter")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"mspd/internal/testlog"
 	"mspd/tool"
 )
 
@@ -114,8 +115,8 @@ func TestServerConfigPrintsNoSecret(t *testing.T) {
 		{Name: "files", Command: "files-mcp", Env: map[string]string{"FILES_TOKEN": "env-secret"}},
 		{Name: "web", URL: "https://user:url-pass@mcp.example.com/mcp?key=query-secret", Headers: map[string]string{"Authorization": "Bearer hdr-secret"}},
 	}
-	var logs logBuffer
-	log := logs.logger()
+	var logs testlog.Buffer
+	log := logs.JSONLogger()
 	for _, c := range configs {
 		log.Info("configured", "server", c)
 		log.Info("configured", slog.Any("server", c))

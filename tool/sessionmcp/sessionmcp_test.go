@@ -1,7 +1,6 @@
 package sessionmcp
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -12,10 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"mspd/internal/testlog"
 	"mspd/schema/msp"
 	"mspd/tool"
 	"mspd/tool/tooltest"
@@ -24,24 +23,6 @@ import (
 func TestMain(m *testing.M) {
 	tooltest.MainIfChild()
 	os.Exit(m.Run())
-}
-
-// syncBuffer collects log output written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func newServers(t *testing.T, p Policy, operators ...string) *Servers {
@@ -198,7 +179,7 @@ func ready(t *testing.T, s *Servers, servers map[string]msp.SessionMCPServerConf
 func TestGuard(t *testing.T) {
 	_, u := startTooltest(t)
 	seen := make(chan string, 16)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	withHeaders := func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			select {
