@@ -4,12 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"mspd/client"
 	"mspd/daemon"
+	"mspd/internal/testlane"
 	"mspd/observe/observetest"
 	"mspd/provider/scripted"
 	"mspd/schema/msp"
@@ -21,19 +20,7 @@ import (
 // may call the counting MCP server at url, configured approval = "always".
 func approvalDaemon(t *testing.T, dataDir, url string) *daemon.Daemon {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "mspd.toml")
-	if err := os.WriteFile(file, []byte(`[[providers]]
-id = "s"
-type = "scripted"
-
-[[mcp]]
-name = "t"
-url = "`+url+`"
-approval = "always"
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return startDaemon(t, daemon.Config{DataDir: dataDir, ConfigFile: file, Tools: daemon.Tools{NoBuiltin: true}})
+	return startDaemon(t, daemon.Config{DataDir: dataDir, ConfigFile: toolConfig(t, url, "always"), Tools: daemon.Tools{NoBuiltin: true}})
 }
 
 // nextRequest consumes c's notifications until the server sends a
@@ -258,43 +245,27 @@ func TestSetApprovalModeOverWebSocket(t *testing.T) {
 
 // TestClusterApprovalDecidedOnAFollower: on three mspd processes sharing
 // JetStream, a turn on the node leading its session waits for approval;
-// a client of another node resumes the session and is asked too, and its
-// decision, sent to that node, is forwarded to the leader, where the tool
-// runs exactly once and the turn completes; both clients see the
-// resolution.
+// a client of another node resumes the session, is asked too (the same
+// params) and lists it pending there, and its decision, sent to that
+// node, is forwarded to the leader, where the tool runs exactly once (the
+// journal) and the turn completes after two requests, the model told the
+// result. Both clients see the approval resolved once, approved by the
+// user with the decision's command; the same decision replayed to the
+// third node gets the same ack and resolves nothing again.
 func TestClusterApprovalDecidedOnAFollower(t *testing.T) {
-	counting := tooltest.New("")
-	mcp := httptest.NewServer(counting.HTTPHandler())
-	t.Cleanup(mcp.Close)
-	file := filepath.Join(t.TempDir(), "mspd.toml")
-	if err := os.WriteFile(file, []byte(`[[providers]]
-id = "s"
-type = "scripted"
-
-[[mcp]]
-name = "t"
-url = "`+mcp.URL+`"
-approval = "always"
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	nodes := startClusterNodes(t, "--config", file)
+	testlane.Slow(t, "a cluster of three mspd processes")
+	h := startToolHost(t)
+	nodes := startClusterNodes(t, h.approvalConfig(t)...)
 	ctx := testCtx(t)
 
 	c1 := dial(t, nodes[0].proc.url, client.Options{})
-	start, err := c1.StartSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := start.Session.SessionID
-	ack, err := c1.StartTurn(ctx, sid, scripted.Script(
-		scripted.Step{Calls: []scripted.Call{{ID: "c1", Name: "t__append", Args: `{"text":"a"}`}}},
-		scripted.Step{Text: "Appended."}))
-	if err != nil {
+	sid := newSession(t, c1)
+	ts := approvalTurn(sid, call("c1", tooltest.Append, `{"text":"a"}`))
+	if _, err := c1.StartTurnWith(ctx, ts); err != nil {
 		t.Fatal(err)
 	}
 	first, _ := nextRequest(ctx, t, c1)
-	receipt(ctx, t, c1, first)
+	a := receipt(ctx, t, c1, first)
 
 	c2 := dial(t, nodes[1].proc.url, client.Options{})
 	if _, err := c2.Resume(ctx, sid, nil); err != nil {
@@ -304,23 +275,45 @@ approval = "always"
 	if string(asked.Params) != string(first.Params) {
 		t.Fatalf("the follower's client was asked\n%s\nwant\n%s", asked.Params, first.Params)
 	}
-	req := receipt(ctx, t, c2, asked)
-	if _, err := c2.Decide(ctx, req, turn.ChoiceApprove, ""); err != nil {
+	receipt(ctx, t, c2, asked)
+	if pending, err := c2.ListPending(ctx, sid); err != nil || len(pending) != 1 || pending[0].ApprovalID != a.ApprovalID {
+		t.Fatalf("listPending on the follower: %s, %v", jsonText(pending), err)
+	}
+	decide := decision(a, turn.ChoiceApprove)
+	var ack json.RawMessage
+	if err := c2.Call(ctx, msp.MethodApprovalDecide, decide, &ack); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []*checkedClient{c1, c2} {
-		events, err := c.WaitTurn(ctx, ack.TurnID)
+		events, err := c.WaitTurn(ctx, ts.CommandID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(only(events, msp.NotifyApprovalResolved)) != 1 {
+		resolved := only(events, msp.NotifyApprovalResolved)
+		if len(resolved) != 1 {
 			t.Fatalf("a client saw %s", compact(methods(events)))
 		}
-		if done := decode[msp.TurnCompletedParams](t, events[len(events)-1]); done.Terminal != msp.TerminalCompleted {
-			t.Fatalf("terminal %+v", done)
+		if r := decode[msp.ApprovalResolvedParams](t, resolved[0]); r.Decision != msp.DecisionApproved || r.ResolvedBy != msp.ResolvedByUser ||
+			r.DecidedByCommandID != decide.CommandID {
+			t.Errorf("approval/resolved %s", jsonText(r))
 		}
+		attemptsOf(t, decode[msp.TurnCompletedParams](t, events[len(events)-1]), 2)
 	}
-	if n := counting.Count(tooltest.Append); n != 1 {
+	if n := h.count(t, tooltest.Append); n != 1 {
 		t.Fatalf("the tool ran %d times, want once", n)
+	}
+	noPending(ctx, t, c2, sid)
+
+	c3 := dial(t, nodes[2].proc.url, client.Options{})
+	var replayed json.RawMessage
+	if err := c3.Call(ctx, msp.MethodApprovalDecide, decide, &replayed); err != nil || string(replayed) != string(ack) {
+		t.Errorf("the decision replayed to the third node: %s, %v; want %s", replayed, err, ack)
+	}
+	events := pageAll(t, ctx, c2, sid)
+	completedWith(t, checkCalls(t, events, "c1")[0], "appended 1")
+	resolvedOnce(t, events, a, msp.DecisionApproved, msp.ResolvedByUser, decide.CommandID)
+	checkTold(t, toldModel(t, events, ts.CommandID), map[string]scripted.Result{"c1": {Text: "appended 1"}})
+	if n := h.count(t, tooltest.Append); n != 1 {
+		t.Errorf("after the replay the tool ran %d times, want once", n)
 	}
 }

@@ -99,6 +99,21 @@ func (h *toolHost) whenCalled(f func(tool string)) {
 // retry backoffs.
 func (h *toolHost) config(t *testing.T) []string {
 	t.Helper()
+	return []string{"--config", toolConfig(t, h.url, "never"), "--retry-initial-backoff", "10ms", "--retry-max-backoff", "50ms"}
+}
+
+// approvalConfig is config with the counting server's every call waiting
+// for a person (approval = "always"), and the extra flags.
+func (h *toolHost) approvalConfig(t *testing.T, extra ...string) []string {
+	t.Helper()
+	return append([]string{"--config", toolConfig(t, h.url, "always"), "--retry-initial-backoff", "10ms", "--retry-max-backoff", "50ms"}, extra...)
+}
+
+// toolConfig writes an mspd configuration file — the scripted provider,
+// and the MCP server at url as [[mcp]] toolServerName with approval
+// ("never", "always") — and returns its path.
+func toolConfig(t *testing.T, url, approval string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "mspd.toml")
 	cfg := fmt.Sprintf(`[[providers]]
 id = "scripted"
@@ -107,12 +122,12 @@ type = "scripted"
 [[mcp]]
 name = %q
 url = %q
-approval = "never"
-`, toolServerName, h.url)
+approval = %q
+`, toolServerName, url, approval)
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return []string{"--config", path, "--retry-initial-backoff", "10ms", "--retry-max-backoff", "50ms"}
+	return path
 }
 
 // count is how many times the counting server ran tool, from its journal.
