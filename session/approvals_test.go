@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -882,6 +883,68 @@ func TestClusterTakeoverKeepsThePendingApproval(t *testing.T) {
 	}
 	if leader, _ := (memNode{h, "b"}).Leader(context.Background(), sid); leader != "b" {
 		t.Fatalf("leader %q after the takeover, want b", leader)
+	}
+	a.Close()
+}
+
+// headlessStore fails its next Head once armed, as a store that times out
+// while a node takes a session over.
+type headlessStore struct {
+	store.Store
+	armed atomic.Bool
+}
+
+func (h *headlessStore) Head(ctx context.Context, sessionID string) (int64, error) {
+	if h.armed.CompareAndSwap(true, false) {
+		return 0, errors.New("the store timed out")
+	}
+	return h.Store.Head(ctx, sessionID)
+}
+
+// TestDecisionDuringAFailedTakeover: a decision sent to a node that
+// claims the session of a dead leader, and fails to take it over (its
+// store times out), is refused retryable (overloaded), not as an internal
+// error of a write on a follower, and the lease is let go; the same
+// decision sent again takes the session over and runs the tool once.
+func TestDecisionDuringAFailedTakeover(t *testing.T) {
+	st := openStore(t)
+	ts := newToolServers(t)
+	model := &toolModel{server: "t"}
+	h := newMemHub()
+	h.tools = ts.box
+	deadA := &crashStore{Store: st}
+	a := h.startNode(t, "a", deadA, model)
+	flaky := &headlessStore{Store: st}
+	b := startQuietNodeWith(t, memNode{h, "b"}, flaky, model, ts.box)
+
+	onA := newAskSub()
+	sid := startSession(t, a, onA)
+	ack := startTurn(t, a, textTurn(sid, `call append {"text":"a"}`))
+	req, _ := onA.waitAsked(t, 1)
+	onB := newAskSub()
+	subscribe(t, b, onB, sid)
+	onB.waitAsked(t, 1)
+
+	deadA.dead.Store(true)
+	h.kill("a")
+	flaky.armed.Store(true)
+	cmd := cmdID()
+	_, err := decide(b, req, cmd, turn.ChoiceApprove, nil)
+	var me *msp.Error
+	if !errors.As(err, &me) || me.Data.Kind != msp.KindOverloaded || me.Data.Retryable == nil || !*me.Data.Retryable {
+		t.Fatalf("a decision during a failed takeover: %v; want a retryable overloaded", err)
+	}
+	if leader, _ := (memNode{h, "b"}).Leader(context.Background(), sid); leader != "" {
+		t.Fatalf("leader %q after the failed takeover, want none", leader)
+	}
+	if _, err := decide(b, req, cmd, turn.ChoiceApprove, nil); err != nil {
+		t.Fatalf("the decision sent again: %v", err)
+	}
+	if c := onB.waitTerminal(t, ack.TurnID); c.Terminal != msp.TerminalCompleted {
+		t.Fatalf("terminal after the takeover %+v", c)
+	}
+	if n := ts.marked.Count(tooltest.Append); n != 1 {
+		t.Fatalf("the tool ran %d times, want once", n)
 	}
 	a.Close()
 }
