@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"mspd/client"
 	"mspd/daemon"
@@ -243,49 +244,56 @@ func TestSetApprovalModeOverWebSocket(t *testing.T) {
 	}
 }
 
-// TestClusterApprovalDecidedOnAFollower: on three mspd processes sharing
-// JetStream, a turn on the node leading its session waits for approval;
-// a client of another node resumes the session, is asked too (the same
-// params) and lists it pending there, and its decision, sent to that
-// node, is forwarded to the leader, where the tool runs exactly once (the
-// journal) and the turn completes after two requests, the model told the
-// result. Both clients see the approval resolved once, approved by the
-// user with the decision's command; the same decision replayed to the
-// third node gets the same ack and resolves nothing again.
-func TestClusterApprovalDecidedOnAFollower(t *testing.T) {
-	testlane.Slow(t, "a cluster of three mspd processes")
-	h := startToolHost(t)
-	nodes := startClusterNodes(t, h.approvalConfig(t)...)
-	ctx := testCtx(t)
+// clusterApproval is a turn waiting for approval on three mspd processes
+// sharing JetStream: its session led by node 1, whose client c1 was
+// asked, and followed on node 2 by c2, asked too, with the same params,
+// and shown it pending there.
+type clusterApproval struct {
+	h      *toolHost
+	nodes  []*clusterNode
+	c1, c2 *checkedClient
+	sid    string
+	turn   msp.TurnStartParams
+	a      msp.ApprovalRequestParams
+}
 
-	c1 := dial(t, nodes[0].proc.url, client.Options{})
-	sid := newSession(t, c1)
-	ts := approvalTurn(sid, call("c1", tooltest.Append, `{"text":"a"}`))
-	if _, err := c1.StartTurnWith(ctx, ts); err != nil {
+func startClusterApproval(ctx context.Context, t *testing.T) *clusterApproval {
+	t.Helper()
+	ca := &clusterApproval{h: startToolHost(t)}
+	ca.nodes = startClusterNodes(t, ca.h.approvalConfig(t)...)
+	ca.c1 = dial(t, ca.nodes[0].proc.url, client.Options{})
+	ca.sid = newSession(t, ca.c1)
+	ca.turn = approvalTurn(ca.sid, call("c1", tooltest.Append, `{"text":"a"}`))
+	if _, err := ca.c1.StartTurnWith(ctx, ca.turn); err != nil {
 		t.Fatal(err)
 	}
-	first, _ := nextRequest(ctx, t, c1)
-	a := receipt(ctx, t, c1, first)
+	first, _ := nextRequest(ctx, t, ca.c1)
+	ca.a = receipt(ctx, t, ca.c1, first)
 
-	c2 := dial(t, nodes[1].proc.url, client.Options{})
-	if _, err := c2.Resume(ctx, sid, nil); err != nil {
+	ca.c2 = dial(t, ca.nodes[1].proc.url, client.Options{})
+	if _, err := ca.c2.Resume(ctx, ca.sid, nil); err != nil {
 		t.Fatal(err)
 	}
-	asked, _ := nextRequest(ctx, t, c2)
+	asked, _ := nextRequest(ctx, t, ca.c2)
 	if string(asked.Params) != string(first.Params) {
 		t.Fatalf("the follower's client was asked\n%s\nwant\n%s", asked.Params, first.Params)
 	}
-	receipt(ctx, t, c2, asked)
-	if pending, err := c2.ListPending(ctx, sid); err != nil || len(pending) != 1 || pending[0].ApprovalID != a.ApprovalID {
+	receipt(ctx, t, ca.c2, asked)
+	if pending, err := ca.c2.ListPending(ctx, ca.sid); err != nil || len(pending) != 1 || pending[0].ApprovalID != ca.a.ApprovalID {
 		t.Fatalf("listPending on the follower: %s, %v", jsonText(pending), err)
 	}
-	decide := decision(a, turn.ChoiceApprove)
-	var ack json.RawMessage
-	if err := c2.Call(ctx, msp.MethodApprovalDecide, decide, &ack); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []*checkedClient{c1, c2} {
-		events, err := c.WaitTurn(ctx, ts.CommandID)
+	return ca
+}
+
+// completed checks, once the turn ended, what clients cs saw of it (the
+// approval resolved once, approved by the user with decide's command; the
+// turn completed after two requests), the journal (the tool ran once),
+// and the log read on c2 (the item, the resolution, what the model was
+// told).
+func (ca *clusterApproval) completed(ctx context.Context, t *testing.T, decide msp.ApprovalDecideParams, cs ...*checkedClient) {
+	t.Helper()
+	for _, c := range cs {
+		events, err := c.WaitTurn(ctx, ca.turn.CommandID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,21 +307,76 @@ func TestClusterApprovalDecidedOnAFollower(t *testing.T) {
 		}
 		attemptsOf(t, decode[msp.TurnCompletedParams](t, events[len(events)-1]), 2)
 	}
-	if n := h.count(t, tooltest.Append); n != 1 {
+	if n := ca.h.count(t, tooltest.Append); n != 1 {
 		t.Fatalf("the tool ran %d times, want once", n)
 	}
-	noPending(ctx, t, c2, sid)
+	noPending(ctx, t, ca.c2, ca.sid)
+	events := pageAll(t, ctx, ca.c2, ca.sid)
+	completedWith(t, checkCalls(t, events, "c1")[0], "appended 1")
+	resolvedOnce(t, events, ca.a, msp.DecisionApproved, msp.ResolvedByUser, decide.CommandID)
+	checkTold(t, toldModel(t, events, ca.turn.CommandID), map[string]scripted.Result{"c1": {Text: "appended 1"}})
+}
 
-	c3 := dial(t, nodes[2].proc.url, client.Options{})
+// TestClusterApprovalDecidedOnAFollower: on three mspd processes sharing
+// JetStream, a turn on the node leading its session waits for approval;
+// a client of another node resumes the session, is asked too (the same
+// params) and lists it pending there, and its decision, sent to that
+// node, is forwarded to the leader, where the tool runs exactly once (the
+// journal) and the turn completes after two requests, the model told the
+// result. Both clients see the approval resolved once, approved by the
+// user with the decision's command; the same decision replayed to the
+// third node gets the same ack and resolves nothing again.
+func TestClusterApprovalDecidedOnAFollower(t *testing.T) {
+	testlane.Slow(t, "a cluster of three mspd processes")
+	ctx := testCtx(t)
+	ca := startClusterApproval(ctx, t)
+	decide := decision(ca.a, turn.ChoiceApprove)
+	var ack json.RawMessage
+	if err := ca.c2.Call(ctx, msp.MethodApprovalDecide, decide, &ack); err != nil {
+		t.Fatal(err)
+	}
+	ca.completed(ctx, t, decide, ca.c1, ca.c2)
+
+	c3 := dial(t, ca.nodes[2].proc.url, client.Options{})
 	var replayed json.RawMessage
 	if err := c3.Call(ctx, msp.MethodApprovalDecide, decide, &replayed); err != nil || string(replayed) != string(ack) {
 		t.Errorf("the decision replayed to the third node: %s, %v; want %s", replayed, err, ack)
 	}
-	events := pageAll(t, ctx, c2, sid)
-	completedWith(t, checkCalls(t, events, "c1")[0], "appended 1")
-	resolvedOnce(t, events, a, msp.DecisionApproved, msp.ResolvedByUser, decide.CommandID)
-	checkTold(t, toldModel(t, events, ts.CommandID), map[string]scripted.Result{"c1": {Text: "appended 1"}})
-	if n := h.count(t, tooltest.Append); n != 1 {
+	if n := ca.h.count(t, tooltest.Append); n != 1 {
 		t.Errorf("after the replay the tool ran %d times, want once", n)
 	}
+	resolvedOnce(t, pageAll(t, ctx, ca.c2, ca.sid), ca.a, msp.DecisionApproved, msp.ResolvedByUser, decide.CommandID)
+}
+
+// TestClusterApprovalAcrossATakeover: the node leading a session is
+// killed (SIGKILL) while a call waits for approval. The client of another
+// node sends its decision until it is accepted — while the lease lapses
+// and a node takes the session over, each refusal is a typed retryable
+// one (overloaded), never an internal error — and the node that took the
+// session over runs the tool exactly once; the turn completes after two
+// requests, the approval resolved once.
+func TestClusterApprovalAcrossATakeover(t *testing.T) {
+	testlane.Slow(t, "a cluster of three mspd processes and a lease to lapse")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ca := startClusterApproval(ctx, t)
+	ca.nodes[0].proc.kill()
+
+	decide := decision(ca.a, turn.ChoiceApprove)
+	for {
+		err := ca.c2.Call(ctx, msp.MethodApprovalDecide, decide, nil)
+		if err == nil {
+			break
+		}
+		var me *msp.Error
+		if !asError(err, &me) || me.Data.Retryable == nil || !*me.Data.Retryable {
+			t.Fatalf("a decision during the takeover: %v; want accepted, or a retryable refusal", err)
+		}
+		select { // a client's backoff between retries
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatalf("no node took the session over: %v", err)
+		}
+	}
+	ca.completed(ctx, t, decide, ca.c2)
 }
