@@ -4,12 +4,14 @@ package e2e
 // real mspd processes, killed with SIGKILL where a process matters, and
 // the journaling tooltest server (see exactly_once_test.go): approved,
 // denied, timed out, pending across a kill, approved and cut off by one,
-// a decision replayed after one.
+// a decision replayed after one, a graceful shutdown that waits for no
+// one.
 
 import (
 	"context"
 	"encoding/json"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,6 +57,16 @@ func startApprovalRun(ctx context.Context, t *testing.T, extra []string, calls .
 	return r
 }
 
+// askedToAppend is startApprovalRun of one call, c1, of append, once the
+// client was asked for it (and answered its receipt): it returns the
+// approval and its params as sent.
+func askedToAppend(ctx context.Context, t *testing.T, extra ...string) (*approvalRun, msp.ApprovalRequestParams, json.RawMessage) {
+	t.Helper()
+	r := startApprovalRun(ctx, t, extra, call("c1", tooltest.Append, `{"text":"a"}`))
+	a, raw := r.w.asked(ctx)
+	return r, a, raw
+}
+
 // kill kills the process (SIGKILL).
 func (r *approvalRun) kill() { r.p.kill() }
 
@@ -73,6 +85,32 @@ func (r *approvalRun) done(ctx context.Context, count int) []msp.ViewEvent {
 	r.t.Helper()
 	attemptsOf(r.t, r.w.terminal(ctx, r.turn.CommandID), count)
 	return pageAll(r.t, ctx, r.w.c, r.w.sid)
+}
+
+// checkEnd checks that no approval is pending and that the log holds
+// what the watcher was delivered.
+func (r *approvalRun) checkEnd(ctx context.Context) {
+	r.t.Helper()
+	noPending(ctx, r.t, r.w.c, r.w.sid)
+	r.w.checkLog(ctx)
+}
+
+// appendedOnce checks the end of an approved call c1 of append: run once
+// (the journal), its item completed with the tool's output and carrying
+// the approval, the approval resolved once (approved, by the user, by
+// command commandID), the model told the result.
+func (r *approvalRun) appendedOnce(events []msp.ViewEvent, a msp.ApprovalRequestParams, commandID string) {
+	r.t.Helper()
+	if n := r.h.count(r.t, tooltest.Append); n != 1 {
+		r.t.Errorf("append ran %d times, want once", n)
+	}
+	it := checkCalls(r.t, events, "c1")[0]
+	completedWith(r.t, it, "appended 1")
+	if it.ApprovalID != a.ApprovalID {
+		r.t.Errorf("the item's approvalId %q, want %q", it.ApprovalID, a.ApprovalID)
+	}
+	resolvedOnce(r.t, events, a, msp.DecisionApproved, msp.ResolvedByUser, commandID)
+	r.told(events, map[string]scripted.Result{"c1": {Text: "appended 1"}})
 }
 
 // told checks what the model was last told of the turn's calls.
@@ -180,9 +218,8 @@ func mspError(t *testing.T, err error, code int, kind string) *msp.Error {
 // result, and attempts counts both requests.
 func TestApprovedOnAProcess(t *testing.T) {
 	ctx := testCtx(t)
-	r := startApprovalRun(ctx, t, nil, call("c1", tooltest.Append, `{"text":"a"}`))
+	r, a, _ := askedToAppend(ctx, t)
 	h, w := r.h, r.w
-	a, _ := w.asked(ctx)
 	if a.ToolName != "t__append" || a.RawArgs != `{"text":"a"}` || a.TurnID != r.turn.CommandID || a.ToolCallID != "c1" {
 		t.Fatalf("asked %s", jsonText(a))
 	}
@@ -193,22 +230,11 @@ func TestApprovedOnAProcess(t *testing.T) {
 	if err != nil || !ack.Terminal || ack.Status != msp.StatusAccepted || ack.ApprovalID != a.ApprovalID {
 		t.Fatalf("decide: %s, %v", jsonText(ack), err)
 	}
-	events := r.done(ctx, 2)
-	if n := h.count(t, tooltest.Append); n != 1 {
-		t.Errorf("append ran %d times, want once", n)
-	}
-	it := checkCalls(t, events, "c1")[0]
-	completedWith(t, it, "appended 1")
-	if it.ApprovalID != a.ApprovalID {
-		t.Errorf("the item's approvalId %q, want %q", it.ApprovalID, a.ApprovalID)
-	}
-	resolvedOnce(t, events, a, msp.DecisionApproved, msp.ResolvedByUser, ack.CommandID)
-	r.told(events, map[string]scripted.Result{"c1": {Text: "appended 1"}})
+	r.appendedOnce(r.done(ctx, 2), a, ack.CommandID)
 	if n := asks(w.seen); n != 1 {
 		t.Errorf("asked %d times, want once", n)
 	}
-	noPending(ctx, t, w.c, w.sid)
-	w.checkLog(ctx)
+	r.checkEnd(ctx)
 }
 
 // TestDeniedWithFeedbackOnAProcess: on an mspd process, a denied call
@@ -217,9 +243,8 @@ func TestApprovedOnAProcess(t *testing.T) {
 // model's next request carries the denial with the person's feedback.
 func TestDeniedWithFeedbackOnAProcess(t *testing.T) {
 	ctx := testCtx(t)
-	r := startApprovalRun(ctx, t, nil, call("c1", tooltest.Append, `{"text":"a"}`))
+	r, a, _ := askedToAppend(ctx, t)
 	h, w := r.h, r.w
-	a, _ := w.asked(ctx)
 	const feedback = "not that file; look it up first"
 	ack, err := w.c.Decide(ctx, a, turn.ChoiceDeny, feedback)
 	if err != nil || !ack.Terminal {
@@ -233,7 +258,7 @@ func TestDeniedWithFeedbackOnAProcess(t *testing.T) {
 	resolvedOnce(t, events, a, msp.DecisionDenied, msp.ResolvedByUser, ack.CommandID)
 	r.told(events, map[string]scripted.Result{
 		"c1": {Text: "the call was denied: the user denied it\nThe user said: " + feedback, IsError: true}})
-	w.checkLog(ctx)
+	r.checkEnd(ctx)
 }
 
 // TestApprovalTimesOutOnAProcess: on an mspd process run with
@@ -243,9 +268,8 @@ func TestDeniedWithFeedbackOnAProcess(t *testing.T) {
 // approvalAlreadyResolved, naming the timeout.
 func TestApprovalTimesOutOnAProcess(t *testing.T) {
 	ctx := testCtx(t)
-	r := startApprovalRun(ctx, t, []string{"--approval-timeout", "300ms"}, call("c1", tooltest.Append, `{"text":"a"}`))
+	r, a, _ := askedToAppend(ctx, t, "--approval-timeout", "300ms")
 	h, w := r.h, r.w
-	a, _ := w.asked(ctx)
 	events := r.done(ctx, 2)
 	if n := h.count(t, tooltest.Append); n != 0 {
 		t.Errorf("a timed-out call ran %d times", n)
@@ -259,8 +283,7 @@ func TestApprovalTimesOutOnAProcess(t *testing.T) {
 		me.Data.Resolution.Decision != msp.DecisionTimedOut {
 		t.Errorf("a late decision's refusal: %s", jsonText(me.Data))
 	}
-	noPending(ctx, t, w.c, w.sid)
-	w.checkLog(ctx)
+	r.checkEnd(ctx)
 }
 
 // TestApprovalTimeoutSpansASIGKILL: the process is killed (SIGKILL) while
@@ -271,9 +294,8 @@ func TestApprovalTimesOutOnAProcess(t *testing.T) {
 func TestApprovalTimeoutSpansASIGKILL(t *testing.T) {
 	const timeout = 3 * time.Second
 	ctx := testCtx(t)
-	r := startApprovalRun(ctx, t, []string{"--approval-timeout", timeout.String()}, call("c1", tooltest.Append, `{"text":"a"}`))
+	r, a, _ := askedToAppend(ctx, t, "--approval-timeout", timeout.String())
 	h, w := r.h, r.w
-	a, _ := w.asked(ctx)
 	r.kill()
 
 	// The restart comes after the deadline, counted from the item's
@@ -307,8 +329,7 @@ func TestApprovalTimeoutSpansASIGKILL(t *testing.T) {
 	refused(t, checkCalls(t, events, "c1")[0], msp.ItemRejected, turn.FailureApprovalTimeout, reason)
 	resolvedOnce(t, events, a, msp.DecisionTimedOut, msp.ResolvedByPolicy, "")
 	r.told(events, map[string]scripted.Result{"c1": {Text: "the call was denied: " + reason, IsError: true}})
-	noPending(ctx, t, w.c, w.sid)
-	w.checkLog(ctx)
+	r.checkEnd(ctx)
 }
 
 // TestPendingApprovalSurvivesASIGKILL: the process is killed (SIGKILL)
@@ -322,9 +343,8 @@ func TestApprovalTimeoutSpansASIGKILL(t *testing.T) {
 // and the turn completes after two requests, the model told the result.
 func TestPendingApprovalSurvivesASIGKILL(t *testing.T) {
 	ctx := testCtx(t)
-	r := startApprovalRun(ctx, t, nil, call("c1", tooltest.Append, `{"text":"a"}`))
+	r, a, first := askedToAppend(ctx, t)
 	h, w := r.h, r.w
-	a, first := w.asked(ctx)
 	r.kill()
 
 	before := len(w.seen)
@@ -355,18 +375,11 @@ func TestPendingApprovalSurvivesASIGKILL(t *testing.T) {
 	if err != nil || !ack.Terminal {
 		t.Fatalf("decide: %s, %v", jsonText(ack), err)
 	}
-	events := r.done(ctx, 2)
-	if n := h.count(t, tooltest.Append); n != 1 {
-		t.Errorf("append ran %d times, want once", n)
-	}
-	completedWith(t, checkCalls(t, events, "c1")[0], "appended 1")
-	resolvedOnce(t, events, a, msp.DecisionApproved, msp.ResolvedByUser, ack.CommandID)
-	r.told(events, map[string]scripted.Result{"c1": {Text: "appended 1"}})
+	r.appendedOnce(r.done(ctx, 2), a, ack.CommandID)
 	if n := asks(w.seen[before:]); n != 1 {
 		t.Errorf("asked %d times after the restart, want once", n)
 	}
-	noPending(ctx, t, w.c, w.sid)
-	w.checkLog(ctx)
+	r.checkEnd(ctx)
 }
 
 // TestApprovedCallCutOffBySIGKILL: of a step's three calls, two are
@@ -432,7 +445,7 @@ func TestApprovedCallCutOffBySIGKILL(t *testing.T) {
 	}
 	r.told(events, map[string]scripted.Result{
 		"c1": {Text: cut.FailureReason, IsError: true}, "c2": {Text: "done"}, "c3": {Text: "appended 1"}})
-	w.checkLog(ctx)
+	r.checkEnd(ctx)
 }
 
 // TestDecideReplayedAfterASIGKILL: approval/decide is a command across a
@@ -443,9 +456,8 @@ func TestApprovedCallCutOffBySIGKILL(t *testing.T) {
 // the same refusal, and nothing is resolved or run again.
 func TestDecideReplayedAfterASIGKILL(t *testing.T) {
 	ctx := testCtx(t)
-	r := startApprovalRun(ctx, t, nil, call("c1", tooltest.Append, `{"text":"a"}`))
-	h, w := r.h, r.w
-	a, _ := w.asked(ctx)
+	r, a, _ := askedToAppend(ctx, t)
+	w := r.w
 	stale := decision(a, turn.ChoiceApprove)
 	stale.RequirementID.SourceIndex++ // a stage mspd's approvals do not have
 	staleErr := w.c.Call(ctx, msp.MethodApprovalDecide, stale, nil)
@@ -471,14 +483,46 @@ func TestDecideReplayedAfterASIGKILL(t *testing.T) {
 	if me := mspError(t, err, msp.CodeApprovalRequirementStale, msp.KindApprovalRequirementStale); me.Message != staleErr.(*msp.Error).Message {
 		t.Errorf("the replayed stale decision: %v; want %v", err, staleErr)
 	}
-	if n := h.count(t, tooltest.Append); n != 1 {
-		t.Errorf("append ran %d times, want once", n)
-	}
 	events := pageAll(t, ctx, c, w.sid)
-	completedWith(t, checkCalls(t, events, "c1")[0], "appended 1")
-	resolvedOnce(t, events, a, msp.DecisionApproved, msp.ResolvedByUser, decide.CommandID)
+	r.appendedOnce(events, a, decide.CommandID)
 	if n := len(slices.DeleteFunc(events, func(e msp.ViewEvent) bool { return e.Method != msp.NotifyTurnCompleted })); n != 1 {
 		t.Errorf("%d turn/completed records, want 1", n)
 	}
 	noPending(ctx, t, c, w.sid)
+}
+
+// TestSIGTERMDoesNotWaitForAPerson: a graceful shutdown (SIGTERM, with a
+// long --shutdown-timeout) does not wait for a call's approval: the
+// process exits 0 at once, the turn not ended; the next process waits
+// for the same approval, asks again, and runs the call once approved,
+// the turn completing after two requests.
+func TestSIGTERMDoesNotWaitForAPerson(t *testing.T) {
+	ctx := testCtx(t)
+	r, a, first := askedToAppend(ctx, t, "--shutdown-timeout", "20s")
+	w := r.w
+	sent := time.Now()
+	if err := r.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.p.cmd.Wait(); err != nil {
+		t.Fatalf("mspd exited with %v after SIGTERM, want status 0", err)
+	}
+	if took := time.Since(sent); took > 10*time.Second {
+		t.Errorf("the shutdown took %s: it waited for a person", took)
+	}
+	w.readToClose(ctx, "the shutdown")
+
+	snap := r.restart(ctx)
+	if len(snap.PendingRequests) != 1 || snap.PendingRequests[0].ApprovalID != a.ApprovalID {
+		t.Fatalf("resume's pendingRequests %s", jsonText(snap.PendingRequests))
+	}
+	if _, again := w.asked(ctx); string(again) != string(first) {
+		t.Fatalf("asked again after the restart:\n%s\nwant\n%s", again, first)
+	}
+	ack, err := w.c.Decide(ctx, a, turn.ChoiceApprove, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.appendedOnce(r.done(ctx, 2), a, ack.CommandID)
+	r.checkEnd(ctx)
 }
