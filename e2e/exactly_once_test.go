@@ -99,14 +99,21 @@ func (h *toolHost) whenCalled(f func(tool string)) {
 // retry backoffs.
 func (h *toolHost) config(t *testing.T) []string {
 	t.Helper()
-	return []string{"--config", toolConfig(t, h.url, "never"), "--retry-initial-backoff", "10ms", "--retry-max-backoff", "50ms"}
+	return h.flags(t, "never")
 }
 
 // approvalConfig is config with the counting server's every call waiting
 // for a person (approval = "always"), and the extra flags.
 func (h *toolHost) approvalConfig(t *testing.T, extra ...string) []string {
 	t.Helper()
-	return append([]string{"--config", toolConfig(t, h.url, "always"), "--retry-initial-backoff", "10ms", "--retry-max-backoff", "50ms"}, extra...)
+	return append(h.flags(t, "always"), extra...)
+}
+
+// flags are the serve flags of a configuration whose counting server's
+// calls wait for approval as approval says, with short retry backoffs.
+func (h *toolHost) flags(t *testing.T, approval string) []string {
+	t.Helper()
+	return []string{"--config", toolConfig(t, h.url, approval), "--retry-initial-backoff", "10ms", "--retry-max-backoff", "50ms"}
 }
 
 // toolConfig writes an mspd configuration file — the scripted provider,

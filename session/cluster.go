@@ -110,8 +110,9 @@ func (m *Manager) Serve(ctx context.Context, cmd Command) (json.RawMessage, erro
 
 // forward sends a state-changing command to its session's leader when
 // that is another node; handled reports whether it answered the command
-// (forwarded it, or refused it with err), and when it did not, this node
-// leads the session. This node claims a session nobody leads.
+// (forwarded it, or refused it with err). When it did not, the command
+// runs here: this node leads the session (it claims one nobody leads),
+// or there is no cluster, or no such session.
 func (m *Manager) forward(ctx context.Context, sessionID, method string, raw json.RawMessage) (res json.RawMessage, handled bool, err error) {
 	c := m.cfg.Cluster
 	if c == nil {
