@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
+	"time"
 
 	"mspd/client"
 	"mspd/daemon"
+	"mspd/internal/testlane"
 	"mspd/observe/observetest"
 	"mspd/provider/scripted"
 	"mspd/schema/msp"
@@ -21,19 +21,7 @@ import (
 // may call the counting MCP server at url, configured approval = "always".
 func approvalDaemon(t *testing.T, dataDir, url string) *daemon.Daemon {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "mspd.toml")
-	if err := os.WriteFile(file, []byte(`[[providers]]
-id = "s"
-type = "scripted"
-
-[[mcp]]
-name = "t"
-url = "`+url+`"
-approval = "always"
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return startDaemon(t, daemon.Config{DataDir: dataDir, ConfigFile: file, Tools: daemon.Tools{NoBuiltin: true}})
+	return startDaemon(t, daemon.Config{DataDir: dataDir, ConfigFile: toolConfig(t, url, "always"), Tools: daemon.Tools{NoBuiltin: true}})
 }
 
 // nextRequest consumes c's notifications until the server sends a
@@ -256,71 +244,139 @@ func TestSetApprovalModeOverWebSocket(t *testing.T) {
 	}
 }
 
-// TestClusterApprovalDecidedOnAFollower: on three mspd processes sharing
-// JetStream, a turn on the node leading its session waits for approval;
-// a client of another node resumes the session and is asked too, and its
-// decision, sent to that node, is forwarded to the leader, where the tool
-// runs exactly once and the turn completes; both clients see the
-// resolution.
-func TestClusterApprovalDecidedOnAFollower(t *testing.T) {
-	counting := tooltest.New("")
-	mcp := httptest.NewServer(counting.HTTPHandler())
-	t.Cleanup(mcp.Close)
-	file := filepath.Join(t.TempDir(), "mspd.toml")
-	if err := os.WriteFile(file, []byte(`[[providers]]
-id = "s"
-type = "scripted"
+// clusterApproval is a turn waiting for approval on three mspd processes
+// sharing JetStream: its session led by node 1, whose client c1 was
+// asked, and followed on node 2 by c2, asked too, with the same params,
+// and shown it pending there.
+type clusterApproval struct {
+	h      *toolHost
+	nodes  []*clusterNode
+	c1, c2 *checkedClient
+	sid    string
+	turn   msp.TurnStartParams
+	a      msp.ApprovalRequestParams
+}
 
-[[mcp]]
-name = "t"
-url = "`+mcp.URL+`"
-approval = "always"
-`), 0o600); err != nil {
+func startClusterApproval(ctx context.Context, t *testing.T) *clusterApproval {
+	t.Helper()
+	ca := &clusterApproval{h: startToolHost(t)}
+	ca.nodes = startClusterNodes(t, ca.h.approvalConfig(t)...)
+	ca.c1 = dial(t, ca.nodes[0].proc.url, client.Options{})
+	ca.sid = newSession(t, ca.c1)
+	ca.turn = approvalTurn(ca.sid, call("c1", tooltest.Append, `{"text":"a"}`))
+	if _, err := ca.c1.StartTurnWith(ctx, ca.turn); err != nil {
 		t.Fatal(err)
 	}
-	nodes := startClusterNodes(t, "--config", file)
-	ctx := testCtx(t)
+	first, _ := nextRequest(ctx, t, ca.c1)
+	ca.a = receipt(ctx, t, ca.c1, first)
 
-	c1 := dial(t, nodes[0].proc.url, client.Options{})
-	start, err := c1.StartSession(ctx)
-	if err != nil {
+	ca.c2 = dial(t, ca.nodes[1].proc.url, client.Options{})
+	if _, err := ca.c2.Resume(ctx, ca.sid, nil); err != nil {
 		t.Fatal(err)
 	}
-	sid := start.Session.SessionID
-	ack, err := c1.StartTurn(ctx, sid, scripted.Script(
-		scripted.Step{Calls: []scripted.Call{{ID: "c1", Name: "t__append", Args: `{"text":"a"}`}}},
-		scripted.Step{Text: "Appended."}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, _ := nextRequest(ctx, t, c1)
-	receipt(ctx, t, c1, first)
-
-	c2 := dial(t, nodes[1].proc.url, client.Options{})
-	if _, err := c2.Resume(ctx, sid, nil); err != nil {
-		t.Fatal(err)
-	}
-	asked, _ := nextRequest(ctx, t, c2)
+	asked, _ := nextRequest(ctx, t, ca.c2)
 	if string(asked.Params) != string(first.Params) {
 		t.Fatalf("the follower's client was asked\n%s\nwant\n%s", asked.Params, first.Params)
 	}
-	req := receipt(ctx, t, c2, asked)
-	if _, err := c2.Decide(ctx, req, turn.ChoiceApprove, ""); err != nil {
-		t.Fatal(err)
+	receipt(ctx, t, ca.c2, asked)
+	if pending, err := ca.c2.ListPending(ctx, ca.sid); err != nil || len(pending) != 1 || pending[0].ApprovalID != ca.a.ApprovalID {
+		t.Fatalf("listPending on the follower: %s, %v", jsonText(pending), err)
 	}
-	for _, c := range []*checkedClient{c1, c2} {
-		events, err := c.WaitTurn(ctx, ack.TurnID)
+	return ca
+}
+
+// completed checks, once the turn ended, what clients cs saw of it (the
+// approval resolved once, approved by the user with decide's command; the
+// turn completed after two requests), the journal (the tool ran once),
+// and the log read on c2 (the item, the resolution, what the model was
+// told).
+func (ca *clusterApproval) completed(ctx context.Context, t *testing.T, decide msp.ApprovalDecideParams, cs ...*checkedClient) {
+	t.Helper()
+	for _, c := range cs {
+		events, err := c.WaitTurn(ctx, ca.turn.CommandID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(only(events, msp.NotifyApprovalResolved)) != 1 {
+		resolved := only(events, msp.NotifyApprovalResolved)
+		if len(resolved) != 1 {
 			t.Fatalf("a client saw %s", compact(methods(events)))
 		}
-		if done := decode[msp.TurnCompletedParams](t, events[len(events)-1]); done.Terminal != msp.TerminalCompleted {
-			t.Fatalf("terminal %+v", done)
+		if r := decode[msp.ApprovalResolvedParams](t, resolved[0]); r.Decision != msp.DecisionApproved || r.ResolvedBy != msp.ResolvedByUser ||
+			r.DecidedByCommandID != decide.CommandID {
+			t.Errorf("approval/resolved %s", jsonText(r))
 		}
+		attemptsOf(t, decode[msp.TurnCompletedParams](t, events[len(events)-1]), 2)
 	}
-	if n := counting.Count(tooltest.Append); n != 1 {
+	if n := ca.h.count(t, tooltest.Append); n != 1 {
 		t.Fatalf("the tool ran %d times, want once", n)
 	}
+	noPending(ctx, t, ca.c2, ca.sid)
+	events := pageAll(t, ctx, ca.c2, ca.sid)
+	completedWith(t, checkCalls(t, events, "c1")[0], "appended 1")
+	resolvedOnce(t, events, ca.a, msp.DecisionApproved, msp.ResolvedByUser, decide.CommandID)
+	checkTold(t, toldModel(t, events, ca.turn.CommandID), map[string]scripted.Result{"c1": {Text: "appended 1"}})
+}
+
+// TestClusterApprovalDecidedOnAFollower: on three mspd processes sharing
+// JetStream, a turn on the node leading its session waits for approval;
+// a client of another node resumes the session, is asked too (the same
+// params) and lists it pending there, and its decision, sent to that
+// node, is forwarded to the leader, where the tool runs exactly once (the
+// journal) and the turn completes after two requests, the model told the
+// result. Both clients see the approval resolved once, approved by the
+// user with the decision's command; the same decision replayed to the
+// third node gets the same ack and resolves nothing again.
+func TestClusterApprovalDecidedOnAFollower(t *testing.T) {
+	testlane.Slow(t, "a cluster of three mspd processes")
+	ctx := testCtx(t)
+	ca := startClusterApproval(ctx, t)
+	decide := decision(ca.a, turn.ChoiceApprove)
+	var ack json.RawMessage
+	if err := ca.c2.Call(ctx, msp.MethodApprovalDecide, decide, &ack); err != nil {
+		t.Fatal(err)
+	}
+	ca.completed(ctx, t, decide, ca.c1, ca.c2)
+
+	c3 := dial(t, ca.nodes[2].proc.url, client.Options{})
+	var replayed json.RawMessage
+	if err := c3.Call(ctx, msp.MethodApprovalDecide, decide, &replayed); err != nil || string(replayed) != string(ack) {
+		t.Errorf("the decision replayed to the third node: %s, %v; want %s", replayed, err, ack)
+	}
+	if n := ca.h.count(t, tooltest.Append); n != 1 {
+		t.Errorf("after the replay the tool ran %d times, want once", n)
+	}
+	resolvedOnce(t, pageAll(t, ctx, ca.c2, ca.sid), ca.a, msp.DecisionApproved, msp.ResolvedByUser, decide.CommandID)
+}
+
+// TestClusterApprovalAcrossATakeover: the node leading a session is
+// killed (SIGKILL) while a call waits for approval. The client of another
+// node sends its decision until it is accepted — while the lease lapses
+// and a node takes the session over, each refusal is a typed retryable
+// one (overloaded), never an internal error — and the node that took the
+// session over runs the tool exactly once; the turn completes after two
+// requests, the approval resolved once.
+func TestClusterApprovalAcrossATakeover(t *testing.T) {
+	testlane.Slow(t, "a cluster of three mspd processes and a lease to lapse")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ca := startClusterApproval(ctx, t)
+	ca.nodes[0].proc.kill()
+
+	decide := decision(ca.a, turn.ChoiceApprove)
+	for {
+		err := ca.c2.Call(ctx, msp.MethodApprovalDecide, decide, nil)
+		if err == nil {
+			break
+		}
+		var me *msp.Error
+		if !asError(err, &me) || me.Data.Retryable == nil || !*me.Data.Retryable {
+			t.Fatalf("a decision during the takeover: %v; want accepted, or a retryable refusal", err)
+		}
+		select { // a client's backoff between retries
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatalf("no node took the session over: %v", err)
+		}
+	}
+	ca.completed(ctx, t, decide, ca.c2)
 }

@@ -99,6 +99,28 @@ func (h *toolHost) whenCalled(f func(tool string)) {
 // retry backoffs.
 func (h *toolHost) config(t *testing.T) []string {
 	t.Helper()
+	return h.flags(t, "never")
+}
+
+// approvalConfig is config with the counting server's every call waiting
+// for a person (approval = "always"), and the extra flags.
+func (h *toolHost) approvalConfig(t *testing.T, extra ...string) []string {
+	t.Helper()
+	return append(h.flags(t, "always"), extra...)
+}
+
+// flags are the serve flags of a configuration whose counting server's
+// calls wait for approval as approval says, with short retry backoffs.
+func (h *toolHost) flags(t *testing.T, approval string) []string {
+	t.Helper()
+	return []string{"--config", toolConfig(t, h.url, approval), "--retry-initial-backoff", "10ms", "--retry-max-backoff", "50ms"}
+}
+
+// toolConfig writes an mspd configuration file — the scripted provider,
+// and the MCP server at url as [[mcp]] toolServerName with approval
+// ("never", "always") — and returns its path.
+func toolConfig(t *testing.T, url, approval string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "mspd.toml")
 	cfg := fmt.Sprintf(`[[providers]]
 id = "scripted"
@@ -107,12 +129,12 @@ type = "scripted"
 [[mcp]]
 name = %q
 url = %q
-approval = "never"
-`, toolServerName, h.url)
+approval = %q
+`, toolServerName, url, approval)
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return []string{"--config", path, "--retry-initial-backoff", "10ms", "--retry-max-backoff", "50ms"}
+	return path
 }
 
 // count is how many times the counting server ran tool, from its journal.

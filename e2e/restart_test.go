@@ -133,17 +133,21 @@ func watchNewSession(ctx context.Context, t *testing.T, url string) *watcher {
 	return w
 }
 
-// attach connects to a (new) process and resumes after the last cursor.
-func (w *watcher) attach(ctx context.Context, url string) {
+// attach connects to a (new) process, resumes after the last cursor and
+// returns the resume's snapshot.
+func (w *watcher) attach(ctx context.Context, url string) msp.SessionSnapshot {
 	w.t.Helper()
 	w.c = dial(w.t, url, client.Options{})
 	cursor := w.cursor
-	if _, err := w.c.Resume(ctx, w.sid, &cursor); err != nil {
+	snap, err := w.c.Resume(ctx, w.sid, &cursor)
+	if err != nil {
 		w.t.Fatalf("resume after %s: %v", cursor, err)
 	}
+	return snap
 }
 
-// next takes one notification, remembering its cursor.
+// next takes one notification (or server request), remembering its
+// cursor.
 func (w *watcher) next(ctx context.Context) client.Notification {
 	w.t.Helper()
 	n, err := w.c.Next(ctx)
@@ -151,7 +155,7 @@ func (w *watcher) next(ctx context.Context) client.Notification {
 		w.t.Fatalf("%v; the last notifications: %s", err, compact(methods(w.seen[max(len(w.seen)-12, 0):])))
 	}
 	w.seen = append(w.seen, n)
-	if c := n.Cursor(); c != "" {
+	if c := n.Cursor(); c != "" && !n.IsRequest() {
 		w.cursor = c
 	}
 	return n
@@ -220,7 +224,7 @@ func (w *watcher) checkLog(ctx context.Context) msp.ViewPageResult {
 	issued := map[string]string{}
 	for _, n := range w.seen {
 		c := n.Cursor()
-		if c == "" {
+		if c == "" || n.IsRequest() { // approval/request carries its approval/requested's cursor
 			continue
 		}
 		if prev, dup := issued[c]; dup && n.Method != msp.NotifyViewGap {

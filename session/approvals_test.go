@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -843,47 +844,118 @@ func TestClusterDecisionOnAFollower(t *testing.T) {
 	}
 }
 
+// deadLeader is a call waiting for approval on node a, whose session node
+// b follows (its reader onB asked too), and then a's death: nothing more
+// of it is written or published, and its lease lapses.
+type deadLeader struct {
+	h      *memHub
+	tools  *toolServers
+	a, b   *Manager
+	onB    *askSub
+	sid    string
+	turnID string
+	req    msp.ApprovalRequestParams
+}
+
+// leaderDiesWhileAsked sets a deadLeader up; startB starts node b on the
+// hub over the store.
+func leaderDiesWhileAsked(t *testing.T, startB func(h *memHub, st store.Store, model provider.Model) *Manager) *deadLeader {
+	t.Helper()
+	st := openStore(t)
+	d := &deadLeader{h: newMemHub(), tools: newToolServers(t)}
+	model := &toolModel{server: "t"}
+	d.h.tools = d.tools.box
+	deadA := &crashStore{Store: st}
+	d.a = d.h.startNode(t, "a", deadA, model)
+	d.b = startB(d.h, st, model)
+
+	onA := newAskSub()
+	d.sid = startSession(t, d.a, onA)
+	d.turnID = startTurn(t, d.a, textTurn(d.sid, `call append {"text":"a"}`)).TurnID
+	d.req, _ = onA.waitAsked(t, 1)
+	d.onB = newAskSub()
+	subscribe(t, d.b, d.onB, d.sid)
+	d.onB.waitAsked(t, 1)
+
+	deadA.dead.Store(true)
+	d.h.kill("a")
+	return d
+}
+
+// ranOnceOnB checks that the turn completed, its call run once on b.
+func (d *deadLeader) ranOnceOnB(t *testing.T) {
+	t.Helper()
+	if c := d.onB.waitTerminal(t, d.turnID); c.Terminal != msp.TerminalCompleted {
+		t.Fatalf("terminal after the takeover %+v", c)
+	}
+	if it := toolItem(t, d.onB.recSub); it.Status != msp.ItemCompleted || it.ApprovalID != d.req.ApprovalID {
+		t.Fatalf("item %+v", it)
+	}
+	if n := d.tools.marked.Count(tooltest.Append); n != 1 {
+		t.Fatalf("the tool ran %d times, want once", n)
+	}
+	if leader, _ := (memNode{d.h, "b"}).Leader(context.Background(), d.sid); leader != "b" {
+		t.Fatalf("leader %q after the takeover, want b", leader)
+	}
+}
+
 // TestClusterTakeoverKeepsThePendingApproval: when the node leading a
 // session dies while a call waits for approval, the node that takes it
 // over waits for the same approval, and a decision there runs the tool
 // once.
 func TestClusterTakeoverKeepsThePendingApproval(t *testing.T) {
-	st := openStore(t)
-	ts := newToolServers(t)
-	model := &toolModel{server: "t"}
-	h := newMemHub()
-	h.tools = ts.box
-	deadA := &crashStore{Store: st}
-	a := h.startNode(t, "a", deadA, model)
-	b := h.startNode(t, "b", st, model)
-	t.Cleanup(b.Close)
-
-	onA := newAskSub()
-	sid := startSession(t, a, onA)
-	ack := startTurn(t, a, textTurn(sid, `call append {"text":"a"}`))
-	req, _ := onA.waitAsked(t, 1)
-	onB := newAskSub()
-	subscribe(t, b, onB, sid)
-	onB.waitAsked(t, 1)
-
-	deadA.dead.Store(true) // node a dies: nothing more of it is written,
-	h.kill("a")            // nor published, and its lease lapses
-	if _, err := decide(b, req, cmdID(), turn.ChoiceApprove, nil); err != nil {
+	d := leaderDiesWhileAsked(t, func(h *memHub, st store.Store, model provider.Model) *Manager {
+		b := h.startNode(t, "b", st, model)
+		t.Cleanup(b.Close)
+		return b
+	})
+	if _, err := decide(d.b, d.req, cmdID(), turn.ChoiceApprove, nil); err != nil {
 		t.Fatal(err)
 	}
-	if c := onB.waitTerminal(t, ack.TurnID); c.Terminal != msp.TerminalCompleted {
-		t.Fatalf("terminal after the takeover %+v", c)
+	d.ranOnceOnB(t)
+	d.a.Close()
+}
+
+// headlessStore fails its next Head once armed, as a store that times out
+// while a node takes a session over.
+type headlessStore struct {
+	store.Store
+	armed atomic.Bool
+}
+
+func (h *headlessStore) Head(ctx context.Context, sessionID string) (int64, error) {
+	if h.armed.CompareAndSwap(true, false) {
+		return 0, errors.New("the store timed out")
 	}
-	if it := toolItem(t, onB.recSub); it.Status != msp.ItemCompleted || it.ApprovalID != req.ApprovalID {
-		t.Fatalf("item %+v", it)
+	return h.Store.Head(ctx, sessionID)
+}
+
+// TestDecisionDuringAFailedTakeover: a decision sent to a node that
+// claims the session of a dead leader, and fails to take it over (its
+// store times out), is refused retryable (overloaded), not as an internal
+// error of a write on a follower, and the lease is let go; the same
+// decision sent again takes the session over and runs the tool once.
+func TestDecisionDuringAFailedTakeover(t *testing.T) {
+	flaky := &headlessStore{}
+	d := leaderDiesWhileAsked(t, func(h *memHub, st store.Store, model provider.Model) *Manager {
+		flaky.Store = st
+		return startQuietNodeWith(t, memNode{h, "b"}, flaky, model, h.tools)
+	})
+	flaky.armed.Store(true)
+	cmd := cmdID()
+	_, err := decide(d.b, d.req, cmd, turn.ChoiceApprove, nil)
+	var me *msp.Error
+	if !errors.As(err, &me) || me.Data.Kind != msp.KindOverloaded || me.Data.Retryable == nil || !*me.Data.Retryable {
+		t.Fatalf("a decision during a failed takeover: %v; want a retryable overloaded", err)
 	}
-	if n := ts.marked.Count(tooltest.Append); n != 1 {
-		t.Fatalf("the tool ran %d times, want once", n)
+	if leader, _ := (memNode{d.h, "b"}).Leader(context.Background(), d.sid); leader != "" {
+		t.Fatalf("leader %q after the failed takeover, want none", leader)
 	}
-	if leader, _ := (memNode{h, "b"}).Leader(context.Background(), sid); leader != "b" {
-		t.Fatalf("leader %q after the takeover, want b", leader)
+	if _, err := decide(d.b, d.req, cmd, turn.ChoiceApprove, nil); err != nil {
+		t.Fatalf("the decision sent again: %v", err)
 	}
-	a.Close()
+	d.ranOnceOnB(t)
+	d.a.Close()
 }
 
 // TestWaitingCallsHoldNoSlot: calls waiting for their approval take none

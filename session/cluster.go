@@ -109,8 +109,10 @@ func (m *Manager) Serve(ctx context.Context, cmd Command) (json.RawMessage, erro
 }
 
 // forward sends a state-changing command to its session's leader when
-// that is another node; handled reports whether it did. This node claims
-// a session nobody leads.
+// that is another node; handled reports whether it answered the command
+// (forwarded it, or refused it with err). When it did not, the command
+// runs here: this node leads the session (it claims one nobody leads),
+// or there is no cluster, or no such session.
 func (m *Manager) forward(ctx context.Context, sessionID, method string, raw json.RawMessage) (res json.RawMessage, handled bool, err error) {
 	c := m.cfg.Cluster
 	if c == nil {
@@ -135,7 +137,14 @@ func (m *Manager) forward(ctx context.Context, sessionID, method string, raw jso
 		return nil, true, unavailable("finding the leader of session %s: %v", sessionID, err)
 	}
 	if leader == c.Node() {
-		return nil, false, m.lead(ctx, key, sessionID)
+		if err := m.lead(ctx, key, sessionID); err != nil {
+			// Not its writer after all (the store failed the takeover):
+			// the command would meet a follower's refusal. The lease goes,
+			// as adoptOrphans lets it go, and the client tries again.
+			c.Release(key)
+			return nil, true, unavailable("taking session %s over: %v", sessionID, err)
+		}
+		return nil, false, nil
 	}
 	if ctx.Value(forwardedKey{}) != nil {
 		return nil, true, unavailable("this node no longer leads session %s", sessionID)

@@ -197,8 +197,14 @@ func twoNodes(t *testing.T, st store.Store, model provider.Model) (h *memHub, a,
 // test leaves each session where it put it), closed with the test.
 func startQuietNode(t *testing.T, cluster Cluster, st store.Store, model provider.Model) *Manager {
 	t.Helper()
+	return startQuietNodeWith(t, cluster, st, model, nil)
+}
+
+// startQuietNodeWith is startQuietNode whose turns may call tools.
+func startQuietNodeWith(t *testing.T, cluster Cluster, st store.Store, model provider.Model, tools turn.Toolbox) *Manager {
+	t.Helper()
 	m, err := New(context.Background(), Config{Store: st, Runner: newTestRunner(model), LogPath: "test.db",
-		Logger: slog.New(slog.DiscardHandler), Cluster: cluster, AdoptInterval: time.Hour})
+		Logger: slog.New(slog.DiscardHandler), Cluster: cluster, AdoptInterval: time.Hour, Tools: tools})
 	if err != nil {
 		t.Fatal(err)
 	}
