@@ -124,12 +124,14 @@ func TestImagesReachEachProvider(t *testing.T) {
 		}
 		return events
 	}
+	var startCursor string
 	session := func(providerID string) string {
 		t.Helper()
 		res, err := c.StartSessionWith(ctx, msp.SessionStartParams{ProviderID: &providerID, Config: &msp.SessionConfig{Instructions: "Session says."}})
 		if err != nil {
 			t.Fatal(err)
 		}
+		startCursor = res.ViewCursor
 		return res.Session.SessionID
 	}
 	later := msp.TurnStartParams{Input: []msp.TurnInputPart{{Type: "text", Text: "And now?"}}}
@@ -206,6 +208,26 @@ func TestImagesReachEachProvider(t *testing.T) {
 	}
 	if replayed != 1 {
 		t.Errorf("the user item paged %d times", replayed)
+	}
+	// A client that resumes from the session's start is replayed it too.
+	c2 := dial(t, d.URL(), client.Options{})
+	if _, err := c2.Resume(ctx, sid, &startCursor); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		n, err := c2.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p struct {
+			Item json.RawMessage `json:"item"`
+		}
+		if n.Method == msp.NotifyItemCompleted && json.Unmarshal(n.Params, &p) == nil && bytes.Contains(p.Item, []byte(item.ItemID)) {
+			if !bytes.Equal(p.Item, itemFrame) {
+				t.Errorf("the replayed user item\n%s\nrecorded\n%s", p.Item, itemFrame)
+			}
+			break
+		}
 	}
 
 	// The Responses API.

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"mspd/provider"
+	"mspd/schema/msp"
 )
 
 // ConservativeWindow is the context window, in tokens, to assume of a
@@ -18,9 +19,9 @@ import (
 // small enough for any chat model mspd may be pointed at.
 const ConservativeWindow = 8192
 
-// MaxInstructionsBytes bounds an entry's (or override's) instructions, as
-// a session's are bounded: they are sent with every request.
-const MaxInstructionsBytes = 32 << 10
+// MaxInstructionsBytes bounds an entry's (or override's) instructions as
+// a session's are: they are sent with every request.
+const MaxInstructionsBytes = msp.MaxInstructionsBytes
 
 // ModelSettings are what an entry's keys, or an override's, say of a
 // model; keys left out keep the defaults (see docs/providers.md).
