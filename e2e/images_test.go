@@ -90,7 +90,8 @@ func sameShape(t *testing.T, what string, got any, want string) {
 // instructions in its API's place; the next turn sends it again; the
 // userMessage item carries metadata only and item/readOutput gives the
 // bytes back; a text-only model's session is refused the image, typed,
-// with no request made.
+// with no request made, and a session that moves to that model sends it
+// its history's images as words.
 func TestImagesReachEachProvider(t *testing.T) {
 	png, jpeg := providertest.PNG(4, 3), providertest.JPEG(2, 2)
 	pngB64, jpegB64 := providertest.B64(png), providertest.B64(jpeg)
@@ -100,7 +101,7 @@ func TestImagesReachEachProvider(t *testing.T) {
 	}
 	resp := openaitest.New(t, "/v1", rOK("A red square."), rOK("Still red."))
 	an := anthropictest.New(t, anthropictest.Answer("end_turn", 3, "A red square."), anthropictest.Answer("end_turn", 2, "Still red."))
-	text := openaitest.New(t, "/v1")
+	text := openaitest.New(t, "/v1", openaitest.Stream(openaitest.Answer("I cannot see it.")...))
 	d := startDaemon(t, imageConfig(t, chat, resp, text, an))
 	c := dial(t, d.URL(), client.Options{})
 	ctx := testCtx(t)
@@ -138,6 +139,7 @@ func TestImagesReachEachProvider(t *testing.T) {
 
 	// Chat Completions.
 	sid := session("chat")
+	chatSession := sid
 	events := run(sid, imageTurn)
 	run(sid, later)
 	chatUser := `{"role":"user","content":[{"type":"text","text":"What is this?"},` +
@@ -279,6 +281,19 @@ func TestImagesReachEachProvider(t *testing.T) {
 	if err := c.Call(ctx, msp.MethodSessionRead, msp.SessionReadParams{SessionID: sid}, nil); err != nil {
 		t.Fatal(err)
 	}
+
+	// The chat session moves to the text-only model: its history's images
+	// reach it as words.
+	if err := c.Call(ctx, msp.MethodSessionSetModel, msp.SessionSetModelParams{CommandID: client.NewCommandID(), SessionID: chatSession,
+		Model: msp.ModelSelection{ProviderID: "text", ModelID: "gpt-3.5-turbo"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	run(chatSession, msp.TurnStartParams{Input: []msp.TurnInputPart{{Type: "text", Text: "Describe it."}}})
+	omitted := "[image omitted: the model takes no images]"
+	sameShape(t, "the text-only model's messages", text.Requests()[0].Body["messages"],
+		`[{"role":"system","content":"Session says."},{"role":"user","content":"What is this?\n`+omitted+`\n`+omitted+`"},`+
+			`{"role":"assistant","content":"A red square."},{"role":"user","content":"And now?"},`+
+			`{"role":"assistant","content":"Still red."},{"role":"user","content":"Describe it."}]`)
 }
 
 // TestImageTooLargeOverTheWire: an image over the bound is refused
