@@ -320,7 +320,9 @@ func (c *Cluster) Serve(fn func(context.Context, session.Command) (json.RawMessa
 	return nil
 }
 
-// Forward implements session.Cluster.
+// Forward implements session.Cluster. A command larger than the NATS
+// connection's max_payload is refused inputTooLarge (limitBytes: that
+// payload) without being sent.
 func (c *Cluster) Forward(ctx context.Context, leader string, cmd session.Command) (json.RawMessage, error) {
 	data, err := json.Marshal(cmd)
 	if err != nil {
@@ -332,6 +334,14 @@ func (c *Cluster) Forward(ctx context.Context, leader string, cmd session.Comman
 		defer cancel()
 	}
 	msg, err := c.nc.RequestWithContext(ctx, c.forwardSubject(leader), data)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// A turn/start with megabytes of images, say: refused as the
+		// client's input, typed, rather than as a node not answering.
+		e := msp.NewError(msp.CodeInputTooLarge, msp.KindInputTooLarge,
+			"the request is %d bytes; one forwarded to the session's leader node takes at most %d (the NATS max_payload)", len(data), c.nc.MaxPayload())
+		e.Data.LimitBytes = c.nc.MaxPayload()
+		return nil, e
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -217,6 +217,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		Runner:  runners,
 		LogPath: logPath,
 		Catalog: models{cat},
+		Models:  models{cat},
 		Now:     now,
 		// Events, pages and histories must fit the transports' frames.
 		MaxFrameBytes: int(cfg.Server.MaxFrameBytes),
@@ -321,7 +322,8 @@ func newCatalog(cfg Config) (*catalog.Catalog, error) {
 }
 
 // models adapts the catalog to MSP: session/start's provider and model,
-// and model/list.
+// model/list (with each model's context window), and what a session's
+// model takes (Info, for turn/start's images).
 type models struct{ *catalog.Catalog }
 
 func (m models) Resolve(providerID, modelID string) (string, string, error) {
@@ -347,6 +349,10 @@ func (m models) List(activeProvider, activeModel string) msp.ModelListResult {
 		if l.OutputLimit > 0 {
 			limit := int64(l.OutputLimit)
 			e.OutputLimit = &limit
+		}
+		if l.ContextWindow > 0 {
+			window := int64(l.ContextWindow)
+			e.ContextLimit = &window
 		}
 		res.Models = append(res.Models, e)
 	}
@@ -387,6 +393,7 @@ func newRunners(cfg Config, cat *catalog.Catalog, tel telemetry) (*router, error
 			// compatible servers) speaks one, every anthropic entry the
 			// other. A provider no longer configured is another family.
 			SameFamily: func(id string) bool { f, ok := family[id]; return ok && f == p.Type },
+			Models:     p.Info,
 		})
 	}
 	return r, nil

@@ -37,6 +37,9 @@ type Message struct {
 	// assistant message's tool calls; "" when unknown. A model of another
 	// family reads such calls and their results as text (ForeignToolsAsText).
 	Provider string
+	// Images are a user message's images, in the order they were given
+	// (see Image).
+	Images []Image
 }
 
 // ToolSpec is a tool the model may call.
@@ -90,6 +93,10 @@ type Request struct {
 	// Tools are the tools the model may call; none leaves the request
 	// without tools.
 	Tools []ToolSpec
+	// Instructions is the system prompt ("" for none): Chat Completions'
+	// system message, the Responses API's instructions, Anthropic's
+	// top-level system.
+	Instructions string
 	// Attempt is the 1-based number of this request within the turn,
 	// counted across every step and every retry layer (the RFC 0248
 	// attempt count so far).

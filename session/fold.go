@@ -155,7 +155,7 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 }
 
 // appendHistory adds what the model sees again of a closed item: the
-// user's messages, the agent's completed, non-empty answers (as a live
+// user's messages (their images named by ref), the agent's completed, non-empty answers (as a live
 // session keeps them), never a rejected attempt; and every tool call's
 // result, whatever its fate, since the model must hear how each call it
 // made ended (the call itself joined the history at its start).
@@ -164,6 +164,9 @@ func appendHistory(h []provider.Message, it msp.Item) []provider.Message {
 		res := turn.CallResult(it)
 		res.Name = tool.ModelName(it.Server, it.Tool)
 		return append(h, provider.Message{Role: provider.RoleTool, ToolResults: []provider.ToolResult{res}})
+	}
+	if it.Kind == msp.ItemUserMessage && len(it.Attachments) > 0 && it.Status == msp.ItemCompleted {
+		return append(h, provider.Message{Role: provider.RoleUser, Text: deref(it.Text), Images: historyImages(it)})
 	}
 	if it.Text == nil || *it.Text == "" || it.Status != msp.ItemCompleted {
 		return h

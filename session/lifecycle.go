@@ -162,7 +162,7 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 		st := state{Owner: owner, CursorSpans: m.firstSpan(), MadeBy: a.maker(p.CommandID), ProviderID: src.st.ProviderID, ModelID: src.st.ModelID, WorkspaceRoot: src.st.WorkspaceRoot,
 			StartProviderID: src.st.StartProviderID,
 			FirstUserPrompt: src.st.FirstUserPrompt, Name: src.st.Name, TurnCount: turns, ApprovalMode: src.st.ApprovalMode,
-			MCPServers: src.st.MCPServers}
+			MCPServers: src.st.MCPServers, Instructions: src.st.Instructions}
 		src.mu.Unlock()
 		id := newID()
 		key := sessionKey(owner, id)
@@ -175,6 +175,7 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 			CutExplicit: p.CutPoint != nil, SessionID: src.id}
 		wire := st.wire(id, m.cfg.LogPath)
 		snap := msp.SessionSnapshot{
+			Config:          st.config(),
 			History:         msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: msp.NoneExcluded, Snapshot: json.RawMessage("null")},
 			PendingRequests: []msp.PendingRequest{},
 			Session:         wire,

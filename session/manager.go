@@ -12,6 +12,7 @@ import (
 
 	"mspd/internal/workpool"
 	"mspd/observe"
+	"mspd/provider"
 	"mspd/schema/msp"
 	"mspd/store"
 	"mspd/turn"
@@ -32,6 +33,14 @@ type Catalog interface {
 	Serves(providerID string) bool
 }
 
+// Models tells what a configured model takes; the daemon's catalog
+// implements it.
+type Models interface {
+	// Info is what the catalog knows of a provider's model ("" for the
+	// defaults).
+	Info(providerID, modelID string) provider.ModelInfo
+}
+
 // Config configures a Manager.
 type Config struct {
 	// Store holds every session durably.
@@ -48,6 +57,9 @@ type Config struct {
 	// Catalog, when set, resolves the provider and model a session/start
 	// asks for (and their defaults); unknown ones are refused.
 	Catalog Catalog
+	// Models, when set, tells which models take images: a turn with
+	// images for one that takes none is refused. Nil: every model does.
+	Models Models
 	// MaxQueuedTurns bounds each session's turn queue (default 16); a
 	// turn/start beyond it is refused as backpressured.
 	MaxQueuedTurns int

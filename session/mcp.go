@@ -102,7 +102,19 @@ func checkResumeConfig(p msp.SessionResumeParams) error {
 	if p.Config != nil && len(p.Config.MCPServers) > 0 {
 		return msp.ErrInvalidParams("config.mcpServers", "a session's MCP servers are given at session/start and kept with the session; session/resume takes none")
 	}
+	if p.Config != nil && p.Config.Instructions != "" {
+		return msp.ErrInvalidParams("config.instructions", "a session's instructions are given at session/start and kept with the session; session/resume takes none")
+	}
 	return nil
+}
+
+// checkInstructions bounds a session/start's instructions: they are sent
+// with every request of the session, and kept in its row.
+func checkInstructions(c *msp.SessionConfig) error {
+	if c == nil || len(c.Instructions) <= msp.MaxInstructionsBytes {
+		return nil
+	}
+	return tooLarge("config.instructions", msp.MaxInstructionsBytes, "the instructions are %d bytes; at most %d", len(c.Instructions), msp.MaxInstructionsBytes)
 }
 
 // turnTools returns what the session's next turn may call: nil (the

@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -43,7 +44,7 @@ const (
 
 // hidden tells whether a record of method is the session's own, never a
 // view event: it is not fanned out, paged, replayed or copied as one.
-func hidden(method string) bool { return method == methodOutput }
+func hidden(method string) bool { return method == methodOutput || method == methodImage }
 
 // outputChunk is the params of an output record: the bytes of the item's
 // output from Offset.
@@ -157,12 +158,15 @@ func (m *Manager) ReadOutput(ctx context.Context, raw json.RawMessage) (msp.Item
 		e := outputParamError(p, "offsetBytes", msp.ReasonPastEnd, "offsetBytes %d is past the end of the output (%d bytes)", offset, ref.ByteLen)
 		return msp.ItemReadOutputResult{}, e
 	case offset == ref.ByteLen:
-		return msp.ItemReadOutputResult{OffsetBytes: offset, Encoding: msp.EncodingUTF8, EOF: true, MediaType: ref.MediaType}, nil
+		return msp.ItemReadOutputResult{OffsetBytes: offset, Encoding: encodingOf(ref), EOF: true, MediaType: ref.MediaType}, nil
+	}
+	if ref.Kind == msp.OutputKindImage {
+		return m.imageRange(ctx, s.key, p.ItemID, first, ref, offset, length)
 	}
 	// Up to a character more than wanted is read, to find where the
 	// range may end.
 	want := min(length, ref.ByteLen-offset, maxOutputServed)
-	data, err := m.outputBytes(ctx, s.key, p.ItemID, first, offset, min(want+utf8.UTFMax-1, ref.ByteLen-offset))
+	data, err := m.outputBytes(ctx, s.key, methodOutput, p.ItemID, first, offset, min(want+utf8.UTFMax-1, ref.ByteLen-offset))
 	if err != nil {
 		return msp.ItemReadOutputResult{}, err
 	}
@@ -201,6 +205,9 @@ func outputParamError(p msp.ItemReadOutputParams, field, reason, format string, 
 // from the records its id names when they are the item's, else, to say
 // precisely what is wrong, from the item as the log last recorded it.
 func (m *Manager) outputOf(ctx context.Context, s *session, p msp.ItemReadOutputParams) (*msp.OutputRef, int64, error) {
+	if ref, first, err := m.imageOf(ctx, s.key, p); ref != nil || err != nil {
+		return ref, first, err
+	}
 	if first, count, ok := parseOutputID(p.OutputRef); ok {
 		recs, err := m.store.Records(ctx, s.key, first+int64(count)-1, store.Limit{Rows: 1, Bytes: ReadBytes})
 		if err != nil {
@@ -223,19 +230,29 @@ func (m *Manager) outputOf(ctx context.Context, s *session, p msp.ItemReadOutput
 		e.Data.SessionID, e.Data.ItemID, e.Data.OutputRef, e.Data.Availability = s.id, p.ItemID, p.OutputRef, availability
 		return e
 	}
+	unknownRef := func(format string, args ...any) *msp.Error {
+		e := msp.NewError(msp.CodeNotFound, msp.KindNotFound, format, args...)
+		e.Data.Reason, e.Data.SessionID, e.Data.ItemID, e.Data.OutputRef = msp.ReasonUnknownOutputRef, s.id, p.ItemID, p.OutputRef
+		return e
+	}
 	switch {
 	case !found:
 		e := msp.NewError(msp.CodeNotFound, msp.KindNotFound, "session %s has no item %s", s.id, p.ItemID)
 		e.Data.Reason, e.Data.SessionID, e.Data.ItemID, e.Data.OutputRef = msp.ReasonUnknownItem, s.id, p.ItemID, p.OutputRef
 		return nil, 0, e
+	case len(it.Attachments) > 0 && !slices.ContainsFunc(it.Attachments, func(a msp.MessageAttachment) bool {
+		return a.OutputRef != nil && a.OutputRef.ID == p.OutputRef
+	}):
+		return nil, 0, unknownRef("item %s has no attachment %q", p.ItemID, p.OutputRef)
+	case len(it.Attachments) > 0:
+		// The item names the image, yet its records are not where the
+		// ref says: accessFailed, below.
 	case it.Kind != msp.ItemToolCall:
-		return nil, 0, unavailable(msp.OutputUnsupported, "item %s is a %s item: only tool calls keep an output", p.ItemID, it.Kind)
+		return nil, 0, unavailable(msp.OutputUnsupported, "item %s is a %s item: only tool calls and images keep an output", p.ItemID, it.Kind)
 	case it.OutputRef == nil:
 		return nil, 0, unavailable(msp.OutputMissing, "item %s kept no output beyond its visibleOutput", p.ItemID)
 	case it.OutputRef.ID != p.OutputRef:
-		e := msp.NewError(msp.CodeNotFound, msp.KindNotFound, "item %s has no output %q; its outputRef is %q", p.ItemID, p.OutputRef, it.OutputRef.ID)
-		e.Data.Reason, e.Data.SessionID, e.Data.ItemID, e.Data.OutputRef = msp.ReasonUnknownOutputRef, s.id, p.ItemID, p.OutputRef
-		return nil, 0, e
+		return nil, 0, unknownRef("item %s has no output %q; its outputRef is %q", p.ItemID, p.OutputRef, it.OutputRef.ID)
 	}
 	// The item names this output, and its records are not where the id
 	// says: the log is not what this build wrote.
@@ -274,10 +291,10 @@ func (m *Manager) lastItem(ctx context.Context, key, itemID string) (msp.Item, b
 	}
 }
 
-// outputBytes reads want bytes of an item's output from offset, from its
-// records from seq first on: one read of the log, so fewer when the
-// records holding them outgrow ReadBytes.
-func (m *Manager) outputBytes(ctx context.Context, key, itemID string, first, offset, want int64) ([]byte, error) {
+// outputBytes reads want bytes of an item's output (or image) from
+// offset, from its records of method from seq first on: one read of the
+// log, so fewer when the records holding them outgrow ReadBytes.
+func (m *Manager) outputBytes(ctx context.Context, key, method, itemID string, first, offset, want int64) ([]byte, error) {
 	from := first + offset/outputChunkBytes
 	rows := int((offset+want-1)/outputChunkBytes - offset/outputChunkBytes + 1)
 	recs, err := m.store.Records(ctx, key, from-1, store.Limit{Rows: rows, Bytes: ReadBytes})
@@ -288,7 +305,7 @@ func (m *Manager) outputBytes(ctx context.Context, key, itemID string, first, of
 	next := offset
 	for _, r := range recs {
 		var c outputChunk
-		if r.Method != methodOutput || json.Unmarshal(r.Params, &c) != nil || c.ItemID != itemID ||
+		if r.Method != method || json.Unmarshal(r.Params, &c) != nil || c.ItemID != itemID ||
 			c.Offset > next || c.Offset+int64(len(c.Data)) <= next {
 			return nil, msp.ErrInternal("the output of item %s is damaged at record %d", itemID, r.Seq)
 		}

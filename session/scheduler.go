@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
-	"mspd/provider"
 	"mspd/schema/msp"
 	"mspd/store"
 	"mspd/turn"
@@ -107,7 +107,7 @@ func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 		st := s.st.clone()
 		pt := st.Queue[0]
 		st.Queue = st.Queue[1:]
-		err := s.launchLocked(m.ctx, pt, &st)
+		err := s.launchLocked(m.ctx, pt, &st, nil)
 		if err == nil {
 			return m.runCtxLocked(s), m.specLocked(s, pt), true
 		}
@@ -122,35 +122,40 @@ func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 }
 
 // launchLocked makes pt the active turn in st and appends its turn/started
-// and userMessage item (and, for a session's first turn, its name), with
-// cmds, in one commit. s.mu must be held.
-func (s *session) launchLocked(ctx context.Context, pt pendingTurn, st *state, cmds ...store.Command) error {
+// and userMessage item (and, for a session's first turn, its name), after
+// the records before (a turn launched with its admission: its images) and
+// with cmds, in one commit. s.mu must be held.
+func (s *session) launchLocked(ctx context.Context, pt pendingTurn, st *state, before []event, cmds ...store.Command) error {
 	m := s.m
-	pt.StartedAt, pt.StartSeq = m.now(), s.head+1
+	pt.StartedAt, pt.StartSeq = m.now(), s.head+1+int64(len(before))
 	if c := m.cfg.Cluster; c != nil {
 		pt.Node = c.Node()
 	}
 	st.Active = &pt
+	label := pt.Text
+	if strings.TrimSpace(label) == "" && len(pt.Images) > 0 {
+		label = "[image]"
+	}
 	if st.FirstUserPrompt == "" {
-		st.FirstUserPrompt = firstLine(pt.Text, 200)
+		st.FirstUserPrompt = firstLine(label, 200)
 	}
 	text, turnID := pt.Text, pt.TurnID
-	user := msp.Item{ItemID: newID(), Kind: msp.ItemUserMessage, Revision: 1, Status: msp.ItemCompleted,
-		TurnID: &turnID, Text: &text, CommandID: pt.CommandID, DisplayText: pt.DisplayText, RecordedAt: wireTime(m.now())}
-	evs := []event{
-		{msp.NotifyTurnStarted, &msp.TurnStartedParams{CommandID: pt.CommandID, TurnID: pt.TurnID}},
-		{msp.NotifyItemCompleted, &msp.ItemParams{Item: user}},
-	}
+	user := msp.Item{ItemID: cmp.Or(pt.UserItemID, newID()), Kind: msp.ItemUserMessage, Revision: 1, Status: msp.ItemCompleted,
+		TurnID: &turnID, Text: &text, CommandID: pt.CommandID, DisplayText: pt.DisplayText, RecordedAt: wireTime(m.now()),
+		Attachments: attachments(pt.Images)}
+	evs := append(before[:len(before):len(before)],
+		event{msp.NotifyTurnStarted, &msp.TurnStartedParams{CommandID: pt.CommandID, TurnID: pt.TurnID}},
+		event{msp.NotifyItemCompleted, &msp.ItemParams{Item: user}})
 	if st.Name == "" {
 		// Named from its first message, as it starts, not after the
 		// answer.
-		st.Name = normalizeName(firstLine(text, 80))
+		st.Name = normalizeName(firstLine(label, 80))
 		evs = append(evs, event{msp.NotifySessionNameChanged, &msp.SessionNameChangedParams{Name: st.Name}})
 	}
 	if err := s.appendLocked(ctx, evs, st, cmds...); err != nil {
 		return err
 	}
-	s.history = append(s.history, provider.Message{Role: provider.RoleUser, Text: text})
+	s.history = appendHistory(s.history, user)
 	s.listChangedLocked()
 	return nil
 }
@@ -172,6 +177,8 @@ func (m *Manager) specLocked(s *session, a pendingTurn) turn.Spec {
 		Retry:          a.Retry,
 		Tools:          m.cfg.Tools,
 		Approvals:      approver{s},
+		Instructions:   s.st.Instructions,
+		Images:         imageLoader{m.store, s.key},
 	}
 }
 

@@ -41,6 +41,9 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 	if err := m.checkSessionServers(p, raw); err != nil {
 		return nil, nil, err
 	}
+	if err := checkInstructions(p.Config); err != nil {
+		return nil, nil, err
+	}
 	owner := PrincipalFrom(ctx)
 	var started *msp.Session
 	resp, _, err := m.ledger.runCreating(ctx, p.CommandID, msp.MethodSessionStart, raw, func(a *admission) (json.RawMessage, error) {
@@ -84,6 +87,9 @@ func (m *Manager) StartSession(ctx context.Context, sub Subscriber, raw json.Raw
 		}
 		if p.Config != nil && len(p.Config.MCPServers) > 0 {
 			st.MCPServers = p.Config.MCPServers
+		}
+		if p.Config != nil {
+			st.Instructions = p.Config.Instructions
 		}
 		wire := st.wire(id, m.cfg.LogPath)
 		res, err := msp.Marshal(msp.SessionStartResult{Session: wire, ViewCursor: durableCursor(id, st.CursorSpans[0].Epoch, 0)})
@@ -229,7 +235,7 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 		s.mu.Unlock()
 		return msp.SessionSnapshot{}, err
 	}
-	wire := s.st.wire(s.id, m.cfg.LogPath)
+	wire, config := s.st.wire(s.id, m.cfg.LogPath), s.st.config()
 	pending := s.approvals.pointers()
 	at := s.at(s.head, 0)
 	var live streamed
@@ -246,6 +252,7 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	at.sub = s.sub
 	s.mu.Unlock()
 	snap := msp.SessionSnapshot{
+		Config:          config,
 		History:         msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: noneReason, Snapshot: json.RawMessage("null")},
 		PendingRequests: pending,
 		Session:         wire,

@@ -50,14 +50,26 @@ type state struct {
 	// config.mcpServers), secrets included: kept for its turns, never
 	// returned to a client. Never changed once set.
 	MCPServers map[string]msp.SessionMCPServerConfig `json:"mcpServers,omitempty"`
+	// Instructions are the session's own system prompt (session/start's
+	// config.instructions, at most msp.MaxInstructionsBytes): kept in the
+	// row, which is small enough to carry them, and never changed once
+	// set.
+	Instructions string `json:"instructions,omitempty"`
 }
 
 // pendingTurn is an admitted turn: everything needed to launch it, even
 // after a restart.
 type pendingTurn struct {
-	TurnID         string           `json:"turnId"`
-	CommandID      string           `json:"commandId"`
-	Text           string           `json:"text"`
+	TurnID    string `json:"turnId"`
+	CommandID string `json:"commandId"`
+	Text      string `json:"text"`
+	// UserItemID is the id its userMessage item gets ("" for turns of
+	// older builds: minted at launch), known at admission so that its
+	// images' records name it.
+	UserItemID string `json:"userItemId,omitempty"`
+	// Images are the images it was given, stored in the log at its
+	// admission (images.go).
+	Images         []storedImage    `json:"images,omitempty"`
 	DisplayText    string           `json:"displayText,omitempty"`
 	MaxTokens      int              `json:"maxTokens,omitempty"`
 	MaxSteps       int              `json:"maxSteps,omitempty"`
@@ -113,6 +125,15 @@ func (st *state) wire(id, path string) msp.Session {
 		s.Status = msp.SessionRunning
 	}
 	return s
+}
+
+// config is the session's configuration as a client may read it back:
+// its instructions, never its MCP servers; nil when it has none.
+func (st *state) config() *msp.SessionConfig {
+	if st.Instructions == "" {
+		return nil
+	}
+	return &msp.SessionConfig{Instructions: st.Instructions}
 }
 
 func (st *state) clone() state {

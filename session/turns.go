@@ -3,7 +3,6 @@ package session
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 
 	"mspd/schema/msp"
@@ -35,7 +34,7 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 		// A replay that fails these checks, or that passes them and then
 		// conflicts in its commit, gets its recorded ack: even after the
 		// configuration (frame size, providers) changed.
-		text, err := m.checkTurn(p)
+		in, err := m.checkTurn(p)
 		if err != nil {
 			return nil, err
 		}
@@ -48,6 +47,9 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err := m.checkProvider(s.st.ProviderID); err != nil {
+			return nil, err
+		}
+		if err := m.checkImagesTaken(&s.st, in); err != nil {
 			return nil, err
 		}
 		if len(s.st.Queue) >= m.cfg.MaxQueuedTurns {
@@ -66,8 +68,12 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 		if err != nil {
 			return nil, msp.ErrInternal("encoding ack: %v", err)
 		}
-		pt := pendingTurn{TurnID: ack.TurnID, CommandID: p.CommandID, Text: text, DisplayText: p.DisplayText,
+		pt := pendingTurn{TurnID: ack.TurnID, CommandID: p.CommandID, Text: in.text, UserItemID: newID(), DisplayText: p.DisplayText,
 			ResponseSchema: p.ResponseSchema, Retry: p.Retry, AdmittedAt: m.now()}
+		// Its images are stored once, here, ahead of the rest of the
+		// admission's commit.
+		images, stored := s.imageRecords(pt.UserItemID, in)
+		pt.Images = stored
 		if p.MaxTokens != nil {
 			pt.MaxTokens = *p.MaxTokens
 		}
@@ -79,7 +85,7 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 			if sub != nil {
 				s.held = &heldFanout{sub: sub}
 			}
-			if err := s.launchLocked(ctx, pt, &st, a.entry(res, false)); err != nil {
+			if err := s.launchLocked(ctx, pt, &st, images, a.entry(res, false)); err != nil {
 				s.held = nil
 				return nil, msp.ErrInternal("admitting turn: %v", err)
 			}
@@ -87,7 +93,7 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 			return res, nil
 		}
 		st.Queue = append(st.Queue, pt)
-		if err := s.appendLocked(ctx, nil, &st, a.entry(res, false)); err != nil {
+		if err := s.appendLocked(ctx, images, &st, a.entry(res, false)); err != nil {
 			return nil, msp.ErrInternal("admitting turn: %v", err)
 		}
 		return res, nil
@@ -103,30 +109,30 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 	}, nil
 }
 
-// checkTurn validates a new turn/start and returns its input text.
-func (m *Manager) checkTurn(p msp.TurnStartParams) (string, error) {
-	text, err := inputText(p.Input)
+// checkTurn validates a new turn/start and returns its input.
+func (m *Manager) checkTurn(p msp.TurnStartParams) (turnInput, error) {
+	in, err := readInput(p.Input)
 	if err != nil {
-		return "", err
+		return in, err
 	}
 	// The input comes back as the userMessage item: that event must fit a
-	// frame.
-	if encoded, _ := msp.Marshal(text); len(encoded) > m.frameBudget() {
+	// frame (its images do not: the item names them).
+	if encoded, _ := msp.Marshal(in.text); len(encoded) > m.frameBudget() {
 		e := msp.NewError(msp.CodeInputTooLarge, msp.KindInputTooLarge, "turn input encodes to %d bytes; at most %d fit one frame", len(encoded), m.frameBudget())
 		e.Data.LimitBytes = int64(m.frameBudget())
-		return "", e
+		return in, e
 	}
 	if p.IfBusy != "" && p.IfBusy != msp.IfBusyQueue {
 		e := msp.ErrInvalidParams("ifBusy", "ifBusy %q is not supported by this host; use \"queue\"", p.IfBusy)
 		e.Data.Reason = "unsupported"
-		return "", e
+		return in, e
 	}
 	if len(p.ResponseSchema) > 0 {
 		if _, err := turn.CompileSchema(p.ResponseSchema); err != nil {
-			return "", msp.ErrInvalidParams("responseSchema", "%v", err)
+			return in, msp.ErrInvalidParams("responseSchema", "%v", err)
 		}
 	}
-	return text, nil
+	return in, nil
 }
 
 // checkProvider refuses a turn of a session whose provider this server no
@@ -148,27 +154,6 @@ func (m *Manager) checkProvider(providerID *string) error {
 	e.Data.Reason = "providerNotConfigured"
 	e.Data.Details["providerId"] = id
 	return e
-}
-
-// inputText joins a turn's text parts; mspd's models take text only.
-func inputText(parts []msp.TurnInputPart) (string, error) {
-	if len(parts) == 0 {
-		return "", msp.ErrInvalidParams("input", "input must have at least one part")
-	}
-	var b strings.Builder
-	for i, part := range parts {
-		if part.Type != "text" {
-			return "", msp.ErrInvalidParams(fmt.Sprintf("input.%d.type", i), "input part type %q is not supported by this host (text only)", part.Type)
-		}
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(part.Text)
-	}
-	if strings.TrimSpace(b.String()) == "" {
-		return "", msp.ErrInvalidParams("input.0.text", "input has no text")
-	}
-	return b.String(), nil
 }
 
 // StopTurn serves turn/interrupt and turn/cancel: the active turn (the

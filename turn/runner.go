@@ -58,6 +58,10 @@ type Config struct {
 	// shapes; the calls of another family's model are sent as text
 	// (provider.ForeignToolsAsText). Nil sends every call as a call.
 	SameFamily func(providerID string) bool
+	// Models tells what each model of the runner's provider takes and
+	// the operator's instructions for it (the catalog's Provider.Info);
+	// nil: every model takes images and tools, and has none.
+	Models func(model string) provider.ModelInfo
 }
 
 // Runner runs turns against one model. It is safe for concurrent use.
@@ -173,6 +177,9 @@ func (t *run) run(ctx context.Context) Outcome {
 	if t.ended != nil {
 		return *t.ended
 	}
+	if o := t.refuseImages(); o != nil {
+		return *o
+	}
 	if call == nil || ctx.Err() != nil {
 		return t.interrupted(ctx, false, maxTokens)
 	}
@@ -207,6 +214,13 @@ func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy model
 	maxTokens := *maxTokensAt
 	end := func(o Outcome) (attemptResult, *Outcome) { *maxTokensAt = maxTokens; return attemptResult{}, &o }
 	for {
+		msgs, err := t.request(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return end(t.interrupted(ctx, false, maxTokens))
+			}
+			return end(t.fail(msp.TurnErrorLog, fmt.Sprintf("reading the session's images: %v", err), true))
+		}
 		if err := t.beginRetry(); err != nil {
 			return end(t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the session log: %v", err), true))
 		}
@@ -218,7 +232,8 @@ func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy model
 			return end(t.fail(msp.TurnErrorModel, fmt.Sprintf("no attempt left: %v", err), false))
 		}
 		t.attempts = t.stepBase + a.N()
-		res := t.attempt(ctx, t.attempts, maxTokens, schema)
+		res := t.attempt(ctx, t.attempts, maxTokens, schema, msgs)
+		msgs = nil // the request's images are not kept through a backoff
 		if res.sinkErr != nil {
 			// The request reached the provider: it stays counted.
 			a.Fail(ctx, modelretry.Failure{Kind: msp.TurnErrorLog})
@@ -415,24 +430,21 @@ type attemptResult struct {
 	sinkErr   error // the session log refused an event
 }
 
-// attempt sends one request, streaming its output into a fresh
+// attempt sends one request of msgs, streaming its output into a fresh
 // agentMessage item opened at the first delta, and closes that item with
 // the attempt's fate: completed only for an answer the turn keeps (finished,
 // not truncated or filtered, and satisfying schema when there is one).
 // Usage the provider reported is accounted (and announced) whatever the
 // fate.
-func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) attemptResult {
+func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema, msgs []provider.Message) attemptResult {
 	actx, stop := context.WithCancel(t.obs.startAttempt(ctx, n, maxTokens))
 	defer stop()
 	var res attemptResult
 	var text strings.Builder
 	var item *msp.Item
 	began := t.r.clock.Now()
-	req := provider.Request{Model: t.spec.Model, Messages: t.history(), MaxTokens: maxTokens,
-		ResponseSchema: t.spec.ResponseSchema, Attempt: n}
-	if t.spec.Tools != nil {
-		req.Tools = t.spec.Tools.Specs()
-	}
+	req := provider.Request{Model: t.spec.Model, Messages: msgs, MaxTokens: maxTokens,
+		ResponseSchema: t.spec.ResponseSchema, Attempt: n, Instructions: t.instructions(), Tools: t.tools()}
 	resp, err := t.r.cfg.Model.Stream(actx, req, func(delta string) {
 		if delta == "" || res.sinkErr != nil {
 			return

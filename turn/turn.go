@@ -69,6 +69,12 @@ type Spec struct {
 	// MaxSteps, when positive, lowers the runner's step limit for this
 	// turn.
 	MaxSteps int
+	// Instructions are the session's own instructions, sent after the
+	// operator's (Config.Models) as the request's system prompt.
+	Instructions string
+	// Images loads the images History names by ref, for each request;
+	// nil when it names none.
+	Images Images
 	// Resume, when set, continues a turn whose process stopped mid-way.
 	Resume *Resumption
 }

@@ -90,30 +90,41 @@ them.
 A TOML file naming several providers; it overrides ` + "`--provider` and `--model`" + `.
 
 `)
-	docs := fieldDocs(t, "../../provider/catalog/catalog.go")
+	docs := fieldDocs(t, "../../provider/catalog/catalog.go", "../../provider/catalog/models.go")
 	for _, table := range []struct {
 		title string
 		typ   reflect.Type
 	}{
 		{"Top level", reflect.TypeFor[catalog.File]()},
 		{"Each `[[providers]]` table", reflect.TypeFor[catalog.Entry]()},
+		{"Each `[[providers.overrides]]` table (the settings of one model of its entry)", reflect.TypeFor[catalog.Override]()},
 	} {
 		fmt.Fprintf(&b, "### %s\n\n| key | type | meaning |\n| --- | --- | --- |\n", table.title)
-		for i := range table.typ.NumField() {
-			f := table.typ.Field(i)
-			key, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-			if key == "" || key == "-" || f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct {
-				continue // a table of its own, below
-			}
-			doc, ok := docs[table.typ.Name()+"."+f.Name]
-			if !ok {
-				t.Errorf("%s.%s (%s) has no doc comment to document it by", table.typ.Name(), f.Name, key)
-			}
-			fmt.Fprintf(&b, "| `%s` | %s | %s |\n", key, tomlType(f.Type), cell(doc))
-		}
+		tableRows(t, &b, docs, table.typ)
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// tableRows writes a row for each key of a table of type typ, those of an
+// embedded struct's fields in its place.
+func tableRows(t *testing.T, b *bytes.Buffer, docs map[string]string, typ reflect.Type) {
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			tableRows(t, b, docs, f.Type)
+			continue
+		}
+		key, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if key == "" || key == "-" || f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct {
+			continue // a table of its own, below
+		}
+		doc, ok := docs[typ.Name()+"."+f.Name]
+		if !ok {
+			t.Errorf("%s.%s (%s) has no doc comment to document it by", typ.Name(), f.Name, key)
+		}
+		fmt.Fprintf(b, "| `%s` | %s | %s |\n", key, tomlType(f.Type), cell(doc))
+	}
 }
 
 // envName is the environment variable of a flag (see fromEnv).
@@ -128,6 +139,9 @@ func cell(text string) string {
 
 // tomlType names the TOML type a field is read from.
 func tomlType(t reflect.Type) string {
+	if t.Kind() == reflect.Pointer { // optional: unset keeps the default
+		t = t.Elem()
+	}
 	switch {
 	case t.Name() == "duration":
 		return `duration string ("60s")`
@@ -148,12 +162,21 @@ func tomlType(t reflect.Type) string {
 // fieldDocs reads the doc comments of the struct fields in a Go file,
 // keyed "Type.Field". A field without a comment of its own shares the one
 // before it (a comment written for a group of fields).
-func fieldDocs(t *testing.T, path string) map[string]string {
+func fieldDocs(t *testing.T, paths ...string) map[string]string {
+	docs := map[string]string{}
+	for _, path := range paths {
+		fileDocs(t, path, docs)
+	}
+	return docs
+}
+
+// fileDocs adds the doc comments of the struct fields of one Go file to
+// docs.
+func fileDocs(t *testing.T, path string, docs map[string]string) {
 	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ParseComments)
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs := map[string]string{}
 	ast.Inspect(f, func(n ast.Node) bool {
 		ts, ok := n.(*ast.TypeSpec)
 		if !ok {
@@ -176,5 +199,4 @@ func fieldDocs(t *testing.T, path string) map[string]string {
 		}
 		return false
 	})
-	return docs
 }

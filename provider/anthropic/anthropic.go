@@ -55,6 +55,11 @@
 // checks the final answer against the schema either way. A real tool may
 // therefore be named ToolName without ever meeting the forced one.
 //
+// Images and instructions: a user message's images go as base64 image
+// blocks before its text, as Anthropic advises; Request.Instructions is
+// the top-level system, one text block (a prompt-mode schema adds its own
+// block after it).
+//
 // Liveness: IdleTimeout bounds every silence of the connection, from
 // sending the request to the response headers and between any two reads of
 // the body. Any bytes count, pings included: the API sends pings precisely

@@ -54,6 +54,9 @@ func (m *Model) params(req provider.Request) (anthropic.MessageNewParams, plan, 
 		Messages:  msgs,
 		Tools:     tools,
 	}
+	if req.Instructions != "" {
+		params.System = []anthropic.TextBlockParam{{Text: req.Instructions}}
+	}
 	if len(req.ResponseSchema) == 0 {
 		return params, p, nil
 	}
@@ -71,7 +74,7 @@ func (m *Model) params(req provider.Request) (anthropic.MessageNewParams, plan, 
 		return params, p, nil
 	}
 	p.structured = provider.StructuredPrompt
-	params.System = []anthropic.TextBlockParam{{Text: promptInstruction + string(schema)}}
+	params.System = append(params.System, anthropic.TextBlockParam{Text: promptInstruction + string(schema)})
 	return params, p, nil
 }
 
@@ -195,11 +198,15 @@ func messages(history []provider.Message) ([]anthropic.MessageParam, error) {
 	return out, nil
 }
 
-// contentOf is a message's content blocks: its text, then, for an
-// assistant, a tool_use block per call, or, for tool results, a
-// tool_result block per result, in order.
+// contentOf is a message's content blocks: a user's images (base64
+// image blocks, before the text, where Anthropic advises them), its text,
+// then, for an assistant, a tool_use block per call, or, for tool results,
+// a tool_result block per result, in order.
 func contentOf(msg provider.Message) []anthropic.ContentBlockParamUnion {
 	var out []anthropic.ContentBlockParamUnion
+	for _, im := range msg.Images {
+		out = append(out, anthropic.NewImageBlockBase64(im.MediaType, im.Data))
+	}
 	if msg.Text != "" {
 		out = append(out, anthropic.NewTextBlock(msg.Text))
 	}

@@ -82,6 +82,12 @@ type Entry struct {
 	WordDelay duration `toml:"word_delay"`
 	Faults    float64  `toml:"faults"`
 	Seed      int64    `toml:"seed"`
+	// ModelSettings (images, tools, reasoning, context_window,
+	// instructions) apply to every model of the entry.
+	ModelSettings `toml:""`
+	// Overrides are [[providers.overrides]] tables, each the settings of
+	// one model of the entry.
+	Overrides []Override `toml:"overrides"`
 }
 
 // File is the configuration file.
@@ -115,6 +121,8 @@ type Provider struct {
 	Models []string
 	// MaxOutputTokens caps truncation growth; 0 for the runner default.
 	MaxOutputTokens int
+	// models knows what each model takes (Info).
+	models models
 }
 
 // Catalog is the set of configured providers.
@@ -260,6 +268,15 @@ func build(e Entry, env Env) (*Provider, error) {
 	if !slices.Contains(p.Models, p.DefaultModel) {
 		p.Models = append([]string{p.DefaultModel}, p.Models...)
 	}
+	var err error
+	if p.models, err = newModels(e); err != nil {
+		return nil, err
+	}
+	for _, o := range e.Overrides {
+		if !slices.Contains(p.Models, o.Model) {
+			p.Models = append(p.Models, o.Model)
+		}
+	}
 	return p, nil
 }
 
@@ -320,6 +337,8 @@ type Listing struct {
 	IsDefault bool
 	// OutputLimit is the provider's configured output cap (0: unknown).
 	OutputLimit int
+	// ContextWindow is the model's context window in tokens (0: unknown).
+	ContextWindow int
 }
 
 // Models lists every configured model of every provider, in
@@ -329,7 +348,8 @@ func (c *Catalog) Models() []Listing {
 	for _, p := range c.providers {
 		for _, m := range p.Models {
 			out = append(out, Listing{ProviderID: p.ID, ModelID: m,
-				IsDefault: p == c.def && m == p.DefaultModel, OutputLimit: p.MaxOutputTokens})
+				IsDefault: p == c.def && m == p.DefaultModel, OutputLimit: p.MaxOutputTokens,
+				ContextWindow: p.Info(m).ContextWindow})
 		}
 	}
 	return out

@@ -140,6 +140,9 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 			text = plan.lead
 		}
 	}
+	if note := imagesNote(req.Messages); note != "" && call == nil {
+		text = note + " " + text
+	}
 	if len(req.ResponseSchema) > 0 {
 		var node schema
 		if err := json.Unmarshal(req.ResponseSchema, &node); err != nil {
@@ -182,6 +185,29 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 		resp.FinishReason, resp.ToolCalls = provider.FinishToolCalls, []provider.ToolCall{*call}
 	}
 	return resp, nil
+}
+
+// imagesNote says what images the turn's own message (the last user
+// message) carried, so the demo shows that they reached the model; ""
+// when none did.
+func imagesNote(msgs []provider.Message) string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role != provider.RoleUser {
+			continue
+		}
+		var kinds []string
+		for _, im := range msgs[i].Images {
+			kinds = append(kinds, fmt.Sprintf("%s of %d bytes", im.MediaType, provider.DecodedLen(im.Data)))
+		}
+		switch len(kinds) {
+		case 0:
+			return ""
+		case 1:
+			return "I got your image (" + kinds[0] + ")."
+		}
+		return fmt.Sprintf("I got your %d images (%s).", len(kinds), strings.Join(kinds, ", "))
+	}
+	return ""
 }
 
 // fault decides whether req fails before output and, if so, how.

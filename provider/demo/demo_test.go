@@ -407,3 +407,17 @@ func TestCallsABuiltInToolWhenAsked(t *testing.T) {
 		t.Fatalf("answer %q %+v %v", text.String(), resp, err)
 	}
 }
+
+// TestMentionsImages: the demo says what images the turn's message
+// carried, so a user sees they reached the model.
+func TestMentionsImages(t *testing.T) {
+	r := req("What is this?", 1)
+	r.Messages[0].Images = []provider.Image{{MediaType: provider.MediaPNG, Data: "iVBORw0KGgo="}}
+	got := run(t.Context(), fast(7, 0), r)
+	if got.err != nil || !strings.HasPrefix(got.text(), "I got your image (image/png of 8 bytes).") {
+		t.Fatalf("text %q, err %v", got.text(), got.err)
+	}
+	if got := run(t.Context(), fast(7, 0), req("What is this?", 1)); strings.Contains(got.text(), "image") {
+		t.Errorf("no image, yet %q", got.text())
+	}
+}

@@ -10,6 +10,12 @@
 // when the body or the stream says more than the status does (see errors.go
 // for the table). Credentials never appear in errors.
 //
+// Images and instructions: a user message with images is sent as content
+// parts, its text then each image as a data: URL (Chat's
+// image_url parts, the Responses API's input_image with detail auto);
+// Request.Instructions is Chat's leading system message and the Responses
+// API's instructions.
+//
 // When ctx is cancelled, Stream returns ctx.Err() unwrapped.
 package openai
 
@@ -304,7 +310,10 @@ func (m *Model) params(req provider.Request) (oai.ChatCompletionNewParams, error
 	if req.Model != "" {
 		p.Model = shared.ChatModel(req.Model)
 	}
-	p.Messages = convertHistory(req.Messages, oai.UserMessage[string], chatAssistant, chatResult)
+	p.Messages = convertHistory(req.Messages, chatUser, chatAssistant, chatResult)
+	if req.Instructions != "" {
+		p.Messages = append([]oai.ChatCompletionMessageParamUnion{oai.SystemMessage(req.Instructions)}, p.Messages...)
+	}
 	tools, err := convertTools(req.Tools, chatTool)
 	if err != nil {
 		return p, err
@@ -344,6 +353,23 @@ func chatTool(s provider.ToolSpec, parameters map[string]any) oai.ChatCompletion
 		f.Description = param.NewOpt(s.Description)
 	}
 	return oai.ChatCompletionFunctionTool(f)
+}
+
+// chatUser is a user message: its text alone as a string, or, with
+// images, content parts: the text, then an image_url part per image (a
+// data: URL).
+func chatUser(m provider.Message) oai.ChatCompletionMessageParamUnion {
+	if len(m.Images) == 0 {
+		return oai.UserMessage(m.Text)
+	}
+	parts := make([]oai.ChatCompletionContentPartUnionParam, 0, 1+len(m.Images))
+	if m.Text != "" {
+		parts = append(parts, oai.TextContentPart(m.Text))
+	}
+	for _, im := range m.Images {
+		parts = append(parts, oai.ImageContentPart(oai.ChatCompletionContentPartImageImageURLParam{URL: im.DataURL()}))
+	}
+	return oai.UserMessage(parts)
 }
 
 // chatAssistant is an assistant message: its text, or, when it called

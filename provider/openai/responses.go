@@ -144,10 +144,10 @@ func (m *Model) responsesParams(req provider.Request) (responses.ResponseNewPara
 	if req.Model != "" {
 		p.Model = shared.ResponsesModel(req.Model)
 	}
-	user := func(text string) responses.ResponseInputItemUnionParam {
-		return responses.ResponseInputItemParamOfMessage(text, responses.EasyInputMessageRoleUser)
+	p.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: convertHistory(req.Messages, responsesUser, responsesAssistant, responsesResult)}
+	if req.Instructions != "" {
+		p.Instructions = param.NewOpt(req.Instructions)
 	}
-	p.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: convertHistory(req.Messages, user, responsesAssistant, responsesResult)}
 	tools, err := convertTools(req.Tools, responsesTool)
 	if err != nil {
 		return p, err
@@ -179,6 +179,25 @@ func responsesTool(s provider.ToolSpec, parameters map[string]any) responses.Too
 		t.OfFunction.Description = param.NewOpt(s.Description)
 	}
 	return t
+}
+
+// responsesUser is a user message: its text alone as a string, or, with
+// images, a content list: input_text, then an input_image per image (a
+// data: URL, detail auto).
+func responsesUser(m provider.Message) responses.ResponseInputItemUnionParam {
+	if len(m.Images) == 0 {
+		return responses.ResponseInputItemParamOfMessage(m.Text, responses.EasyInputMessageRoleUser)
+	}
+	content := make(responses.ResponseInputMessageContentListParam, 0, 1+len(m.Images))
+	if m.Text != "" {
+		content = append(content, responses.ResponseInputContentParamOfInputText(m.Text))
+	}
+	for _, im := range m.Images {
+		part := responses.ResponseInputContentParamOfInputImage(responses.ResponseInputImageDetailAuto)
+		part.OfInputImage.ImageURL = param.NewOpt(im.DataURL())
+		content = append(content, part)
+	}
+	return responses.ResponseInputItemParamOfMessage(content, responses.EasyInputMessageRoleUser)
 }
 
 // responsesAssistant is an assistant message's items: its text as a

@@ -59,10 +59,10 @@ func parameters(s provider.ToolSpec) (map[string]any, error) {
 
 // convertHistory builds one API's input from a history, grouped by
 // provider.Steps first so that every call is answered exactly once, right
-// after the message that made it: user makes a user message, assistant
-// the items of an assistant message (its text and its calls), and result
-// the answer to one call.
-func convertHistory[T any](msgs []provider.Message, user func(text string) T,
+// after the message that made it: user makes a user message (its text and
+// images), assistant the items of an assistant message (its text and its
+// calls), and result the answer to one call.
+func convertHistory[T any](msgs []provider.Message, user func(m provider.Message) T,
 	assistant func(text string, calls []provider.ToolCall) []T, result func(callID, output string) T) []T {
 	msgs = provider.Steps(msgs)
 	out := make([]T, 0, len(msgs))
@@ -75,7 +75,7 @@ func convertHistory[T any](msgs []provider.Message, user func(text string) T,
 				out = append(out, result(r.CallID, resultText(r)))
 			}
 		default:
-			out = append(out, user(m.Text))
+			out = append(out, user(m))
 		}
 	}
 	return out

@@ -20,8 +20,9 @@
 //	{"calls": [{"id": "c1", "name": "builtin__calculator", "args": "{\"expression\":\"2+2\"}"}]}
 //
 // An entry with "echoRequest" answers with the request's history, as a
-// JSON array of Echoed: the messages, the tool calls and their results,
-// so that a test sees what the model was told.
+// JSON array of Echoed: the instructions (a "system" entry first), the
+// messages, their images (media type, size, digest), the tool calls and
+// their results, so that a test sees what the model was told.
 //
 //	{"echoRequest": true}
 //
@@ -35,6 +36,9 @@ package scripted
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -145,12 +149,27 @@ type Call struct {
 }
 
 // Echoed is one message of an EchoRequest answer: a user's or assistant's
-// text and tool calls, or a tool message's results.
+// text and tool calls, a user's images, or a tool message's results; or,
+// first, the request's instructions as role "system".
 type Echoed struct {
-	Role    string   `json:"role"`
-	Text    string   `json:"text,omitempty"`
-	Calls   []Call   `json:"calls,omitempty"`
-	Results []Result `json:"results,omitempty"`
+	Role    string        `json:"role"`
+	Text    string        `json:"text,omitempty"`
+	Images  []EchoedImage `json:"images,omitempty"`
+	Calls   []Call        `json:"calls,omitempty"`
+	Results []Result      `json:"results,omitempty"`
+}
+
+// RoleSystem is the role of the Echoed entry holding the instructions.
+const RoleSystem = "system"
+
+// EchoedImage is an image as an EchoRequest answer reports it: what the
+// request carried, not the bytes themselves.
+type EchoedImage struct {
+	MediaType string `json:"mediaType"`
+	// Bytes is the size of the bytes sent, decoded.
+	Bytes int `json:"bytes"`
+	// SHA256 is their digest, hex; "" when Data was not base64.
+	SHA256 string `json:"sha256"`
 }
 
 // Result is a tool result as an EchoRequest answer reports it.
@@ -164,8 +183,14 @@ type Result struct {
 // echoRequest renders the messages of req.
 func echoRequest(req provider.Request) string {
 	out := []Echoed{}
+	if req.Instructions != "" {
+		out = append(out, Echoed{Role: RoleSystem, Text: req.Instructions})
+	}
 	for _, m := range req.Messages {
 		e := Echoed{Role: m.Role, Text: m.Text}
+		for _, im := range m.Images {
+			e.Images = append(e.Images, echoImage(im))
+		}
 		for _, c := range m.ToolCalls {
 			e.Calls = append(e.Calls, Call{ID: c.ID, Name: c.Name, Args: c.Args})
 		}
@@ -179,6 +204,16 @@ func echoRequest(req provider.Request) string {
 		panic("scripted: " + err.Error()) // strings and bools always marshal
 	}
 	return string(b)
+}
+
+// echoImage reports what a request carried of an image.
+func echoImage(im provider.Image) EchoedImage {
+	e := EchoedImage{MediaType: im.MediaType}
+	if b, err := base64.StdEncoding.DecodeString(im.Data); err == nil {
+		sum := sha256.Sum256(b)
+		e.Bytes, e.SHA256 = len(b), hex.EncodeToString(sum[:])
+	}
+	return e
 }
 
 // Script renders steps as the user message text that scripts a turn.

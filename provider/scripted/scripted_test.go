@@ -2,6 +2,8 @@ package scripted_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"mspd/provider"
+	"mspd/provider/providertest"
 	"mspd/provider/scripted"
 )
 
@@ -575,6 +578,29 @@ func TestEchoRequest(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("echoed %+v\nwant %+v", got, want)
+	}
+}
+
+// TestEchoRequestInstructionsAndImages: the echo starts with the
+// instructions as a "system" entry and reports each image a message
+// carried by media type, size and digest.
+func TestEchoRequestInstructionsAndImages(t *testing.T) {
+	png := providertest.PNG(3, 3)
+	r := req(scripted.Script(scripted.Step{EchoRequest: true}), 1)
+	r.Instructions = "Be terse."
+	r.Messages[len(r.Messages)-1].Images = []provider.Image{{MediaType: provider.MediaPNG, Data: providertest.B64(png), Size: int64(len(png))}}
+	deltas, _, err := run(t, t.Context(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []scripted.Echoed
+	if err := json.Unmarshal([]byte(strings.Join(deltas, "")), &got); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(png)
+	if len(got) != 4 || !reflect.DeepEqual(got[0], scripted.Echoed{Role: scripted.RoleSystem, Text: "Be terse."}) ||
+		!reflect.DeepEqual(got[3].Images, []scripted.EchoedImage{{MediaType: "image/png", Bytes: len(png), SHA256: hex.EncodeToString(sum[:])}}) {
+		t.Errorf("echoed %+v", got)
 	}
 }
 

@@ -18,6 +18,10 @@ const CapabilitySessionMCP = "sessionMcp"
 type SessionConfig struct {
 	// MCPServers are MCP servers added to this session alone, by name.
 	MCPServers map[string]SessionMCPServerConfig `json:"mcpServers,omitempty"`
+	// Instructions (mspd's member) are the session's system prompt, sent
+	// after the operator's with every request; at most
+	// MaxInstructionsBytes.
+	Instructions string `json:"instructions,omitempty"`
 }
 
 // SessionMCPServerConfig is one MCP server a client adds to its session:

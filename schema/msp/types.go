@@ -133,7 +133,10 @@ type SessionReadParams struct {
 }
 
 // SessionSnapshot is the result of session/resume and session/read.
+// Config (mspd's additive member) is the session's configuration as
+// session/start took it: its instructions; never its MCP servers.
 type SessionSnapshot struct {
+	Config          *SessionConfig   `json:"config,omitempty"`
 	History         SessionHistory   `json:"history"`
 	PendingRequests []PendingRequest `json:"pendingRequests"`
 	Session         Session          `json:"session"`
@@ -503,6 +506,8 @@ type Item struct {
 	DisplayText string  `json:"displayText,omitempty"`
 	RecordedAt  string  `json:"recordedAt,omitempty"`
 	Truncated   bool    `json:"truncated,omitempty"`
+	// Attachments are a userMessage's images, metadata only.
+	Attachments []MessageAttachment `json:"attachments,omitempty"`
 
 	// toolCall items.
 

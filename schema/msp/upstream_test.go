@@ -50,7 +50,7 @@ var servedUpstreamDefs = []string{
 	"TurnStartedParams", "TurnCompletedParams", "TurnTerminal", "TurnError", "TurnErrorKind",
 	"TurnUnqueuedParams", "TurnRetryScheduledParams",
 	// items, usage, provenance
-	"ItemStartedParams", "ItemDeltaParams", "ItemCompletedParams", "Item", "ItemKind", "ItemStatus",
+	"ItemStartedParams", "ItemDeltaParams", "ItemCompletedParams", "Item", "ItemKind", "ItemStatus", "MessageAttachment",
 	"SessionTokenUsageParams", "TokenUsage", "CumulativeTokenUsage",
 	"SourceRange", "RecordPosition", "StreamRef",
 	"OutputRef", "OutputRefAvailability", "ItemReadOutputParams", "ItemReadOutputResult", "ItemReadOutputEncoding",
@@ -338,6 +338,10 @@ func TestGoTypesMatchSchema(t *testing.T) {
 	user := Item{ItemID: "0198f0ac-0001-7000-8000-000000000001", Kind: ItemUserMessage, Revision: 1,
 		Status: ItemCompleted, TurnID: ptr(testCommand), Text: ptr("hi"), CommandID: testCommand,
 		DisplayText: "hi", RecordedAt: "2026-08-07T18:02:12Z"}
+	withImage := user
+	withImage.Attachments = []MessageAttachment{{Type: AttachmentImage, MediaType: "image/png", Width: ptr(2), Height: ptr(2),
+		OutputRef: &OutputRef{Availability: OutputAvailable, ByteLen: 70, Digest: "sha256:00", ID: "img-3-1", Kind: OutputKindImage,
+			MediaType: "image/png", URI: "mspd:image/img-3-1"}}}
 	usage := TokenUsage{CachedTokens: 10, InputTokens: 100, OutputTokens: 20, ReasoningTokens: 5}
 	snapshot := SessionSnapshot{
 		History:         SessionHistory{Items: []Item{user, agent}, Mode: HistoryInline},
@@ -345,6 +349,8 @@ func TestGoTypesMatchSchema(t *testing.T) {
 		Session:         idle,
 		ViewCursor:      "v:" + testSession + ":9",
 	}
+	configured := snapshot
+	configured.Config = &SessionConfig{Instructions: "Be terse."}
 	excluded := snapshot
 	excluded.History = SessionHistory{Mode: HistoryNone, NoneReason: NoneExcluded}
 	stop := TurnStopParams{CommandID: testCommand, SessionID: testSession, TurnID: testCommand}
@@ -469,6 +475,12 @@ func TestGoTypesMatchSchema(t *testing.T) {
 		{"ErrorObject", ErrCapabilityRequired("sessionMcp", "needs sessionMcp")},
 		{"ErrorObject", &Error{Code: CodeOutputUnavailable, Message: "no output", Data: ErrorData{Kind: KindOutputUnavailable, ItemID: "i", OutputRef: "o", Availability: OutputMissing}}},
 		{"ErrorObject", &Error{Code: CodeInvalidParams, Message: "misaligned", Data: ErrorData{Kind: KindInvalidParams, ItemID: "i", OutputRef: "o", AlignedNextOffset: ptr[int64](3), Reason: ReasonMisalignedOffset}}},
+		{"ItemCompletedParams", ItemParams{ViewHeader: durable, Item: withImage}},
+		{"ItemReadOutputResult", ItemReadOutputResult{ByteLen: 3, Content: "iVBO", Encoding: EncodingBase64, EOF: false, MediaType: "image/png", OffsetBytes: 0}},
+		{"SessionStartParams", SessionStartParams{CommandID: testCommand, Config: &SessionConfig{Instructions: "Be terse."}}},
+		{"SessionReadResult", configured},
+		{"SessionResumeResult", configured},
+		{"SessionForkResult", configured},
 	}
 	for _, tt := range tests {
 		b := mustJSON(t, tt.value)

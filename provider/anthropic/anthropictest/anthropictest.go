@@ -4,7 +4,9 @@
 //
 // It speaks the Messages streaming format of retry-background §6.4, checks
 // what every request carries (POST /v1/messages, the API key Key, an
-// anthropic-version header, a JSON body with "stream": true), answers each
+// anthropic-version header, a JSON body with "stream": true, a system that
+// is a string or text blocks, image blocks only in user messages, each
+// base64 of an image of its media_type), answers each
 // request with the next scripted Reply, and records every request so tests
 // can count attempts and inspect bodies. Replies are canned (Answer,
 // ToolUse, the failures) or scripted event by event (Frames, Broken) from
@@ -12,12 +14,14 @@
 package anthropictest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
+	"mspd/provider"
 	"mspd/provider/providertest"
 )
 
@@ -89,6 +93,63 @@ func check(t testing.TB, r Request) {
 	if r.Body["stream"] != true {
 		t.Errorf("anthropictest: stream = %v; want true", r.Body["stream"])
 	}
+	checkSystem(t, r.Body["system"])
+	msgs, _ := r.Body["messages"].([]any)
+	for i, m := range msgs {
+		msg, _ := m.(map[string]any)
+		blocks, _ := msg["content"].([]any)
+		for j, b := range blocks {
+			if block, _ := b.(map[string]any); block["type"] == "image" {
+				if err := checkImage(block, msg["role"]); err != nil {
+					t.Errorf("anthropictest: messages[%d].content[%d]: %v", i, j, err)
+				}
+			}
+		}
+	}
+}
+
+// checkSystem fails the test for a system the API refuses: it takes a
+// string or text blocks, none empty.
+func checkSystem(t testing.TB, system any) {
+	switch s := system.(type) {
+	case nil:
+	case string:
+		if s == "" {
+			t.Error("anthropictest: an empty system")
+		}
+	case []any:
+		for i, b := range s {
+			block, _ := b.(map[string]any)
+			if text, _ := block["text"].(string); block["type"] != "text" || text == "" {
+				t.Errorf("anthropictest: system[%d] = %v; want a text block with text", i, b)
+			}
+		}
+	default:
+		t.Errorf("anthropictest: system %T; want a string or text blocks", system)
+	}
+}
+
+// checkImage tells what the API would refuse of an image block: one in
+// an assistant message, a source other than base64 of one of the four
+// media types, or data that is not base64 of an image of that type.
+func checkImage(block map[string]any, role any) error {
+	if role != "user" {
+		return fmt.Errorf("an image in a %v message", role)
+	}
+	src, _ := block["source"].(map[string]any)
+	mediaType, _ := src["media_type"].(string)
+	data, _ := src["data"].(string)
+	if src["type"] != "base64" {
+		return fmt.Errorf("image source type %v; want base64", src["type"])
+	}
+	raw, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		return fmt.Errorf("image data is not base64: %v", err)
+	}
+	if got := provider.Sniff(raw); got == "" || got != mediaType {
+		return fmt.Errorf("image media_type %q, bytes %q", mediaType, got)
+	}
+	return nil
 }
 
 // credential is the API key a request carries: x-api-key, or the bearer

@@ -8,10 +8,14 @@
 // (Chat's delta.tool_calls by index, the Responses function_call events
 // with their event: lines), answers
 // each request with the next scripted Reply, and records every request so
-// tests can count attempts and inspect bodies.
+// tests can count attempts and inspect bodies. It checks the images a
+// request carries as OpenAI would: Chat's image_url parts and the
+// Responses API's input_image parts only in user messages, each a data:
+// URL of base64 bytes of the image type it names.
 package openaitest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +23,7 @@ import (
 	"strings"
 	"testing"
 
+	"mspd/provider"
 	"mspd/provider/providertest"
 )
 
@@ -74,11 +79,65 @@ func wire(prefix string) providertest.Wire {
 			}
 			return Error(http.StatusNotFound, ErrorBody("Invalid URL ("+r.Method+" "+r.URL.Path+")", "invalid_request_error", ""))
 		},
+		Check: checkImages,
 		Stamp: func(h http.Header, n int) { h.Set("X-Request-Id", fmt.Sprintf("req_fake%04d", n)) },
 		Unscripted: func(msg string) Reply {
 			return Error(http.StatusTeapot, ErrorBody(msg, "invalid_request_error", ""))
 		},
 	}
+}
+
+// checkImages fails the test for an image OpenAI would refuse: Chat's
+// messages[].content[] image_url parts and the Responses API's
+// input[].content[] input_image parts, each in a user message, with a
+// data: URL of base64 bytes of the media type it names (input_image with
+// a detail).
+func checkImages(t testing.TB, r Request) {
+	for _, list := range []string{"messages", "input"} {
+		msgs, _ := r.Body[list].([]any)
+		for i, m := range msgs {
+			msg, _ := m.(map[string]any)
+			parts, _ := msg["content"].([]any)
+			for j, p := range parts {
+				part, _ := p.(map[string]any)
+				var url string
+				switch part["type"] {
+				case "image_url":
+					img, _ := part["image_url"].(map[string]any)
+					url, _ = img["url"].(string)
+				case "input_image":
+					url, _ = part["image_url"].(string)
+					if part["detail"] == nil {
+						t.Errorf("openaitest: %s[%d].content[%d]: an input_image without a detail", list, i, j)
+					}
+				default:
+					continue
+				}
+				if msg["role"] != "user" {
+					t.Errorf("openaitest: %s[%d]: an image in a %v message", list, i, msg["role"])
+				}
+				if err := checkDataURL(url); err != nil {
+					t.Errorf("openaitest: %s[%d].content[%d]: %v", list, i, j, err)
+				}
+			}
+		}
+	}
+}
+
+// checkDataURL tells what is wrong with an image's data: URL.
+func checkDataURL(url string) error {
+	mediaType, data, ok := strings.Cut(strings.TrimPrefix(url, "data:"), ";base64,")
+	if !ok || !strings.HasPrefix(url, "data:") {
+		return fmt.Errorf("image URL %.40q is not a base64 data: URL", url)
+	}
+	raw, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		return fmt.Errorf("image data is not base64: %v", err)
+	}
+	if got := provider.Sniff(raw); got == "" || got != mediaType {
+		return fmt.Errorf("image URL says %q, the bytes are %q", mediaType, got)
+	}
+	return nil
 }
 
 // commonHeaders are the headers OpenAI sends on every response.
