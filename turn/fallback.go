@@ -221,7 +221,9 @@ func (t *run) failOver(d modelretry.Decision, why string, policy modelretry.Poli
 		System: from.system(), ErrorKind: cmp.Or(f.OriginalKind, f.Kind), HTTPStatus: f.HTTPStatus,
 		Fallback: true, NextProviderID: t.hop.providerID, NextModelID: t.hop.model, FallbackReason: why}}}
 	for i := from.entry + 1; i < next; i++ {
-		events = append(events, t.skipNotice(t.entryAt(i), modelretry.BreakerOpen))
+		skipped := t.entryAt(i)
+		events = append(events, t.skipNotice(skipped, modelretry.BreakerOpen))
+		t.r.cfg.Metrics.Fallback(skipped.providerID, t.hop.providerID, msp.FallbackCircuitOpen)
 	}
 	t.obs.fellBack(wide, from.system(), t.hop.providerID, why)
 	t.r.cfg.Metrics.Fallback(from.providerID, t.hop.providerID, why)

@@ -510,3 +510,28 @@ func TestCheckpointWithoutRouteStillReads(t *testing.T) {
 		t.Fatalf("%+v, %v", cp, err)
 	}
 }
+
+// TestCancelledProbeFreesTheSlot: a half-open breaker's probe whose turn
+// the user stops says nothing of the provider: the next turn probes.
+func TestCancelledProbeFreesTheSlot(t *testing.T) {
+	clock := retrytest.NewClock(t0)
+	breaker, _ := modelretry.NewBreaker(modelretry.BreakerConfig{Failures: 1, Window: time.Minute, Cooldown: time.Second}, clock)
+	breaker.Record(modelretry.Admitted, modelretry.Failing)
+	clock.Advance(time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := newChain(t, clock, chainOptions{primaryBreaker: breaker, fallbackReply: ok("never"),
+		primaryReply: func(ctx context.Context, _ provider.Request, _ func(string)) (provider.Response, error) {
+			cancel() // the user stops the turn while the probe is out
+			<-ctx.Done()
+			return provider.Response{}, ctx.Err()
+		}})
+	o := c.run(t, ctx, chainSpec(), nil)
+	wantTerminal(t, o, msp.TerminalCancelled, "", 1)
+	if got := breaker.Allow(); got != modelretry.Probe {
+		t.Fatalf("after a cancelled probe Allow = %v, want the next probe", got)
+	}
+	if len(c.fallback.requests()) != 0 {
+		t.Fatal("a cancelled turn went on to the fallback")
+	}
+}

@@ -221,7 +221,13 @@ func (t *run) run(ctx context.Context) Outcome {
 // end when the call ends it (failed, cancelled, stopped with the host).
 func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy modelretry.Policy, maxTokensAt *int, schema *Schema) (attemptResult, *Outcome) {
 	maxTokens := *maxTokensAt
-	end := func(o Outcome) (attemptResult, *Outcome) { *maxTokensAt = maxTokens; return attemptResult{}, &o }
+	end := func(o Outcome) (attemptResult, *Outcome) {
+		// A request admitted and never sent, or cut off, tells the
+		// provider's breaker nothing, but frees the probe it may hold.
+		t.report(modelretry.HealthUnknown)
+		*maxTokensAt = maxTokens
+		return attemptResult{}, &o
+	}
 	for {
 		var err error
 		if call, err = t.admit(call, policy, &maxTokens); err != nil {
@@ -242,12 +248,10 @@ func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy model
 		if res.sinkErr != nil {
 			// The request reached the provider: it stays counted.
 			a.Fail(ctx, modelretry.Failure{Kind: msp.TurnErrorLog})
-			t.report(modelretry.HealthUnknown)
 			return end(t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the session log: %v", res.sinkErr), true))
 		}
 		if ctx.Err() != nil {
 			a.Fail(ctx, modelretry.Failure{Kind: modelretry.KindCancelled})
-			t.report(modelretry.HealthUnknown)
 			return end(t.interrupted(ctx, true, maxTokens))
 		}
 
