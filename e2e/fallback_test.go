@@ -421,3 +421,32 @@ func TestFallbackWithTools(t *testing.T) {
 		t.Errorf("lookup ran %d times, want 1", n)
 	}
 }
+
+// TestWholeChainFailsWithTheLastError: two providers naming each other
+// as fallback. A turn on OpenAI whose quota is out goes to Anthropic,
+// whose key is refused: the turn fails with Anthropic's error, after one
+// request each — Anthropic's own chain (back to OpenAI) is not followed.
+func TestWholeChainFailsWithTheLastError(t *testing.T) {
+	oa := openaitest.New(t, "/v1", openaitest.Error(429, openaitest.QuotaBody))
+	an := anthropictest.New(t, anthropictest.APIError(401, "authentication_error", "invalid x-api-key"))
+	file := chainConfig(t, oa.URL(), an.URL(), "")
+	raw, _ := os.ReadFile(file)
+	mutual := strings.Replace(string(raw), "api_key_env = \"TEST_ANTHROPIC_KEY\"\n", "api_key_env = \"TEST_ANTHROPIC_KEY\"\nfallback = [\"oa\"]\n", 1)
+	if err := os.WriteFile(file, []byte(mutual), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, daemon.Config{ConfigFile: file, Env: chainEnv})
+	c := dial(t, d.URL(), client.Options{})
+	events, done := answerTurn(t, c, newSession(t, c), "hi")
+	e := done.Error
+	if done.Terminal != msp.TerminalFailed || e == nil || e.System != "anthropic" || e.ErrorKind != "auth" || e.HTTPStatus != 401 ||
+		!strings.Contains(e.Message, "falling back from openai") || done.Attempts.Count != 2 {
+		t.Fatalf("terminal %s", events[len(events)-1].Params)
+	}
+	if fb := fallbackNotices(t, events); len(fb) != 1 || fb[0].ErrorKind != "quotaExhausted" {
+		t.Fatalf("events %s", compact(methods(events)))
+	}
+	if oa.Count() != 1 || an.Count() != 1 {
+		t.Fatalf("requests: openai %d, anthropic %d", oa.Count(), an.Count())
+	}
+}
