@@ -85,6 +85,10 @@ type Config struct {
 	// retry throttling): zero values take modelretry's defaults (10 tokens,
 	// ratio 0.1); negative Tokens disables the budget.
 	RetryBudget Budget
+	// Breaker sets each provider's circuit breaker: zero fields take
+	// modelretry.DefaultBreakerConfig's; a negative Failures turns the
+	// breakers off.
+	Breaker modelretry.BreakerConfig
 	// DefaultMaxTokens bounds each attempt when a turn names no maxTokens.
 	DefaultMaxTokens int
 	// Server configures transports and limits.
@@ -216,8 +220,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		Store:   st,
 		Runner:  runners,
 		LogPath: logPath,
-		Catalog: models{cat},
-		Models:  models{cat},
+		Catalog: models{cat, runners.breakers},
+		Models:  models{cat, runners.breakers},
 		Now:     now,
 		// Events, pages and histories must fit the transports' frames.
 		MaxFrameBytes: int(cfg.Server.MaxFrameBytes),
@@ -253,7 +257,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	scfg.Home = home
 	scfg.Logger = cfg.Logger
-	scfg.Models = models{cat}
+	scfg.Models = models{cat, runners.breakers}
 	scfg.Auth = authn
 	scfg.Metrics = tel.metrics
 	scfg.SessionMCP = sessionServers != nil
@@ -322,9 +326,13 @@ func newCatalog(cfg Config) (*catalog.Catalog, error) {
 }
 
 // models adapts the catalog to MSP: session/start's provider and model,
-// model/list (with each model's context window), and what a session's
-// model takes (Info, for turn/start's images).
-type models struct{ *catalog.Catalog }
+// model/list (with each model's context window, each provider's breaker
+// state and chain), and what a session's model takes (Info, for
+// turn/start's images).
+type models struct {
+	*catalog.Catalog
+	breakers map[string]*modelretry.Breaker
+}
 
 func (m models) Resolve(providerID, modelID string) (string, string, error) {
 	p, model, err := m.Catalog.Resolve(providerID, modelID)
@@ -354,30 +362,39 @@ func (m models) List(activeProvider, activeModel string) msp.ModelListResult {
 			window := int64(l.ContextWindow)
 			e.ContextLimit = &window
 		}
+		m.chainOf(&e)
 		res.Models = append(res.Models, e)
 	}
 	return res
 }
 
-// newRunners gives each provider its own turn runner and retry budget:
-// one provider's outage must not throttle another's retries.
+// newRunners gives each provider its own turn runner, retry budget and
+// circuit breaker: one provider's outage must not throttle another's
+// retries, nor open another's breaker.
 func newRunners(cfg Config, cat *catalog.Catalog, tel telemetry) (*router, error) {
 	policy := withDefaults(cfg.Retry)
 	if err := policy.Validate(); err != nil {
 		return nil, fmt.Errorf("retry policy: %w", err)
 	}
-	r := &router{byID: make(map[string]*turn.Runner), def: cat.Default().ID}
+	r := &router{byID: make(map[string]*turn.Runner), def: cat.Default().ID, breakers: make(map[string]*modelretry.Breaker)}
 	family := make(map[string]string)
 	for _, p := range cat.Providers() {
 		family[p.ID] = p.Type
 	}
+	configs := make(map[string]turn.Config)
 	for _, p := range cat.Providers() {
 		budget, err := newBudget(cfg)
 		if err != nil {
 			return nil, err
 		}
 		tel.metrics.WatchBudget(p.ID, p.Model.System(), budget)
-		r.byID[p.ID] = turn.NewRunner(turn.Config{
+		breaker, err := newBreaker(cfg)
+		if err != nil {
+			return nil, err
+		}
+		tel.metrics.WatchBreaker(p.ID, p.Model.System(), breaker)
+		r.breakers[p.ID] = breaker
+		configs[p.ID] = turn.Config{
 			Model:            p.Model,
 			Engine:           &modelretry.Engine{Clock: cfg.Clock, Budget: budget},
 			Policy:           policy,
@@ -394,8 +411,10 @@ func newRunners(cfg Config, cat *catalog.Catalog, tel telemetry) (*router, error
 			// other. A provider no longer configured is another family.
 			SameFamily: func(id string) bool { f, ok := family[id]; return ok && f == p.Type },
 			Models:     p.Info,
-		})
+			Breaker:    breaker,
+		}
 	}
+	chain(r, cat, configs)
 	return r, nil
 }
 
@@ -403,6 +422,8 @@ func newRunners(cfg Config, cat *catalog.Catalog, tel telemetry) (*router, error
 type router struct {
 	byID map[string]*turn.Runner
 	def  string
+	// breakers are the providers' circuit breakers (nil ones when off).
+	breakers map[string]*modelretry.Breaker
 }
 
 func (r *router) Run(ctx context.Context, spec turn.Spec, sink turn.Sink) turn.Outcome {

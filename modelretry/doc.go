@@ -34,4 +34,19 @@
 //
 // Attempt numbers are 1-based and include the first request: nextAttempt =
 // attempt + 1 and maxAttempts counts the original request, as in gRPC.
+//
+// A call may have a fallback chain: other providers asked in order when
+// one cannot answer. The package holds the chain's policy and nothing of
+// its providers: FailsOver says whether a call that ended with a decision
+// moves to the next provider, Chain shares the call's requests along the
+// chain (each provider its own Call, the whole under one bound), and each
+// provider key's Breaker (closed, open, half-open) tells its callers to
+// skip a provider that failed every request for a while, fed by HealthOf:
+//
+//	adm := breaker.Allow() // Refused: skip to the next provider, if any
+//	… send the request …
+//	breaker.Record(adm, modelretry.HealthOf(failure)) // or Healthy
+//	if d := a.Fail(ctx, failure); !d.Retry && modelretry.FailsOver(d) {
+//		// the next provider, under chain.Allowance(next, used)
+//	}
 package modelretry

@@ -103,7 +103,8 @@ type Metrics struct {
 	walFrames     prometheus.Gauge
 	queueWait     prometheus.Histogram
 
-	budgets *budgetCollector
+	budgets  *budgetCollector
+	fallback fallbackMetrics
 }
 
 // New defines every metric and registers it on reg. It panics if reg
@@ -202,7 +203,9 @@ func New(reg *prometheus.Registry) *Metrics {
 		budgets: &budgetCollector{desc: prometheus.NewDesc("mspd_retry_budget_tokens",
 			"Tokens left in each provider's retry budget; retries stop while fewer than half remain.",
 			[]string{"provider", "system"}, nil)},
+		fallback: newFallbackMetrics(),
 	}
+	reg.MustRegister(m.fallback.collectors()...)
 	reg.MustRegister(m.providerRequests, m.outputTokens, m.retryDelay, m.turnDuration, m.firstToken, m.toolCalls, m.toolDuration,
 		m.turns, m.modelRetries, m.turnRetries, m.approvals, m.resolutions, m.attempts, m.attemptsPerTurn,
 		m.commitSeconds, m.commitBatches, m.checkpoints, m.walPages, m.walFrames, m.queueWait, m.budgets)

@@ -80,6 +80,14 @@ func populated(t *testing.T) *observe.Metrics {
 	b.OnFailure()
 	m.WatchBudget("main", "openai", b)
 	m.WatchBudget("free", "demo", nil) // unthrottled: not exported
+	m.Fallback("main", "spare", "attemptsExhausted")
+	br, err := modelretry.NewBreaker(modelretry.BreakerConfig{Failures: 1, Window: time.Minute, Cooldown: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br.Record(modelretry.Admitted, modelretry.Failing)
+	m.WatchBreaker("main", "openai", br)
+	m.WatchBreaker("spare", "anthropic", nil) // no breaker: not exported
 	if err := m.WatchServer(func() observe.ServerStats { return observe.ServerStats{ConnsOpen: 2, FramesSent: 9} }); err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +124,11 @@ func TestMetricsExposition(t *testing.T) {
 		{"mspd_turn_retries_total", nil, 1},
 		{"mspd_provider_attempts_total", nil, 2},
 		{"mspd_retry_budget_tokens", observetest.Labels{"provider": "main", "system": "openai"}, 9},
+		{"mspd_fallbacks_total", observetest.Labels{"from": "main", "to": "spare", "reason": "attemptsExhausted"}, 1},
+		{"mspd_provider_breaker_state", observetest.Labels{"provider": "main", "state": "open"}, 1},
+		{"mspd_provider_breaker_state", observetest.Labels{"provider": "main", "state": "closed"}, 0},
+		{"mspd_provider_breaker_state", observetest.Labels{"provider": "main", "state": "halfOpen"}, 0},
+		{"mspd_provider_breaker_opens_total", observetest.Labels{"provider": "main", "system": "openai"}, 1},
 		{"mspd_connections_open", nil, 2},
 		{"mspd_frames_sent_total", nil, 9},
 		{"mspd_sessions_loaded", nil, 3},
@@ -169,6 +182,8 @@ func TestNilMetrics(t *testing.T) {
 	m.TurnEnded("s", "m", "completed", time.Second, time.Second)
 	m.TurnSettled("completed", 1)
 	m.ModelRetryNotice("k")
+	m.Fallback("a", "b", "circuitOpen")
+	m.WatchBreaker("a", "s", nil)
 	m.TurnRetryNotice()
 	m.StoreCommit(1, time.Second, 1)
 	m.QueueWait(time.Second)

@@ -37,6 +37,9 @@ const (
 	EventRetryScheduled = "mspd.retry.scheduled"
 	// EventNoticeWritten marks a retry notice durable in the session log.
 	EventNoticeWritten = "mspd.notice.written"
+	// EventFallback marks a step leaving a provider for the next of its
+	// fallback chain, before the notice naming it.
+	EventFallback = "mspd.fallback"
 )
 
 // Attribute keys of mspd's own; the GenAI ones come from semconv.
@@ -72,6 +75,10 @@ const (
 	AttrToolServer = attribute.Key("mspd.tool.server")
 	// AttrToolStatus is how a tool call ended: its item's status.
 	AttrToolStatus = attribute.Key("mspd.tool.status")
+	// AttrNextProvider is the provider id a fallback goes to.
+	AttrNextProvider = attribute.Key("mspd.fallback.next_provider")
+	// AttrFallbackReason is why a step left its provider (fallbackReason).
+	AttrFallbackReason = attribute.Key("mspd.fallback.reason")
 )
 
 // GenAI semantic convention keys (semconv v1.40.0), re-exported so the

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"mspd/schema/msp"
 	"mspd/session"
@@ -68,6 +70,17 @@ func stableParams(raw json.RawMessage) (json.RawMessage, bool) {
 	}
 	if p.System != "" {
 		reason = p.System + " · " + reason
+	}
+	if p.Fallback {
+		// The route change in words: a client that knows only
+		// turn/retryScheduled still reads who answers next.
+		if p.FallbackReason == msp.FallbackCircuitOpen {
+			reason += ", circuit open"
+		}
+		reason += " · answering with " + cmp.Or(p.NextModelID, p.NextProviderID)
+	}
+	if len(reason) > msp.MaxReason {
+		reason = strings.ToValidUTF8(reason[:msp.MaxReason], "")
 	}
 	out, err := msp.Marshal(msp.TurnRetryScheduledParams{ViewHeader: p.ViewHeader, TurnID: p.TurnID, Attempt: p.Attempt,
 		NextAttempt: p.NextAttempt, MaxAttempts: p.MaxAttempts, RetryDelayMs: p.RetryDelayMs, Reason: reason})

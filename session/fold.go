@@ -145,6 +145,9 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 					f.attemptEnd = r.Seq // a retry notice or a terminal ends the attempt before it
 				}
 			}
+			if next := routedTo(r.Method, r.Params); next != "" {
+				turnProvider = next // a fallback: the turn's next steps are another provider's
+			}
 			if foldsApprovals(r.Method) {
 				if _, err := f.approvals.apply(r.Method, r.Params, r.Seq); err != nil {
 					return f, err
@@ -189,4 +192,20 @@ func callMessage(it msp.Item) provider.Message {
 		call.Args = *it.Args
 	}
 	return provider.Message{Role: provider.RoleAssistant, ToolCalls: []provider.ToolCall{call}}
+}
+
+// routedTo is the provider a record hands its turn on to: a fallback's
+// turn/modelRetryScheduled and a turn/providerSkipped name it; "" for
+// any other record.
+func routedTo(method string, params []byte) string {
+	if method != msp.NotifyTurnModelRetryScheduled && method != msp.NotifyTurnProviderSkipped {
+		return ""
+	}
+	var p struct {
+		NextProviderID string `json:"nextProviderId"`
+	}
+	if json.Unmarshal(params, &p) != nil {
+		return ""
+	}
+	return p.NextProviderID
 }

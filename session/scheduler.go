@@ -407,7 +407,8 @@ func resumption(a pendingTurn, inFlight bool, now time.Time, who string) (res tu
 			made++
 		}
 	}
-	res = turn.Resumption{Attempts: made, MaxTokens: cp.MaxTokens, StartedAt: a.StartedAt, Step: cp.Step, StepBase: cp.StepBase, StoppedBy: who}
+	res = turn.Resumption{Attempts: made, MaxTokens: cp.MaxTokens, StartedAt: a.StartedAt, Step: cp.Step, StepBase: cp.StepBase,
+		Route: cp.Route, StoppedBy: who}
 	if res.StartedAt.IsZero() {
 		res.StartedAt = now // admitted by an older build
 	}

@@ -207,8 +207,11 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 	return nil
 }
 
-// isRetryNotice tells whether ev announces a backoff or a re-run.
-func isRetryNotice(ev event) bool { return isRetryMethod(ev.method) }
+// isRetryNotice tells whether ev announces a backoff, a re-run or a
+// provider skipped: what precedes the turn's next request.
+func isRetryNotice(ev event) bool {
+	return isRetryMethod(ev.method) || ev.method == msp.NotifyTurnProviderSkipped
+}
 
 // isRetryMethod tells whether method announces a backoff or a re-run.
 func isRetryMethod(method string) bool {

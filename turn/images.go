@@ -40,11 +40,12 @@ type Images interface {
 	Load(ctx context.Context, ref string) (string, error)
 }
 
-// model is what the runner's configuration knows of the turn's model;
-// without a catalog every model takes images and tools.
+// model is what the configuration knows of the model the step is on
+// (the session's, or a fallback's); without a catalog every model takes
+// images and tools.
 func (t *run) model() provider.ModelInfo {
-	if m := t.r.cfg.Models; m != nil {
-		return m(t.spec.Model)
+	if m := t.hop.cfg.Models; m != nil {
+		return m(t.hop.model)
 	}
 	return provider.ModelInfo{Capabilities: provider.Capabilities{Images: true, Tools: true}}
 }

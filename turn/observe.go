@@ -79,6 +79,31 @@ func (o *telemetry) startAttempt(ctx context.Context, n, maxTokens int) context.
 	return ctx
 }
 
+// route names the provider and model the turn's next attempts go to:
+// a fallback entry's, after a change of entry.
+func (o *telemetry) route(system, model string) {
+	o.system, o.model = system, model
+}
+
+// fellBack records a step leaving a provider that cannot answer for the
+// next of its chain (d widened to the step): a span event and a log line.
+func (o *telemetry) fellBack(d modelretry.Decision, from, to, why string) {
+	kind := observe.Kind(cmp.Or(d.Failure.OriginalKind, d.Failure.Kind))
+	if o.logs(slog.LevelInfo) {
+		o.log.Log(o.ctx, slog.LevelInfo, "falling back", "system", from, "error_kind", kind,
+			"http_status", d.Failure.HTTPStatus, "attempt", d.Attempt, "next_provider", to, "reason", why)
+	}
+	if o.span == nil {
+		return
+	}
+	o.span.AddEvent(observe.EventFallback, trace.WithAttributes(
+		observe.AttrAttempt.Int(d.Attempt),
+		observe.AttrErrorType.String(kind),
+		observe.AttrNextProvider.String(to),
+		observe.AttrFallbackReason.String(why),
+	))
+}
+
 // startTool opens a tool call's span under the turn's: GenAI's
 // execute_tool, naming the tool and the call, never its arguments.
 func (o *telemetry) startTool(ctx context.Context, info ToolInfo, callID string) (context.Context, trace.Span) {

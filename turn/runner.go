@@ -62,6 +62,12 @@ type Config struct {
 	// the operator's instructions for it (the catalog's Provider.Info);
 	// nil: every model takes images and tools, and has none.
 	Models func(model string) provider.ModelInfo
+	// Breaker is the circuit breaker of this runner's provider, shared by
+	// every runner driving it; nil: none.
+	Breaker *modelretry.Breaker
+	// Fallback are the providers that answer, in order, a step this
+	// runner's provider cannot (see Fallback); nil: none.
+	Fallback []Fallback
 }
 
 // Runner runs turns against one model. It is safe for concurrent use.
@@ -133,6 +139,8 @@ type run struct {
 	messages      []provider.Message // what the turn added to the history so far
 	ended         *Outcome           // a terminal decided before the first request
 	checkpoint    Checkpoint         // the last retry notice's
+	chain         modelretry.Chain   // how a step's requests are shared along the fallback chain
+	hop           hop                // the chain's entry the step is on
 	held          []Event            // the attempt's closing events, not yet written
 	obs           telemetry
 	outputs       sync.Map // item id → ToolOutput: whole outputs of closed calls, until emitCall writes them
@@ -140,9 +148,17 @@ type run struct {
 
 func (t *run) run(ctx context.Context) Outcome {
 	policy := t.r.cfg.Policy
+	// Each entry of the chain gets the host's attempts; the step as a
+	// whole, the turn's own maxAttempts when it gave one (RFC 0248 §B.1).
+	t.chain = modelretry.NewChain(t.entries(), policy.MaxAttempts)
+	t.hop = t.entryAt(0)
 	if rp := t.spec.Retry; rp != nil {
 		if rp.MaxAttempts != nil {
-			policy = policy.WithMaxAttempts(*rp.MaxAttempts, policy.MaxAttempts)
+			total := policy.WithMaxAttempts(*rp.MaxAttempts, t.chain.Ceiling())
+			if err := total.Validate(); err != nil {
+				return t.fail(msp.TurnErrorConfig, fmt.Sprintf("retry policy: %v", err), false)
+			}
+			t.chain.Total = total.MaxAttempts
 		}
 		if rp.GrowMaxTokens != nil {
 			policy = policy.WithGrowMaxTokens(*rp.GrowMaxTokens)
@@ -164,16 +180,16 @@ func (t *run) run(ctx context.Context) Outcome {
 		if res.MaxTokens > 0 {
 			maxTokens = res.MaxTokens
 		}
-		call, err = t.resume(ctx, policy, min(maxTokens, t.r.cfg.ModelMaxTokens))
+		call, err = t.resume(ctx, policy, min(maxTokens, t.hop.cfg.ModelMaxTokens))
 	} else {
-		call, err = t.r.cfg.Engine.Start(policy)
+		call, err = t.startEntry(policy)
 	}
 	if err != nil {
 		return t.fail(msp.TurnErrorConfig, fmt.Sprintf("retry policy: %v", err), false)
 	}
 	// No request asks for more than the model can give: the provider would
 	// refuse it outright.
-	maxTokens = min(maxTokens, t.r.cfg.ModelMaxTokens)
+	maxTokens = min(maxTokens, t.hop.cfg.ModelMaxTokens)
 	if t.ended != nil {
 		return *t.ended
 	}
@@ -201,7 +217,7 @@ func (t *run) run(ctx context.Context) Outcome {
 		if end := t.toolStep(ctx, res, maxTokens); end != nil {
 			return *end
 		}
-		if call, err = t.r.cfg.Engine.Start(policy); err != nil {
+		if call, err = t.startEntry(policy); err != nil {
 			return t.fail(msp.TurnErrorConfig, fmt.Sprintf("retry policy: %v", err), false)
 		}
 	}
@@ -212,8 +228,20 @@ func (t *run) run(ctx context.Context) Outcome {
 // end when the call ends it (failed, cancelled, stopped with the host).
 func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy modelretry.Policy, maxTokensAt *int, schema *Schema) (attemptResult, *Outcome) {
 	maxTokens := *maxTokensAt
-	end := func(o Outcome) (attemptResult, *Outcome) { *maxTokensAt = maxTokens; return attemptResult{}, &o }
+	end := func(o Outcome) (attemptResult, *Outcome) {
+		// A request admitted and never sent, or cut off, tells the
+		// provider's breaker nothing, but frees the probe it may hold.
+		t.report(modelretry.HealthUnknown)
+		*maxTokensAt = maxTokens
+		return attemptResult{}, &o
+	}
 	for {
+		var err error
+		if call, err = t.admit(call, policy, &maxTokens); err != nil {
+			return end(t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the session log: %v", err), true))
+		}
+		// Built after admit, which may have moved the step to a fallback
+		// whose model takes other things.
 		msgs, err := t.request(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -231,7 +259,7 @@ func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy model
 			}
 			return end(t.fail(msp.TurnErrorModel, fmt.Sprintf("no attempt left: %v", err), false))
 		}
-		t.attempts = t.stepBase + a.N()
+		t.attempts = t.hop.base + a.N()
 		res := t.attempt(ctx, t.attempts, maxTokens, schema, msgs)
 		msgs = nil // the request's images are not kept through a backoff
 		if res.sinkErr != nil {
@@ -249,11 +277,11 @@ func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy model
 		switch {
 		case res.err != nil && res.text == "":
 			// Nothing was committed: a model-layer retry.
-			d = a.Fail(ctx, t.r.cfg.Engine.Classify(signal(res.err)))
+			d = a.Fail(ctx, t.hop.cfg.Engine.Classify(signal(res.err)))
 		case res.err != nil:
 			// The stream broke after output began: the output is void and
 			// the whole request re-runs (a turn-layer retry).
-			f := t.r.cfg.Engine.Classify(signal(res.err))
+			f := t.hop.cfg.Engine.Classify(signal(res.err))
 			f.Retryable = f.Retryable || f.Kind == modelretry.KindStreamInterrupted
 			reason = "provider stream disconnected"
 			if f.Kind != modelretry.KindStreamInterrupted {
@@ -261,7 +289,7 @@ func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy model
 			}
 			d = a.Rerun(ctx, f)
 		case res.finish == provider.FinishLength:
-			next, grows := modelretry.NextMaxTokens(maxTokens, t.r.cfg.ModelMaxTokens, policy.GrowMaxTokens)
+			next, grows := modelretry.NextMaxTokens(maxTokens, t.hop.cfg.ModelMaxTokens, policy.GrowMaxTokens)
 			f := modelretry.Failure{Kind: modelretry.KindTruncated, Retryable: grows || !policy.GrowMaxTokens,
 				Message: fmt.Sprintf("output truncated at %d tokens", maxTokens)}
 			reason = fmt.Sprintf("output truncated at %d tokens; retrying with %d", maxTokens, next)
@@ -282,16 +310,32 @@ func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy model
 			d = a.Rerun(ctx, modelretry.Failure{Kind: modelretry.KindInvalidToolCall, Retryable: true, Message: res.toolErr.Error()})
 		default:
 			a.Succeed()
+			t.report(modelretry.Healthy)
 			*maxTokensAt = maxTokens
 			return res, nil
 		}
 
+		t.report(modelretry.HealthOf(d.Failure))
 		t.obs.decided(d)
 		if !d.Retry {
 			if d.Stop == modelretry.StopCancelled {
 				return end(t.interrupted(ctx, true, maxTokens))
 			}
-			return end(t.failDecision(d))
+			if !modelretry.FailsOver(d) || !t.hasNext() {
+				return end(t.failDecision(t.widen(d)))
+			}
+			if call, err = t.failOver(d, string(d.Stop), policy, &maxTokens); err != nil {
+				return end(t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the retry notice: %v", err), true))
+			}
+			continue
+		}
+		if t.hop.cfg.Breaker.State() == modelretry.BreakerOpen && t.hasNext() {
+			// Others' failures opened the breaker meanwhile: the backoff
+			// would be waited out for a provider turns now skip.
+			if call, err = t.failOver(d, msp.FallbackCircuitOpen, policy, &maxTokens); err != nil {
+				return end(t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the retry notice: %v", err), true))
+			}
+			continue
 		}
 		if err := call.Backoff(ctx, t.notice(reason, maxTokens)); err != nil {
 			if ctx.Err() != nil {
@@ -306,12 +350,13 @@ func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy model
 // the checkpoint a later process resumes from, before the sleep.
 func (t *run) notice(reason string, nextMaxTokens int) func(modelretry.Decision) error {
 	return func(d modelretry.Decision) error {
+		d = t.widen(d)
 		next := t.checkpointAt(t.stepBase+d.Attempt, t.r.clock.Now().Add(d.Delay), nextMaxTokens)
 		next.Begun = new(bool)
 		t.checkpoint = next
 		notice := Event{Method: msp.NotifyTurnModelRetryScheduled, Params: &msp.TurnModelRetryScheduledParams{
 			TurnID: t.spec.TurnID, Attempt: d.Attempt, NextAttempt: d.NextAttempt, MaxAttempts: d.MaxAttempts,
-			RetryDelayMs: d.Delay.Milliseconds(), System: t.r.cfg.Model.System(), ErrorKind: d.Failure.Kind,
+			RetryDelayMs: d.Delay.Milliseconds(), System: t.hop.system(), ErrorKind: d.Failure.Kind,
 			HTTPStatus: d.Failure.HTTPStatus}}
 		if d.Layer == modelretry.LayerTurn {
 			notice = Event{Method: msp.NotifyTurnRetryScheduled, Params: &msp.TurnRetryScheduledParams{
@@ -350,6 +395,7 @@ func (t *run) resume(ctx context.Context, policy modelretry.Policy, maxTokens in
 	res := t.spec.Resume
 	t.start, t.attempts, t.usageComplete = res.StartedAt, res.Attempts, res.Attempts == 0
 	t.step, t.stepBase = res.Step, res.StepBase
+	t.resumeRoute(res.Route)
 	if res.Usage != nil {
 		t.usage, t.hasUsage, t.outputTokens = *res.Usage, true, res.Usage.OutputTokens
 	}
@@ -366,7 +412,7 @@ func (t *run) resume(ctx context.Context, policy modelretry.Policy, maxTokens in
 		}
 		t.checkpoint = t.checkpointAt(res.Attempts, t.r.clock.Now(), maxTokens)
 		t.checkpoint.Begun = new(false)
-		return t.r.cfg.Engine.Start(policy)
+		return t.startEntry(policy)
 	}
 	delay := res.Delay
 	if delay <= 0 {
@@ -375,10 +421,12 @@ func (t *run) resume(ctx context.Context, policy modelretry.Policy, maxTokens in
 	// No backoff the policy grants is longer; a longer rest says this
 	// node's clock is behind the one that wrote the checkpoint.
 	delay = min(delay, max(policy.MaxBackoff, policy.MaxServerDelay))
-	call, d, err := t.r.cfg.Engine.Resume(policy, res.Attempts-res.StepBase, delay)
+	n := t.allowance()
+	call, d, err := t.hop.cfg.Engine.Resume(policy.WithMaxAttempts(n, n), res.Attempts-t.hop.base, delay)
 	if err != nil {
 		return nil, err
 	}
+	d = t.widen(d)
 	if !d.Retry {
 		o := t.fail(msp.TurnErrorHostRestarted, clip(fmt.Sprintf("%s; no attempts left (%d of %d made)", res.Reason, d.Attempt, d.MaxAttempts), 500), true)
 		t.ended = &o
@@ -395,7 +443,8 @@ func (t *run) resume(ctx context.Context, policy modelretry.Policy, maxTokens in
 // checkpointAt is a checkpoint of the step under way after attempts
 // requests of the turn.
 func (t *run) checkpointAt(attempts int, nextAt time.Time, maxTokens int) Checkpoint {
-	return Checkpoint{Attempts: attempts, NextAt: nextAt, MaxTokens: maxTokens, Step: t.step, StepBase: t.stepBase}
+	return Checkpoint{Attempts: attempts, NextAt: nextAt, MaxTokens: maxTokens, Step: t.step, StepBase: t.stepBase,
+		Route: t.hop.mark()}
 }
 
 // interrupted ends a turn whose context was cancelled between or during
@@ -443,9 +492,9 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema, msg
 	var text strings.Builder
 	var item *msp.Item
 	began := t.r.clock.Now()
-	req := provider.Request{Model: t.spec.Model, Messages: msgs, MaxTokens: maxTokens,
+	req := provider.Request{Model: t.hop.model, Messages: msgs, MaxTokens: maxTokens,
 		ResponseSchema: t.spec.ResponseSchema, Attempt: n, Instructions: t.instructions(), Tools: t.tools()}
-	resp, err := t.r.cfg.Model.Stream(actx, req, func(delta string) {
+	resp, err := t.hop.cfg.Model.Stream(actx, req, func(delta string) {
 		if delta == "" || res.sinkErr != nil {
 			return
 		}
@@ -518,7 +567,7 @@ func (t *run) history() []provider.Message {
 	if len(t.messages) > 0 {
 		msgs = append(msgs[:len(msgs):len(msgs)], t.messages...)
 	}
-	return provider.ForeignToolsAsText(provider.Steps(msgs), t.r.cfg.SameFamily)
+	return provider.ForeignToolsAsText(provider.Steps(msgs), t.hop.cfg.SameFamily)
 }
 
 // refusedBeforeOutput tells whether the provider refused an attempt with
@@ -591,7 +640,7 @@ func (t *run) account(resp provider.Response, took time.Duration, refused bool) 
 	t.hold(msp.NotifySessionTokenUsage, &msp.SessionTokenUsageParams{
 		TurnID: t.spec.TurnID, Usage: usage, PromptTokens: u.InputTokens,
 		TotalTokens: u.InputTokens + u.OutputTokens, DurationMs: &ms,
-		FinishReason: resp.FinishReason, ModelID: resp.Model})
+		FinishReason: resp.FinishReason, ModelID: cmp.Or(resp.Model, t.hop.model)})
 }
 
 // addUsage adds one response's usage to the turn's totals and tells
@@ -648,9 +697,9 @@ func (t *run) failDecision(d modelretry.Decision) Outcome {
 	}
 	// retryable tells the user whether trying the turn again may help.
 	retryable := f.Retryable || f.Kind == modelretry.KindBudgetExhausted || d.Stop == modelretry.StopAttemptsExhausted
-	o := t.fail(msp.TurnErrorModel, clip(msg, 500), retryable)
+	o := t.fail(msp.TurnErrorModel, clip(t.chainWords(msg), 500), retryable)
 	e := o.Completed.Error
-	e.ErrorKind, e.HTTPStatus, e.System, e.StopReason = cmp.Or(f.OriginalKind, f.Kind), f.HTTPStatus, t.r.cfg.Model.System(), string(d.Stop)
+	e.ErrorKind, e.HTTPStatus, e.System, e.StopReason = cmp.Or(f.OriginalKind, f.Kind), f.HTTPStatus, t.hop.system(), string(d.Stop)
 	return o
 }
 

@@ -357,13 +357,14 @@ func (t *run) toolStep(ctx context.Context, res attemptResult, maxTokens int) *O
 	calls := t.openCalls(t.attempts, res.calls)
 	t.gateCalls(calls)
 	t.messages = append(t.messages, provider.Message{Role: provider.RoleAssistant, Text: res.text, ToolCalls: res.calls,
-		Provider: t.spec.ProviderID})
+		Provider: t.hop.providerID})
 	events := t.takeHeld()
 	for _, c := range calls {
 		events = append(events, Event{Method: msp.NotifyItemStarted, Params: &msp.ItemParams{Item: c.item}})
 		events = append(events, t.approvalEvents(c)...)
 	}
 	t.step, t.stepBase = t.step+1, t.attempts
+	t.hop.base = t.attempts // the next step starts on the entry this one ended on
 	cp := t.checkpointAt(t.attempts, t.r.clock.Now(), maxTokens)
 	cp.Begun = new(false)
 	if err := t.sink.EmitRetry(t.emitCtx, cp, events); err != nil {

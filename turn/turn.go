@@ -106,6 +106,10 @@ type Checkpoint struct {
 	// sent (Sink.BeginAttempt). Nil in checkpoints of builds that did not
 	// record it, whose resumption goes by the clock instead.
 	Begun *bool `json:"begun,omitempty"`
+	// Route is the fallback chain's entry the step is on; nil on the
+	// session's own provider, as in checkpoints of builds without
+	// fallbacks.
+	Route *Route `json:"route,omitempty"`
 }
 
 // ErrHostStopping is the cancellation cause with which a host stops a
@@ -137,6 +141,9 @@ type Resumption struct {
 	// requests of the steps before it. Attempts == StepBase means the
 	// step had not sent a request.
 	Step, StepBase int
+	// Route is the checkpoint's: the fallback chain's entry the step is
+	// on, nil for the session's own provider.
+	Route *Route
 	// OpenCalls are the tool calls the turn recorded and did not close,
 	// in the order they were asked for: those whose approval was never
 	// granted wait for it again; the others' outcome is unknown.

@@ -15,6 +15,7 @@ var positiveFlags = []string{
 	"max-attempts", "max-frame-bytes", "queue-frames", "queue-bytes", "max-subscriptions", "write-timeout",
 	"default-max-tokens", "retry-initial-backoff", "retry-max-backoff", "retry-max-server-delay",
 	"retry-budget-ratio", "lease-ttl", "jetstream-replicas", "max-steps", "tool-timeout",
+	"breaker-window", "breaker-cooldown",
 }
 
 // nonNegativeFlags are the serve flags where 0 means the default or none,
@@ -27,6 +28,7 @@ var nonNegativeFlags = []string{"max-output-tokens", "shutdown-timeout", "demo-f
 var nonZeroFlags = map[string]string{
 	"retry-budget-tokens": "want a positive bucket size, or negative for no budget",
 	"command-retention":   "want a positive window, or negative for ever",
+	"breaker-failures":    "want a positive count, or negative for no breakers",
 }
 
 // checkRanges refuses a serve flag value out of its range, naming the flag.

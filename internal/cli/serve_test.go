@@ -37,7 +37,8 @@ func TestServeRefusesOutOfRangeValues(t *testing.T) {
 		{"lease-ttl", "0s"}, {"max-output-tokens", "-1"},
 		{"shutdown-timeout", "-1s"}, {"approval-timeout", "-1s"}, {"demo-faults", "1.5"}, {"demo-faults", "-0.1"}, {"gc-headroom-mib", "-1"},
 		// 0 would silently be the default, while a negative value means off.
-		{"retry-budget-tokens", "0"}, {"command-retention", "0s"},
+		{"retry-budget-tokens", "0"}, {"command-retention", "0s"}, {"breaker-failures", "0"},
+		{"breaker-window", "0s"}, {"breaker-cooldown", "-1s"},
 		{"jetstream-replicas", "0"}, {"jetstream-replicas", "-1"},
 		{"max-subscriptions", "0"}, {"max-subscriptions", "-1"},
 	} {

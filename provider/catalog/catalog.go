@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -88,6 +89,12 @@ type Entry struct {
 	// Overrides are [[providers.overrides]] tables, each the settings of
 	// one model of the entry.
 	Overrides []Override `toml:"overrides"`
+	// Fallback names, in order, the providers that answer a turn this
+	// one cannot (its attempts spent on its service's failures, its quota
+	// or key refused; docs/providers.md says which failures move): each
+	// "id" (its default model) or "id:model" (one of its models). Not this
+	// provider, not one twice; an entry's own fallback is not followed.
+	Fallback []string `toml:"fallback"`
 }
 
 // File is the configuration file.
@@ -123,6 +130,15 @@ type Provider struct {
 	MaxOutputTokens int
 	// models knows what each model takes (Info).
 	models models
+	// Fallback is the provider's fallback chain, in order (see
+	// Entry.Fallback).
+	Fallback []Ref
+}
+
+// Ref names a configured model: a fallback chain's entry.
+type Ref struct {
+	ProviderID string
+	Model      string
 }
 
 // Catalog is the set of configured providers.
@@ -170,6 +186,7 @@ func Build(f File, env Env) (*Catalog, error) {
 		return nil, errors.New("catalog: no providers configured")
 	}
 	c := &Catalog{}
+	var err error
 	for i, e := range f.Providers {
 		p, err := build(e, env)
 		if err != nil {
@@ -179,6 +196,12 @@ func Build(f File, env Env) (*Catalog, error) {
 			return nil, fmt.Errorf("catalog: provider id %q configured twice", p.ID)
 		}
 		c.providers = append(c.providers, p)
+	}
+	for i, e := range f.Providers {
+		p := c.providers[i]
+		if p.Fallback, err = c.chain(p, e.Fallback); err != nil {
+			return nil, fmt.Errorf("catalog: provider %q: fallback: %w", p.ID, err)
+		}
 	}
 	if err := tool.ValidateServers(f.MCP); err != nil {
 		return nil, fmt.Errorf("catalog: %w", err)
@@ -191,6 +214,39 @@ func Build(f File, env Env) (*Catalog, error) {
 		}
 	}
 	return c, nil
+}
+
+// chain resolves p's fallback entries: each names another configured
+// provider, and a model of it, once. A chain is not followed through its
+// entries' own chains, so two providers naming each other loop nowhere;
+// what would loop within one chain — the provider itself, a provider
+// twice — is refused.
+func (c *Catalog) chain(p *Provider, names []string) ([]Ref, error) {
+	var out []Ref
+	for _, name := range names {
+		q, model := c.Get(name), ""
+		if q == nil {
+			id, m, ok := strings.Cut(name, ":")
+			if q = c.Get(id); q == nil || !ok || m == "" {
+				return nil, fmt.Errorf("%q names no configured provider (want \"id\" or \"id:model\")", name)
+			}
+			if !slices.Contains(q.Models, m) {
+				return nil, fmt.Errorf("%q: model %q is not configured for provider %q (its models: %s)", name, m, q.ID, strings.Join(q.Models, ", "))
+			}
+			model = m
+		}
+		if model == "" {
+			model = q.DefaultModel
+		}
+		switch {
+		case q == p:
+			return nil, fmt.Errorf("%q is the provider itself: a fallback must be another provider, since the breaker and the retry budget are a provider's", name)
+		case slices.ContainsFunc(out, func(r Ref) bool { return r.ProviderID == q.ID }):
+			return nil, fmt.Errorf("%q: provider %q is in the chain twice (each is tried once)", name, q.ID)
+		}
+		out = append(out, Ref{ProviderID: q.ID, Model: model})
+	}
+	return out, nil
 }
 
 func build(e Entry, env Env) (*Provider, error) {

@@ -48,6 +48,7 @@ const (
 	NotifyTurnUnqueued            = "turn/unqueued"
 	NotifyTurnRetryScheduled      = "turn/retryScheduled"
 	NotifyTurnModelRetryScheduled = "turn/modelRetryScheduled"
+	NotifyTurnProviderSkipped     = "turn/providerSkipped"
 	NotifyItemStarted             = "item/started"
 	NotifyItemDelta               = "item/delta"
 	NotifySessionNameChanged      = "session/nameChanged"

@@ -478,6 +478,37 @@ type TurnModelRetryScheduledParams struct {
 	System       string `json:"system,omitempty"`
 	ErrorKind    string `json:"errorKind,omitempty"`
 	HTTPStatus   int    `json:"httpStatus,omitempty"`
+
+	// A fallback: the failed attempt's provider cannot answer, and the
+	// next attempt goes to another provider of its chain, at once
+	// (retryDelayMs 0). Fallback is set, NextProviderID and NextModelID
+	// name who answers next, and FallbackReason says why the step left
+	// (a stop reason: attemptsExhausted, budgetExhausted,
+	// retryAfterTooLong, notRetryable; or circuitOpen).
+	Fallback       bool   `json:"fallback,omitempty"`
+	NextProviderID string `json:"nextProviderId,omitempty"`
+	NextModelID    string `json:"nextModelId,omitempty"`
+	FallbackReason string `json:"fallbackReason,omitempty"`
+}
+
+// FallbackCircuitOpen is the fallbackReason of a step that left its
+// provider because the provider's circuit breaker opened meanwhile; the
+// others are the stop reasons of turn/completed's error.
+const FallbackCircuitOpen = "circuitOpen"
+
+// TurnProviderSkippedParams are the params of turn/providerSkipped
+// (mspd's): a provider of the turn's fallback chain is skipped, without a
+// request, because its circuit breaker is open, and the next request goes
+// to NextProviderID.
+type TurnProviderSkippedParams struct {
+	ViewHeader
+	TurnID         string `json:"turnId"`
+	ProviderID     string `json:"providerId"`
+	ModelID        string `json:"modelId,omitempty"`
+	System         string `json:"system,omitempty"`
+	Breaker        string `json:"breaker"`
+	NextProviderID string `json:"nextProviderId"`
+	NextModelID    string `json:"nextModelId,omitempty"`
 }
 
 // Item kinds and statuses used by mspd.
@@ -651,4 +682,17 @@ type ModelEntry struct {
 	ProfileID    *string         `json:"profileId"`
 	ProviderID   string          `json:"providerId"`
 	ReleaseDate  *string         `json:"releaseDate"`
+
+	// BreakerState is mspd's: the circuit breaker of the row's provider
+	// (closed, open, halfOpen), absent when it has none.
+	BreakerState string `json:"breakerState,omitempty"`
+	// Fallback is mspd's: the chain the row's provider falls back on, in
+	// order, absent when it names none.
+	Fallback []ModelRef `json:"fallback,omitempty"`
+}
+
+// ModelRef names a configured model: a fallback chain's entry.
+type ModelRef struct {
+	ProviderID string `json:"providerId"`
+	ModelID    string `json:"modelId"`
 }

@@ -23,6 +23,7 @@ var upstreamBundle = filepath.Join("..", "..", "..", "shared", "reference", "msp
 // mspdOnlyDefs are the definitions mspd adds to MSP; upstream has none of them.
 var mspdOnlyDefs = []string{
 	"AIProviders", "CallAccounting", "RetryPolicy", "TurnAttempts", "TurnModelRetryScheduledParams",
+	"TurnProviderSkippedParams", "ModelRef",
 }
 
 // servedUpstreamDefs are the upstream definitions mspd sends or accepts; each
@@ -185,7 +186,7 @@ func TestServedDefsPresent(t *testing.T) {
 
 // TestMethodRefsAgreeWithUpstream checks that shared methods and
 // notifications use the same definitions as upstream, and that the only
-// method mspd adds is turn/modelRetryScheduled.
+// methods mspd adds are turn/modelRetryScheduled and turn/providerSkipped.
 func TestMethodRefsAgreeWithUpstream(t *testing.T) {
 	ours, upstream := loadDigests(t)
 	for _, set := range []struct {
@@ -195,7 +196,7 @@ func TestMethodRefsAgreeWithUpstream(t *testing.T) {
 	}{
 		{"methods", ours.Methods, upstream.Methods, nil},
 		{"requests", ours.Requests, upstream.Requests, nil},
-		{"notifications", ours.Notifications, upstream.Notifications, []string{NotifyTurnModelRetryScheduled}},
+		{"notifications", ours.Notifications, upstream.Notifications, []string{NotifyTurnModelRetryScheduled, NotifyTurnProviderSkipped}},
 	} {
 		for method, refs := range set.ours {
 			up, ok := set.upstream[method]
@@ -267,7 +268,8 @@ func TestErrorsAgreeWithUpstream(t *testing.T) {
 
 // TestModelRetryScheduledShape pins mspd's own notice: exactly the eight
 // required members of turn/retryScheduled minus reason, plus the optional
-// system, errorKind and httpStatus, and no reason at all.
+// system, errorKind and httpStatus, the optional fallback members, and no
+// reason at all.
 func TestModelRetryScheduledShape(t *testing.T) {
 	ours, upstream := loadDigests(t)
 	d := ours.Defs["TurnModelRetryScheduledParams"]
@@ -282,6 +284,7 @@ func TestModelRetryScheduledShape(t *testing.T) {
 		"attempt": "integer", "maxAttempts": "integer", "nextAttempt": "integer", "retryDelayMs": "integer",
 		"sessionId": "string", "sourceRange": "ref:SourceRange", "turnId": "string", "viewCursor": "string",
 		"system": "string", "errorKind": "string", "httpStatus": "integer",
+		"fallback": "boolean", "nextProviderId": "string", "nextModelId": "string", "fallbackReason": "string",
 	}
 	if len(d.Properties) != len(wantTypes) {
 		t.Errorf("properties %v, want %v", d.Properties, wantTypes)
