@@ -45,4 +45,3 @@ func TestRelativeLinksResolve(t *testing.T) {
 
 // fenced matches fenced code blocks, whose brackets are not links.
 var fenced = regexp.MustCompile("(?s)```.*?```")
-
