@@ -27,10 +27,11 @@ import (
 	"mspd/tool/tooltest"
 )
 
-// update makes TestScreenshots rewrite the README's screenshots:
+// update makes TestScreenshots rewrite the README's screenshots, and
+// TestTailApprovals the tail package's recorded approval frames:
 //
-//	go test ./e2e -run TestScreenshots -update
-var update = flag.Bool("update", false, "TestScreenshots: rewrite docs/screenshots/*.png")
+//	go test ./e2e -run 'TestScreenshots|TestTailApprovals' -update
+var update = flag.Bool("update", false, "rewrite docs/screenshots/*.png (TestScreenshots) and tail/testdata/approvals-*.jsonl (TestTailApprovals)")
 
 // screenshotDir is where the README's screenshots live, from this package.
 const screenshotDir = "../docs/screenshots"
