@@ -960,7 +960,11 @@
         const b = button(`${cls} choice`, words);
         b.dataset.choice = c.choiceId;
         if (c.acceptsFeedback) b.setAttribute('aria-expanded', 'false');
-        b.addEventListener('click', () => (c.acceptsFeedback ? this.openFeedback(c, b) : this.decide(c, '')));
+        b.addEventListener('click', () => {
+          if (this.state !== 'pending') return; // a decision is on its way
+          if (c.acceptsFeedback) this.openFeedback(c, b);
+          else this.decide(c, '');
+        });
         actions.append(b);
       }
       this.status = el('p', 'approval-status');
@@ -994,6 +998,7 @@
       this.el.insertBefore(form, this.status);
       area.focus();
       const close = () => {
+        if (this.state !== 'pending') return;
         form.remove();
         this.form = null;
         opener.setAttribute('aria-expanded', 'false');
@@ -1011,12 +1016,18 @@
       });
       form.addEventListener('submit', (ev) => {
         ev.preventDefault();
-        this.decide(choice, area.value.trim());
+        if (this.state === 'pending') this.decide(choice, area.value.trim());
       });
     }
 
+    /**
+     * setBusy marks the card's controls inactive while a decision is on
+     * its way — aria-disabled, not disabled, so that the focused button
+     * keeps focus (a disabled one drops it to the page) and the outcome
+     * can take it over.
+     */
     setBusy(busy) {
-      for (const b of this.el.querySelectorAll('button')) b.disabled = busy;
+      for (const b of this.el.querySelectorAll('button')) b.setAttribute('aria-disabled', String(busy));
       const area = this.el.querySelector('textarea');
       if (area) area.readOnly = busy;
     }
@@ -1031,6 +1042,7 @@
     async decide(choice, feedback) {
       if (this.state !== 'pending') return;
       this.state = 'sending';
+      this.focused = this.el.contains(document.activeElement); // the outcome takes focus over
       this.setBusy(true);
       this.say('Sending…');
       const params = {
@@ -1073,7 +1085,8 @@
 
     /** resolve turns the card into the outcome. */
     resolve(decision, resolvedBy, prefix = '') {
-      const within = this.el.contains(document.activeElement);
+      const a = document.activeElement;
+      const within = this.el.contains(a) || (this.focused && (!a || a === document.body));
       this.state = 'resolved';
       this.form = null;
       const words = resolutionWords(decision, resolvedBy, decision === 'denied' ? this.feedback : '');
