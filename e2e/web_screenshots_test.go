@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"image/png"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,12 +24,14 @@ import (
 	"mspd/provider/demo"
 	"mspd/provider/openai/openaitest"
 	"mspd/schema/msp"
+	"mspd/tool/tooltest"
 )
 
-// update makes TestScreenshots rewrite the README's screenshots:
+// update makes TestScreenshots rewrite the README's screenshots, and
+// TestTailApprovals the tail package's recorded approval frames:
 //
-//	go test ./e2e -run TestScreenshots -update
-var update = flag.Bool("update", false, "TestScreenshots: rewrite docs/screenshots/*.png")
+//	go test ./e2e -run 'TestScreenshots|TestTailApprovals' -update
+var update = flag.Bool("update", false, "rewrite docs/screenshots/*.png (TestScreenshots) and tail/testdata/approvals-*.jsonl (TestTailApprovals)")
 
 // screenshotDir is where the README's screenshots live, from this package.
 const screenshotDir = "../docs/screenshots"
@@ -163,8 +166,37 @@ func TestScreenshots(t *testing.T) {
 		return '';
 	})()`)
 	shot("tools.png", 1024, 760)
+
+	// A call waiting for approval: the model (the fake OpenAI server)
+	// calls the append tool of a test MCP server marked approval =
+	// "always".
+	notes := tooltest.New("")
+	hs := httptest.NewServer(notes.HTTPHandler())
+	t.Cleanup(hs.Close)
+	asking := openaitest.New(t, "/v1",
+		openaitest.Stream(append([]string{openaitest.Delta("I'll add it to your list.")},
+			openaitest.ToolCalls(8, openaitest.Call{ID: "call_1", Name: "notes__append", Args: `{"text":"oat milk, 2 l"}`})...)...),
+		openaitest.Stream(openaitest.Answer("Added.")...))
+	cfg := filepath.Join(t.TempDir(), "mspd.toml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "[[providers]]\ntype = \"openai\"\nmodel = \"gpt-4o-mini\"\nbase_url = %q\n\n"+
+		"[[mcp]]\nname = \"notes\"\nurl = %q\napproval = \"always\"\n", asking.URL(), hs.URL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ad := startDaemon(t, daemon.Config{ConfigFile: cfg, Tools: daemon.Tools{NoBuiltin: true}})
+	p.open("http://" + ad.Addr() + "/")
+	p.media("light")
+	p.viewport(1024, 640)
+	p.newChat()
+	p.send("Add oat milk to my shopping list")
+	p.waitFor("the approval card", pendingCard)
+	shot("approval.png", 1024, 640)
+	p.media("dark")
+	p.viewport(390, 844)
+	shot("approval-phone-dark.png", 390, 844)
+	p.run("approving", chromedp.Click(chromedp.CSS(approveOnce)))
+	p.waitFor("the answer", `footer().startsWith('✓')`)
 	if *update {
-		t.Logf("wrote %s", strings.Join([]string{"desktop.png", "dark.png", "phone.png", "retry.png", "tools.png"}, ", "))
+		t.Logf("wrote %s", strings.Join([]string{"desktop.png", "dark.png", "phone.png", "retry.png", "tools.png", "approval.png", "approval-phone-dark.png"}, ", "))
 	}
 }
 

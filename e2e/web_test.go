@@ -303,6 +303,23 @@ const tools = () => [...document.querySelectorAll('#transcript .turn:last-of-typ
 		status: r.dataset.status, name: text('.tool-name'), server: text('.tool-server'), state: text('.tool-state'),
 		time: text('.tool-time'), why: text('.tool-why'), args: text('.tool-args'), output: text('.tool-output'),
 		note: text('.tool-note'), open: r.querySelector('details').open, live: r.querySelector('.tool-live') !== null,
+		waiting: r.hasAttribute('data-waiting'),
+	};
+});
+// focusRing tells whether the focused element shows a focus ring.
+const focusRing = () => {
+	const a = document.activeElement, s = getComputedStyle(a);
+	return a.matches(':focus-visible') && s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) >= 2;
+};
+// cards are the approval cards of the last turn, as they read.
+const cards = () => [...document.querySelectorAll('#transcript .turn:last-of-type .approval')].map((c) => {
+	const text = (sel) => { const e = c.querySelector(sel); return e && !e.hidden ? e.textContent : null; };
+	return {
+		state: c.classList.contains('resolved') ? 'resolved' : 'pending', decision: c.dataset.decision || null,
+		title: text('.approval-title'), what: text('.approval-what'), args: text('.approval-args'),
+		choices: [...c.querySelectorAll(':scope > .approval-actions > button')].map((b) => b.textContent),
+		feedback: c.querySelector('.approval-feedback textarea') !== null, status: text('.approval-status'),
+		outcome: text('.approval-outcome'),
 	};
 });
 // shape is what the transcript shows, turn by turn: each part's kind,
@@ -597,9 +614,9 @@ type msProxy struct {
 	// gapNextTurn withholds the next turn's view events after its user
 	// message, up to its turn/completed, which a view/gap precedes.
 	gapNextTurn atomic.Bool
-	// rewrite, when set, changes each whole text frame from the server
-	// to the page.
-	rewrite atomic.Pointer[func([]byte) []byte]
+	// drop, when set, withholds the whole text frames from the server to
+	// the page that it is true of (a frame lost to this client only).
+	drop atomic.Pointer[func([]byte) bool]
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -688,8 +705,8 @@ func (p *msProxy) forward(c, up net.Conn) {
 			continue
 		}
 		for _, f := range g.frames(payload) {
-			if rw := p.rewrite.Load(); rw != nil {
-				f = (*rw)(f)
+			if drop := p.drop.Load(); drop != nil && (*drop)(f) {
+				continue
 			}
 			if _, err := c.Write(textFrame(f)); err != nil {
 				return

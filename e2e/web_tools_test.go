@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -96,9 +96,10 @@ func checkUnfolded(p *chatPage) {
 // TestWebToolCalls drives tool calls of every kind through the page, made
 // by the scripted model on a test MCP server over HTTP: output and
 // arguments with markup and Markdown in them shown as literal text with
-// nothing run, a tool's error and why, output the server truncated, a
-// running call's live indicator, a timeout, a call stopped with the turn,
-// a rejected call;
+// nothing run, a tool's error and why, output the server truncated and
+// the whole of it read back (item/readOutput), a running call's live
+// indicator, a timeout, a call stopped with the turn, a call a person
+// denied;
 // the chat rebuilt the same from its log; the rows by keyboard and as a
 // screen reader names them, at phone width, in light and dark mode.
 func TestWebToolCalls(t *testing.T) {
@@ -107,7 +108,7 @@ func TestWebToolCalls(t *testing.T) {
 	t.Cleanup(hs.Close)
 	t.Cleanup(probe.Release) // before the server closes: no call left hanging
 	cfg := filepath.Join(t.TempDir(), "mspd.toml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, "[[providers]]\ntype = \"scripted\"\n\n[[mcp]]\nname = \"probe\"\nurl = %q\napproval = \"never\"\n", hs.URL), 0o600); err != nil {
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "[[providers]]\ntype = \"scripted\"\n\n[[mcp]]\nname = \"probe\"\nurl = %q\napproval = \"never\"\napproval_tools = [\"append\"]\n", hs.URL), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	connected := &logSignal{msg: "mcp server connected", seen: make(chan struct{})}
@@ -118,41 +119,7 @@ func TestWebToolCalls(t *testing.T) {
 	case <-testCtx(t).Done():
 		t.Fatal("the probe server never connected")
 	}
-	// Two things the server does not send today come through a proxy
-	// that rewrites the closed calls of two tools, live and in the log.
-	// The big tool's output is cut in its item, but the flag saying so is
-	// lost: the tool layer cuts at 16 KiB and says so, the turn layer does
-	// not pass it on and flags only a cut of its own, at 32 KiB, which
-	// nothing reaches; the proxy sets it, as a server that keeps it would.
-	// And no call is rejected before approvals are on the wire: the
-	// append tool's calls are, as a person's "Deny" will make them.
-	proxy := startProxy(t, d.Addr())
-	rewrite := func(frame []byte) []byte {
-		if !bytes.Contains(frame, []byte(`"tool":"big"`)) && !bytes.Contains(frame, []byte(`"tool":"append"`)) {
-			return frame
-		}
-		var v any
-		if json.Unmarshal(frame, &v) != nil {
-			return frame
-		}
-		closedCalls(v, func(it map[string]any) {
-			switch it["tool"] {
-			case "big":
-				it["truncated"] = true
-			case "append":
-				it["status"], it["failureReason"] = "rejected", "denied by the operator"
-				delete(it, "visibleOutput")
-				delete(it, "durationMs")
-			}
-		})
-		out, err := json.Marshal(v)
-		if err != nil {
-			return frame
-		}
-		return out
-	}
-	proxy.rewrite.Store(&rewrite)
-	base := "http://" + proxy.addr() + "/"
+	base := "http://" + d.Addr() + "/"
 	p := openBrowser(t)
 	p.open(base)
 	var sid string
@@ -256,15 +223,23 @@ func TestWebToolCalls(t *testing.T) {
 
 	t.Run("rejected", func(t *testing.T) {
 		p.use(t)
+		// The server marks append as needing a person's consent: the
+		// approval card asks, and Deny rejects the call.
 		p.send(scripted.Script(
 			scripted.Step{Calls: []scripted.Call{{Name: "probe__append", Args: `{"text":"a line"}`}}},
 			scripted.Step{Text: "Not allowed, then."}))
+		p.waitFor("the approval card", pendingCard)
+		p.run("clicking Deny", chromedp.Click(chromedp.CSS(denyButton)))
+		p.run("denying without a word", chromedp.Click(chromedp.CSS(denySubmit)))
 		p.waitFor("the answer", `footer().startsWith('✓') && agentTexts('completed').includes('Not allowed, then.')`)
 		p.expect("the call rejected, saying why", `(() => {
 			const r = tools()[0];
-			return tools().length === 1 && r.status === 'rejected' && r.state === 'rejected' && r.why === 'denied by the operator' &&
-				r.time === null && r.output === null && r.args === '{\n  "text": "a line"\n}';
+			return tools().length === 1 && r.status === 'rejected' && r.state === 'rejected' && r.why === 'the user denied it' &&
+				r.time === null && r.output === null && r.args === '{\n  "text": "a line"\n}' && cards()[0].outcome === '✗ Denied';
 		})()`)
+		if n := probe.Count(tooltest.Append); n != 0 {
+			p.fatalf("the denied call ran %d times", n)
+		}
 	})
 
 	var live string
@@ -308,7 +283,7 @@ func TestWebToolCalls(t *testing.T) {
 			regexp.MustCompile(`^Tool call: big · probe · completed · \d+ ms$`),
 			regexp.MustCompile(`^Tool call: slow · probe · timed out · \d\.\d s ?: the call ran past 5s$`),
 			regexp.MustCompile(`^Tool call: slow · probe · cancelled · \d+(\.\d)? m?s ?: the turn was stopped during the call$`),
-			regexp.MustCompile(`^Tool call: append · probe · rejected ?: denied by the operator$`),
+			regexp.MustCompile(`^Tool call: append · probe · rejected ?: the user denied it$`),
 		}
 		if len(names) != len(want) {
 			p.fatalf("accessible names %q, want %d", names, len(want))
@@ -364,6 +339,52 @@ func TestWebToolCalls(t *testing.T) {
 		p.colorScheme("")
 		p.run("resetting the viewport", chromedp.ResetViewport())
 	})
+
+	t.Run("the whole output", func(t *testing.T) {
+		p.use(t)
+		first := "#transcript .turn:first-of-type "
+		p.expect("the whole output offered for the cut one only", `(() => {
+			const offers = document.querySelectorAll('#transcript .show-whole');
+			return offers.length === 1 && offers[0].closest('.tool') === document.querySelectorAll('`+first+`.tool')[2] &&
+				offers[0].textContent === 'Show the whole output' && offers[0].getAttribute('aria-label') === 'Show the whole output, 39 KB';
+		})()`)
+		p.run("clicking Show the whole output", chromedp.Click(chromedp.CSS(first+".show-whole")))
+		p.waitFor("the whole output, as text", `(() => {
+			const row = document.querySelectorAll('`+first+`.tool')[2];
+			const out = row.querySelector('.tool-output').textContent;
+			return new TextEncoder().encode(out).length === 40000 && out.endsWith('éxéxx') &&
+				row.querySelector('.tool-note').textContent === 'The whole output: 39 KB.' &&
+				row.querySelector('.show-whole') === null && document.activeElement === row.querySelector('.tool-output');
+		})()`)
+		if reads := p.sent("item/readOutput"); len(reads) != 1 || reads[0]["sessionId"] != sid || reads[0]["offsetBytes"] != 0.0 {
+			p.fatalf("item/readOutput sent %v, want one read from 0", reads)
+		}
+
+		// A longer one is read in parts.
+		const whole = 2_500_000
+		p.send(scripted.Script(
+			scripted.Step{Calls: []scripted.Call{{Name: "probe__big", Args: fmt.Sprintf(`{"bytes":%d}`, whole)}}},
+			scripted.Step{Text: "That was long."}))
+		p.waitFor("the answer", `footer().startsWith('✓') && tools().length === 1 && tools()[0].status === 'completed'`)
+		p.run("unfolding the row", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type .tool summary")))
+		reads := len(p.sent("item/readOutput"))
+		p.run("clicking Show the whole output", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type .show-whole")))
+		p.waitFor("the whole output", fmt.Sprintf(`new TextEncoder().encode(tools()[0].output).length === %d && tools()[0].note === 'The whole output: 2.4 MB.'`, whole))
+		var offsets []float64
+		for _, r := range p.sent("item/readOutput") {
+			if r["lengthBytes"] != float64(1<<20) {
+				p.fatalf("item/readOutput %v: want parts of 1 MiB", r)
+			}
+			offsets = append(offsets, r["offsetBytes"].(float64))
+		}
+		// Parts end on a character boundary, so each is a MiB or a byte or
+		// two less.
+		slices.Sort(offsets)
+		offsets = offsets[reads:]
+		if len(offsets) != 3 || offsets[0] != 0 || offsets[1] < 1<<20-3 || offsets[2]-offsets[1] < 1<<20-3 {
+			p.fatalf("item/readOutput read from %v, want three parts of a MiB", offsets)
+		}
+	})
 }
 
 // shape is what the transcript shows (the shape helper): each turn's
@@ -412,24 +433,6 @@ func (p *chatPage) accessibleNames(sel string) []string {
 		names = append(names, strings.Join(strings.Fields(name), " "))
 	}
 	return names
-}
-
-// closedCalls calls f with each closed toolCall item in v, a decoded
-// frame.
-func closedCalls(v any, f func(item map[string]any)) {
-	switch v := v.(type) {
-	case map[string]any:
-		if v["kind"] == "toolCall" && v["status"] != "inProgress" {
-			f(v)
-		}
-		for _, e := range v {
-			closedCalls(e, f)
-		}
-	case []any:
-		for _, e := range v {
-			closedCalls(e, f)
-		}
-	}
 }
 
 // logSignal is a slog handler that closes seen at the first record whose

@@ -105,6 +105,9 @@ func (a *all) findRunning(ctx context.Context, c *client.Client) (int, error) {
 // handle takes one notification: news of the list, or a followed
 // session's event.
 func (a *all) handle(ctx context.Context, c *client.Client, n client.Notification) error {
+	if n.IsRequest() {
+		return a.request(ctx, c, a.follows[sessionOf(n)], n)
+	}
 	switch n.Method {
 	case msp.NotifySessionStarted, msp.NotifySessionListChanged:
 		var p msp.SessionListChangedParams // session/started has the same shape

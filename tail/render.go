@@ -3,8 +3,10 @@
 // `mspd sessions`. It renders notifications as text (streaming deltas
 // inline, retry notices as "openai · rate limited · retrying in 3s ·
 // attempt 2/5", counting down in place on a terminal, tool calls as
-// "→ calculator (builtin) {…}" and "✓ calculator 12 ms: 20"), as JSON
-// lines, or as the raw answer text.
+// "→ calculator (builtin) {…}" and "✓ calculator 12 ms: 20", approvals as
+// "? append (notes) needs approval {…}" and how they were resolved), as
+// JSON lines, or as the raw answer text. On a terminal it can decide
+// approvals by key press (Options.Keys).
 package tail
 
 import (
@@ -38,10 +40,12 @@ type renderer struct {
 	s        *screen
 	format   string
 	color    bool
-	label    string            // prefixes each line when several sessions share the screen
-	inline   bool              // deltas stream on the current line (one session only)
-	streamed map[string]string // itemId → the delta text printed
-	wait     *retryWait        // the retry wait counting down on a terminal
+	label    string               // prefixes each line when several sessions share the screen
+	inline   bool                 // deltas stream on the current line (one session only)
+	streamed map[string]string    // itemId → the delta text printed
+	wait     *retryWait           // the retry wait counting down on a terminal
+	calls    map[string]callNames // itemId → a tool call's names, for its approval
+	asked    map[string]bool      // approvalId → shown
 }
 
 // newRenderer renders one session to w, which is not a terminal.
@@ -53,7 +57,8 @@ func newRenderer(w io.Writer, format string, color bool) *renderer {
 // lines, and a labelled renderer prints each answer whole, one line per
 // event, rather than streaming its deltas.
 func (s *screen) renderer(format string, color bool, label string) *renderer {
-	return &renderer{s: s, format: format, color: color, label: label, inline: label == "", streamed: map[string]string{}}
+	return &renderer{s: s, format: format, color: color, label: label, inline: label == "", streamed: map[string]string{},
+		calls: map[string]callNames{}, asked: map[string]bool{}}
 }
 
 // event renders one notification.
@@ -64,6 +69,14 @@ func (r *renderer) event(method string, params json.RawMessage) { r.eventAt(meth
 func (r *renderer) eventAt(method string, params json.RawMessage, emittedAtMs int64) {
 	r.s.mu.Lock()
 	defer r.s.mu.Unlock()
+	if method == msp.NotifyApprovalRequested {
+		var p msp.ApprovalRequestParams
+		json.Unmarshal(params, &p)
+		if r.asked[p.ApprovalID] {
+			return // shown from the request already
+		}
+		r.asked[p.ApprovalID] = true
+	}
 	switch r.format {
 	case JSON:
 		var h struct {
@@ -119,10 +132,12 @@ func (r *renderer) pretty(method string, params json.RawMessage, emittedAtMs int
 		return
 	case msp.NotifyItemStarted:
 		// An answer's deltas say it all; a tool call gets its line as it
-		// starts, since it may run a while.
+		// starts, since it may run a while — or, when it waits for a
+		// person, as approval/requested asks for it.
 		var p msp.ItemParams
 		json.Unmarshal(params, &p)
-		if p.Item.Kind != msp.ItemToolCall {
+		r.noteCall(p.Item)
+		if p.Item.Kind != msp.ItemToolCall || p.Item.ApprovalID != "" {
 			return
 		}
 	case msp.NotifyItemUpdated, msp.NotifySessionTokenUsage:
@@ -132,6 +147,7 @@ func (r *renderer) pretty(method string, params json.RawMessage, emittedAtMs int
 	case msp.NotifyItemCompleted:
 		var p msp.ItemParams
 		json.Unmarshal(params, &p)
+		r.noteCall(p.Item)
 		if r.finishStreamed(p.Item) {
 			return
 		}
@@ -169,6 +185,14 @@ func (r *renderer) pretty(method string, params json.RawMessage, emittedAtMs int
 		r.println(r.paint(dim, "↶ turn "+short(p.TurnID)+" withdrawn before it ran"))
 	case msp.NotifyViewGap:
 		r.println(r.paint(dim, "… fell behind; catching up from the log"))
+	case msp.NotifyApprovalRequested:
+		var p msp.ApprovalRequestParams
+		json.Unmarshal(params, &p)
+		r.println(r.approvalAsked(p))
+	case msp.NotifyApprovalResolved:
+		var p msp.ApprovalResolvedParams
+		json.Unmarshal(params, &p)
+		r.println(r.approvalResolved(p))
 	}
 }
 

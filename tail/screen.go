@@ -191,6 +191,16 @@ func (s *screen) addLive(l liveLine) {
 	s.startTicking()
 }
 
+// removeLive takes l away from the live lines.
+func (s *screen) removeLive(l liveLine) {
+	s.eraseLive()
+	s.live = slices.DeleteFunc(s.live, func(x liveLine) bool { return x == l })
+	s.drawLive()
+	if len(s.live) == 0 {
+		s.stopTicking()
+	}
+}
+
 // settleLive ends l's life as a live line: final takes its place as an
 // ordinary line, and the other live lines stay below it.
 func (s *screen) settleLive(l liveLine, final string) {

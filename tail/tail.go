@@ -72,6 +72,12 @@ type Options struct {
 	Width int
 	// Clock drives the countdowns (nil: the real clock).
 	Clock Clock
+	// Keys, when set, are a person's key presses (a terminal's input, one
+	// byte a key): with Pretty output they decide the approvals the run
+	// shows, the oldest first — a approves the call once, s approves the
+	// tool for the rest of the session, d denies the call. Other keys do
+	// nothing.
+	Keys io.Reader
 }
 
 // Run follows a session (or every one, with All), writing what it sees to
@@ -113,6 +119,8 @@ type tailer struct {
 	// each view/subscribe succeeds, or with All once the sessions running
 	// are followed (tests wait for it rather than for time).
 	onSubscribe func()
+	// dec decides approvals by key press (Options.Keys); nil without.
+	dec *decider
 }
 
 // followed is a session a run shows.
@@ -136,6 +144,9 @@ func newTailer(opts Options, out io.Writer) *tailer {
 	}
 	if opts.Width > 0 {
 		t.scr.width = opts.Width
+	}
+	if opts.Keys != nil && opts.Format == Pretty {
+		t.dec = newDecider(t)
 	}
 	t.stream = t.streamOne
 	if opts.All {
@@ -190,6 +201,11 @@ func (f *followed) describe() string {
 
 // runClean is run with the clean ends (errDone, ctx done) as nil.
 func (t *tailer) runClean(ctx context.Context) error {
+	if t.dec != nil {
+		kctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go t.dec.readKeys(kctx, t.opts.Keys)
+	}
 	err := t.run(ctx)
 	if errors.Is(err, errDone) || ctx.Err() != nil {
 		return nil
@@ -203,7 +219,9 @@ func (t *tailer) run(ctx context.Context) error {
 		return cmp.Or(t.refusal(err), err)
 	}
 	for {
+		t.setConn(c)
 		err := t.stream(ctx, c)
+		t.setConn(nil)
 		c.Close()
 		if errors.Is(err, errDone) || ctx.Err() != nil {
 			return err
@@ -324,12 +342,29 @@ func (t *tailer) streamOne(ctx context.Context, c *client.Client) error {
 		if err != nil {
 			return err
 		}
+		if n.IsRequest() {
+			var shown *followed
+			if sessionOf(n) == f.id {
+				shown = f
+			}
+			if err := t.request(ctx, c, shown, n); err != nil {
+				return err
+			}
+			continue
+		}
 		if sid := sessionOf(n); sid != f.id {
 			continue // broadcasts (session/started) and other sessions
 		}
 		if err := t.route(ctx, c, f, n); err != nil {
 			return err
 		}
+	}
+}
+
+// setConn tells the decider, if any, which connection decisions go on.
+func (t *tailer) setConn(c *client.Client) {
+	if t.dec != nil {
+		t.dec.connected(c)
 	}
 }
 
@@ -413,6 +448,12 @@ func (t *tailer) show(f *followed, method string, params json.RawMessage, cursor
 		var p msp.SessionNameChangedParams
 		json.Unmarshal(params, &p)
 		f.rename(p.Name) // lines after it carry the new name
+	}
+	if method == msp.NotifyApprovalResolved && t.dec != nil {
+		// Its prompt goes before its outcome shows.
+		var p msp.ApprovalResolvedParams
+		json.Unmarshal(params, &p)
+		t.dec.resolved(p.ApprovalID)
 	}
 	f.r.eventAt(method, params, emittedAtMs)
 	if cursor != "" {

@@ -186,10 +186,11 @@
    * on, and reconnects with capped, jittered exponential backoff.
    */
   class Rpc {
-    constructor(url, { onReady, onNotification, onState }) {
+    constructor(url, { onReady, onNotification, onRequest, onState }) {
       this.url = url;
       this.onReady = onReady;
       this.onNotification = onNotification;
+      this.onRequest = onRequest;
       this.onState = onState;
       this.nextId = 1;
       this.pending = new Map(); // id → {resolve, reject, method}
@@ -263,11 +264,17 @@
         return;
       }
       if (msg.method && msg.id != null) {
-        // A server request (approvals, user input): this page grants none.
-        this.send({
-          jsonrpc: '2.0', id: msg.id,
-          error: { code: -32601, message: `${msg.method} is not supported by this client`, data: { kind: 'methodNotFound' } },
-        });
+        // A server request (approval/request): answered at once, on the
+        // connection it came on — with a result, or an error when the
+        // page cannot show what it asks.
+        let answer;
+        try {
+          answer = { result: this.onRequest(msg.method, msg.params || {}) };
+        } catch (err) {
+          const kind = err.kind || 'internal';
+          answer = { error: { code: err.code || -32603, message: err.message, data: { kind } } };
+        }
+        this.send({ jsonrpc: '2.0', id: msg.id, ...answer });
       } else if (msg.method) {
         this.onNotification(msg.method, msg.params || {}, msg.emittedAtMs);
       } else if (this.pending.has(msg.id)) {
@@ -370,6 +377,7 @@
     main: document.querySelector('main'),
     title: $('chat-title'),
     model: $('model'),
+    approvalMode: $('approval-mode'),
     conn: $('conn'),
     sessions: $('sessions'),
     newChat: $('new-chat'),
@@ -397,6 +405,7 @@
     lastTurn: null, // the TurnView items without a turnId join
     items: new Map(), // itemId → ItemView
     tools: new Map(), // itemId → ToolView
+    approvals: new Map(), // approvalId → ApprovalCard
     echoes: new Map(), // commandId → ItemView of a sent message not yet confirmed
     notices: new Set(), // viewCursors of retry notices shown (replays repeat them)
     sessions: new Map(), // sessionId → Session, the chat list
@@ -405,6 +414,7 @@
     deleting: new Map(), // sessionId → release of its row, while its deletion runs
     models: [], // model/list rows
     nextModel: null, // the model picked before a session exists
+    nextApprovalMode: null, // the approval mode picked before a session exists
   };
 
   // ------------------------------------------------------------ transcript
@@ -675,26 +685,25 @@
    * ToolView is one tool call: a compact row in its turn, between the
    * text of the step that asked for it and what follows, reading
    * "🔧 calculator · builtin · completed · 12 ms" (and why, when it did
-   * not complete), that unfolds to its arguments and output. A call's
-   * name, arguments, output and failure are the tool's or the model's
-   * text: they are set as textContent only, never parsed as HTML or
-   * Markdown.
+   * not complete), that unfolds to its arguments and output. A call that
+   * waits for a person has its ApprovalCard below the row, outside the
+   * fold, so that the question shows while the row is folded; once
+   * decided the card says how. A call's name, arguments, output and
+   * failure are the tool's or the model's text: they are set as
+   * textContent only, never parsed as HTML or Markdown.
    */
   class ToolView {
     constructor() {
       this.item = { revision: 0, status: 'inProgress' };
       this.output = ''; // visibleOutput, and any output deltas after it
+      this.whole = null; // {state, text, error, read}: "Show the whole output"
+      this.approval = null; // the ApprovalCard, for a call that asked
       this.el = el('div', 'tool');
       this.details = el('details', 'tool-call');
       this.summary = el('summary', 'tool-summary');
       this.body = el('div', 'tool-body');
       this.details.append(this.summary, this.body);
       this.el.append(this.details);
-      // Approval: a call waiting for a person (its item's approvalId, and
-      // the approval events that name it) gets its card here, appended to
-      // this.el after this.details — outside the fold, so that the question
-      // shows while the row is folded; the call's next revision (running,
-      // or rejected with why) replaces the card.
     }
 
     /** set shows a revision of the call. */
@@ -702,8 +711,24 @@
       this.item = item;
       if (typeof item.visibleOutput === 'string') this.output = item.visibleOutput;
       this.el.dataset.status = item.status;
+      this.render();
+    }
+
+    render() {
       this.renderSummary();
       this.renderBody();
+    }
+
+    /** attach puts an approval card below the row. */
+    attach(card) {
+      this.approval = card;
+      this.el.append(card.el);
+      this.render();
+    }
+
+    /** waiting tells whether the call waits for a person's decision. */
+    waiting() {
+      return this.item.status === 'inProgress' && this.approval !== null && this.approval.state !== 'resolved';
     }
 
     appendOutput(delta) {
@@ -723,8 +748,10 @@
       ];
       const sep = () => el('span', 'tool-sep', ' · ');
       if (it.server) parts.push(sep(), el('span', 'tool-server', it.server));
-      parts.push(sep(), el('span', 'tool-state', CALL_WORDS[it.status] || kindWords(it.status)));
-      if (it.status === 'inProgress') {
+      const waiting = this.waiting();
+      this.el.toggleAttribute('data-waiting', waiting);
+      parts.push(sep(), el('span', 'tool-state', waiting ? 'waiting for approval' : CALL_WORDS[it.status] || kindWords(it.status)));
+      if (it.status === 'inProgress' && !waiting) {
         const live = el('span', 'tool-live');
         live.setAttribute('aria-hidden', 'true');
         parts.push(live);
@@ -755,15 +782,94 @@
       const it = this.item;
       const rows = [el('p', 'tool-label', 'Arguments')];
       rows.push(it.args == null || it.args === '' ? el('p', 'tool-empty', 'none') : el('pre', 'tool-args', prettyJSON(it.args)));
-      rows.push(el('p', 'tool-label', 'Output'));
-      if (this.output !== '') rows.push(el('pre', 'tool-output', this.output));
-      else rows.push(el('p', 'tool-empty', it.status === 'inProgress' ? 'waiting for the result…' : 'no output'));
-      if (it.truncated) rows.push(el('p', 'tool-note', 'Output truncated: only its beginning was kept.'));
+      const whole = this.whole && this.whole.state === 'shown';
+      rows.push(el('p', 'tool-label', whole ? 'Output (whole)' : 'Output'));
+      const text = whole ? this.whole.text : this.output;
+      if (text !== '') rows.push(el('pre', 'tool-output', text));
+      else rows.push(el('p', 'tool-empty', it.status === 'inProgress' ? (this.waiting() ? 'not run yet: it waits for approval' : 'waiting for the result…') : 'no output'));
+      if (whole) {
+        const note = it.outputRef && it.outputRef.truncated
+          ? `The whole output as kept: its first ${size(this.whole.read)}; the server keeps no more.`
+          : `The whole output: ${size(this.whole.read)}.`;
+        rows.push(el('p', 'tool-note', note));
+      } else if (it.truncated) {
+        rows.push(el('p', 'tool-note', 'Output truncated: only its beginning was kept.'));
+      }
+      if (it.outputRef && !whole) rows.push(this.wholeControl());
       const facts = [it.failureKind && `failure ${it.failureKind}`, it.callId && `call ${it.callId}`].filter(Boolean);
       if (facts.length) rows.push(el('p', 'tool-facts', facts.join(' · ')));
       this.body.replaceChildren(...rows);
     }
+
+    /** wholeControl is "Show the whole output", or how reading it goes. */
+    wholeControl() {
+      const w = this.whole || { state: 'idle' };
+      const box = el('div', 'tool-whole');
+      const ref = this.item.outputRef;
+      const show = button('small show-whole', w.state === 'failed' ? 'Try again' : 'Show the whole output');
+      if (ref.byteLen) show.setAttribute('aria-label', `Show the whole output, ${size(ref.byteLen)}`);
+      show.disabled = w.state === 'reading';
+      show.addEventListener('click', () => this.readWhole());
+      box.append(show);
+      if (w.state === 'reading') {
+        box.append(el('span', 'tool-whole-state', ref.byteLen ? `reading… ${size(w.read)} of ${size(ref.byteLen)}` : 'reading…'));
+      } else if (w.state === 'failed') {
+        box.append(el('span', 'tool-whole-state failed', `Could not read the whole output: ${w.error}`));
+      } else if (ref.byteLen) {
+        box.append(el('span', 'tool-whole-state', size(ref.byteLen)));
+      }
+      return box;
+    }
+
+    /**
+     * readWhole pages item/readOutput from the start to eof and shows
+     * the whole output as text in place of its first 32 KiB.
+     */
+    async readWhole() {
+      const it = this.item;
+      const ref = it.outputRef;
+      const sessionId = app.current;
+      const epoch = app.epoch;
+      this.whole = { state: 'reading', text: '', read: 0, error: '' };
+      this.renderBody();
+      const focusBack = () => {
+        const b = this.body.querySelector('.show-whole');
+        (b || this.summary).focus();
+      };
+      try {
+        let offset = 0;
+        const parts = [];
+        for (;;) {
+          const res = await rpc.call('item/readOutput', { sessionId, itemId: it.itemId, outputRef: ref.id, offsetBytes: offset, lengthBytes: READ_PART });
+          if (epoch !== app.epoch) return;
+          if (res.encoding && res.encoding !== 'utf8') throw new RpcError('the output is not text', 'notText', 'item/readOutput');
+          parts.push(res.content);
+          offset = res.offsetBytes + res.byteLen;
+          this.whole.read = offset;
+          if (res.eof) break;
+          if (res.byteLen <= 0) throw new RpcError('the server made no progress', 'noProgress', 'item/readOutput');
+          this.renderBody();
+        }
+        this.whole = { state: 'shown', text: parts.join(''), read: offset, error: '' };
+        this.renderBody();
+        announce(`The whole output of ${it.tool || 'the tool'} is shown: ${size(offset)}.`);
+        const out = this.body.querySelector('.tool-output');
+        if (out) {
+          out.tabIndex = -1;
+          out.focus();
+        }
+      } catch (err) {
+        if (epoch !== app.epoch) return;
+        this.whole = { state: 'failed', text: '', read: 0, error: err.message || String(err) };
+        this.renderBody();
+        focusBack();
+      }
+    }
   }
+
+  // "Show the whole output" reads it in parts of this many bytes, so that
+  // a long one shows its progress (and no frame nears the server's limit).
+  const READ_PART = 1 << 20;
 
   /** upsertTool shows a tool call, replacing an older revision of it. */
   function upsertTool(item) {
@@ -778,6 +884,330 @@
       turnView(item.turnId).add(view.el);
     }
     view.set(item);
+  }
+
+  // ------------------------------------------------------------ approvals
+
+  // The choices mspd offers, as this page words them (the request's own
+  // labels say "session"; here a session is a chat).
+  const CHOICE_WORDS = {
+    approve: 'Approve once',
+    approveForSession: 'Approve for this chat',
+    deny: 'Deny',
+  };
+
+  /** resolutionWords words how an approval was resolved, as its card says it. */
+  function resolutionWords(decision, resolvedBy, feedback) {
+    switch (decision) {
+      case 'approved': return { mark: '✓', text: 'Approved once' };
+      case 'approvedForSession': return { mark: '✓', text: 'Approved for this chat' };
+      case 'denied':
+        if (resolvedBy === 'policy') return { mark: '✗', text: "Denied: this chat's approval setting denies the tool" };
+        return { mark: '✗', text: feedback ? `Denied: ${feedback}` : 'Denied' };
+      case 'timedOut': return { mark: '✗', text: 'Timed out: nobody decided in time' };
+      case 'abort': return { mark: '■', text: 'Stopped: the answer was stopped before anyone decided' };
+      default: return { mark: '·', text: `Decided: ${kindWords(decision)}` };
+    }
+  }
+
+  /**
+   * ApprovalCard is a pending approval of one tool call: what the tool is
+   * (its name, server and arguments, as text), and the choices — Approve
+   * once, Approve for this chat, Deny (with an optional word for the
+   * model). Once resolved, by anyone anywhere, it turns into the outcome.
+   * It is a labelled group; screen readers hear it arrive through the
+   * page's live region.
+   */
+  class ApprovalCard {
+    constructor(req, tool) {
+      this.req = req;
+      this.tool = tool;
+      this.state = 'pending'; // → sending → resolved
+      this.feedback = ''; // what this tab sent with a denial
+      this.announced = false;
+      this.el = el('section', 'approval');
+      this.el.dataset.approvalId = req.approvalId;
+      this.el.setAttribute('role', 'group');
+      this.el.tabIndex = -1;
+      this.render();
+    }
+
+    /** names are the tool and its server, from the call's item when known. */
+    names() {
+      const it = this.tool.item;
+      return { tool: it.tool || this.req.toolName || 'tool', server: it.server || '' };
+    }
+
+    choices() {
+      const offered = Array.isArray(this.req.availableChoices) ? this.req.availableChoices : [];
+      return offered.filter((c) => c && typeof c.choiceId === 'string');
+    }
+
+    render() {
+      const { tool, server } = this.names();
+      const title = el('p', 'approval-title');
+      title.id = `approval-${this.req.approvalId}`;
+      title.append(el('span', 'approval-tool', tool), ' needs your approval');
+      this.el.setAttribute('aria-labelledby', title.id);
+      const what = el('p', 'approval-what');
+      what.append(server ? `Server ${server}` : 'Server unknown', ` · asked as ${this.req.toolName || tool} · arguments:`);
+      const args = this.req.rawArgs;
+      const argsEl = args == null || args === '' ? el('p', 'tool-empty', 'none') : el('pre', 'approval-args', prettyJSON(args));
+      const actions = el('div', 'approval-actions');
+      for (const c of this.choices()) {
+        const words = CHOICE_WORDS[c.choiceId] || c.label || c.choiceId;
+        const cls = { approve: 'small primary', deny: 'small danger' }[c.choiceId] || 'small';
+        const b = button(`${cls} choice`, words);
+        b.dataset.choice = c.choiceId;
+        if (c.acceptsFeedback) b.setAttribute('aria-expanded', 'false');
+        b.addEventListener('click', () => {
+          if (this.state !== 'pending') return; // a decision is on its way
+          if (c.acceptsFeedback) this.openFeedback(c, b);
+          else this.decide(c, '');
+        });
+        actions.append(b);
+      }
+      this.status = el('p', 'approval-status');
+      this.status.hidden = true;
+      this.el.replaceChildren(title, what, argsEl, actions, this.status);
+      this.actions = actions;
+    }
+
+    /** openFeedback shows the box for a word to the model with a denial. */
+    openFeedback(choice, opener) {
+      if (this.form) {
+        this.form.querySelector('textarea').focus();
+        return;
+      }
+      const form = el('form', 'approval-feedback');
+      const area = el('textarea');
+      area.id = `approval-feedback-${this.req.approvalId}`;
+      area.rows = 2;
+      area.maxLength = 2000;
+      const label = el('label', null, 'Tell the model why (optional)');
+      label.htmlFor = area.id;
+      const send = el('button', 'small danger', 'Deny');
+      send.type = 'submit';
+      send.setAttribute('aria-label', 'Deny the call');
+      const cancel = button('small', 'Cancel');
+      const buttons = el('div', 'approval-actions');
+      buttons.append(send, cancel);
+      form.append(label, area, buttons);
+      this.form = form;
+      opener.setAttribute('aria-expanded', 'true');
+      this.el.insertBefore(form, this.status);
+      area.focus();
+      const close = () => {
+        if (this.state !== 'pending') return;
+        form.remove();
+        this.form = null;
+        opener.setAttribute('aria-expanded', 'false');
+        opener.focus();
+      };
+      cancel.addEventListener('click', close);
+      form.addEventListener('keydown', (ev) => {
+        if (ev.key === 'Escape') {
+          ev.preventDefault(); // not the page's Esc, which stops the answer
+          close();
+        } else if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing && ev.target === area) {
+          ev.preventDefault();
+          form.requestSubmit();
+        }
+      });
+      form.addEventListener('submit', (ev) => {
+        ev.preventDefault();
+        if (this.state === 'pending') this.decide(choice, area.value.trim());
+      });
+    }
+
+    /**
+     * setBusy marks the card's controls inactive while a decision is on
+     * its way — aria-disabled, not disabled, so that the focused button
+     * keeps focus (a disabled one drops it to the page) and the outcome
+     * can take it over.
+     */
+    setBusy(busy) {
+      for (const b of this.el.querySelectorAll('button')) b.setAttribute('aria-disabled', String(busy));
+      const area = this.el.querySelector('textarea');
+      if (area) area.readOnly = busy;
+    }
+
+    say(text, failed = false) {
+      this.status.hidden = !text;
+      this.status.textContent = text;
+      this.status.classList.toggle('failed', failed);
+    }
+
+    /** decide sends approval/decide with a fresh commandId. */
+    async decide(choice, feedback) {
+      if (this.state !== 'pending') return;
+      this.state = 'sending';
+      this.focused = this.el.contains(document.activeElement); // the outcome takes focus over
+      this.setBusy(true);
+      this.say('Sending…');
+      const params = {
+        commandId: uuidv7(),
+        sessionId: this.req.sessionId,
+        approvalId: this.req.approvalId,
+        choiceId: choice.choiceId,
+        requirementId: this.req.currentRequirementId,
+      };
+      if (feedback) params.feedback = feedback;
+      if (choice.choiceId === 'deny') this.feedback = feedback;
+      try {
+        await command('approval/decide', params, () => this.say('Offline: the decision goes as soon as the connection is back.'));
+        // approval/resolved, which every tab gets, turns the card.
+        if (this.state === 'sending') this.say('Decided; waiting for the server…');
+      } catch (err) {
+        this.refused(err);
+      }
+    }
+
+    /** refused shows, in words, why a decision was not taken. */
+    refused(err) {
+      if (this.state === 'resolved') return;
+      if (err.kind === 'approvalAlreadyResolved' && err.data.resolution) {
+        const r = err.data.resolution;
+        this.resolve(r.decision, r.resolvedBy, 'Already decided elsewhere: ');
+        return;
+      }
+      const words = {
+        approvalNotFound: 'The server does not know this approval any more.',
+        approvalChoiceInvalid: 'The server does not offer that choice any more; reload the chat.',
+        approvalRequirementStale: 'The approval changed meanwhile; reload the chat to see it again.',
+      }[err.kind];
+      this.state = 'pending';
+      this.setBusy(false);
+      const text = words || `The decision was not taken: ${err.message}${err.kind ? ` (${err.kind})` : ''}. Try again.`;
+      this.say(text, true);
+      announce(text);
+    }
+
+    /** resolve turns the card into the outcome. */
+    resolve(decision, resolvedBy, prefix = '') {
+      const a = document.activeElement;
+      const within = this.el.contains(a) || (this.focused && (!a || a === document.body));
+      this.state = 'resolved';
+      this.form = null;
+      const words = resolutionWords(decision, resolvedBy, decision === 'denied' ? this.feedback : '');
+      const line = el('p', 'approval-outcome');
+      const mark = el('span', 'approval-mark', words.mark);
+      mark.setAttribute('aria-hidden', 'true');
+      line.append(mark, ` ${prefix}${words.text}`);
+      line.tabIndex = -1;
+      this.el.dataset.decision = decision;
+      this.el.classList.add('resolved');
+      this.el.removeAttribute('aria-labelledby');
+      this.el.setAttribute('aria-label', `Approval of ${this.names().tool}`);
+      this.el.replaceChildren(line);
+      this.tool.render();
+      if (within) {
+        line.focus();
+        announce(`${this.names().tool}: ${prefix}${words.text}.`);
+      }
+    }
+  }
+
+  /**
+   * showApproval shows a pending approval (approval/requested from the
+   * log, approval/request from the server, approval/listPending) on its
+   * call's row. asked: the server presents it now, so it is said aloud,
+   * once, and focus moves to it unless the person is typing.
+   */
+  function showApproval(req, asked) {
+    if (!req || !req.approvalId || !req.itemId) return;
+    let card = app.approvals.get(req.approvalId);
+    if (!card) {
+      let tool = app.tools.get(req.itemId);
+      if (!tool) {
+        // Its item/started is not here (a gap): show the call from the
+        // approval, below any real revision of its item.
+        upsertTool({ itemId: req.itemId, kind: 'toolCall', revision: 0, status: 'inProgress', turnId: req.turnId,
+          tool: req.toolName, args: req.rawArgs, callId: req.toolCallId });
+        tool = app.tools.get(req.itemId);
+      }
+      card = new ApprovalCard(req, tool);
+      app.approvals.set(req.approvalId, card);
+      tool.attach(card);
+    }
+    if (asked && card.state === 'pending' && !card.announced) {
+      card.announced = true;
+      announce(`${card.names().tool} needs your approval.`);
+      const a = document.activeElement;
+      const typing = a && (a.tagName === 'TEXTAREA' || a.tagName === 'INPUT' || a.tagName === 'SELECT' || a.isContentEditable);
+      const busy = a && a.closest && a.closest('.approval, #drawer, .edit-form, .row-form');
+      if (!typing && !busy && !ui.main.inert) card.el.focus({ preventScroll: true });
+      card.el.scrollIntoView({ block: 'nearest' });
+    }
+  }
+
+  /** approvalResolved turns an approval's card into its outcome. */
+  function approvalResolved(p) {
+    let card = app.approvals.get(p.approvalId);
+    if (!card) {
+      const tool = app.tools.get(p.itemId);
+      if (!tool) return;
+      // Its request is not here (a gap): the outcome alone.
+      card = new ApprovalCard({ approvalId: p.approvalId, itemId: p.itemId, sessionId: p.sessionId, availableChoices: [] }, tool);
+      app.approvals.set(p.approvalId, card);
+      tool.attach(card);
+    }
+    if (card.state !== 'resolved') card.resolve(p.decision, p.resolvedBy);
+  }
+
+  /**
+   * onRequest answers a server request: approval/request of the chat on
+   * screen gets its receipt (an empty result) and its card; anything else
+   * is refused, and stays pending for another client.
+   */
+  function onRequest(method, params) {
+    if (method !== 'approval/request') {
+      throw Object.assign(new Error(`${method} is not supported by this client`), { code: -32601, kind: 'methodNotFound' });
+    }
+    if (params.sessionId !== app.current) {
+      throw Object.assign(new Error('that chat is not on screen here'), { code: -32603, kind: 'internal' });
+    }
+    if (app.buffer) app.buffer.push([method, params]);
+    else apply(method, params, false);
+    return {};
+  }
+
+  /** showPending asks for a session's pending approvals and shows them. */
+  async function showPending(sessionId, epoch) {
+    const res = await rpc.call('approval/listPending', { sessionId });
+    if (epoch !== app.epoch) return;
+    for (const req of res.approvals || []) showApproval(req, true);
+  }
+
+  // ------------------------------------------------------------ approval mode
+
+  /** showApprovalMode shows the chat's approval mode in the setting. */
+  function showApprovalMode(mode) {
+    const sel = ui.approvalMode;
+    if (![...sel.options].some((o) => o.value === mode)) return; // a mode this page does not know
+    sel.value = mode;
+    sel.dataset.value = mode;
+  }
+
+  async function pickApprovalMode() {
+    const sel = ui.approvalMode;
+    const mode = sel.value;
+    const label = sel.selectedOptions[0].textContent;
+    if (!app.current) {
+      app.nextApprovalMode = mode;
+      sel.dataset.value = mode;
+      announce(`Tool approvals for the next chat: ${label}.`);
+      return;
+    }
+    const previous = sel.dataset.value;
+    try {
+      await command('session/setApprovalMode', { commandId: uuidv7(), sessionId: app.current, mode });
+      sel.dataset.value = mode;
+      announce(`Tool approvals: ${label}.`);
+    } catch (err) {
+      if (previous) sel.value = previous; // the chat kept its mode
+      throw err;
+    }
   }
 
   // ------------------------------------------------------------ retries
@@ -1065,6 +1495,7 @@
     app.turns.clear();
     app.items.clear();
     app.tools.clear();
+    app.approvals.clear();
     app.echoes.clear();
     app.notices.clear();
     app.lastTurn = null;
@@ -1093,11 +1524,23 @@
       patchSession(p.sessionId, { modelId: p.modelId, providerId: p.providerId ?? null });
       selectModel(p.providerId, p.modelId);
     },
+    'session/approvalModeChanged': (p) => {
+      const s = app.sessions.get(p.sessionId);
+      if (s) app.sessions.set(p.sessionId, { ...s, approvalMode: { ...s.approvalMode, mode: p.mode, source: p.source } });
+      showApprovalMode(p.mode);
+    },
+    'approval/requested': (p) => showApproval(p, false),
+    // The server presents a pending approval (live, and again to each
+    // subscription): its params are approval/requested's.
+    'approval/request': (p) => showApproval(p, true),
+    'approval/resolved': approvalResolved,
   };
 
   /** apply renders one view event; live ones advance the session's cursor. */
   function apply(method, params, live = true, emittedAtMs = undefined) {
-    if (live && params.viewCursor) app.cursors.set(params.sessionId, params.viewCursor);
+    // approval/request repeats an event's params, cursor and all: it
+    // moves no cursor.
+    if (live && params.viewCursor && method !== 'approval/request') app.cursors.set(params.sessionId, params.viewCursor);
     const handler = handlers[method];
     if (!handler) return;
     const t = ui.transcript;
@@ -1233,6 +1676,11 @@
     upsertSession(res.session);
     if (!cursor) loadModels().catch(() => {});
     await showHistory(sessionId, res, !cursor, epoch);
+    // The approvals waiting for a person, as the server lists them (the
+    // history shows them too, and the server presents each again).
+    if (epoch === app.epoch && (res.pendingRequests || []).some((r) => r.kind === 'approval')) {
+      await showPending(sessionId, epoch);
+    }
   }
 
   /**
@@ -1281,6 +1729,7 @@
       params.providerId = app.nextModel.providerId;
       params.modelId = app.nextModel.modelId;
     }
+    if (app.nextApprovalMode) params.approvalMode = app.nextApprovalMode;
     // Not queued offline: the banner says so and nothing waits unseen.
     const res = await rpc.call('session/start', params);
     enter(res.session, res.viewCursor);
@@ -1313,6 +1762,7 @@
   function upsertSession(s) {
     if (!s || !s.sessionId) return;
     app.sessions.set(s.sessionId, s);
+    if (s.sessionId === app.current && s.approvalMode) showApprovalMode(s.approvalMode.mode);
     renderSessions();
   }
 
@@ -1526,6 +1976,7 @@
     app.current = null;
     resetTranscript();
     renderSessions();
+    showApprovalMode(app.nextApprovalMode || 'promptUnmatched');
     loadModels().catch(() => {});
   }
 
@@ -1806,6 +2257,7 @@
   ui.stop.addEventListener('click', catching(stop));
   ui.bannerClose.addEventListener('click', hideError);
   ui.model.addEventListener('change', catching(pickModel));
+  ui.approvalMode.addEventListener('change', catching(pickApprovalMode));
 
   // Copy buttons of code blocks, which re-rendering replaces while an
   // answer streams: one listener for them all.
@@ -1874,6 +2326,7 @@
 
   const rpc = new Rpc(socketURL(), {
     onNotification,
+    onRequest,
     onState,
     onReady: async (result) => {
       app.listStream = (result.grantedCapabilities || []).includes('sessionListStream');

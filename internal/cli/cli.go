@@ -57,7 +57,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "validate":
 		return validate(args, stdin, stdout, stderr)
 	case "tail":
-		return tailCmd(args, stdout, stderr)
+		return tailCmd(args, stdin, stdout, stderr)
 	case "sessions":
 		return sessionsCmd(args, stdout, stderr)
 	case "help":

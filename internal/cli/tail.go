@@ -23,6 +23,38 @@ var isTerminal = func(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// keysFrom returns the terminal stdin is, for `mspd tail` to read key
+// presses from; ok is false when stdin is no terminal. Tests replace it.
+var keysFrom = func(stdin io.Reader) (f *os.File, ok bool) {
+	f, ok = stdin.(*os.File)
+	if !ok {
+		return nil, false
+	}
+	st, err := f.Stat()
+	return f, err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// enterKeyMode makes the terminal f pass each key as it is pressed,
+// unechoed, and returns what restores it (keyMode; tests replace it).
+var enterKeyMode = keyMode
+
+// useKeys lets a run that follows as pretty text read key presses from
+// stdin when it is a terminal, which it puts in key mode: it sets
+// opts.Keys and returns what restores the terminal (nothing to do
+// otherwise).
+func useKeys(stdin io.Reader, opts *tail.Options) (restore func()) {
+	f, ok := keysFrom(stdin)
+	if !ok || !opts.Follow || opts.Format != tail.Pretty {
+		return func() {}
+	}
+	restore, err := enterKeyMode(f) // fails for a device that is no terminal (/dev/null)
+	if err != nil {
+		return func() {}
+	}
+	opts.Keys = f
+	return restore
+}
+
 // serverFlags registers --url and --token, the flags of every command
 // that talks to a running server, and returns what to call after parsing:
 // with no --token, it reads $MSPD_AUTH_TOKEN. That is no flag default,
@@ -66,12 +98,14 @@ func interruptible() (context.Context, context.CancelFunc) {
 // session with --all. Exit status: 0 on a clean end, 1 on an error, 2 on a
 // usage error, 3 when the session or the cursor is unknown (for a cursor:
 // start over with --from-start) or there is no session to follow, 4 when
-// the server refuses the token.
-func tailCmd(args []string, stdout, stderr io.Writer) int {
+// the server refuses the token. Following with pretty output on a
+// terminal (stdin is one), a, s and d decide the approval it shows
+// waiting, unless --no-keys.
+func tailCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	opts := tail.Options{Status: stderr}
-	var noFollow bool
+	var noFollow, noKeys bool
 	var color string
 	tokenFromEnv := serverFlags(fs, &opts.URL, &opts.Token)
 	fs.BoolVar(&opts.All, "all", false, "follow every session's live events, each line prefixed with its session's name")
@@ -81,6 +115,7 @@ func tailCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.Format, "o", tail.Pretty, "output: pretty, json (one object per line, with its cursor) or raw (answer text only)")
 	fs.IntVar(&opts.Count, "count", 0, "stop after `n` notifications")
 	fs.StringVar(&color, "color", "auto", "colour: auto, always or never")
+	fs.BoolVar(&noKeys, "no-keys", false, "never decide approvals by key press (otherwise, following as pretty text with a terminal as input: a approves a waiting call once, s for the session, d denies it)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: mspd tail [flags] [SESSION]   (no SESSION: the most recently active one)")
 		fmt.Fprintln(stderr, "       mspd tail --all [flags]")
@@ -118,6 +153,9 @@ func tailCmd(args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stderr, "mspd tail: --color %q: want auto, always or never\n", color)
 		return 2
+	}
+	if !noKeys {
+		defer useKeys(stdin, &opts)()
 	}
 	ctx, stop := interruptible()
 	defer stop()

@@ -2,12 +2,16 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
+
+	"mspd/tail"
 )
 
 // TestClientCommandUsage: flags that cannot go together, or outputs the
@@ -98,5 +102,72 @@ func TestClientTokenFromTheEnvironment(t *testing.T) {
 		default:
 			t.Errorf("%v: no request reached the server", c.args)
 		}
+	}
+}
+
+// TestTailKeys: `mspd tail` reads key presses (to decide approvals) only
+// following as pretty text with a terminal as stdin, in key mode, which
+// it restores as it ends; a terminal that refuses key mode leaves it
+// without.
+func TestTailKeys(t *testing.T) {
+	tty, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	entered, restored := 0, 0
+	var refuse error
+	defer func(k func(io.Reader) (*os.File, bool), m func(*os.File) (func(), error)) {
+		keysFrom, enterKeyMode = k, m
+	}(keysFrom, enterKeyMode)
+	keysFrom = func(r io.Reader) (*os.File, bool) { return tty, r == tty }
+	enterKeyMode = func(f *os.File) (func(), error) {
+		if refuse != nil {
+			return nil, refuse
+		}
+		entered++
+		return func() { restored++ }, nil
+	}
+	for _, c := range []struct {
+		name   string
+		stdin  io.Reader
+		opts   tail.Options
+		refuse error
+		keys   bool
+	}{
+		{"a terminal, following as pretty text", tty, tail.Options{Follow: true, Format: tail.Pretty}, nil, true},
+		{"not a terminal", strings.NewReader("a"), tail.Options{Follow: true, Format: tail.Pretty}, nil, false},
+		{"not following", tty, tail.Options{Format: tail.Pretty}, nil, false},
+		{"json", tty, tail.Options{Follow: true, Format: tail.JSON}, nil, false},
+		{"raw", tty, tail.Options{Follow: true, Format: tail.Raw}, nil, false},
+		{"key mode refused", tty, tail.Options{Follow: true, Format: tail.Pretty}, errors.New("not a tty"), false},
+	} {
+		entered, restored, refuse = 0, 0, c.refuse
+		opts := c.opts
+		restore := useKeys(c.stdin, &opts)
+		if got := opts.Keys != nil; got != c.keys || entered != restored+map[bool]int{true: 1, false: 0}[c.keys] {
+			t.Errorf("%s: keys %v (entered key mode %d times), want %v", c.name, got, entered, c.keys)
+		}
+		restore()
+		if entered != restored {
+			t.Errorf("%s: key mode entered %d times, restored %d", c.name, entered, restored)
+		}
+	}
+}
+
+// TestTailNoKeys: with --no-keys a terminal's stdin is left alone.
+func TestTailNoKeys(t *testing.T) {
+	defer func(k func(io.Reader) (*os.File, bool)) { keysFrom = k }(keysFrom)
+	asked := false
+	keysFrom = func(io.Reader) (*os.File, bool) { asked = true; return nil, false }
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "ws://" + ln.Addr().String() + "/msp"
+	ln.Close()
+	Run([]string{"tail", "--no-keys", "--url", url, "s"}, strings.NewReader(""), io.Discard, io.Discard)
+	if asked {
+		t.Error("--no-keys looked at stdin for keys")
 	}
 }
