@@ -67,7 +67,7 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 			return nil, msp.ErrInternal("encoding ack: %v", err)
 		}
 		pt := pendingTurn{TurnID: ack.TurnID, CommandID: p.CommandID, Text: text, DisplayText: p.DisplayText,
-			ResponseSchema: p.ResponseSchema, Retry: p.Retry, AdmittedAt: m.now()}
+			ResponseSchema: p.ResponseSchema, Retry: p.Retry, ReasoningEffort: p.ReasoningEffort, AdmittedAt: m.now()}
 		if p.MaxTokens != nil {
 			pt.MaxTokens = *p.MaxTokens
 		}
@@ -120,6 +120,11 @@ func (m *Manager) checkTurn(p msp.TurnStartParams) (string, error) {
 		e := msp.ErrInvalidParams("ifBusy", "ifBusy %q is not supported by this host; use \"queue\"", p.IfBusy)
 		e.Data.Reason = "unsupported"
 		return "", e
+	}
+	if p.ReasoningEffort != "" {
+		if err := msp.CheckReasoningEffort(p.ReasoningEffort, "reasoningEffort"); err != nil {
+			return "", err
+		}
 	}
 	if len(p.ResponseSchema) > 0 {
 		if _, err := turn.CompileSchema(p.ResponseSchema); err != nil {

@@ -413,6 +413,7 @@ type attemptResult struct {
 	schemaErr error // a finished answer failed the response schema
 	toolErr   error // the answer called a tool wrongly
 	sinkErr   error // the session log refused an event
+	reasoning reasoned
 }
 
 // attempt sends one request, streaming its output into a fresh
@@ -433,11 +434,15 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) att
 	if t.spec.Tools != nil {
 		req.Tools = t.spec.Tools.Specs()
 	}
+	rs := t.streamReasoning(n, &req, &res.sinkErr, stop)
 	resp, err := t.r.cfg.Model.Stream(actx, req, func(delta string) {
 		if delta == "" || res.sinkErr != nil {
 			return
 		}
 		if item == nil {
+			if !rs.answerBegins() {
+				return
+			}
 			if item, res.sinkErr = t.openItem(n); res.sinkErr != nil {
 				stop()
 				return
@@ -451,6 +456,9 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema) att
 	})
 	res.text, res.finish, res.err = text.String(), resp.FinishReason, err
 	t.obs.response(resp, err)
+	if res.sinkErr == nil {
+		res.reasoning = rs.ended(attemptStatus(ctx, err), resp)
+	}
 	if res.sinkErr != nil {
 		t.addUsage(resp.Usage, false)
 		return res

@@ -69,6 +69,9 @@ type Spec struct {
 	// MaxSteps, when positive, lowers the runner's step limit for this
 	// turn.
 	MaxSteps int
+	// ReasoningEffort is the msp.ReasoningEffort tier the turn runs with;
+	// "" leaves it to the provider.
+	ReasoningEffort string
 	// Resume, when set, continues a turn whose process stopped mid-way.
 	Resume *Resumption
 }
