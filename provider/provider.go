@@ -103,11 +103,10 @@ type Request struct {
 	// reasoning to the provider's and the model's defaults. Each provider
 	// maps a tier to its nearest control (docs/providers.md).
 	ReasoningEffort string
-	// OnReasoning, when set, receives the response's reasoning text as it
+	// OnReasoning, when set, receives the response's reasoning as it
 	// streams, part by part (ReasoningParts numbers them), apart from the
-	// answer's text; part -1 with no text says reasoning began that shows
-	// none (ReasoningParts.Hidden).
-	OnReasoning func(part int, text string)
+	// answer's text.
+	OnReasoning func(ReasoningDelta)
 }
 
 // Finish reasons, normalised across providers.

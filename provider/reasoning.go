@@ -74,12 +74,24 @@ func ReasoningOf(blocks []Reasoning, kinds ...string) []Reasoning {
 	return out
 }
 
+// ReasoningDelta is a piece of a response's reasoning as it streams.
+type ReasoningDelta struct {
+	// Part is the 0-based part of the response's reasoning Text belongs
+	// to; -1, with no Text, says reasoning began that shows none (a
+	// redacted or encrypted block).
+	Part int
+	Text string
+	// ItemID is the provider's id of the reasoning (a Responses rs_…
+	// item), when it names one.
+	ItemID string
+}
+
 // ReasoningParts numbers a response's reasoning as it streams: each
 // distinct key (an Anthropic content block's index, a Responses item's
 // summary part) is the next summary part, in the order they begin, and
 // each piece of text goes to Request.OnReasoning under its part's number.
 type ReasoningParts struct {
-	on   func(part int, text string)
+	on   func(ReasoningDelta)
 	keys map[string]int
 }
 
@@ -90,7 +102,10 @@ func NewReasoningParts(req Request) *ReasoningParts {
 
 // Add reports text of the part keyed key; empty text reports nothing and
 // begins no part.
-func (p *ReasoningParts) Add(key, text string) {
+func (p *ReasoningParts) Add(key, text string) { p.AddTo("", key, text) }
+
+// AddTo is Add for reasoning the provider names itemID.
+func (p *ReasoningParts) AddTo(itemID, key, text string) {
 	if text == "" {
 		return
 	}
@@ -103,15 +118,16 @@ func (p *ReasoningParts) Add(key, text string) {
 		p.keys[key] = n
 	}
 	if p.on != nil {
-		p.on(n, text)
+		p.on(ReasoningDelta{Part: n, Text: text, ItemID: itemID})
 	}
 }
 
-// Hidden reports that reasoning began that shows no text (a redacted or
-// encrypted block): OnReasoning gets part -1 and no text.
-func (p *ReasoningParts) Hidden() {
+// Hidden reports that reasoning began that shows no text yet, or ever (a
+// redacted or encrypted block), which the provider names itemID ("" for
+// none): OnReasoning gets part -1.
+func (p *ReasoningParts) Hidden(itemID string) {
 	if p.on != nil {
-		p.on(-1, "")
+		p.on(ReasoningDelta{Part: -1, ItemID: itemID})
 	}
 }
 

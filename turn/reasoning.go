@@ -81,14 +81,18 @@ func (t *run) streamReasoning(n int, req *provider.Request, sinkErr *error, stop
 	return rs
 }
 
-// delta streams text of the response's reasoning part part; part -1
-// without text opens an item for reasoning that shows none.
-func (rs *reasoningStream) delta(part int, text string) {
+// delta streams a piece of the response's reasoning; part -1 without
+// text opens an item for reasoning that shows none (yet).
+func (rs *reasoningStream) delta(d provider.ReasoningDelta) {
+	part, text := d.Part, d.Text
 	if *rs.sinkErr != nil || text == "" && part >= 0 {
 		return
 	}
-	if rs.item == nil && !rs.open() {
+	if rs.item == nil && !rs.open(d.ItemID) {
 		return
+	}
+	if rs.item.ProviderItemID == "" {
+		rs.item.ProviderItemID = d.ItemID
 	}
 	if text == "" {
 		return
@@ -107,13 +111,13 @@ func (rs *reasoningStream) delta(part int, text string) {
 	}
 }
 
-// open opens the attempt's next reasoning item; false when the log
-// refused it.
-func (rs *reasoningStream) open() bool {
+// open opens the attempt's next reasoning item, which the provider names
+// providerID ("": none); false when the log refused it.
+func (rs *reasoningStream) open(providerID string) bool {
 	t := rs.t
 	turnID := t.spec.TurnID
 	it := msp.Item{ItemID: ReasoningItemID(turnID, rs.attempt, rs.k), Kind: msp.ItemReasoning, Revision: 1,
-		Status: msp.ItemInProgress, TurnID: &turnID, RecordedAt: t.stamp()}
+		Status: msp.ItemInProgress, TurnID: &turnID, RecordedAt: t.stamp(), ProviderItemID: providerID}
 	if err := t.sink.Emit(t.emitCtx, msp.NotifyItemStarted, &msp.ItemParams{Item: it}); err != nil {
 		*rs.sinkErr = err
 		rs.stop()
@@ -180,7 +184,7 @@ func (r reasoned) record() []Event {
 func (rs *reasoningStream) ended(status string, resp provider.Response) reasoned {
 	t := rs.t
 	if rs.item == nil && rs.k == 0 && len(resp.Reasoning) > 0 && status == msp.ItemCompleted {
-		rs.open()
+		rs.open(resp.Reasoning[0].ID)
 	}
 	if rs.item != nil {
 		t.hold(msp.NotifyItemCompleted, &msp.ItemParams{Item: rs.done(status)})

@@ -206,7 +206,7 @@ func TestReasoningUnseenStillGetsItsItem(t *testing.T) {
 func TestHiddenReasoningOpensBeforeTheAnswer(t *testing.T) {
 	redacted := provider.Reasoning{Kind: provider.ReasoningRedacted, Data: "opaque"}
 	h := newHarness(t, nil, func(_ context.Context, req provider.Request, onText func(string)) (provider.Response, error) {
-		provider.NewReasoningParts(req).Hidden()
+		provider.NewReasoningParts(req).Hidden("")
 		onText("Answer.")
 		return provider.Response{FinishReason: provider.FinishStop, Usage: usage(1, 1), Reasoning: []provider.Reasoning{redacted}}, nil
 	})

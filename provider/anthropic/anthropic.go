@@ -55,6 +55,16 @@
 // checks the final answer against the schema either way. A real tool may
 // therefore be named ToolName without ever meeting the forced one.
 //
+// Thinking (thinking.go): Request.ReasoningEffort none disables extended
+// thinking, any other tier enables it with the budget ThinkingBudgets
+// gives it, max_tokens raised by the budget within Config.MaxOutputTokens.
+// Thinking blocks stream through Request.OnReasoning, one part each, and
+// come back in Response.Reasoning with their signatures (redacted_thinking
+// blocks verbatim); an assistant message's blocks go back first in its
+// content, unchanged, as the API requires of a tool loop's steps. Thinking
+// forbids forcing a tool, so a structured answer is asked for in prompt
+// mode then.
+//
 // Liveness: IdleTimeout bounds every silence of the connection, from
 // sending the request to the response headers and between any two reads of
 // the body. Any bytes count, pings included: the API sends pings precisely
@@ -113,8 +123,13 @@ type Config struct {
 	// StructuredPromptMode. A response schema whose top level is not
 	// {"type": "object"} is always sent in prompt mode, since a tool's
 	// input must be an object, and so is one in a request offering tools,
-	// since forcing the answer tool would forbid them.
+	// since forcing the answer tool would forbid them, and one with
+	// thinking on, which forbids forcing a tool.
 	StructuredMode string
+	// MaxOutputTokens is the model's output limit, which a thinking
+	// request's max_tokens (the budget and the answer's room) stays
+	// within; 0 means DefaultOutputCeiling.
+	MaxOutputTokens int
 }
 
 // Model is a provider.Model for the Anthropic Messages API. It is safe for
@@ -194,13 +209,14 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	defer stream.Close()
 
 	st := newStreamState(plan, onText)
+	st.thoughts.parts = provider.NewReasoningParts(req)
 	for !st.stopped && stream.Next() {
 		st.handle(stream.Current())
 	}
 	// Nothing more is read: a late idle firing must not fail a finished
 	// stream.
 	w.Stop()
-	resp.Model = st.model
+	resp.Model, resp.Reasoning = st.model, st.thoughts.reasoning()
 	streamErr := stream.Err()
 
 	switch {

@@ -247,7 +247,8 @@ func build(e Entry, env Env) (*Provider, error) {
 				System:      e.System,
 				IdleTimeout: e.IdleTimeout.Duration,
 			},
-			StructuredMode: e.StructuredMode,
+			StructuredMode:  e.StructuredMode,
+			MaxOutputTokens: e.MaxOutputTokens,
 		})
 		if err != nil {
 			return nil, err
