@@ -100,11 +100,10 @@ func (rs *reasoningStream) delta(d provider.ReasoningDelta) {
 	if len(rs.parts) == 0 {
 		rs.base = part // the item's summary starts at the provider's part
 	}
-	i := max(part-rs.base, 0) // a part from before this item's: its text goes on in the last
+	i := max(part-rs.base, 0) // a part begun before this item: its text goes on in the item's first
 	for len(rs.parts) <= i {
 		rs.parts = append(rs.parts, strings.Builder{})
 	}
-	i = min(i, len(rs.parts)-1)
 	rs.parts[i].WriteString(text)
 	if fs, ok := rs.t.sink.(FieldSink); ok {
 		fs.DeltaField(rs.item.ItemID, msp.SummaryField(i), text)

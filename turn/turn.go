@@ -1,8 +1,9 @@
 // Package turn runs one turn of a session: it builds the provider request
 // from the session's history, drives the model through the retry layer,
-// opens and closes agentMessage items, streams deltas, accounts usage and
-// attempts, and reports the terminal. It emits events through a Sink and
-// knows nothing of WebSockets or JSON-RPC.
+// opens and closes agentMessage and reasoning items (reasoning.go),
+// streams deltas, accounts usage and attempts, and reports the terminal.
+// It emits events through a Sink and knows nothing of WebSockets or
+// JSON-RPC.
 package turn
 
 import (
