@@ -230,3 +230,27 @@ func (weatherBox) Call(_ context.Context, _, args string) (turn.ToolOutput, erro
 	json.Unmarshal([]byte(args), &a)
 	return turn.ToolOutput{Text: "18 °C in " + a.City}, nil
 }
+
+// TestResponsesReasoningHistory: a step's reasoning items go back before
+// its calls — one without a summary with "summary": [] (the API requires
+// the member), one without encrypted content not at all (with store false
+// its id names nothing) — and no other kind of reasoning goes back.
+func TestResponsesReasoningHistory(t *testing.T) {
+	srv := openaitest.New(t, "/v1", openaitest.Stream(openaitest.RCreated(), openaitest.RTextDelta(1, "ok"), openaitest.RCompleted(2, 1, 1, 0, 0)))
+	req := hello
+	req.Messages = []provider.Message{{Role: provider.RoleUser, Text: "Hi"},
+		{Role: provider.RoleAssistant, ToolCalls: []provider.ToolCall{{ID: "call_1", Name: "get_weather", Args: `{}`}}, Reasoning: []provider.Reasoning{
+			{Kind: provider.ReasoningItem, ID: "rs_a", Data: "enc-a"},
+			{Kind: provider.ReasoningItem, ID: "rs_b", Summary: []string{"no content"}},
+			{Kind: provider.ReasoningThinking, Text: "Claude's", Signature: "sig"},
+		}},
+		{Role: provider.RoleTool, ToolResults: []provider.ToolResult{{CallID: "call_1", Text: "18 °C"}}}}
+	if _, _, err := stream(t, responsesModel(t, srv), req); err != nil {
+		t.Fatal(err)
+	}
+	sameJSON(t, "input", srv.Requests()[0].Body["input"], `[
+		{"role": "user", "content": "Hi"},
+		{"type": "reasoning", "id": "rs_a", "summary": [], "encrypted_content": "enc-a"},
+		{"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+		{"type": "function_call_output", "call_id": "call_1", "output": "18 °C"}]`)
+}
