@@ -131,9 +131,6 @@ func (p *ReasoningParts) Hidden(itemID string) {
 	}
 }
 
-// Began tells whether any part began.
-func (p *ReasoningParts) Began() bool { return len(p.keys) > 0 }
-
 // PartKey is the key of a part numbered within a larger unit (a Responses
 // item's summary index, say).
 func PartKey(unit string, n int64) string { return unit + "/" + strconv.FormatInt(n, 10) }
