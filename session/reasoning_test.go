@@ -384,3 +384,44 @@ func TestRebuildKeepsSummaryParts(t *testing.T) {
 		t.Errorf("the folded item was changed in place: %+v", f.items[0])
 	}
 }
+
+// TestFinishedTurnsReasoningIsDropped: once a turn that reasoned through
+// a tool step ends, no later request carries its reasoning, and the
+// history a restarted manager folds from the log is the one the live
+// session kept (as the provider sees it: grouped by provider.Steps).
+func TestFinishedTurnsReasoningIsDropped(t *testing.T) {
+	tools := newToolServers(t)
+	model := &thinkingModel{toolModel: toolModel{server: "t"}}
+	st := openStore(t)
+	opts := mgrOpts{tools: tools.box}
+	m := newManager(t, st, model, opts)
+	sub := newRecSub()
+	sid := startSession(t, m, sub)
+	if c := runTurn(t, m, sub, textTurn(sid, `call u/append {"text":"a"}`)); c.Terminal != msp.TerminalCompleted {
+		t.Fatalf("terminal %+v", c)
+	}
+	var step []provider.Message
+	model.mu.Lock()
+	step = model.reqs[1]
+	model.mu.Unlock()
+	if s := provider.Steps(step); len(s) != 3 || len(s[1].Reasoning) != 1 || s[1].Reasoning[0].Signature != "sig-1" {
+		t.Fatalf("the step's own next request: %+v", s)
+	}
+	runTurn(t, m, sub, textTurn(sid, "live"))
+	live := model.lastRequest()
+	m.Close()
+	m = newManager(t, st, model, opts)
+	sub2 := newRecSub()
+	subscribe(t, m, sub2, sid)
+	runTurn(t, m, sub2, textTurn(sid, "reloaded"))
+	reloaded := model.lastRequest()
+	want := provider.Steps(append(slices.Clone(live), agent("re: live"), user("reloaded")))
+	if got := provider.Steps(reloaded); !reflect.DeepEqual(got, want) {
+		t.Fatalf("history after a restart\n got %+v\nwant %+v", got, want)
+	}
+	for _, msg := range append(live, reloaded...) {
+		if len(msg.Reasoning) > 0 {
+			t.Errorf("a later turn carries reasoning: %+v", msg)
+		}
+	}
+}
