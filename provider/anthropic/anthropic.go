@@ -57,7 +57,9 @@
 //
 // Thinking (thinking.go): Request.ReasoningEffort none disables extended
 // thinking, any other tier enables it with the budget ThinkingBudgets
-// gives it, max_tokens raised by the budget within Config.MaxOutputTokens.
+// gives it (or, with Config.Thinking ThinkingAdaptive, adaptive thinking
+// at output_config.effort), max_tokens raised by the budget within
+// Config.MaxOutputTokens.
 // Thinking blocks stream through Request.OnReasoning, one part each, and
 // come back in Response.Reasoning with their signatures (redacted_thinking
 // blocks verbatim); an assistant message's blocks go back first in its
@@ -130,6 +132,9 @@ type Config struct {
 	// request's max_tokens (the budget and the answer's room) stays
 	// within; 0 means DefaultOutputCeiling.
 	MaxOutputTokens int
+	// Thinking is how a reasoning effort is asked for: ThinkingBudget
+	// ("" means this) or ThinkingAdaptive.
+	Thinking string
 }
 
 // Model is a provider.Model for the Anthropic Messages API. It is safe for
@@ -155,6 +160,13 @@ func New(cfg Config) (*Model, error) {
 	case StructuredTool, StructuredPromptMode:
 	default:
 		return nil, errors.New("anthropic: Config.StructuredMode must be \"tool\" or \"prompt\"")
+	}
+	switch cfg.Thinking {
+	case "":
+		cfg.Thinking = ThinkingBudget
+	case ThinkingBudget, ThinkingAdaptive:
+	default:
+		return nil, errors.New("anthropic: Config.Thinking must be \"budget\" or \"adaptive\"")
 	}
 	hc := provider.NoRedirects(cfg.HTTPClient)
 	base := hc.Transport

@@ -20,6 +20,29 @@ import (
 	"mspd/schema/msp"
 )
 
+// Thinking modes for Config.Thinking: how a reasoning effort is asked for.
+const (
+	// ThinkingBudget is extended thinking, {type: enabled, budget_tokens}:
+	// each tier its budget (ThinkingBudgets). The default.
+	ThinkingBudget = "budget"
+	// ThinkingAdaptive is adaptive thinking, {type: adaptive}, with the
+	// tier as output_config.effort (AdaptiveEfforts), for the models that
+	// no longer take budget_tokens.
+	ThinkingAdaptive = "adaptive"
+)
+
+// AdaptiveEfforts maps each reasoning effort but none to
+// output_config.effort, the API's nearest.
+var AdaptiveEfforts = map[string]anthropic.OutputConfigEffort{
+	msp.EffortMinimal: anthropic.OutputConfigEffortLow,
+	msp.EffortLow:     anthropic.OutputConfigEffortLow,
+	msp.EffortMedium:  anthropic.OutputConfigEffortMedium,
+	msp.EffortHigh:    anthropic.OutputConfigEffortHigh,
+	msp.EffortXHigh:   anthropic.OutputConfigEffortXhigh,
+	msp.EffortMax:     anthropic.OutputConfigEffortMax,
+	msp.EffortUltra:   anthropic.OutputConfigEffortMax,
+}
+
 // MinThinkingBudget is the smallest budget_tokens the API takes.
 const MinThinkingBudget = 1024
 
@@ -47,8 +70,9 @@ var ThinkingBudgets = map[string]int{
 // within the output ceiling (Config.MaxOutputTokens, else
 // DefaultOutputCeiling). Where the ceiling leaves less, the budget
 // shrinks to fit, to MinThinkingBudget at least; a ceiling that cannot
-// hold that and an answer refuses the request. It reports whether
-// thinking is on.
+// hold that and an answer refuses the request. In ThinkingAdaptive mode
+// the model sets its own budget: it gets the same room, and the tier goes
+// as output_config.effort. It reports whether thinking is on.
 func (m *Model) thinkingParams(req provider.Request, params *anthropic.MessageNewParams) (bool, error) {
 	switch req.ReasoningEffort {
 	case "":
@@ -70,6 +94,11 @@ func (m *Model) thinkingParams(req provider.Request, params *anthropic.MessageNe
 	}
 	budget = max(min(budget, ceiling-int(answer)), MinThinkingBudget)
 	params.MaxTokens = int64(min(budget+int(answer), ceiling))
+	if m.cfg.Thinking == ThinkingAdaptive {
+		params.Thinking = anthropic.ThinkingConfigParamUnion{OfAdaptive: &anthropic.ThinkingConfigAdaptiveParam{}}
+		params.OutputConfig.Effort = AdaptiveEfforts[req.ReasoningEffort]
+		return true, nil
+	}
 	params.Thinking = anthropic.ThinkingConfigParamOfEnabled(int64(budget))
 	return true, nil
 }

@@ -204,3 +204,40 @@ func TestThinkingGoesBackBeforeToolUse(t *testing.T) {
 		t.Errorf("reasoning records %+v", recs)
 	}
 }
+
+// TestAdaptiveThinking: with Config.Thinking adaptive, a tier asks for
+// adaptive thinking at the nearest output_config.effort (minimal as low,
+// ultra as max) with the same room for it in max_tokens; none still
+// disables thinking; the mode is checked by New.
+func TestAdaptiveThinking(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		effort, thinking, output string
+		maxTokens                float64
+	}{
+		{msp.EffortNone, `{"type":"disabled"}`, ``, 500},
+		{msp.EffortMinimal, `{"type":"adaptive"}`, `{"effort":"low"}`, 1524},
+		{msp.EffortMedium, `{"type":"adaptive"}`, `{"effort":"medium"}`, 8692},
+		{msp.EffortXHigh, `{"type":"adaptive"}`, `{"effort":"xhigh"}`, 25076},
+		{msp.EffortUltra, `{"type":"adaptive"}`, `{"effort":"max"}`, 63500},
+	} {
+		f := anthropictest.New(t, anthropictest.Answer("end_turn", 1, "ok"))
+		m := newModel(t, f, func(c *anthropic.Config) { c.Thinking = anthropic.ThinkingAdaptive })
+		if _, _, err := stream(t, m, provider.Request{MaxTokens: 500, ReasoningEffort: tc.effort}); err != nil {
+			t.Fatalf("%s: %v", tc.effort, err)
+		}
+		body := f.Requests()[0].Body
+		wantJSON(t, "thinking for "+tc.effort, body["thinking"], tc.thinking)
+		if got, ok := body["output_config"]; tc.output == "" && ok {
+			t.Errorf("%s: output_config %v sent", tc.effort, got)
+		} else if tc.output != "" {
+			wantJSON(t, "output_config for "+tc.effort, got, tc.output)
+		}
+		if body["max_tokens"] != tc.maxTokens {
+			t.Errorf("%s: max_tokens %v, want %v", tc.effort, body["max_tokens"], tc.maxTokens)
+		}
+	}
+	if _, err := anthropic.New(anthropic.Config{Endpoint: provider.Endpoint{APIKey: "k"}, Thinking: "sometimes"}); err == nil {
+		t.Error("New accepted thinking mode \"sometimes\"")
+	}
+}
