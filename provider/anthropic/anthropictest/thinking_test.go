@@ -13,7 +13,9 @@ type recordingTB struct {
 	errs []string
 }
 
-func (r *recordingTB) Errorf(format string, args ...any) { r.errs = append(r.errs, fmt.Sprintf(format, args...)) }
+func (r *recordingTB) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
 
 // TestCheckThinking: the fake refuses, as the API does, a thinking budget
 // out of bounds, a forced tool with thinking on, and a tool loop's last
