@@ -104,6 +104,17 @@ func (c *Client) SetApprovalMode(ctx context.Context, sessionID, mode string) (m
 	return res, err
 }
 
+// SetReasoningEffort sets a session's reasoning-effort default under
+// commandID (a replay of one command takes effect once); "" mints one.
+func (c *Client) SetReasoningEffort(ctx context.Context, sessionID, effort, commandID string) (msp.SessionSetReasoningEffortResult, error) {
+	if commandID == "" {
+		commandID = NewCommandID()
+	}
+	var res msp.SessionSetReasoningEffortResult
+	err := c.Call(ctx, msp.MethodSessionSetReasoningEffort, msp.SessionSetReasoningEffortParams{CommandID: commandID, ReasoningEffort: effort, SessionID: sessionID}, &res)
+	return res, err
+}
+
 // ReadOutput reads a range of a tool call's stored output (item/readOutput).
 func (c *Client) ReadOutput(ctx context.Context, p msp.ItemReadOutputParams) (msp.ItemReadOutputResult, error) {
 	var res msp.ItemReadOutputResult

@@ -40,6 +40,11 @@ type Message struct {
 	// Images are a user message's images, in the order they were given
 	// (see Image).
 	Images []Image
+	// Reasoning, in an assistant message, is the reasoning of the response
+	// it was, as its provider needs it back: the session keeps it for the
+	// running turn's tool steps only, and each provider sends back just
+	// its own kinds (see Reasoning), before the message's text and calls.
+	Reasoning []Reasoning
 }
 
 // ToolSpec is a tool the model may call.
@@ -101,6 +106,14 @@ type Request struct {
 	// counted across every step and every retry layer (the RFC 0248
 	// attempt count so far).
 	Attempt int
+	// ReasoningEffort is the msp.ReasoningEffort tier asked for; "" leaves
+	// reasoning to the provider's and the model's defaults. Each provider
+	// maps a tier to its nearest control (docs/providers.md).
+	ReasoningEffort string
+	// OnReasoning, when set, receives the response's reasoning as it
+	// streams, part by part (ReasoningParts numbers them), apart from the
+	// answer's text.
+	OnReasoning func(ReasoningDelta)
 }
 
 // Finish reasons, normalised across providers.
@@ -143,6 +156,10 @@ type Response struct {
 	// ToolCalls are the calls the response asked for, in order, each with
 	// its arguments whole; set with FinishToolCalls.
 	ToolCalls []ToolCall
+	// Reasoning is the response's reasoning, block by block, as the
+	// provider needs it back (signatures, encrypted content); nil when it
+	// showed none.
+	Reasoning []Reasoning
 }
 
 // Model streams one request to a provider.

@@ -6,11 +6,13 @@ package provider
 // the order they were made.
 //
 // A session keeps its history as items, so a step arrives as its text,
-// then one assistant message per call (as each call was recorded, all
-// before any was made), then one tool message per result (as each
-// came). Steps merges the calls into the assistant message that began
-// the step: tool calls with no text join the message before as long as no
-// result has come since; text, or calls after results, begin a new step.
+// then the reasoning its provider needs back (a message of Reasoning
+// alone), then one assistant message per call (as each call was recorded,
+// all before any was made), then one tool message per result (as each
+// came). Steps merges the reasoning and the calls into the assistant
+// message that began the step: an assistant message with no text joins
+// the message before as long as no result has come since; text, or an
+// assistant message after results, begins a new step.
 // Results are put in the order of the calls. A call without a recorded
 // result is answered with an error result, because every provider refuses
 // a call left unanswered; a result without its call is dropped.
@@ -39,10 +41,12 @@ func Steps(msgs []Message) []Message {
 			results = append(results, m.ToolResults...)
 		case m.Role == RoleAssistant && m.Text == "" && step != nil && results == nil:
 			step.ToolCalls = append(step.ToolCalls, m.ToolCalls...)
+			step.Reasoning = append(step.Reasoning, m.Reasoning...)
 		case m.Role == RoleAssistant:
 			flush()
 			s := m
 			s.ToolCalls = append([]ToolCall(nil), m.ToolCalls...)
+			s.Reasoning = append([]Reasoning(nil), m.Reasoning...)
 			step = &s
 		default:
 			flush()

@@ -118,6 +118,9 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 	case msp.MethodSessionSetApprovalMode:
 		res, err := mgr.SetApprovalMode(ctx, params)
 		return res, nil, err
+	case msp.MethodSessionSetReasoningEffort:
+		res, err := mgr.SetReasoningEffort(ctx, params)
+		return res, nil, err
 	case msp.MethodApprovalDecide:
 		res, err := mgr.DecideApproval(ctx, params)
 		return res, nil, err

@@ -95,6 +95,8 @@ func (m *Manager) Serve(ctx context.Context, cmd Command) (json.RawMessage, erro
 		res, err = m.SetModel(ctx, cmd.Params)
 	case msp.MethodSessionSetApprovalMode:
 		res, err = m.SetApprovalMode(ctx, cmd.Params)
+	case msp.MethodSessionSetReasoningEffort:
+		res, err = m.SetReasoningEffort(ctx, cmd.Params)
 	case msp.MethodApprovalDecide:
 		res, err = m.DecideApproval(ctx, cmd.Params)
 	case msp.MethodSessionDelete:

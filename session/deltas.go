@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"math"
 	"slices"
-	"strings"
 
 	"mspd/schema/msp"
 )
@@ -113,7 +112,7 @@ func (l *deltaLog) snapshot() streamed {
 // false when any of that text may be missing: an event after such a
 // start was let go or never arrived, or a delta's item is unknown (its
 // start was).
-func (s streamed) rebuild(f folded) (open map[string]msp.Item, tails map[string]string, ok bool) {
+func (s streamed) rebuild(f folded) (open map[string]msp.Item, tails map[string]*streamText, ok bool) {
 	from := make(map[string]cursor, len(f.openAt)) // where each open item's text goes on
 	for id, seq := range f.openAt {
 		if at := (cursor{seq: seq}); at.before(s.lost) {
@@ -121,7 +120,7 @@ func (s streamed) rebuild(f folded) (open map[string]msp.Item, tails map[string]
 		}
 		from[id] = cursor{seq: seq}
 	}
-	texts := map[string]*strings.Builder{}
+	texts := map[string]*streamText{}
 	known := make(map[string]bool, len(f.items)) // items the log holds, open or closed
 	for _, it := range f.items {
 		known[it.ItemID] = true
@@ -148,8 +147,8 @@ func (s streamed) rebuild(f folded) (open map[string]msp.Item, tails map[string]
 				open = map[string]msp.Item{}
 			}
 			open[id], from[id] = p.Item, k.at
-			texts[id] = &strings.Builder{}
-			texts[id].WriteString(deref(p.Item.Text))
+			texts[id] = &streamText{}
+			texts[id].seed(p.Item)
 		case msp.NotifyItemDelta:
 			var p msp.ItemDeltaParams
 			if json.Unmarshal(fr.Params, &p) != nil {
@@ -164,23 +163,22 @@ func (s streamed) rebuild(f folded) (open map[string]msp.Item, tails map[string]
 			}
 			b := texts[p.ItemID]
 			if b == nil {
-				b = &strings.Builder{}
+				b = &streamText{}
 				texts[p.ItemID] = b
 			}
-			b.WriteString(p.Delta)
+			b.add(p.Field, p.Delta)
 		}
 	}
 	for id, b := range texts {
 		if it, ok := open[id]; ok {
-			t := b.String()
-			it.Text = &t
+			b.fill(&it)
 			open[id] = it
 			continue
 		}
 		if tails == nil {
-			tails = map[string]string{}
+			tails = map[string]*streamText{}
 		}
-		tails[id] = b.String()
+		tails[id] = b
 	}
 	return open, tails, true
 }

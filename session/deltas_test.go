@@ -43,8 +43,8 @@ func TestRebuildNeedsEveryEvent(t *testing.T) {
 	l.add(cursor{seq: 6, sub: 1}, msp.NotifyItemDelta, delta("b", "and more"))
 	l.add(cursor{seq: 6, sub: 2}, msp.NotifyItemDelta, delta("a", "z"))
 	open, tails, ok := l.snapshot().rebuild(f)
-	if !ok || len(open) != 1 || deref(open["a"].Text) != "xz" || len(tails) != 1 || tails["b"] != "after and more" {
-		t.Fatalf("rebuild = open %+v (a's text %q), tails %q, %v; want a opened with %q and %q after b's saved text",
+	if !ok || len(open) != 1 || deref(open["a"].Text) != "xz" || len(tails) != 1 || tails["b"] == nil || tails["b"].text.String() != "after and more" {
+		t.Fatalf("rebuild = open %+v (a's text %q), tails %v, %v; want a opened with %q and %q after b's saved text",
 			open, deref(open["a"].Text), tails, ok, "xz", "after and more")
 	}
 	l.lose(cursor{seq: 5, sub: 1}) // after b's last record: b's text may have a hole

@@ -26,6 +26,7 @@ type folded struct {
 	attemptEnd int64            // the last record that ended an attempt (a retry notice, a terminal)
 	cumulative msp.CumulativeTokenUsage
 	approvals  approvals // every approval opened, and the tools approved for the session
+	turnFrom   int       // where the last turn's messages begin in history
 }
 
 // foldSpec says how far a fold goes and what it keeps.
@@ -133,7 +134,11 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 					current = p.ProviderID
 				}
 			case msp.NotifyTurnStarted:
-				turnProvider = current
+				turnProvider, f.turnFrom = current, len(f.history)
+			case turn.MethodReasoning:
+				if err := f.addReasoning(r, turnProvider); err != nil {
+					return f, err
+				}
 			case msp.NotifySessionTokenUsage:
 				var p msp.SessionTokenUsageParams
 				if err := json.Unmarshal(r.Params, &p); err != nil {
@@ -147,6 +152,9 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 			}
 			if next := routedTo(r.Method, r.Params); next != "" {
 				turnProvider = next // a fallback: the turn's next steps are another provider's
+			}
+			if r.Method == msp.NotifyTurnCompleted {
+				f.history = dropReasoning(f.history, f.turnFrom)
 			}
 			if foldsApprovals(r.Method) {
 				if _, err := f.approvals.apply(r.Method, r.Params, r.Seq); err != nil {

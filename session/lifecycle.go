@@ -162,7 +162,7 @@ func (m *Manager) ForkSession(ctx context.Context, sub Subscriber, raw json.RawM
 		st := state{Owner: owner, CursorSpans: m.firstSpan(), MadeBy: a.maker(p.CommandID), ProviderID: src.st.ProviderID, ModelID: src.st.ModelID, WorkspaceRoot: src.st.WorkspaceRoot,
 			StartProviderID: src.st.StartProviderID,
 			FirstUserPrompt: src.st.FirstUserPrompt, Name: src.st.Name, TurnCount: turns, ApprovalMode: src.st.ApprovalMode,
-			MCPServers: src.st.MCPServers, Instructions: src.st.Instructions}
+			MCPServers: src.st.MCPServers, Instructions: src.st.Instructions, ReasoningEffort: src.st.ReasoningEffort}
 		src.mu.Unlock()
 		id := newID()
 		key := sessionKey(owner, id)

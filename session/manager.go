@@ -568,10 +568,8 @@ func (s *session) refreshLocked(ctx context.Context) error {
 	clear(s.open)
 	for itemID, it := range f.open {
 		oi := &openItem{item: it, savedAt: m.now()}
-		if it.Text != nil {
-			oi.text.WriteString(*it.Text)
-			oi.saved = len(*it.Text)
-		}
+		oi.text.seed(it)
+		oi.saved = oi.text.Len()
 		s.open[itemID] = oi
 	}
 	if s.phase == phaseLoading || s.phase == phaseUnsettled {

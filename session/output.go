@@ -44,7 +44,9 @@ const (
 
 // hidden tells whether a record of method is the session's own, never a
 // view event: it is not fanned out, paged, replayed or copied as one.
-func hidden(method string) bool { return method == methodOutput || method == methodImage }
+func hidden(method string) bool {
+	return method == methodOutput || method == methodImage || method == turn.MethodReasoning
+}
 
 // outputChunk is the params of an output record: the bytes of the item's
 // output from Offset.

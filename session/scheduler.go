@@ -128,6 +128,7 @@ func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 func (s *session) launchLocked(ctx context.Context, pt pendingTurn, st *state, before []event, cmds ...store.Command) error {
 	m := s.m
 	pt.StartedAt, pt.StartSeq = m.now(), s.head+1+int64(len(before))
+	pt.ReasoningEffort = st.turnEffort(pt.ReasoningEffort)
 	if c := m.cfg.Cluster; c != nil {
 		pt.Node = c.Node()
 	}
@@ -162,7 +163,7 @@ func (s *session) launchLocked(ctx context.Context, pt pendingTurn, st *state, b
 
 // specLocked is what the runner needs of an active turn.
 func (m *Manager) specLocked(s *session, a pendingTurn) turn.Spec {
-	return turn.Spec{
+	spec := turn.Spec{
 		SessionID: s.id,
 		TurnID:    a.TurnID,
 		// History is only ever appended to, or replaced whole, so the
@@ -180,6 +181,8 @@ func (m *Manager) specLocked(s *session, a pendingTurn) turn.Spec {
 		Instructions:   s.st.Instructions,
 		Images:         imageLoader{m.store, s.key},
 	}
+	spec.ReasoningEffort = a.ReasoningEffort
+	return spec
 }
 
 // runCtxLocked is a running turn's context: the user's stop cancels it
@@ -264,8 +267,9 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 	// inside the turn gets a view/gap and pages them.
 	s.deltas.reset()
 	s.listChangedLocked()
-	// The turn's steps, tool calls and answer, as a load would fold them.
-	s.history = append(s.history, out.Messages...)
+	// The turn's steps, tool calls and answer, as a load would fold them:
+	// without their reasoning, which no later turn sends.
+	s.history = append(s.history, withoutReasoning(out.Messages)...)
 	return true
 }
 
@@ -314,10 +318,9 @@ func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) st
 		return nil // half-erased: nothing is written to it
 	}
 	var evs []event
-	closing := func(it msp.Item, text string) {
+	closing := func(it msp.Item) {
 		it.Revision++
 		it.Status = msp.ItemFailed
-		it.Text = &text
 		it.Truncated = true
 		it.RecordedAt = wireTime(s.m.now())
 		evs = append(evs, event{msp.NotifyItemCompleted, &msp.ItemParams{Item: it}})
@@ -332,7 +335,7 @@ func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) st
 		switch {
 		case it.Kind != msp.ItemToolCall:
 			inFlight = true
-			closing(it, oi.text.String())
+			closing(oi.current())
 		case s.st.Active != nil && it.TurnID != nil && *it.TurnID == s.st.Active.TurnID:
 			calls = append(calls, it)
 		default:
@@ -360,7 +363,7 @@ func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) st
 		// is told it failed, as it is of a discarded attempt's.
 		if id := turn.AnswerItemID(a.TurnID, lost); lost > 0 && s.open[id] == nil && !so.closed[id] {
 			turnID, empty := a.TurnID, ""
-			closing(msp.Item{ItemID: id, Kind: msp.ItemAgentMessage, Revision: 1, Status: msp.ItemInProgress, TurnID: &turnID, Text: &empty}, "")
+			closing(msp.Item{ItemID: id, Kind: msp.ItemAgentMessage, Revision: 1, Status: msp.ItemInProgress, TurnID: &turnID, Text: &empty})
 		}
 	}
 	if len(evs) > 0 {
@@ -543,9 +546,12 @@ func (k sink) BeginAttempt(ctx context.Context, cp turn.Checkpoint) error {
 	return k.s.emitRetry(ctx, cp, nil)
 }
 
-func (k sink) Delta(itemID, text string) { k.s.delta(itemID, text) }
+func (k sink) Delta(itemID, text string) { k.s.delta(itemID, "", text) }
 
-var _ turn.Sink = sink{}
+// DeltaField implements turn.FieldSink.
+func (k sink) DeltaField(itemID, field, text string) { k.s.delta(itemID, field, text) }
+
+var _ turn.FieldSink = sink{}
 
 // emitRetry appends a retried attempt's closing events and its notice
 // (none when a retried request begins) and, in the same commit, the

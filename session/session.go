@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,9 +92,17 @@ type heldFanout struct {
 // openItem is an item in progress and the text streamed into it so far.
 type openItem struct {
 	item    msp.Item // as last written: its revision is the latest
-	text    strings.Builder
+	text    streamText
 	savedAt time.Time // when its text was last written to the log
 	saved   int       // how much of text that was
+}
+
+// current is the item as it stands: its last state with what streamed
+// since.
+func (oi *openItem) current() msp.Item {
+	it := oi.item
+	oi.text.fill(&it)
+	return it
 }
 
 // event is a durable event about to be appended.
@@ -315,9 +322,7 @@ func (s *session) startItemLocked(p *msp.ItemParams) error {
 	now := s.m.now()
 	s.sendEphemeralLocked(at, c, msp.NotifyItemStarted, raw, now)
 	oi := &openItem{item: p.Item, savedAt: now}
-	if p.Item.Text != nil {
-		oi.text.WriteString(*p.Item.Text)
-	}
+	oi.text.seed(p.Item)
 	s.open[p.Item.ItemID] = oi
 	return nil
 }
@@ -374,9 +379,7 @@ func (s *session) emitLocked(ctx context.Context, evs []event, st *state) error 
 		case !ok:
 		case ev.method == msp.NotifyItemStarted:
 			oi := &openItem{item: p.Item, savedAt: s.m.now()}
-			if p.Item.Text != nil {
-				oi.text.WriteString(*p.Item.Text)
-			}
+			oi.text.seed(p.Item)
 			s.open[p.Item.ItemID] = oi
 		case ev.method == msp.NotifyItemCompleted:
 			delete(s.open, p.Item.ItemID)
@@ -394,20 +397,21 @@ func turnEvents(evs []turn.Event) []event {
 	return out
 }
 
-// delta fans out one ephemeral text delta.
-func (s *session) delta(itemID, text string) {
+// delta fans out one ephemeral delta appended to field ("": the text) of
+// an open item.
+func (s *session) delta(itemID, field, text string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	at := s.nextEphemeralLocked()
 	c := at.String()
-	raw, err := msp.Marshal(msp.ItemDeltaParams{SessionID: s.id, ViewCursor: c, ItemID: itemID, Delta: text})
+	raw, err := msp.Marshal(msp.ItemDeltaParams{SessionID: s.id, ViewCursor: c, ItemID: itemID, Field: field, Delta: text})
 	if err != nil {
 		return // a string and ids always encode
 	}
 	now := s.m.now()
 	s.sendEphemeralLocked(at, c, msp.NotifyItemDelta, raw, now)
 	if oi := s.open[itemID]; oi != nil {
-		oi.text.WriteString(text)
+		oi.text.add(field, text)
 		if every := s.m.cfg.TextCheckpoint; every > 0 && now.Sub(oi.savedAt) >= every {
 			s.saveTextLocked(oi, now)
 		}
@@ -421,15 +425,13 @@ func (s *session) saveTextLocked(oi *openItem, now time.Time) {
 	if oi.text.Len() == oi.saved {
 		return
 	}
-	it := oi.item
+	it := oi.current()
 	it.Revision++
-	text := oi.text.String()
-	it.Text = &text
 	if err := s.appendLocked(context.WithoutCancel(s.m.ctx), []event{{msp.NotifyItemUpdated, &msp.ItemParams{Item: it}}}, nil); err != nil {
 		s.m.log.Warn("saving a streaming item's text", "session", s.id, "item", it.ItemID, "err", err)
 		return
 	}
-	oi.item.Revision, oi.savedAt, oi.saved = it.Revision, now, len(text)
+	oi.item.Revision, oi.savedAt, oi.saved = it.Revision, now, oi.text.Len()
 }
 
 // checkCursor resolves a client-supplied cursor of this session.

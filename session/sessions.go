@@ -242,9 +242,7 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	if inline && s.role == roleLeader {
 		live.open = make(map[string]msp.Item, len(s.open))
 		for id, oi := range s.open {
-			it, text := oi.item, oi.text.String()
-			it.Text = &text
-			live.open[id] = it
+			live.open[id] = oi.current()
 		}
 	} else if inline {
 		live = s.deltas.snapshot()
@@ -299,7 +297,7 @@ func (m *Manager) inlineHistory(ctx context.Context, key string, through int64, 
 		return none, true, nil
 	}
 	open, whole := live.open, true
-	var tails map[string]string
+	var tails map[string]*streamText
 	if live.follower {
 		if open, tails, whole = live.rebuild(f); !whole {
 			open, tails = nil, nil
@@ -317,13 +315,13 @@ func (m *Manager) inlineHistory(ctx context.Context, key string, through int64, 
 		changed := false
 		if it.Status == msp.ItemInProgress {
 			if tail, ok := tails[it.ItemID]; ok {
-				text := deref(it.Text) + tail
-				it.Text, changed = &text, true
+				tail.appendTo(it)
+				changed = true
 			}
 		}
 		if o, ok := open[it.ItemID]; ok {
 			if it.Status == msp.ItemInProgress && o.Revision >= it.Revision {
-				it.Text, changed = o.Text, true
+				it.Text, it.Summary, changed = o.Text, o.Summary, true
 			}
 			delete(open, it.ItemID)
 		}

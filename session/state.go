@@ -55,6 +55,10 @@ type state struct {
 	// row, which is small enough to carry them, and never changed once
 	// set.
 	Instructions string `json:"instructions,omitempty"`
+
+	// ReasoningEffort is the default session/setReasoningEffort set; nil:
+	// none (the provider's own).
+	ReasoningEffort *msp.ReasoningEffortState `json:"reasoningEffort,omitempty"`
 }
 
 // pendingTurn is an admitted turn: everything needed to launch it, even
@@ -84,6 +88,9 @@ type pendingTurn struct {
 	// Checkpoint is where the running turn resumes should its process
 	// stop: written with each retry notice, and by a stopping host.
 	Checkpoint *turn.Checkpoint `json:"checkpoint,omitempty"`
+	// ReasoningEffort is the turn's own from its admission, and from its
+	// launch the one it runs with (the session's default filled in then).
+	ReasoningEffort string `json:"reasoningEffort,omitempty"`
 }
 
 // spans are the session's cursor epoch spans, an older build's
@@ -119,6 +126,10 @@ func (st *state) wire(id, path string) msp.Session {
 	}
 	mode := st.approvalMode().wire()
 	s.ApprovalMode = &mode
+	if st.ReasoningEffort != nil {
+		effort := *st.ReasoningEffort
+		s.ReasoningEffort = &effort
+	}
 	if st.Active != nil {
 		turnID := st.Active.TurnID
 		s.ActiveTurnID = &turnID

@@ -69,7 +69,7 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 			return nil, msp.ErrInternal("encoding ack: %v", err)
 		}
 		pt := pendingTurn{TurnID: ack.TurnID, CommandID: p.CommandID, Text: in.text, UserItemID: newID(), DisplayText: p.DisplayText,
-			ResponseSchema: p.ResponseSchema, Retry: p.Retry, AdmittedAt: m.now()}
+			ResponseSchema: p.ResponseSchema, Retry: p.Retry, ReasoningEffort: p.ReasoningEffort, AdmittedAt: m.now()}
 		// Its images are stored once, here, ahead of the rest of the
 		// admission's commit.
 		images, stored := s.imageRecords(pt.UserItemID, in)
@@ -126,6 +126,11 @@ func (m *Manager) checkTurn(p msp.TurnStartParams) (turnInput, error) {
 		e := msp.ErrInvalidParams("ifBusy", "ifBusy %q is not supported by this host; use \"queue\"", p.IfBusy)
 		e.Data.Reason = "unsupported"
 		return in, e
+	}
+	if p.ReasoningEffort != "" {
+		if err := msp.CheckReasoningEffort(p.ReasoningEffort, "reasoningEffort"); err != nil {
+			return in, err
+		}
 	}
 	if len(p.ResponseSchema) > 0 {
 		if _, err := turn.CompileSchema(p.ResponseSchema); err != nil {

@@ -477,6 +477,7 @@ type attemptResult struct {
 	schemaErr error // a finished answer failed the response schema
 	toolErr   error // the answer called a tool wrongly
 	sinkErr   error // the session log refused an event
+	reasoning reasoned
 }
 
 // attempt sends one request of msgs, streaming its output into a fresh
@@ -494,11 +495,15 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema, msg
 	began := t.r.clock.Now()
 	req := provider.Request{Model: t.hop.model, Messages: msgs, MaxTokens: maxTokens,
 		ResponseSchema: t.spec.ResponseSchema, Attempt: n, Instructions: t.instructions(), Tools: t.tools()}
+	rs := t.streamReasoning(n, &req, &res.sinkErr, stop)
 	resp, err := t.hop.cfg.Model.Stream(actx, req, func(delta string) {
 		if delta == "" || res.sinkErr != nil {
 			return
 		}
 		if item == nil {
+			if !rs.answerBegins() {
+				return
+			}
 			if item, res.sinkErr = t.openItem(n); res.sinkErr != nil {
 				stop()
 				return
@@ -512,6 +517,9 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema, msg
 	})
 	res.text, res.finish, res.err = text.String(), resp.FinishReason, err
 	t.obs.response(resp, err)
+	if res.sinkErr == nil {
+		res.reasoning = rs.ended(attemptStatus(ctx, err), resp)
+	}
 	if res.sinkErr != nil {
 		t.addUsage(resp.Usage, false)
 		return res

@@ -357,8 +357,8 @@ func (t *run) toolStep(ctx context.Context, res attemptResult, maxTokens int) *O
 	calls := t.openCalls(t.attempts, res.calls)
 	t.gateCalls(calls)
 	t.messages = append(t.messages, provider.Message{Role: provider.RoleAssistant, Text: res.text, ToolCalls: res.calls,
-		Provider: t.hop.providerID})
-	events := t.takeHeld()
+		Provider: t.hop.providerID, Reasoning: res.reasoning.blocks})
+	events := append(t.takeHeld(), res.reasoning.record()...)
 	for _, c := range calls {
 		events = append(events, Event{Method: msp.NotifyItemStarted, Params: &msp.ItemParams{Item: c.item}})
 		events = append(events, t.approvalEvents(c)...)

@@ -1,8 +1,9 @@
 // Package turn runs one turn of a session: it builds the provider request
 // from the session's history, drives the model through the retry layer,
-// opens and closes agentMessage items, streams deltas, accounts usage and
-// attempts, and reports the terminal. It emits events through a Sink and
-// knows nothing of WebSockets or JSON-RPC.
+// opens and closes agentMessage and reasoning items (reasoning.go),
+// streams deltas, accounts usage and attempts, and reports the terminal.
+// It emits events through a Sink and knows nothing of WebSockets or
+// JSON-RPC.
 package turn
 
 import (
@@ -75,6 +76,9 @@ type Spec struct {
 	// Images loads the images History names by ref, for each request;
 	// nil when it names none.
 	Images Images
+	// ReasoningEffort is the msp.ReasoningEffort tier the turn runs with;
+	// "" leaves it to the provider.
+	ReasoningEffort string
 	// Resume, when set, continues a turn whose process stopped mid-way.
 	Resume *Resumption
 }

@@ -59,6 +59,17 @@
 // blocks before its text, as Anthropic advises; Request.Instructions is
 // the top-level system, one text block (a prompt-mode schema adds its own
 // block after it).
+// Thinking (thinking.go): Request.ReasoningEffort none disables extended
+// thinking, any other tier enables it with the budget ThinkingBudgets
+// gives it (or, with Config.Thinking ThinkingAdaptive, adaptive thinking
+// at output_config.effort), max_tokens raised by the budget within
+// Config.MaxOutputTokens.
+// Thinking blocks stream through Request.OnReasoning, one part each, and
+// come back in Response.Reasoning with their signatures (redacted_thinking
+// blocks verbatim); an assistant message's blocks go back first in its
+// content, unchanged, as the API requires of a tool loop's steps. Thinking
+// forbids forcing a tool, so a structured answer is asked for in prompt
+// mode then.
 //
 // Liveness: IdleTimeout bounds every silence of the connection, from
 // sending the request to the response headers and between any two reads of
@@ -118,8 +129,16 @@ type Config struct {
 	// StructuredPromptMode. A response schema whose top level is not
 	// {"type": "object"} is always sent in prompt mode, since a tool's
 	// input must be an object, and so is one in a request offering tools,
-	// since forcing the answer tool would forbid them.
+	// since forcing the answer tool would forbid them, and one with
+	// thinking on, which forbids forcing a tool.
 	StructuredMode string
+	// MaxOutputTokens is the model's output limit, which a thinking
+	// request's max_tokens (the budget and the answer's room) stays
+	// within; 0 means DefaultOutputCeiling.
+	MaxOutputTokens int
+	// Thinking is how a reasoning effort is asked for: ThinkingBudget
+	// ("" means this) or ThinkingAdaptive.
+	Thinking string
 }
 
 // Model is a provider.Model for the Anthropic Messages API. It is safe for
@@ -145,6 +164,13 @@ func New(cfg Config) (*Model, error) {
 	case StructuredTool, StructuredPromptMode:
 	default:
 		return nil, errors.New("anthropic: Config.StructuredMode must be \"tool\" or \"prompt\"")
+	}
+	switch cfg.Thinking {
+	case "":
+		cfg.Thinking = ThinkingBudget
+	case ThinkingBudget, ThinkingAdaptive:
+	default:
+		return nil, errors.New("anthropic: Config.Thinking must be \"budget\" or \"adaptive\"")
 	}
 	hc := provider.NoRedirects(cfg.HTTPClient)
 	base := hc.Transport
@@ -199,13 +225,14 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	defer stream.Close()
 
 	st := newStreamState(plan, onText)
+	st.thoughts.parts = provider.NewReasoningParts(req)
 	for !st.stopped && stream.Next() {
 		st.handle(stream.Current())
 	}
 	// Nothing more is read: a late idle firing must not fail a finished
 	// stream.
 	w.Stop()
-	resp.Model = st.model
+	resp.Model, resp.Reasoning = st.model, st.thoughts.reasoning()
 	streamErr := stream.Err()
 
 	switch {

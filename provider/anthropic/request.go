@@ -57,6 +57,10 @@ func (m *Model) params(req provider.Request) (anthropic.MessageNewParams, plan, 
 	if req.Instructions != "" {
 		params.System = []anthropic.TextBlockParam{{Text: req.Instructions}}
 	}
+	thinks, err := m.thinkingParams(req, &params)
+	if err != nil {
+		return params, p, err
+	}
 	if len(req.ResponseSchema) == 0 {
 		return params, p, nil
 	}
@@ -65,9 +69,10 @@ func (m *Model) params(req provider.Request) (anthropic.MessageNewParams, plan, 
 		return params, p, &provider.Error{Kind: modelretry.KindInvalidRequest, Message: "the response schema is not JSON", Err: err}
 	}
 	schema := compact.Bytes()
-	// With tools to offer, forcing the answer tool would forbid them: the
-	// schema goes in the prompt instead (see Config.StructuredMode).
-	if m.cfg.StructuredMode == StructuredTool && objectSchema(schema) && len(tools) == 0 {
+	// With tools to offer, forcing the answer tool would forbid them, and
+	// thinking forbids forcing any: the schema goes in the prompt instead
+	// (see Config.StructuredMode).
+	if m.cfg.StructuredMode == StructuredTool && objectSchema(schema) && len(tools) == 0 && !thinks {
 		p.tool, p.structured = true, provider.StructuredNative
 		params.Tools = []anthropic.ToolUnionParam{toolParam(ToolName, toolDescription, schema)}
 		params.ToolChoice = anthropic.ToolChoiceParamOfTool(ToolName)
@@ -198,12 +203,16 @@ func messages(history []provider.Message) ([]anthropic.MessageParam, error) {
 	return out, nil
 }
 
-// contentOf is a message's content blocks: a user's images (base64
-// image blocks, before the text, where Anthropic advises them), its text,
-// then, for an assistant, a tool_use block per call, or, for tool results,
-// a tool_result block per result, in order.
+// contentOf is a message's content blocks: for an assistant, the
+// thinking blocks it is to send back first, as the response had them; a
+// user's images (base64 image blocks, before the text, where Anthropic
+// advises them); its text; then, for an assistant, a tool_use block per
+// call, or, for tool results, a tool_result block per result, in order.
 func contentOf(msg provider.Message) []anthropic.ContentBlockParamUnion {
 	var out []anthropic.ContentBlockParamUnion
+	if msg.Role == provider.RoleAssistant {
+		out = thinkingBlocks(msg)
+	}
 	for _, im := range msg.Images {
 		out = append(out, anthropic.NewImageBlockBase64(im.MediaType, im.Data))
 	}

@@ -30,6 +30,8 @@ type streamState struct {
 	// StructuredTool mode only the forced tool's, whose input streams as
 	// text.
 	uses []*toolUse
+	// thoughts reads its thinking blocks.
+	thoughts thinking
 }
 
 // toolUse is one tool_use content block being read.
@@ -80,12 +82,18 @@ func (s *streamState) handle(ev anthropic.MessageStreamEventUnion) {
 			s.uses = append(s.uses, &toolUse{index: ev.Index, id: cb.ID, name: cb.Name, start: cb.JSON.Input.Raw()})
 		case cb.Type == "text" && !s.plan.tool:
 			s.emit(cb.Text)
+		case cb.Type == provider.ReasoningThinking || cb.Type == provider.ReasoningRedacted:
+			s.thoughts.start(ev.Index, cb)
 		}
 	case "content_block_delta":
 		d := ev.Delta
 		switch {
 		case d.Type == "text_delta" && !s.plan.tool:
 			s.emit(d.Text)
+		case d.Type == "thinking_delta":
+			s.thoughts.text(ev.Index, d.Thinking)
+		case d.Type == "signature_delta":
+			s.thoughts.sign(ev.Index, d.Signature)
 		case d.Type == "input_json_delta":
 			if u := s.use(ev.Index); u != nil {
 				u.args.WriteString(d.PartialJSON)

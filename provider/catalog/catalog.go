@@ -78,6 +78,10 @@ type Entry struct {
 	Project      string `toml:"project"`
 	// StructuredMode is "tool" (default) or "prompt" for anthropic.
 	StructuredMode string `toml:"structured_mode"`
+	// Thinking is how an anthropic entry asks for a reasoning effort:
+	// "budget" (default: extended thinking's budget_tokens) or "adaptive"
+	// (for the models that no longer take budget_tokens).
+	Thinking string `toml:"thinking"`
 	// WordDelay, Faults and Seed set a demo entry: its pace per word, the
 	// share of its requests that fail first (0..1), and its seed.
 	WordDelay duration `toml:"word_delay"`
@@ -311,7 +315,9 @@ func build(e Entry, env Env) (*Provider, error) {
 				System:      e.System,
 				IdleTimeout: e.IdleTimeout.Duration,
 			},
-			StructuredMode: e.StructuredMode,
+			StructuredMode:  e.StructuredMode,
+			MaxOutputTokens: e.MaxOutputTokens,
+			Thinking:        e.Thinking,
 		})
 		if err != nil {
 			return nil, err

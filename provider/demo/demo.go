@@ -117,7 +117,9 @@ func (*Model) System() string { return System }
 // generated reply (or, when req has a ResponseSchema, a JSON value for it)
 // one word per delta, stopping with FinishLength after req.MaxTokens words.
 // Offered a clock or a calculator, it calls one when the user's message
-// asks the time or holds arithmetic, then answers from the result.
+// asks the time or holds arithmetic, then answers from the result. Asked
+// for a reasoning effort other than none, it reasons briefly first
+// (reasoning.go).
 func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(string)) (provider.Response, error) {
 	if err := m.wait(ctx, firstWordDelays); err != nil {
 		return provider.Response{}, err
@@ -127,6 +129,10 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 	}
 
 	prompt := provider.LastUserText(req.Messages)
+	thought, err := m.reason(ctx, req, keywords(prompt))
+	if err != nil {
+		return provider.Response{}, err
+	}
 	r := m.rng("reply", req)
 	text := reply(r, keywords(prompt))
 	resp := provider.Response{FinishReason: provider.FinishStop, Model: req.Model}
@@ -178,8 +184,9 @@ func (m *Model) Stream(ctx context.Context, req provider.Request, onText func(st
 		return provider.Response{}, err
 	}
 	resp.Usage = &provider.Usage{
-		InputTokens:  promptWords(req.Messages),
-		OutputTokens: int64(len(words)),
+		InputTokens:     promptWords(req.Messages),
+		OutputTokens:    int64(len(words)) + thought,
+		ReasoningTokens: thought,
 	}
 	if call != nil && resp.FinishReason == provider.FinishStop {
 		resp.FinishReason, resp.ToolCalls = provider.FinishToolCalls, []provider.ToolCall{*call}

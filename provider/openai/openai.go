@@ -236,6 +236,7 @@ func (m *Model) streamChat(ctx context.Context, req provider.Request, onText fun
 
 	var finish string
 	var calls callParts
+	thought := chatThought{parts: provider.NewReasoningParts(req)}
 	refused := false
 	for stream.Next() {
 		c := stream.Current()
@@ -255,6 +256,9 @@ func (m *Model) streamChat(ctx context.Context, req provider.Request, onText fun
 		for _, ch := range c.Choices {
 			if ch.Index != 0 { // only one choice is asked for
 				continue
+			}
+			if r := chatReasoning(ch.Delta); r != "" {
+				thought.add(r)
 			}
 			if ch.Delta.Content != "" {
 				onText(ch.Delta.Content)
@@ -280,6 +284,7 @@ func (m *Model) streamChat(ctx context.Context, req provider.Request, onText fun
 			Message: "the stream ended before a finish_reason or data: [DONE]"}
 	}
 	resp.FinishReason, resp.ToolCalls = withCalls(finishReason(finish, refused), calls.calls())
+	resp.Reasoning = thought.reasoning()
 	return resp, nil
 }
 
@@ -319,6 +324,9 @@ func (m *Model) params(req provider.Request) (oai.ChatCompletionNewParams, error
 		return p, err
 	}
 	p.Tools = tools
+	if p.ReasoningEffort, err = reasoningEffort(req.ReasoningEffort); err != nil {
+		return p, err
+	}
 	if req.MaxTokens > 0 {
 		if m.cfg.MaxTokensField == MaxTokens {
 			p.MaxTokens = param.NewOpt(int64(req.MaxTokens))
@@ -373,8 +381,10 @@ func chatUser(m provider.Message) oai.ChatCompletionMessageParamUnion {
 }
 
 // chatAssistant is an assistant message: its text, or, when it called
-// tools, its calls with content null if it said nothing.
-func chatAssistant(text string, calls []provider.ToolCall) []oai.ChatCompletionMessageParamUnion {
+// tools, its calls with content null if it said nothing. Its reasoning is
+// never sent back: no compatible server takes it.
+func chatAssistant(m provider.Message) []oai.ChatCompletionMessageParamUnion {
+	text, calls := m.Text, m.ToolCalls
 	if len(calls) == 0 {
 		return []oai.ChatCompletionMessageParamUnion{oai.AssistantMessage(text)}
 	}

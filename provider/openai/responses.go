@@ -42,6 +42,7 @@ func (m *Model) streamResponses(ctx context.Context, req provider.Request, onTex
 
 	refused := false
 	var calls callParts
+	thought := responsesThought{parts: provider.NewReasoningParts(req)}
 	for stream.Next() {
 		ev := stream.Current()
 		r := ev.Response
@@ -56,9 +57,16 @@ func (m *Model) streamResponses(ctx context.Context, req provider.Request, onTex
 		case "response.refusal.delta":
 			refused = true
 		case "response.output_item.added":
-			if ev.Item.Type == "function_call" {
+			switch ev.Item.Type {
+			case "function_call":
 				calls.open(ev.OutputIndex, ev.Item.CallID, ev.Item.Name).args.WriteString(ev.Item.Arguments.OfString)
+			case "reasoning":
+				thought.added(ev)
 			}
+		case "response.reasoning_summary_text.delta":
+			thought.summaryDelta(ev)
+		case "response.reasoning_text.delta":
+			thought.textDelta(ev)
 		case "response.function_call_arguments.delta":
 			if p := calls.get(ev.OutputIndex); p != nil {
 				p.args.WriteString(ev.Delta)
@@ -66,8 +74,11 @@ func (m *Model) streamResponses(ctx context.Context, req provider.Request, onTex
 		case "response.function_call_arguments.done":
 			calls.whole(ev.OutputIndex, "", "", ev.Arguments)
 		case "response.output_item.done":
-			if ev.Item.Type == "function_call" {
+			switch ev.Item.Type {
+			case "function_call":
 				calls.whole(ev.OutputIndex, ev.Item.CallID, ev.Item.Name, ev.Item.Arguments.OfString)
+			case "reasoning":
+				thought.done(ev.OutputIndex, ev.Item)
 			}
 		case "response.completed", "response.incomplete", "response.failed":
 			if r.JSON.Usage.Valid() {
@@ -88,6 +99,7 @@ func (m *Model) streamResponses(ctx context.Context, req provider.Request, onTex
 				return resp, m.eventError(string(r.Error.Code), r.Error.Message)
 			}
 			resp.FinishReason, resp.ToolCalls = withCalls(finish, outputCalls(r.Output, &calls))
+			resp.Reasoning = thought.reasoning(r.Output)
 			return resp, nil
 		case "error":
 			return resp, m.eventError(ev.Code, ev.Message)
@@ -153,6 +165,9 @@ func (m *Model) responsesParams(req provider.Request) (responses.ResponseNewPara
 		return p, err
 	}
 	p.Tools = tools
+	if err := responsesReasoningParams(req, &p); err != nil {
+		return p, err
+	}
 	if req.MaxTokens > 0 {
 		p.MaxOutputTokens = param.NewOpt(int64(req.MaxTokens))
 	}
@@ -200,13 +215,14 @@ func responsesUser(m provider.Message) responses.ResponseInputItemUnionParam {
 	return responses.ResponseInputItemParamOfMessage(content, responses.EasyInputMessageRoleUser)
 }
 
-// responsesAssistant is an assistant message's items: its text as a
-// message (also when empty, if it called nothing), then one function_call
-// item per call. The items carry no id (fc_…): with store false the API
-// keeps no item for an id to name, and mspd keeps no reasoning items,
-// which reasoning models may demand alongside a function_call's id.
-func responsesAssistant(text string, calls []provider.ToolCall) []responses.ResponseInputItemUnionParam {
-	items := make([]responses.ResponseInputItemUnionParam, 0, 1+len(calls))
+// responsesAssistant is an assistant message's items: the reasoning items
+// it sends back (a tool step's, with their encrypted content), its text
+// as a message (also when empty, if it called nothing), then one
+// function_call item per call. The function calls carry no id (fc_…):
+// with store false the API keeps no item for an id to name.
+func responsesAssistant(m provider.Message) []responses.ResponseInputItemUnionParam {
+	text, calls := m.Text, m.ToolCalls
+	items := responsesReasoningItems(m)
 	if text != "" || len(calls) == 0 {
 		items = append(items, responses.ResponseInputItemParamOfMessage(text, responses.EasyInputMessageRoleAssistant))
 	}

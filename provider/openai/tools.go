@@ -60,16 +60,16 @@ func parameters(s provider.ToolSpec) (map[string]any, error) {
 // convertHistory builds one API's input from a history, grouped by
 // provider.Steps first so that every call is answered exactly once, right
 // after the message that made it: user makes a user message (its text and
-// images), assistant the items of an assistant message (its text and its
-// calls), and result the answer to one call.
+// images), assistant the items of an assistant message (the reasoning it
+// sends back, its text and its calls), and result the answer to one call.
 func convertHistory[T any](msgs []provider.Message, user func(m provider.Message) T,
-	assistant func(text string, calls []provider.ToolCall) []T, result func(callID, output string) T) []T {
+	assistant func(m provider.Message) []T, result func(callID, output string) T) []T {
 	msgs = provider.Steps(msgs)
 	out := make([]T, 0, len(msgs))
 	for _, m := range msgs {
 		switch m.Role {
 		case provider.RoleAssistant:
-			out = append(out, assistant(m.Text, m.ToolCalls)...)
+			out = append(out, assistant(m)...)
 		case provider.RoleTool:
 			for _, r := range m.ToolResults {
 				out = append(out, result(r.CallID, resultText(r)))

@@ -19,10 +19,18 @@
 //
 //	{"calls": [{"id": "c1", "name": "builtin__calculator", "args": "{\"expression\":\"2+2\"}"}]}
 //
+// An entry with "reasoning" streams that text as the response's reasoning
+// (part 0, in word-sized deltas) before its answer; with "signature" too,
+// the response returns it as a thinking block signed so, which the turn
+// sends back in its next step's request as Anthropic's must be.
+//
+//	{"reasoning": "Two and two…", "signature": "sig-1", "calls": [...]}
+//
 // An entry with "echoRequest" answers with the request's history, as a
 // JSON array of Echoed: the instructions (a "system" entry first), the
 // messages, their images (media type, size, digest), the tool calls and
-// their results, so that a test sees what the model was told.
+// their results, and the reasoning sent back, so that a test sees what
+// the model was told.
 //
 //	{"echoRequest": true}
 //
@@ -135,6 +143,12 @@ type Step struct {
 	DelayMs int `json:"delayMs,omitempty"`
 	// ChunkDelayMs waits between deltas.
 	ChunkDelayMs int `json:"chunkDelayMs,omitempty"`
+	// Reasoning streams as the response's reasoning before Text; its
+	// words count as reasoning tokens, within OutputTokens' default.
+	Reasoning string `json:"reasoning,omitempty"`
+	// Signature, with Reasoning, returns it as a signed thinking block
+	// (provider.ReasoningThinking), for the turn to send back.
+	Signature string `json:"signature,omitempty"`
 }
 
 // Call is a scripted tool call.
@@ -152,11 +166,12 @@ type Call struct {
 // text and tool calls, a user's images, or a tool message's results; or,
 // first, the request's instructions as role "system".
 type Echoed struct {
-	Role    string        `json:"role"`
-	Text    string        `json:"text,omitempty"`
-	Images  []EchoedImage `json:"images,omitempty"`
-	Calls   []Call        `json:"calls,omitempty"`
-	Results []Result      `json:"results,omitempty"`
+	Role      string               `json:"role"`
+	Text      string               `json:"text,omitempty"`
+	Images    []EchoedImage        `json:"images,omitempty"`
+	Calls     []Call               `json:"calls,omitempty"`
+	Results   []Result             `json:"results,omitempty"`
+	Reasoning []provider.Reasoning `json:"reasoning,omitempty"`
 }
 
 // RoleSystem is the role of the Echoed entry holding the instructions.
@@ -187,7 +202,7 @@ func echoRequest(req provider.Request) string {
 		out = append(out, Echoed{Role: RoleSystem, Text: req.Instructions})
 	}
 	for _, m := range req.Messages {
-		e := Echoed{Role: m.Role, Text: m.Text}
+		e := Echoed{Role: m.Role, Text: m.Text, Reasoning: m.Reasoning}
 		for _, im := range m.Images {
 			e.Images = append(e.Images, echoImage(im))
 		}
@@ -287,13 +302,16 @@ func serve(ctx context.Context, req provider.Request, s Step, onText func(string
 	if s.ToolNames {
 		s.Text += toolNames(req)
 	}
+	if err := s.reason(ctx, req, &resp); err != nil {
+		return provider.Response{}, err
+	}
 	if err := streamChunks(ctx, split(s.Text, s.Chunks), s.ChunkDelayMs, onText); err != nil {
 		return provider.Response{}, err
 	}
 
 	if s.Cut {
 		if s.Usage != nil && *s.Usage {
-			resp.Usage = s.usage(req, wordCount(s.Text))
+			resp.Usage = s.usage(req, wordCount(s.Text)+wordCount(s.Reasoning))
 		}
 		return resp, s.failure(req.Attempt, "scripted stream cut after output began")
 	}
@@ -314,7 +332,7 @@ func serve(ctx context.Context, req provider.Request, s Step, onText func(string
 		resp.FinishReason = provider.FinishLength
 	}
 	if s.Usage == nil || *s.Usage {
-		resp.Usage = s.usage(req, wordCount(s.Text))
+		resp.Usage = s.usage(req, wordCount(s.Text)+wordCount(s.Reasoning))
 	}
 	if len(req.ResponseSchema) > 0 {
 		resp.StructuredOutput = provider.StructuredNative
@@ -391,7 +409,22 @@ func (s Step) usage(req provider.Request, defaultOut int64) *provider.Usage {
 	if s.OutputTokens != nil {
 		out = int64(*s.OutputTokens)
 	}
-	return &provider.Usage{InputTokens: inputTokens(req.Messages), OutputTokens: clamp(out, req.MaxTokens)}
+	return &provider.Usage{InputTokens: inputTokens(req.Messages), OutputTokens: clamp(out, req.MaxTokens),
+		ReasoningTokens: clamp(wordCount(s.Reasoning), req.MaxTokens)}
+}
+
+// reason streams s's reasoning, and returns it signed when s says so.
+func (s Step) reason(ctx context.Context, req provider.Request, resp *provider.Response) error {
+	if s.Reasoning == "" {
+		return nil
+	}
+	parts := provider.NewReasoningParts(req)
+	err := streamChunks(ctx, provider.SplitWords(s.Reasoning), s.ChunkDelayMs, func(text string) { parts.Add("0", text) })
+	if err != nil {
+		return err
+	}
+	resp.Reasoning = []provider.Reasoning{{Kind: provider.ReasoningThinking, Text: s.Reasoning, Signature: s.Signature}}
+	return nil
 }
 
 // validate rejects entries whose meaning would be ambiguous, so a typo in
@@ -419,11 +452,14 @@ func (s Step) validate() error {
 	default:
 		return fmt.Errorf("structuredOutput %q is not native or prompt", s.StructuredOutput)
 	}
+	if s.Signature != "" && s.Reasoning == "" {
+		return errors.New("a signature signs reasoning: add reasoning")
+	}
 	if s.EchoRequest && (s.Text != "" || s.Cut || s.failsBeforeOutput() || len(s.Calls) > 0) {
 		return errors.New("echoRequest answers with its own text: drop text, calls, cut, status and errorKind")
 	}
 	if s.failsBeforeOutput() {
-		if s.Text != "" || s.ToolNames || s.Chunks != 0 || s.Finish != "" || s.NeedsMaxTokens != 0 || s.StructuredOutput != "" {
+		if s.Text != "" || s.Reasoning != "" || s.ToolNames || s.Chunks != 0 || s.Finish != "" || s.NeedsMaxTokens != 0 || s.StructuredOutput != "" {
 			return errors.New("a failure (status or errorKind) streams nothing; add \"cut\": true to fail after text")
 		}
 		return nil

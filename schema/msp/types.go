@@ -80,6 +80,9 @@ type Session struct {
 	WorkspaceRoot   *string         `json:"workspaceRoot"`
 	// ApprovalMode is the approval mode in effect; mspd always sends it.
 	ApprovalMode *EffectiveApprovalModeState `json:"approvalMode,omitempty"`
+	// ReasoningEffort (mspd addition) is the session's reasoning-effort
+	// default; nil until session/setReasoningEffort sets one.
+	ReasoningEffort *ReasoningEffortState `json:"reasoningEffort,omitempty"`
 }
 
 // ForkProvenance names where a forked session was cut from.
@@ -525,7 +528,8 @@ const (
 	ItemTimedOut   = "timedOut"
 )
 
-// Item is a view item: a user message, an agent message or a tool call.
+// Item is a view item: a user message, an agent message, reasoning or a
+// tool call.
 type Item struct {
 	ItemID      string  `json:"itemId"`
 	Kind        string  `json:"kind"`
@@ -565,6 +569,14 @@ type Item struct {
 	ApprovalID string `json:"approvalId,omitempty"`
 	// DurationMs is how long the call ran.
 	DurationMs *int64 `json:"durationMs,omitempty"`
+
+	// reasoning items.
+
+	// Summary is the reasoning as the provider shows it, one entry per
+	// part; part n streams as item/delta field SummaryField(n).
+	Summary []string `json:"summary,omitempty"`
+	// ProviderItemID is the provider's id of the reasoning, if any.
+	ProviderItemID string `json:"providerItemId,omitempty"`
 }
 
 // ItemParams are the params of item/started and item/completed.

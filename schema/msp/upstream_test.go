@@ -68,6 +68,9 @@ var servedUpstreamDefs = []string{
 	"ApprovalSubject", "ApprovalDecideParams", "ApprovalDecideResult", "ApprovalResolvedParams", "ApprovalResolvedBy",
 	"ApprovalPolicyResult", "ApprovalStageEvidence", "ApprovalStageResolution", "ApprovalResolutionSummary",
 	"ApprovalListPendingParams", "ApprovalListPendingResult", "UserInputRequestParams", "RequestReceipt",
+	// reasoning
+	"ReasoningEffortState", "ReasoningEffortChangeSource", "SessionSetReasoningEffortParams",
+	"SessionSetReasoningEffortResult", "SessionReasoningEffortChangedParams",
 }
 
 func loadDigests(t *testing.T) (ours, upstream *shapes.Digest) {

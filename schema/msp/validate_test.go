@@ -108,6 +108,7 @@ func TestMethodCatalogue(t *testing.T) {
 		MethodTurnStart, MethodTurnInterrupt, MethodTurnCancel, MethodTurnUnqueue,
 		MethodViewSubscribe, MethodViewUnsubscribe, MethodViewPage, MethodModelList, MethodItemReadOutput,
 		MethodSessionSetApprovalMode, MethodApprovalDecide, MethodApprovalListPending,
+		MethodSessionSetReasoningEffort,
 	} {
 		if !v.HasRequest(m) || v.HasNotification(m) {
 			t.Errorf("%s: want a request", m)
@@ -118,6 +119,7 @@ func TestMethodCatalogue(t *testing.T) {
 		NotifyTurnRetryScheduled, NotifyTurnModelRetryScheduled, NotifyItemStarted, NotifyItemDelta,
 		NotifyItemUpdated, NotifyItemCompleted, NotifyViewGap, NotifySessionTokenUsage,
 		NotifyApprovalRequested, NotifyApprovalResolved, NotifySessionApprovalModeChanged,
+		NotifySessionReasoningEffortChanged,
 	} {
 		if !v.HasNotification(m) || v.HasRequest(m) {
 			t.Errorf("%s: want a notification", m)

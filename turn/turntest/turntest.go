@@ -19,9 +19,11 @@ type Event struct {
 	// Checkpoint is set for retry notices (EmitRetry) and for begun
 	// retried requests (BeginAttempt).
 	Checkpoint *turn.Checkpoint
-	// ItemID and Delta are set for item/delta.
+	// ItemID and Delta are set for item/delta, and Field for one into
+	// another field than the item's text (turn.FieldSink).
 	ItemID string
 	Delta  string
+	Field  string
 }
 
 // Sink is a turn.Sink that records every event in order. Set Fail to make
@@ -97,6 +99,15 @@ func (s *Sink) Delta(itemID, text string) {
 	defer s.mu.Unlock()
 	s.events = append(s.events, Event{Method: msp.NotifyItemDelta, ItemID: itemID, Delta: text})
 }
+
+// DeltaField implements turn.FieldSink.
+func (s *Sink) DeltaField(itemID, field, text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, Event{Method: msp.NotifyItemDelta, ItemID: itemID, Delta: text, Field: field})
+}
+
+var _ turn.FieldSink = (*Sink)(nil)
 
 // Events returns a copy of the events so far.
 func (s *Sink) Events() []Event {

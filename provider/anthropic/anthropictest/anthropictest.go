@@ -62,7 +62,8 @@ var wire = providertest.Wire{
 // which mspd does not retry. Every request is checked: POST to Path,
 // credential Key (x-api-key, or authorization: Bearer), an
 // anthropic-version header, a JSON content type and a JSON body asking to
-// stream; a miss fails the test. The server is closed when the test ends.
+// stream, and what extended thinking demands (checkThinking); a miss fails
+// the test. The server is closed when the test ends.
 func New(t testing.TB, replies ...Reply) *Server {
 	t.Helper()
 	return &Server{providertest.New(t, wire, replies...)}
@@ -106,6 +107,7 @@ func check(t testing.TB, r Request) {
 			}
 		}
 	}
+	checkThinking(t, r)
 }
 
 // checkSystem fails the test for a system the API refuses: it takes a

@@ -264,6 +264,10 @@ type delta struct {
 	Content   json.RawMessage `json:"content,omitempty"`
 	Refusal   *string         `json:"refusal,omitempty"`
 	ToolCalls []toolCallDelta `json:"tool_calls,omitempty"`
+	// ReasoningContent and Reasoning are compatible servers' reasoning
+	// (reasoning.go).
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
+	Reasoning        *string `json:"reasoning,omitempty"`
 }
 
 // toolCallDelta is one fragment of a streamed tool call: the first
