@@ -25,7 +25,8 @@ type folded struct {
 	openAt     map[string]int64 // an open item's last record (its text is saved through it)
 	attemptEnd int64            // the last record that ended an attempt (a retry notice, a terminal)
 	cumulative msp.CumulativeTokenUsage
-	approvals  approvals // every approval opened, and the tools approved for the session
+	approvals  approvals     // every approval opened, and the tools approved for the session
+	window     contextWindow // the context window, its latest compaction applied to history
 }
 
 // foldSpec says how far a fold goes and what it keeps.
@@ -123,7 +124,7 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 				}
 				delete(f.open, it.ItemID)
 				delete(f.openAt, it.ItemID)
-				f.history = appendHistory(f.history, it)
+				f.history = f.window.compacted(appendHistory(f.history, it), it)
 			case msp.NotifySessionModelChanged:
 				var p msp.SessionModelChangedParams
 				if err := json.Unmarshal(r.Params, &p); err != nil {
@@ -143,6 +144,9 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 			default:
 				if _, settled := attemptAfter(r.Method); settled && r.Method != msp.NotifyTurnStarted {
 					f.attemptEnd = r.Seq // a retry notice or a terminal ends the attempt before it
+				}
+				if err := f.window.fold(r, len(f.history)); err != nil {
+					return f, err
 				}
 			}
 			if foldsApprovals(r.Method) {

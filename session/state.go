@@ -84,6 +84,9 @@ type pendingTurn struct {
 	// Checkpoint is where the running turn resumes should its process
 	// stop: written with each retry notice, and by a stopping host.
 	Checkpoint *turn.Checkpoint `json:"checkpoint,omitempty"`
+	// Compact marks a turn of session/compact (msp.CompactionManual): a
+	// compaction alone, with no user message.
+	Compact string `json:"compact,omitempty"`
 }
 
 // spans are the session's cursor epoch spans, an older build's

@@ -135,10 +135,12 @@ type run struct {
 	checkpoint    Checkpoint         // the last retry notice's
 	held          []Event            // the attempt's closing events, not yet written
 	obs           telemetry
-	outputs       sync.Map // item id → ToolOutput: whole outputs of closed calls, until emitCall writes them
+	outputs       sync.Map    // item id → ToolOutput: whole outputs of closed calls, until emitCall writes them
+	window        windowState // the context window: its pressure, what may be compacted (compact.go)
 }
 
 func (t *run) run(ctx context.Context) Outcome {
+	t.initWindow()
 	policy := t.r.cfg.Policy
 	if rp := t.spec.Retry; rp != nil {
 		if rp.MaxAttempts != nil {
@@ -183,6 +185,9 @@ func (t *run) run(ctx context.Context) Outcome {
 	if call == nil || ctx.Err() != nil {
 		return t.interrupted(ctx, false, maxTokens)
 	}
+	if t.spec.Compact != "" {
+		return t.compactTurn(ctx, call, policy, maxTokens)
+	}
 	maxSteps := t.r.cfg.MaxSteps
 	if t.spec.MaxSteps > 0 {
 		maxSteps = min(maxSteps, t.spec.MaxSteps)
@@ -214,6 +219,9 @@ func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy model
 	maxTokens := *maxTokensAt
 	end := func(o Outcome) (attemptResult, *Outcome) { *maxTokensAt = maxTokens; return attemptResult{}, &o }
 	for {
+		if o := t.compactBefore(ctx, policy, maxTokens); o != nil {
+			return end(*o)
+		}
 		msgs, err := t.request(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -248,8 +256,20 @@ func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy model
 		var reason string
 		switch {
 		case res.err != nil && res.text == "":
-			// Nothing was committed: a model-layer retry.
-			d = a.Fail(ctx, t.r.cfg.Engine.Classify(signal(res.err)))
+			// Nothing was committed: a model-layer retry, or, for a prompt
+			// too long that compaction shortened, a turn-layer re-run.
+			f := t.r.cfg.Engine.Classify(signal(res.err))
+			var stop *Outcome
+			if reason, stop = t.compactOnOverflow(ctx, f, policy, maxTokens); stop != nil {
+				a.Fail(ctx, f)
+				return end(*stop)
+			}
+			if reason != "" {
+				f.Retryable = true
+				d = a.Rerun(ctx, f)
+				break
+			}
+			d = a.Fail(ctx, f)
 		case res.err != nil:
 			// The stream broke after output began: the output is void and
 			// the whole request re-runs (a turn-layer retry).
@@ -496,6 +516,7 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema, msg
 		}
 	}
 	t.account(resp, t.r.clock.Now().Sub(began), refusedBeforeOutput(res))
+	t.noteContext(resp.Usage)
 	return res
 }
 
