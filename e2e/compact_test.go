@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -337,6 +338,26 @@ func TestManualCompaction(t *testing.T) {
 	}
 	if again, err := c.CallRaw(ctx, msp.MethodSessionCompact, p); err != nil || !bytes.Equal(again, ack) {
 		t.Fatalf("session/compact sent again: %s, %v", again, err)
+	}
+	// Bad input gets a typed error and compacts nothing (a frame the
+	// schema refuses goes on a connection that does not check its own).
+	unchecked, err := client.Dial(ctx, d.URL(), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unchecked.Close()
+	for _, bad := range []struct {
+		p    msp.SessionCompactParams
+		kind string
+	}{
+		{msp.SessionCompactParams{SessionID: sid, TurnID: "not-a-turn"}, msp.KindInvalidParams},
+		{msp.SessionCompactParams{SessionID: sid, TurnID: first.TurnID}, msp.KindCommandRejected},
+		{msp.SessionCompactParams{SessionID: client.NewCommandID()}, msp.KindSessionNotFound},
+	} {
+		var me *msp.Error
+		if _, err := unchecked.Compact(ctx, bad.p); !errors.As(err, &me) || me.Data.Kind != bad.kind {
+			t.Errorf("session/compact %+v: %v, want %s", bad.p, err, bad.kind)
+		}
 	}
 	ev3, _ := runTurnOn(t, c, sid, "And the third?")
 	reqs := chat.fake.Requests()

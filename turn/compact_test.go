@@ -230,6 +230,26 @@ func TestCompactTurn(t *testing.T) {
 	}
 }
 
+// TestCompactTurnOnATextModel: a compaction's turn has no message of its
+// own: a text-only model compacts a history whose last message had
+// images, quoting them as a count.
+func TestCompactTurnOnATextModel(t *testing.T) {
+	h := windowHarness(t, 1000, ok("Summary."))
+	h.runner = turn.NewRunner(turn.Config{Model: h.model, Engine: h.engine(), Policy: h.opts.policy,
+		Models: func(string) provider.ModelInfo {
+			return provider.ModelInfo{Capabilities: provider.Capabilities{ContextWindow: 1000}}
+		}})
+	sp := chatSpec(0, 1000)
+	sp.History = []provider.Message{{Role: provider.RoleUser, Text: "What is this?", Images: []provider.Image{{MediaType: "image/png", Ref: "r1", Size: 10}}},
+		{Role: provider.RoleAssistant, Text: "A square."}}
+	sp.Compact = msp.CompactionManual
+	o := h.run(t, context.Background(), sp, nil)
+	wantTerminal(t, o, msp.TerminalCompleted, "", 1)
+	if q := h.model.requests()[0].Messages[0].Text; !strings.Contains(q, "User: What is this? [1 image(s)]\nAssistant: A square.") {
+		t.Fatalf("summary request quotes\n%s", q)
+	}
+}
+
 // TestCompactTurnCancelled: a user's stop during the summarising request
 // ends the compaction and its turn cancelled.
 func TestCompactTurnCancelled(t *testing.T) {

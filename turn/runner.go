@@ -179,7 +179,7 @@ func (t *run) run(ctx context.Context) Outcome {
 	if t.ended != nil {
 		return *t.ended
 	}
-	if o := t.refuseImages(); o != nil {
+	if o := t.refuseImages(); o != nil && t.spec.Compact == "" {
 		return *o
 	}
 	if call == nil || ctx.Err() != nil {
