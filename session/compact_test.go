@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"sync"
 	"testing"
 
 	"mspd/provider"
@@ -131,5 +132,69 @@ func TestCompactSession(t *testing.T) {
 	runTurn(t, m2, forker, textTurn(fork.Session.SessionID, "forked"))
 	if got, want := model.historyOf(t, "forked"), []provider.Message{user("one"), assistant("re: one"), user("forked")}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("the fork sent %+v, want %+v", got, want)
+	}
+}
+
+// stallingSummary is histModel whose first summarising request streams a
+// little and waits for its cancellation.
+type stallingSummary struct {
+	*histModel
+	once    sync.Once
+	stalled chan struct{}
+}
+
+func (m *stallingSummary) Stream(ctx context.Context, req provider.Request, onText func(string)) (provider.Response, error) {
+	stall := false
+	if req.Instructions == turn.SummaryInstructions {
+		m.once.Do(func() { stall = true })
+	}
+	if !stall {
+		return m.histModel.Stream(ctx, req, onText)
+	}
+	onText("Part of a summ")
+	close(m.stalled)
+	<-ctx.Done()
+	return provider.Response{}, ctx.Err()
+}
+
+// TestCompactionAcrossAStop: a server stopping during session/compact's
+// summarising request closes the compaction item (failed, outcome
+// cancelled) and leaves the turn to the next process, which compacts
+// again and completes it, counting the request cut off: 2 attempts. The
+// next turn sends the second summary.
+func TestCompactionAcrossAStop(t *testing.T) {
+	st := openStore(t)
+	model := &stallingSummary{histModel: newHistModel(), stalled: make(chan struct{})}
+	m := newManager(t, st, model, mgrOpts{})
+	sub := newRecSub()
+	sid := startSession(t, m, sub)
+	runTurn(t, m, sub, textTurn(sid, "one"))
+	cmd := msp.SessionCompactParams{CommandID: cmdID(), SessionID: sid}
+	if _, err := compactSession(t, m, cmd); err != nil {
+		t.Fatal(err)
+	}
+	<-model.stalled
+	m.Close()
+
+	m2 := newManager(t, st, model, mgrOpts{})
+	sub2 := newRecSub()
+	subscribe(t, m2, sub2, sid)
+	done := sub2.waitTerminal(t, cmd.CommandID)
+	if done.Terminal != msp.TerminalCompleted || done.Attempts.Count != 2 {
+		t.Fatalf("the compaction's turn %+v", done)
+	}
+	var items []msp.Item
+	for _, p := range of[msp.ItemParams](t, sub2, msp.NotifyItemCompleted) {
+		if p.Item.Kind == msp.ItemCompaction {
+			items = append(items, p.Item)
+		}
+	}
+	if len(items) != 2 || items[0].Outcome != msp.CompactionCancelled || items[0].Status != msp.ItemFailed ||
+		items[1].Outcome != msp.CompactionCompacted {
+		t.Fatalf("compaction items %+v", items)
+	}
+	runTurn(t, m2, sub2, textTurn(sid, "two"))
+	if got, want := model.historyOf(t, "two"), []provider.Message{turn.SummaryMessage(*items[1].Text), user("two")}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the compaction the turn sent %+v, want %+v", got, want)
 	}
 }

@@ -267,3 +267,29 @@ func TestCompactTurnCancelled(t *testing.T) {
 		t.Fatalf("compaction item %s", js(it))
 	}
 }
+
+// TestSummaryQuotesToolCalls: the summarising request quotes a turn's
+// tool calls and results as lines (no tool blocks, so any model takes
+// it), and the request after it keeps the turn under way whole.
+func TestSummaryQuotesToolCalls(t *testing.T) {
+	h := windowHarness(t, 1000, ok("Summary."), ok("Hi!"))
+	sp := chatSpec(900, 1000)
+	sp.History = []provider.Message{
+		{Role: provider.RoleUser, Text: "What is 2+2?"},
+		{Role: provider.RoleAssistant, ToolCalls: []provider.ToolCall{{ID: "call_1", Name: "builtin__calculator", Args: `{"expression":"2+2"}`}}},
+		{Role: provider.RoleTool, ToolResults: []provider.ToolResult{{CallID: "call_1", Name: "builtin__calculator", Text: "4"}}},
+		{Role: provider.RoleAssistant, Text: "4."},
+		{Role: provider.RoleUser, Text: "hello"},
+	}
+	sp.Context.Cut = &turn.Cut{At: 4, Through: "t0"}
+	o := h.run(t, context.Background(), sp, nil)
+	wantTerminal(t, o, msp.TerminalCompleted, "", 2)
+	reqs := h.model.requests()
+	want := "<conversation>\nUser: What is 2+2?\nAssistant called tool builtin__calculator with {\"expression\":\"2+2\"}\nTool builtin__calculator returned: 4\nAssistant: 4.\n</conversation>"
+	if q := reqs[0].Messages[0].Text; !strings.HasSuffix(q, want) {
+		t.Fatalf("summary request quotes\n%s", q)
+	}
+	if got := reqs[1].Messages; len(got) != 2 || got[1].Text != "hello" || len(got[0].ToolCalls) != 0 {
+		t.Fatalf("the turn's request %s", js(got))
+	}
+}
