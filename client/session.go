@@ -64,6 +64,17 @@ func (c *Client) WaitTurn(ctx context.Context, turnID string) ([]Notification, e
 	}
 }
 
+// Compact sends session/compact; a missing CommandID is minted. The ack is
+// admission (or noop): the compaction's turn follows on the view.
+func (c *Client) Compact(ctx context.Context, p msp.SessionCompactParams) (msp.SessionCompactResult, error) {
+	if p.CommandID == "" {
+		p.CommandID = NewCommandID()
+	}
+	var res msp.SessionCompactResult
+	err := c.Call(ctx, msp.MethodSessionCompact, p, &res)
+	return res, err
+}
+
 // StartSessionWith starts a session with every parameter given; a missing
 // CommandID is minted. The connection is subscribed to it.
 func (c *Client) StartSessionWith(ctx context.Context, p msp.SessionStartParams) (msp.SessionStartResult, error) {

@@ -91,9 +91,12 @@ func Retryable(kind string) bool {
 // rejected the output. They do not drain the retry budget, which measures
 // provider health (gRPC A6 counts only retryable failures), so a schema
 // violation cannot starve other sessions on the key.
-// A host restart says nothing of the provider either.
+// A host restart says nothing of the provider either, nor does a prompt
+// too long, re-run once its context was compacted (never retryable
+// otherwise).
 func outputRejected(kind string) bool {
-	return kind == KindTruncated || kind == KindSchemaViolation || kind == KindInvalidToolCall || kind == KindHostRestarted
+	return kind == KindTruncated || kind == KindSchemaViolation || kind == KindInvalidToolCall || kind == KindHostRestarted ||
+		kind == KindContextLengthExceeded
 }
 
 // KindFromStatus maps an HTTP status to a kind; statuses below 400 carry no

@@ -133,6 +133,9 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 	case msp.MethodTurnStart:
 		res, launch, err := mgr.StartTurn(ctx, c, params)
 		return res, func(context.Context) { launch() }, err
+	case msp.MethodSessionCompact:
+		res, launch, err := mgr.CompactSession(ctx, c, params)
+		return res, func(context.Context) { launch() }, err
 	case msp.MethodTurnInterrupt, msp.MethodTurnCancel:
 		res, err := mgr.StopTurn(ctx, method, params)
 		return res, nil, err
@@ -173,8 +176,9 @@ func (h *handler) dispatch(ctx context.Context, method string, params json.RawMe
 			return nil, nil, msp.ErrInvalidParams("", "view/page params: %v", err)
 		}
 		if p.Anchor != "" {
-			// mspd never compacts, so no anchor has a boundary to resolve.
-			e := msp.NewError(msp.CodeBoundaryPruned, msp.KindNoBoundary, "session has no %s boundary: this host never compacts; page by cursor", p.Anchor)
+			// mspd's compactions shorten only what is sent to the model:
+			// the view keeps every event, so no anchor has a boundary.
+			e := msp.NewError(msp.CodeBoundaryPruned, msp.KindNoBoundary, "session has no %s boundary: this host's compactions shorten only what is sent to the model, and its view keeps every event; page by cursor", p.Anchor)
 			e.Data.Anchor = p.Anchor
 			e.Data.LatestBoundaryCursor = json.RawMessage("null")
 			return nil, nil, e

@@ -93,6 +93,12 @@ func (m *Manager) Serve(ctx context.Context, cmd Command) (json.RawMessage, erro
 		res, err = m.RenameSession(ctx, cmd.Params)
 	case msp.MethodSessionSetModel:
 		res, err = m.SetModel(ctx, cmd.Params)
+	case msp.MethodSessionCompact:
+		var launch func()
+		res, launch, err = m.CompactSession(ctx, nil, cmd.Params)
+		if launch != nil {
+			after = func(context.Context) { launch() }
+		}
 	case msp.MethodSessionSetApprovalMode:
 		res, err = m.SetApprovalMode(ctx, cmd.Params)
 	case msp.MethodSessionSetReasoningEffort:

@@ -25,8 +25,9 @@ type folded struct {
 	openAt     map[string]int64 // an open item's last record (its text is saved through it)
 	attemptEnd int64            // the last record that ended an attempt (a retry notice, a terminal)
 	cumulative msp.CumulativeTokenUsage
-	approvals  approvals // every approval opened, and the tools approved for the session
-	turnFrom   int       // where the last turn's messages begin in history
+	approvals  approvals     // every approval opened, and the tools approved for the session
+	turnFrom   int           // where the last turn's messages begin in history
+	window     contextWindow // the context window, its latest compaction applied to history
 }
 
 // foldSpec says how far a fold goes and what it keeps.
@@ -124,7 +125,7 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 				}
 				delete(f.open, it.ItemID)
 				delete(f.openAt, it.ItemID)
-				f.history = appendHistory(f.history, it)
+				f.history = f.window.compacted(appendHistory(f.history, it), it)
 			case msp.NotifySessionModelChanged:
 				var p msp.SessionModelChangedParams
 				if err := json.Unmarshal(r.Params, &p); err != nil {
@@ -148,6 +149,9 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 			default:
 				if _, settled := attemptAfter(r.Method); settled && r.Method != msp.NotifyTurnStarted {
 					f.attemptEnd = r.Seq // a retry notice or a terminal ends the attempt before it
+				}
+				if err := f.window.fold(r, len(f.history)); err != nil {
+					return f, err
 				}
 			}
 			if next := routedTo(r.Method, r.Params); next != "" {

@@ -137,7 +137,7 @@ func (s *session) launchLocked(ctx context.Context, pt pendingTurn, st *state, b
 	if strings.TrimSpace(label) == "" && len(pt.Images) > 0 {
 		label = "[image]"
 	}
-	if st.FirstUserPrompt == "" {
+	if st.FirstUserPrompt == "" && pt.Compact == "" {
 		st.FirstUserPrompt = firstLine(label, 200)
 	}
 	text, turnID := pt.Text, pt.TurnID
@@ -145,8 +145,16 @@ func (s *session) launchLocked(ctx context.Context, pt pendingTurn, st *state, b
 		TurnID: &turnID, Text: &text, CommandID: pt.CommandID, DisplayText: pt.DisplayText, RecordedAt: wireTime(m.now()),
 		Attachments: attachments(pt.Images)}
 	evs := append(before[:len(before):len(before)],
-		event{msp.NotifyTurnStarted, &msp.TurnStartedParams{CommandID: pt.CommandID, TurnID: pt.TurnID}},
-		event{msp.NotifyItemCompleted, &msp.ItemParams{Item: user}})
+		event{msp.NotifyTurnStarted, &msp.TurnStartedParams{CommandID: pt.CommandID, TurnID: pt.TurnID}})
+	if pt.Compact != "" {
+		// session/compact's turn: no message of the user's.
+		if err := s.appendLocked(ctx, evs, st, cmds...); err != nil {
+			return err
+		}
+		s.listChangedLocked()
+		return nil
+	}
+	evs = append(evs, event{msp.NotifyItemCompleted, &msp.ItemParams{Item: user}})
 	if st.Name == "" {
 		// Named from its first message, as it starts, not after the
 		// answer.
@@ -180,6 +188,8 @@ func (m *Manager) specLocked(s *session, a pendingTurn) turn.Spec {
 		Approvals:      approver{s},
 		Instructions:   s.st.Instructions,
 		Images:         imageLoader{m.store, s.key},
+		Context:        s.window.context(),
+		Compact:        a.Compact,
 	}
 	spec.ReasoningEffort = a.ReasoningEffort
 	return spec
@@ -270,6 +280,7 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 	// The turn's steps, tool calls and answer, as a load would fold them:
 	// without their reasoning, which no later turn sends.
 	s.history = append(s.history, withoutReasoning(out.Messages)...)
+	s.window.turnCompleted(spec.TurnID, len(s.history))
 	return true
 }
 
@@ -322,6 +333,11 @@ func (s *session) resumeLocked(ctx context.Context, stopped func(pendingTurn) st
 		it.Revision++
 		it.Status = msp.ItemFailed
 		it.Truncated = true
+		if it.Kind == msp.ItemCompaction {
+			// Its summary was not kept; the turn's next attempt runs on.
+			it.Text, it.Truncated, it.Outcome = nil, false, msp.CompactionFailed
+			it.FailureReason = "the server stopped during the compaction"
+		}
 		it.RecordedAt = wireTime(s.m.now())
 		evs = append(evs, event{msp.NotifyItemCompleted, &msp.ItemParams{Item: it}})
 	}

@@ -40,6 +40,7 @@ type session struct {
 	floors     map[Subscriber]cursor // subscribers that subscribed from ahead of this node: where they stand
 	history    []provider.Message
 	cumulative msp.CumulativeTokenUsage
+	window     contextWindow        // its context window: pressure, what may be compacted (compact.go)
 	open       map[string]*openItem // items started and not yet completed
 	approvals  approvals            // the approvals its log opened (approvals.go)
 	deltas     deltaLog             // the running turn's deltas, for resuming readers
@@ -373,6 +374,7 @@ func (s *session) emitLocked(ctx context.Context, evs []event, st *state) error 
 		return err
 	}
 	s.cumulative = c
+	s.noteTurnEventsLocked(evs)
 	for _, ev := range evs {
 		p, ok := ev.params.(*msp.ItemParams)
 		switch {

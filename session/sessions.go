@@ -235,7 +235,7 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 		s.mu.Unlock()
 		return msp.SessionSnapshot{}, err
 	}
-	wire, config := s.st.wire(s.id, m.cfg.LogPath), s.st.config()
+	wire, config, usage := s.st.wire(s.id, m.cfg.LogPath), s.st.config(), s.window.context().Usage
 	pending := s.approvals.pointers()
 	at := s.at(s.head, 0)
 	var live streamed
@@ -251,6 +251,7 @@ func (m *Manager) snapshot(ctx context.Context, s *session, inline bool, noneRea
 	s.mu.Unlock()
 	snap := msp.SessionSnapshot{
 		Config:          config,
+		ContextUsage:    usage,
 		History:         msp.SessionHistory{Mode: msp.HistoryNone, NoneReason: noneReason, Snapshot: json.RawMessage("null")},
 		PendingRequests: pending,
 		Session:         wire,

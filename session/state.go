@@ -91,6 +91,9 @@ type pendingTurn struct {
 	// ReasoningEffort is the turn's own from its admission, and from its
 	// launch the one it runs with (the session's default filled in then).
 	ReasoningEffort string `json:"reasoningEffort,omitempty"`
+	// Compact marks a turn of session/compact (msp.CompactionManual): a
+	// compaction alone, with no user message.
+	Compact string `json:"compact,omitempty"`
 }
 
 // spans are the session's cursor epoch spans, an older build's

@@ -38,11 +38,8 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 		if err != nil {
 			return nil, err
 		}
-		if m.draining.Load() {
-			e := msp.NewError(msp.CodeOverloaded, msp.KindOverloaded, "the server is shutting down; retry on its successor")
-			retry := true
-			e.Data.Retryable = &retry
-			return nil, e
+		if err := m.refuseWhileDraining(); err != nil {
+			return nil, err
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -52,12 +49,8 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 		if err := m.checkImagesTaken(&s.st, in); err != nil {
 			return nil, err
 		}
-		if len(s.st.Queue) >= m.cfg.MaxQueuedTurns {
-			e := msp.NewError(msp.CodeBackpressured, msp.KindBackpressured, "session %s already has %d queued turns", s.id, len(s.st.Queue))
-			e.Data.Capacity = m.cfg.MaxQueuedTurns
-			retry := true
-			e.Data.Retryable = &retry
-			return nil, e
+		if err := m.checkQueueLocked(s); err != nil {
+			return nil, err
 		}
 		ack := msp.TurnStartResult{CommandID: p.CommandID, Status: msp.StatusAccepted, TurnID: p.CommandID,
 			Disposition: msp.DispositionStarted, StartedNewTurn: true}
@@ -107,6 +100,31 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 		s.releaseHeld()
 		m.kick(s)
 	}, nil
+}
+
+// refuseWhileDraining refuses a new turn while the server shuts down:
+// overloaded, retryable on its successor.
+func (m *Manager) refuseWhileDraining() error {
+	if !m.draining.Load() {
+		return nil
+	}
+	e := msp.NewError(msp.CodeOverloaded, msp.KindOverloaded, "the server is shutting down; retry on its successor")
+	retry := true
+	e.Data.Retryable = &retry
+	return e
+}
+
+// checkQueueLocked refuses a turn that s's full queue has no room for:
+// backpressured, retryable. s.mu must be held.
+func (m *Manager) checkQueueLocked(s *session) error {
+	if len(s.st.Queue) < m.cfg.MaxQueuedTurns {
+		return nil
+	}
+	e := msp.NewError(msp.CodeBackpressured, msp.KindBackpressured, "session %s already has %d queued turns", s.id, len(s.st.Queue))
+	e.Data.Capacity = m.cfg.MaxQueuedTurns
+	retry := true
+	e.Data.Retryable = &retry
+	return e
 }
 
 // checkTurn validates a new turn/start and returns its input.

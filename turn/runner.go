@@ -143,10 +143,12 @@ type run struct {
 	hop           hop                // the chain's entry the step is on
 	held          []Event            // the attempt's closing events, not yet written
 	obs           telemetry
-	outputs       sync.Map // item id → ToolOutput: whole outputs of closed calls, until emitCall writes them
+	outputs       sync.Map    // item id → ToolOutput: whole outputs of closed calls, until emitCall writes them
+	window        windowState // the context window: its pressure, what may be compacted (compact.go)
 }
 
 func (t *run) run(ctx context.Context) Outcome {
+	t.initWindow()
 	policy := t.r.cfg.Policy
 	// Each entry of the chain gets the host's attempts; the step as a
 	// whole, the turn's own maxAttempts when it gave one (RFC 0248 §B.1).
@@ -193,11 +195,14 @@ func (t *run) run(ctx context.Context) Outcome {
 	if t.ended != nil {
 		return *t.ended
 	}
-	if o := t.refuseImages(); o != nil {
+	if o := t.refuseImages(); o != nil && t.spec.Compact == "" {
 		return *o
 	}
 	if call == nil || ctx.Err() != nil {
 		return t.interrupted(ctx, false, maxTokens)
+	}
+	if t.spec.Compact != "" {
+		return t.compactTurn(ctx, call, policy, maxTokens)
 	}
 	maxSteps := t.r.cfg.MaxSteps
 	if t.spec.MaxSteps > 0 {
@@ -236,6 +241,9 @@ func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy model
 		return attemptResult{}, &o
 	}
 	for {
+		if o := t.compactBefore(ctx, policy, maxTokens); o != nil {
+			return end(*o)
+		}
 		var err error
 		if call, err = t.admit(call, policy, &maxTokens); err != nil {
 			return end(t.fail(msp.TurnErrorLog, fmt.Sprintf("writing the session log: %v", err), true))
@@ -276,8 +284,20 @@ func (t *run) modelCall(ctx context.Context, call *modelretry.Call, policy model
 		var reason string
 		switch {
 		case res.err != nil && res.text == "":
-			// Nothing was committed: a model-layer retry.
-			d = a.Fail(ctx, t.hop.cfg.Engine.Classify(signal(res.err)))
+			// Nothing was committed: a model-layer retry, or, for a prompt
+			// too long that compaction shortened, a turn-layer re-run.
+			f := t.hop.cfg.Engine.Classify(signal(res.err))
+			var stop *Outcome
+			if reason, stop = t.compactOnOverflow(ctx, f, policy, maxTokens); stop != nil {
+				a.Fail(ctx, f)
+				return end(*stop)
+			}
+			if reason != "" {
+				f.Retryable = true
+				d = a.Rerun(ctx, f)
+				break
+			}
+			d = a.Fail(ctx, f)
 		case res.err != nil:
 			// The stream broke after output began: the output is void and
 			// the whole request re-runs (a turn-layer retry).
@@ -553,6 +573,7 @@ func (t *run) attempt(ctx context.Context, n, maxTokens int, schema *Schema, msg
 		}
 	}
 	t.account(resp, t.r.clock.Now().Sub(began), refusedBeforeOutput(res))
+	t.noteContext(resp.Usage)
 	return res
 }
 

@@ -81,6 +81,12 @@ type Spec struct {
 	ReasoningEffort string
 	// Resume, when set, continues a turn whose process stopped mid-way.
 	Resume *Resumption
+	// Context is what the session knows of its context window: how full
+	// it was last, and what may be compacted (compact.go).
+	Context Context
+	// Compact, when set (msp.CompactionManual), makes the turn a
+	// compaction alone, for session/compact: History is not answered.
+	Compact string
 }
 
 // Checkpoint is where a turn stands between two attempts, durable with

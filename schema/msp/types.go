@@ -139,7 +139,10 @@ type SessionReadParams struct {
 // Config (mspd's additive member) is the session's configuration as
 // session/start took it: its instructions; never its MCP servers.
 type SessionSnapshot struct {
-	Config          *SessionConfig   `json:"config,omitempty"`
+	Config *SessionConfig `json:"config,omitempty"`
+	// ContextUsage (mspd's additive member) is the latest
+	// session/contextUsage triple; nil before any.
+	ContextUsage    *ContextUsage    `json:"contextUsage,omitempty"`
 	History         SessionHistory   `json:"history"`
 	PendingRequests []PendingRequest `json:"pendingRequests"`
 	Session         Session          `json:"session"`
@@ -577,6 +580,20 @@ type Item struct {
 	Summary []string `json:"summary,omitempty"`
 	// ProviderItemID is the provider's id of the reasoning, if any.
 	ProviderItemID string `json:"providerItemId,omitempty"`
+
+	// compaction items (compact.go). Text holds the summary.
+
+	// TokensBefore and TokensAfter are the context's size, in tokens,
+	// before and after the compaction.
+	TokensBefore *int64 `json:"tokensBefore,omitempty"`
+	TokensAfter  *int64 `json:"tokensAfter,omitempty"`
+	// SummarizedThrough names the boundary: the last turn the summary
+	// covers.
+	SummarizedThrough string `json:"summarizedThrough,omitempty"`
+	// Trigger says what began the compaction (manual, auto).
+	Trigger string `json:"trigger,omitempty"`
+	// Outcome is how it ended, on the terminal revision.
+	Outcome string `json:"outcome,omitempty"`
 }
 
 // ItemParams are the params of item/started and item/completed.

@@ -53,6 +53,9 @@ var servedUpstreamDefs = []string{
 	// items, usage, provenance
 	"ItemStartedParams", "ItemDeltaParams", "ItemCompletedParams", "Item", "ItemKind", "ItemStatus", "MessageAttachment",
 	"SessionTokenUsageParams", "TokenUsage", "CumulativeTokenUsage",
+	// compaction and the context window
+	"SessionCompactParams", "SessionCompactResult", "CompactStatus", "CompactionOutcome", "CompactionTrigger",
+	"SessionContextUsageParams", "ContextPressureLevel", "ContextUsage",
 	"SourceRange", "RecordPosition", "StreamRef",
 	"OutputRef", "OutputRefAvailability", "ItemReadOutputParams", "ItemReadOutputResult", "ItemReadOutputEncoding",
 	// views

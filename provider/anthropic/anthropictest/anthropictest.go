@@ -357,6 +357,19 @@ func APIError(status int, typ, msg string, header ...string) Reply {
 	}
 }
 
+// PromptTooLong is the API's 400 for a prompt that does not fit: "prompt
+// is too long: 208310 tokens > 200000 maximum".
+func PromptTooLong(tokens, maximum int) Reply {
+	return APIError(http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("prompt is too long: %d tokens > %d maximum", tokens, maximum))
+}
+
+// AnswerUsage streams a complete text answer reporting in input and out
+// output tokens: message_start, one text block, message_delta with
+// stop_reason end_turn, message_stop.
+func AnswerUsage(in, out int, text string) Reply {
+	return Frames(MsgStart(in), TextStart, TextDelta(text), BlockStop, MsgDelta("end_turn", out), MsgStop)
+}
+
 // PlainError answers status with a non-JSON (HTML) body, as a proxy in
 // front of the API would.
 func PlainError(status int) Reply {

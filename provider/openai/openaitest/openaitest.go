@@ -233,6 +233,9 @@ const (
 	QuotaBody = `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`
 	// ContextLengthBody is a 400 for a prompt that does not fit.
 	ContextLengthBody = `{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`
+	// ResponsesContextLengthBody is the Responses API's 400 for an input
+	// that does not fit.
+	ResponsesContextLengthBody = `{"error":{"message":"Your input exceeds the context window of this model. Please adjust your input and try again.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}`
 	// ServerErrorBody is a 500.
 	ServerErrorBody = `{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}`
 	// OverloadedBody is a 503.
@@ -354,6 +357,21 @@ func Answer(parts ...string) []string {
 		frames = append(frames, Delta(p))
 	}
 	return append(frames, Finish("stop"), Usage(12, int64(len(parts)), 0, 0), Done)
+}
+
+// AnswerUsage is Answer reporting prompt and completion tokens: the usage
+// that tells a client how full the model's context window is.
+func AnswerUsage(prompt, completion int64, parts ...string) []string {
+	frames := Answer(parts...)
+	frames[len(frames)-2] = Usage(prompt, completion, 0, 0)
+	return frames
+}
+
+// RAnswer is a whole Responses stream answering text: response.created,
+// one output_text delta and response.completed with input and output
+// tokens.
+func RAnswer(text string, input, output int64) []string {
+	return []string{RCreated(), RTextDelta(1, text), RCompleted(2, input, output, 0, 0)}
 }
 
 // Call is a tool call to script: its call id (call_…), the function's
