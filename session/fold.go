@@ -125,7 +125,11 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 				}
 				delete(f.open, it.ItemID)
 				delete(f.openAt, it.ItemID)
-				f.history = f.window.compacted(appendHistory(f.history, it), it)
+				h := appendHistory(f.history, it)
+				f.history = f.window.compacted(h, it)
+				// A compaction gives its summary the place of the messages
+				// before its cut: the running turn's begin as many earlier.
+				f.turnFrom = max(f.turnFrom-(len(h)-len(f.history)), 0)
 			case msp.NotifySessionModelChanged:
 				var p msp.SessionModelChangedParams
 				if err := json.Unmarshal(r.Params, &p); err != nil {

@@ -173,8 +173,8 @@ func (f *folded) addReasoning(r store.Record, providerID string) error {
 // (a finished turn's, see withoutReasoning), in place, and the messages
 // that held nothing else.
 func dropReasoning(history []provider.Message, from int) []provider.Message {
-	kept := history[:from]
-	for _, m := range history[from:] {
+	kept := history[:min(from, len(history))]
+	for _, m := range history[len(kept):] {
 		if len(m.Reasoning) > 0 {
 			m.Reasoning = nil
 			if m.Text == "" && len(m.ToolCalls) == 0 && len(m.ToolResults) == 0 {

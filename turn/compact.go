@@ -246,9 +246,13 @@ func (t *run) compact(ctx context.Context, call *modelretry.Call, policy modelre
 	}
 	// The compaction's requests are numbered on from the turn's; its
 	// notices' checkpoints count them as the steps before.
-	base, stepBase := t.attempts, t.stepBase
-	t.stepBase = base
-	settle := func() { t.stepBase = stepBase + (t.attempts - base) }
+	base, stepBase, hopBase := t.attempts, t.stepBase, t.hop.base
+	t.stepBase, t.hop.base = base, base
+	settle := func() {
+		// The step's own requests count on from the compaction's, on
+		// whichever entry of the chain it is.
+		t.stepBase, t.hop.base = stepBase+(t.attempts-base), hopBase+(t.attempts-base)
+	}
 	words := t.summaryTokens()
 	req := provider.Request{Model: t.hop.model, MaxTokens: words, Instructions: SummaryInstructions,
 		Messages: []provider.Message{{Role: provider.RoleUser, Text: t.summaryPrompt(t.spec.History[:cut.At], words)}}}

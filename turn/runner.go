@@ -148,12 +148,12 @@ type run struct {
 }
 
 func (t *run) run(ctx context.Context) Outcome {
-	t.initWindow()
 	policy := t.r.cfg.Policy
 	// Each entry of the chain gets the host's attempts; the step as a
 	// whole, the turn's own maxAttempts when it gave one (RFC 0248 §B.1).
 	t.chain = modelretry.NewChain(t.entries(), policy.MaxAttempts)
 	t.hop = t.entryAt(0)
+	t.initWindow() // the session's model's window: the hop's
 	if rp := t.spec.Retry; rp != nil {
 		if rp.MaxAttempts != nil {
 			total := policy.WithMaxAttempts(*rp.MaxAttempts, t.chain.Ceiling())
