@@ -28,10 +28,11 @@ import (
 )
 
 // update makes TestScreenshots rewrite the README's screenshots, and
-// TestTailApprovals the tail package's recorded approval frames:
+// TestTailApprovals and TestTailFallback the tail package's recorded
+// frames:
 //
-//	go test ./e2e -run 'TestScreenshots|TestTailApprovals' -update
-var update = flag.Bool("update", false, "rewrite docs/screenshots/*.png (TestScreenshots) and tail/testdata/approvals-*.jsonl (TestTailApprovals)")
+//	go test ./e2e -run 'TestScreenshots|TestTailApprovals|TestTailFallback' -update
+var update = flag.Bool("update", false, "rewrite docs/screenshots/*.png (TestScreenshots) and tail/testdata/approvals-*.jsonl and fallback-*.jsonl (TestTailApprovals, TestTailFallback)")
 
 // screenshotDir is where the README's screenshots live, from this package.
 const screenshotDir = "../docs/screenshots"
