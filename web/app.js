@@ -1967,7 +1967,7 @@
     tv.retryStatus().schedule(p, model, emittedAtMs);
     if (model && p.fallback) {
       if (emittedAtMs) { // live: say it, and show the breakers as they are now
-        announce(`${sentence(fallbackWords(p)).replace(' · a', '. A')}.`);
+        announce(`${fallbackWords(p).replace(' · a', '. A')}.`);
         refreshModelsSoon();
       }
       return;
@@ -1985,7 +1985,7 @@
     if (p.viewCursor) app.notices.add(p.viewCursor);
     turnView(p.turnId).retryStatus().skipped(p);
     if (emittedAtMs) {
-      announce(`${sentence(skippedWords(p)).replace(' · a', '. A')}.`);
+      announce(`${skippedWords(p).replace(' · a', '. A')}.`);
       refreshModelsSoon();
     }
   }
