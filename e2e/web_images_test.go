@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"image"
+	"image/png"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +18,7 @@ import (
 	"mspd/daemon"
 	"mspd/provider/providertest"
 	"mspd/provider/scripted"
+	"mspd/server"
 )
 
 // imageHelpers are page functions the image tests use.
@@ -71,7 +76,8 @@ func dataTransfer(name, mediaType string, data []byte) string {
 // removable; a message of images alone is sent. Too large, too many or
 // not an image is refused before sending, in words; a model that takes
 // no images is refused by the server, said in words, and the attach
-// button turns off for it. Instructions set for new chats reach the
+// button turns off for it; so is a message over the server's frame
+// limit, given back to the composer. Instructions set for new chats reach the
 // model and show, read-only, after a reload; edited, they start a new
 // chat; a fork keeps them.
 func TestWebImages(t *testing.T) {
@@ -236,6 +242,21 @@ images = false
 		p.waitFor("the answer", `agentTexts('completed').includes('What is this?')`)
 	})
 
+	t.Run("the server's frame limit, in words", func(t *testing.T) {
+		p.use(t)
+		small := startDaemon(t, daemon.Config{Server: server.Config{MaxFrameBytes: 64 << 10}})
+		p.open("http://" + small.Addr() + "/")
+		p.newChat()
+		p.attachFiles(pngFile(t, "noise.png", noise(160, 160)))
+		p.waitFor("the image in the composer", imagePredicate(`chips().length === 1`))
+		p.send("Too big?")
+		p.waitFor("the refusal in words", `!document.getElementById('banner').hidden &&
+			document.getElementById('banner-text').textContent === 'The message with its images is too large for this server: it takes at most 64 KB a message ' +
+			'(images go as base64, a third larger). Send fewer or smaller images. (inputTooLarge)'`)
+		p.expect("the message given back", imagePredicate(`chips().length === 1 && document.getElementById('input').value === 'Too big?'`))
+		p.run("dismissing the banner", chromedp.Click(chromedp.CSS("#banner-close")))
+	})
+
 	t.Run("instructions", func(t *testing.T) {
 		p.use(t)
 		p.open(base) // no chat open: the setting is the next chat's
@@ -308,4 +329,21 @@ func startsWith(p *chatPage, instructions string) int {
 		}
 	}
 	return n
+}
+
+// noise is a PNG of random pixels, which compress to about their size.
+func noise(w, h int) []byte {
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range img.Pix {
+		img.Pix[i] = byte(r.Uint32())
+		if i%4 == 3 {
+			img.Pix[i] = 255
+		}
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		panic(err)
+	}
+	return b.Bytes()
 }
