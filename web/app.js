@@ -6,7 +6,10 @@
 // sanitizes the result into a DocumentFragment, and the Content Security
 // Policy forbids inline script. Everything else — tool calls' arguments
 // and output included, which are not even Markdown — reaches the page as
-// textContent; no string is ever parsed as HTML here.
+// textContent; no string is ever parsed as HTML here. Images are shown only
+// as data: URLs of PNG, JPEG, GIF or WebP bytes that this page read from a
+// file or the server returned (item/readOutput), their type taken from the
+// bytes themselves.
 'use strict';
 
 (() => {
