@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"image"
+	"image/color"
 	"image/png"
 	"net/http/httptest"
 	"os"
@@ -21,17 +23,21 @@ import (
 
 	"mspd/client"
 	"mspd/daemon"
+	"mspd/modelretry"
+	"mspd/provider/anthropic/anthropictest"
 	"mspd/provider/demo"
 	"mspd/provider/openai/openaitest"
+	"mspd/provider/providertest"
 	"mspd/schema/msp"
 	"mspd/tool/tooltest"
 )
 
 // update makes TestScreenshots rewrite the README's screenshots, and
-// TestTailApprovals the tail package's recorded approval frames:
+// TestTailApprovals and TestTailFallback the tail package's recorded
+// frames:
 //
-//	go test ./e2e -run 'TestScreenshots|TestTailApprovals' -update
-var update = flag.Bool("update", false, "rewrite docs/screenshots/*.png (TestScreenshots) and tail/testdata/approvals-*.jsonl (TestTailApprovals)")
+//	go test ./e2e -run 'TestScreenshots|TestTailApprovals|TestTailFallback' -update
+var update = flag.Bool("update", false, "rewrite docs/screenshots/*.png (TestScreenshots) and tail/testdata/approvals-*.jsonl and fallback-*.jsonl (TestTailApprovals, TestTailFallback)")
 
 // screenshotDir is where the README's screenshots live, from this package.
 const screenshotDir = "../docs/screenshots"
@@ -195,9 +201,107 @@ func TestScreenshots(t *testing.T) {
 	shot("approval-phone-dark.png", 390, 844)
 	p.run("approving", chromedp.Click(chromedp.CSS(approveOnce)))
 	p.waitFor("the answer", `footer().startsWith('✓')`)
-	if *update {
-		t.Logf("wrote %s", strings.Join([]string{"desktop.png", "dark.png", "phone.png", "retry.png", "tools.png", "approval.png", "approval-phone-dark.png"}, ", "))
+
+	// An image in a message, and a fallback: OpenAI (a fake server)
+	// answers 429 until the turn moves to Claude (another), which
+	// answers as a dated snapshot of its model.
+	limited := openaitest.New(t, "/v1", times(3, openaitest.Error(429, openaitest.RateLimitBody, "Retry-After-Ms", "5"))...)
+	claude := anthropictest.New(t, anthropictest.Frames(
+		`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5-20250929","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1210,"output_tokens":1}}}`,
+		anthropictest.TextStart,
+		anthropictest.TextDelta("A **sunset over the sea**: the sun sits just above the horizon, "),
+		anthropictest.TextDelta("laying a path of light across the water, and the sky fades from deep blue to orange."),
+		anthropictest.BlockStop, anthropictest.MsgDelta("end_turn", 38), anthropictest.MsgStop))
+	chainFile := filepath.Join(t.TempDir(), "mspd.toml")
+	if err := os.WriteFile(chainFile, fmt.Appendf(nil, `default = "openai"
+[[providers]]
+id = "openai"
+type = "openai"
+base_url = %q
+model = "gpt-4o-mini"
+api_key_env = "TEST_KEY"
+fallback = ["claude"]
+[[providers]]
+id = "claude"
+type = "anthropic"
+base_url = %q
+model = "claude-sonnet-4-5"
+api_key_env = "TEST_ANTHROPIC_KEY"
+`, limited.URL(), claude.URL()), 0o600); err != nil {
+		t.Fatal(err)
 	}
+	id := startDaemon(t, daemon.Config{ConfigFile: chainFile, Env: chainEnv, Retry: modelretry.Policy{MaxAttempts: 3},
+		Breaker: modelretry.BreakerConfig{Failures: 3, Window: time.Minute, Cooldown: time.Hour}})
+	ic := dial(t, id.URL(), client.Options{})
+	is, err := ic.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	picture := sunset(480, 320)
+	ack, err := ic.StartTurnWith(ctx, msp.TurnStartParams{SessionID: is.Session.SessionID, Input: []msp.TurnInputPart{
+		{Type: "text", Text: "What is in this picture?"},
+		{Type: "image", MediaType: "image/png", Base64Data: providertest.B64(picture), Width: new(480), Height: new(320)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ic.WaitTurn(ctx, ack.TurnID); err != nil {
+		t.Fatal(err)
+	}
+	p.open("http://" + id.Addr() + "/")
+	p.media("light")
+	p.viewport(1024, 720)
+	p.openChat(is.Session.SessionID)
+	p.waitFor("the chat", `footer().includes('answered by claude-sonnet-4-5') && document.querySelector('#transcript .thumb img') !== null &&
+		document.querySelector('#transcript .thumb img').naturalWidth === 480 &&
+		document.getElementById('model').selectedOptions[0].textContent === 'openai · gpt-4o-mini — down'`)
+	p.attachFiles(pngFile(t, "harbour.png", sunset(320, 240)))
+	p.waitFor("an image in the composer", `document.querySelectorAll('#tray .chip').length === 1`)
+	p.run("typing", chromedp.Click(chromedp.CSS("#input")), chromedp.KeyEvent("And this one?"))
+	shot("images.png", 1024, 720)
+	p.run("removing the image", chromedp.Click(chromedp.CSS("#tray .chip-remove")))
+	p.media("dark")
+	p.viewport(390, 844)
+	p.run("opening the image", chromedp.Click(chromedp.CSS("#transcript .thumb")))
+	p.waitFor("the viewer", `document.getElementById('viewer').open && document.getElementById('viewer-img').naturalWidth === 480`)
+	writeScreenshot(p, filepath.Join(dir, "image-viewer-phone-dark.png"))
+	if *update {
+		t.Logf("wrote %s", strings.Join([]string{"desktop.png", "dark.png", "phone.png", "retry.png", "tools.png", "approval.png",
+			"approval-phone-dark.png", "images.png", "image-viewer-phone-dark.png"}, ", "))
+	}
+}
+
+// sunset draws a picture to send: a sky fading to orange, a sun on the
+// horizon, the sea below with its light on the water.
+func sunset(w, h int) []byte {
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	mix := func(a, b [3]float64, t float64) color.RGBA {
+		return color.RGBA{uint8(a[0] + (b[0]-a[0])*t), uint8(a[1] + (b[1]-a[1])*t), uint8(a[2] + (b[2]-a[2])*t), 255}
+	}
+	horizon := h * 3 / 5
+	sunX, sunY, sunR := float64(w)/2, float64(horizon)-float64(h)/14, float64(h)/7
+	for y := range h {
+		for x := range w {
+			var c color.RGBA
+			if y < horizon {
+				c = mix([3]float64{38, 52, 128}, [3]float64{250, 150, 80}, float64(y)/float64(horizon))
+				if dx, dy := float64(x)-sunX, float64(y)-sunY; dx*dx+dy*dy < sunR*sunR {
+					c = color.RGBA{255, 214, 120, 255}
+				}
+			} else {
+				t := float64(y-horizon) / float64(h-horizon)
+				c = mix([3]float64{44, 70, 120}, [3]float64{16, 30, 62}, t)
+				if d := float64(x) - sunX; d*d < (sunR*(1-t*0.8))*(sunR*(1-t*0.8)) && (y/4)%2 == 0 {
+					c = mix([3]float64{255, 190, 110}, [3]float64{44, 70, 120}, t*0.7)
+				}
+			}
+			img.SetRGBA(x, y, c)
+		}
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		panic(err)
+	}
+	return b.Bytes()
 }
 
 // media emulates a colour scheme, with reduced motion so that nothing is

@@ -2,7 +2,10 @@
 // person at a terminal or for a script: the engine of `mspd tail` and
 // `mspd sessions`. It renders notifications as text (streaming deltas
 // inline, retry notices as "openai · rate limited · retrying in 3s ·
-// attempt 2/5", counting down in place on a terminal, tool calls as
+// attempt 2/5", counting down in place on a terminal, a fallback to
+// another provider as "↪ openai rate limited (HTTP 429) · answering with
+// claude-sonnet-4-5", images in user messages as "[image: image/png
+// 800×600, 120 KB]", tool calls as
 // "→ calculator (builtin) {…}" and "✓ calculator 12 ms: 20", approvals as
 // "? append (notes) needs approval {…}" and how they were resolved), as
 // JSON lines, or as the raw answer text. On a terminal it can decide
@@ -169,7 +172,15 @@ func (r *renderer) pretty(method string, params json.RawMessage, emittedAtMs int
 	case msp.NotifyTurnModelRetryScheduled:
 		var p msp.TurnModelRetryScheduledParams
 		json.Unmarshal(params, &p)
+		if p.Fallback {
+			r.fallback(p)
+			break
+		}
 		r.retry(modelNotice(p), emittedAtMs)
+	case msp.NotifyTurnProviderSkipped:
+		var p msp.TurnProviderSkippedParams
+		json.Unmarshal(params, &p)
+		r.println(r.paint(yellow, skippedLine(p)))
 	case msp.NotifyTurnRetryScheduled:
 		var p msp.TurnRetryScheduledParams
 		json.Unmarshal(params, &p)
@@ -238,7 +249,14 @@ func (r *renderer) item(it msp.Item) {
 	}
 	switch {
 	case it.Kind == msp.ItemUserMessage:
-		r.println(r.paint(bold, "you: ") + sanitize(text))
+		you := sanitize(text)
+		if tags := imageTags(it.Attachments); tags != "" {
+			if you != "" {
+				you += " "
+			}
+			you += r.paint(dim, tags)
+		}
+		r.println(r.paint(bold, "you: ") + you)
 	case it.Kind == msp.ItemToolCall:
 		r.println(r.callEnded(it))
 	case it.Kind != msp.ItemAgentMessage:

@@ -6,7 +6,10 @@
 // sanitizes the result into a DocumentFragment, and the Content Security
 // Policy forbids inline script. Everything else — tool calls' arguments
 // and output included, which are not even Markdown — reaches the page as
-// textContent; no string is ever parsed as HTML here.
+// textContent; no string is ever parsed as HTML here. Images are shown only
+// as data: URLs of PNG, JPEG, GIF or WebP bytes that this page read from a
+// file or the server returned (item/readOutput), their type taken from the
+// bytes themselves.
 'use strict';
 
 (() => {
@@ -366,6 +369,546 @@
     }
   }
 
+  // ------------------------------------------------------------ images
+
+  // What mspd takes (msp.MaxImageBytes, MaxTurnImages and the turn's
+  // total, providers.md#images): the page refuses more before sending.
+  const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
+  const MAX_IMAGE_BYTES = 5 << 20;
+  const MAX_TURN_IMAGES = 8;
+  const MAX_TURN_IMAGE_BYTES = 16 << 20;
+  const MAX_INSTRUCTIONS_BYTES = 32 << 10;
+
+  /** typeWord names an image type as people do: "PNG", "JPEG". */
+  const typeWord = (t) => ({ 'image/png': 'PNG', 'image/jpeg': 'JPEG', 'image/gif': 'GIF', 'image/webp': 'WebP' }[t] || 'image');
+
+  /**
+   * sniffImage names an image's format by its first bytes, as mspd does
+   * (provider.Sniff): one of IMAGE_TYPES, or null. The page never trusts
+   * a file's name or its claimed type: an SVG called a PNG is refused.
+   */
+  function sniffImage(b) {
+    const at = (i, s) => [...s].every((c, j) => b[i + j] === c.charCodeAt(0));
+    if (b.length >= 8 && b[0] === 0x89 && at(1, 'PNG\r\n\x1a\n')) return 'image/png';
+    if (b.length >= 3 && b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff) return 'image/jpeg';
+    if (b.length >= 6 && (at(0, 'GIF87a') || at(0, 'GIF89a'))) return 'image/gif';
+    if (b.length >= 12 && at(0, 'RIFF') && at(8, 'WEBP')) return 'image/webp';
+    return null;
+  }
+
+  /**
+   * imageURL is a data: URL of image bytes of a type sniffImage named:
+   * the only image URLs this page makes (the Content Security Policy
+   * allows data: images and no others).
+   */
+  function imageURL(bytes, type) {
+    if (!IMAGE_TYPES.includes(type)) return Promise.reject(new Error('not an image type this page shows'));
+    return new Promise((resolve, reject) => {
+      const r = new FileReader();
+      r.onload = () => (String(r.result).startsWith(`data:${type};base64,`) ? resolve(r.result) : reject(new Error('the image did not encode')));
+      r.onerror = () => reject(r.error || new Error('the image did not encode'));
+      r.readAsDataURL(new Blob([bytes], { type }));
+    });
+  }
+
+  /** base64Of is the base64 of a data: URL. */
+  const base64Of = (url) => url.slice(url.indexOf(',') + 1);
+
+  /** decodeBase64 turns standard base64 into bytes. */
+  function decodeBase64(text) {
+    if (Uint8Array.fromBase64) return Uint8Array.fromBase64(text);
+    const bin = atob(text);
+    const out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  }
+
+  /** sha256 is "sha256:<hex>" of bytes, or null where the browser has no digest (a page not served over a secure origin). */
+  async function sha256(bytes) {
+    if (!(window.crypto && crypto.subtle)) return null;
+    const d = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
+    return `sha256:${Array.from(d, (x) => x.toString(16).padStart(2, '0')).join('')}`;
+  }
+
+  /**
+   * readImageFile reads a file the person chose, pasted or dropped: its
+   * bytes, their type by sniffing, its natural size, a data: URL. It
+   * throws, in words, for anything mspd would refuse.
+   */
+  async function readImageFile(file) {
+    const name = file.name ? `“${file.name}”` : 'The image';
+    if (file.size > MAX_IMAGE_BYTES) {
+      throw new Error(`${name} is ${size(file.size)}: an image can be at most ${size(MAX_IMAGE_BYTES)}.`);
+    }
+    const bytes = new Uint8Array(await file.arrayBuffer());
+    const type = sniffImage(bytes);
+    if (!type) throw new Error(`${name} is not a PNG, JPEG, GIF or WebP image.`);
+    let width = 0;
+    let height = 0;
+    try {
+      const bitmap = await createImageBitmap(new Blob([bytes], { type }));
+      width = bitmap.width;
+      height = bitmap.height;
+      bitmap.close();
+    } catch {
+      throw new Error(`${name} could not be read as a ${typeWord(type)} image.`);
+    }
+    const url = await imageURL(bytes, type);
+    return { name: file.name || '', mediaType: type, width, height, byteLen: bytes.length, url, digest: await sha256(bytes) };
+  }
+
+  /** imageLabel words an image for its button and the viewer: "PNG, 800×600, 120 KB". */
+  function imageLabel(im) {
+    const parts = [typeWord(im.mediaType)];
+    if (im.width && im.height) parts.push(`${im.width}×${im.height}`);
+    if (im.byteLen) parts.push(size(im.byteLen));
+    return parts.join(', ');
+  }
+
+  // Images shown after a reload are read back with item/readOutput (in
+  // parts of up to 4 MiB, the most mspd serves at once) and kept here by
+  // their digest, as data: URLs, so a chat opened again, a fork or the
+  // same image sent twice reads them once. At most this many are kept.
+  const IMAGE_CACHE_MAX = 48;
+  const IMAGE_PART = 4 << 20;
+  const imageCache = new Map(); // digest → Promise of a data: URL
+
+  function cacheImage(digest, promise) {
+    if (!digest) return promise;
+    imageCache.delete(digest);
+    imageCache.set(digest, promise);
+    while (imageCache.size > IMAGE_CACHE_MAX) imageCache.delete(imageCache.keys().next().value);
+    promise.catch(() => imageCache.get(digest) === promise && imageCache.delete(digest));
+    return promise;
+  }
+
+  // Two images are read at a time; the others wait their turn.
+  let imageReads = 0;
+  const imageQueue = [];
+  function nextImageRead() {
+    while (imageReads < 2 && imageQueue.length) {
+      const job = imageQueue.shift();
+      imageReads++;
+      job().finally(() => {
+        imageReads--;
+        nextImageRead();
+      });
+    }
+  }
+
+  /**
+   * fetchImage reads an attachment's stored bytes: pages item/readOutput
+   * until eof, checks them (the type by their first bytes, the digest
+   * where the browser can) and makes them a data: URL.
+   */
+  function fetchImage(sessionId, itemId, att) {
+    const ref = att.outputRef;
+    const cached = ref.digest && imageCache.get(ref.digest);
+    if (cached) return cached;
+    const read = new Promise((resolve, reject) => {
+      imageQueue.push(async () => {
+        try {
+          const parts = [];
+          let offset = 0;
+          for (;;) {
+            const res = await rpc.call('item/readOutput', { sessionId, itemId, outputRef: ref.id, offsetBytes: offset, lengthBytes: IMAGE_PART });
+            if (res.encoding !== 'base64') throw new Error('the server sent the image as text');
+            const bytes = decodeBase64(res.content || '');
+            parts.push(bytes);
+            offset = res.offsetBytes + res.byteLen;
+            if (res.eof) break;
+            if (res.byteLen <= 0) throw new Error('the server made no progress');
+          }
+          const all = new Uint8Array(offset);
+          let at = 0;
+          for (const p of parts) {
+            all.set(p, at);
+            at += p.length;
+          }
+          const type = sniffImage(all);
+          if (!type || type !== att.mediaType) throw new Error(`the stored bytes are not a ${typeWord(att.mediaType)} image`);
+          const digest = await sha256(all);
+          if (digest && ref.digest && digest !== ref.digest) throw new Error('the stored bytes do not match their digest');
+          resolve(await imageURL(all, type));
+        } catch (err) {
+          reject(err);
+        }
+      });
+      nextImageRead();
+    });
+    return cacheImage(ref.digest, read);
+  }
+
+  /**
+   * Gallery shows a user message's images as thumbnails, each a button
+   * that opens it larger. An image sent from here shows from the bytes
+   * read locally; one from the log, once item/readOutput has read it.
+   */
+  class Gallery {
+    constructor() {
+      this.el = el('div', 'gallery');
+      this.el.hidden = true;
+      this.images = []; // {mediaType, width, height, byteLen, url, digest, att, state}
+    }
+
+    /** setLocal shows images read here (a message being sent). */
+    setLocal(images) {
+      this.images = images.map((im) => ({ ...im, state: 'shown' }));
+      this.render();
+    }
+
+    /**
+     * setAttachments shows a userMessage's attachments. An image this
+     * page already shows for it (sent from here) keeps its bytes, which
+     * the cache then holds under the attachment's digest.
+     */
+    setAttachments(atts, sessionId, itemId) {
+      this.sessionId = sessionId;
+      this.itemId = itemId;
+      const local = this.images;
+      this.images = atts.filter((a) => a && a.type === 'image' && IMAGE_TYPES.includes(a.mediaType) && a.outputRef).map((att, i) => {
+        const im = {
+          mediaType: att.mediaType, width: att.width, height: att.height, byteLen: att.outputRef.byteLen,
+          digest: att.outputRef.digest, att, url: null, state: 'loading',
+        };
+        const mine = local[i];
+        if (mine && mine.url && mine.mediaType === att.mediaType && (!mine.digest || mine.digest === im.digest)) {
+          im.url = mine.url;
+          im.state = 'shown';
+          cacheImage(im.digest, Promise.resolve(mine.url));
+        }
+        return im;
+      });
+      this.render();
+      for (const im of this.images) {
+        if (im.state !== 'loading') continue;
+        fetchImage(sessionId, itemId, im.att).then((url) => {
+          im.url = url;
+          im.state = 'shown';
+          this.render();
+        }, (err) => {
+          im.state = 'failed';
+          im.error = err.message || String(err);
+          this.render();
+        });
+      }
+    }
+
+    render() {
+      this.el.hidden = !this.images.length;
+      const n = this.images.length;
+      this.el.replaceChildren(...this.images.map((im, i) => {
+        const what = `Image ${i + 1}${n > 1 ? ` of ${n}` : ''}: ${imageLabel(im)}`;
+        const b = button('thumb', null, im.state === 'shown' ? `${what}. Open it larger` : what);
+        b.dataset.state = im.state;
+        if (im.state === 'shown') {
+          const img = el('img');
+          img.alt = '';
+          img.decoding = 'async';
+          img.src = im.url;
+          if (im.width && im.height) {
+            img.width = im.width;
+            img.height = im.height;
+          }
+          b.append(img);
+          b.addEventListener('click', () => openViewer(im.url, what, b));
+        } else {
+          b.append(el('span', 'thumb-note', im.state === 'loading' ? `${typeWord(im.mediaType)} · loading…` : 'image unavailable'));
+          b.setAttribute('aria-disabled', 'true');
+          if (im.error) b.title = `Could not load the image: ${im.error}`;
+        }
+        return b;
+      }));
+    }
+
+    /** parts are the images as turn/start input parts (a message sent again). */
+    async parts() {
+      const out = [];
+      for (const im of this.images) {
+        let url = im.url;
+        if (!url && im.att) url = await fetchImage(this.sessionId, this.itemId, im.att);
+        if (!url) throw new RpcError('an image of this message could not be read', 'imageUnavailable', 'turn/start');
+        const part = { type: 'image', mediaType: im.mediaType, base64Data: base64Of(url) };
+        if (im.width && im.height) {
+          part.width = im.width;
+          part.height = im.height;
+        }
+        out.push(part);
+      }
+      return out;
+    }
+  }
+
+  /** openViewer shows an image larger, in a modal dialog Esc closes. */
+  function openViewer(url, label, opener) {
+    ui.viewerImg.src = url;
+    ui.viewerImg.alt = label;
+    ui.viewerTitle.textContent = label;
+    ui.viewer.returnFocus = opener;
+    ui.viewer.showModal();
+    ui.viewerClose.focus();
+  }
+
+  // ------------------------------------------------------------ fallbacks
+
+  /**
+   * shortModel is a model id as people read it: without a gateway's
+   * vendor prefix or a dated snapshot's suffix —
+   * "anthropic/claude-sonnet-4-5-20250929" → "claude-sonnet-4-5".
+   */
+  function shortModel(id) {
+    if (!id) return '';
+    let s = String(id);
+    s = s.slice(s.lastIndexOf('/') + 1) || s;
+    if (s.indexOf('@') > 0) s = s.slice(0, s.indexOf('@'));
+    const dated = /-((?:19|20)\d\d)-?(0[1-9]|1[0-2])-?(0[1-9]|[12]\d|3[01])$/.exec(s);
+    if (dated && dated.index > 0 && (dated[0].length === 9 || dated[0].length === 11)) s = s.slice(0, dated.index);
+    return s;
+  }
+
+  /** sameModel tells whether a model that answered is the one asked (a provider may name a dated snapshot of it). */
+  function sameModel(answered, asked) {
+    if (!answered || !asked) return true;
+    return answered === asked || answered.startsWith(`${asked}-`) || shortModel(answered) === shortModel(asked);
+  }
+
+  // What happened to a provider a turn left, by errorKind: "openai is
+  // rate limited · answering with …".
+  const LEFT_WORDS = {
+    rateLimited: 'is rate limited',
+    quotaExhausted: 'is out of quota',
+    overloaded: 'is overloaded',
+    serverError: 'had a server error',
+    timeout: 'timed out',
+    connectionError: 'dropped the connection',
+    streamInterrupted: 'cut the answer off',
+    conflict: 'refused the request as conflicting',
+    auth: 'refused the credentials',
+    notFound: 'does not know the model',
+  };
+
+  /** breakerWords words a breaker state: "circuit open". */
+  const breakerWords = (state) => ({ open: 'circuit open', halfOpen: 'circuit half-open' }[state] || `circuit ${kindWords(state || 'open')}`);
+
+  /** answering names who answers next: the model's short name, else its provider. */
+  const answering = (p) => `answering with ${shortModel(p.nextModelId) || p.nextProviderId || 'the next provider'}`;
+
+  /** fallbackWords: "openai is rate limited · answering with claude-sonnet-4-5". */
+  function fallbackWords(p) {
+    let left = `${p.system || 'the provider'} ${LEFT_WORDS[p.errorKind] || `failed (${kindWords(p.errorKind)})`}`;
+    if (p.fallbackReason === 'circuitOpen') left += ' (circuit open)';
+    return `${left} · ${answering(p)}`;
+  }
+
+  /** skippedWords: "openai is down (circuit open) · answering with claude-sonnet-4-5". */
+  const skippedWords = (p) => `${p.system || p.providerId} is down (${breakerWords(p.breaker)}) · ${answering(p)}`;
+
+  /** modelOption words a model/list row for the picker: "openai · gpt-4o-mini — down". */
+  function modelOption(m) {
+    const name = m.displayLabel || m.modelId;
+    if (m.breakerState === 'open') return `${name} — down`;
+    if (m.breakerState === 'halfOpen') return `${name} — recovering`;
+    return name;
+  }
+
+  // ------------------------------------------------------------ instructions
+
+  const byteLength = (text) => new TextEncoder().encode(text).length;
+
+  /** syncInstructionsButton marks the button when the chat (or the next one) has instructions. */
+  function syncInstructionsButton() {
+    const text = app.current ? app.instructions : app.nextInstructions;
+    ui.instructionsOpen.dataset.set = text ? 'true' : 'false';
+    ui.instructionsOpen.setAttribute('aria-label', text
+      ? `Instructions: set for ${app.current ? 'this chat' : 'new chats'}`
+      : `Instructions: none for ${app.current ? 'this chat' : 'new chats'}`);
+  }
+
+  /**
+   * showInstructions sets the dialog up for one of its modes: "next" (no
+   * chat open: the next chat's, editable), "view" (a chat's, read-only:
+   * mspd takes a session's instructions only at session/start) or "new"
+   * (a chat's, edited into a new chat).
+   */
+  function showInstructions(mode) {
+    const d = ui.instructionsDialog;
+    d.dataset.mode = mode;
+    const area = ui.instructions;
+    area.readOnly = mode === 'view';
+    ui.instructionsEdit.hidden = mode !== 'view';
+    ui.instructionsSave.hidden = mode === 'view';
+    ui.instructionsCancel.textContent = mode === 'view' ? 'Close' : 'Cancel';
+    if (mode === 'next') {
+      ui.instructionsNote.textContent = 'Sent to the model with every message of the chats you start next, after the server’s own instructions. ' +
+        'A chat keeps the instructions it started with: they cannot be changed later.';
+      ui.instructionsSave.textContent = 'Use for new chats';
+    } else if (mode === 'view') {
+      ui.instructionsNote.textContent = app.instructions
+        ? 'This chat’s instructions are fixed: the server takes them only when a chat starts. To change them, edit them into a new chat.'
+        : 'This chat has no instructions; the server takes them only when a chat starts. To add some, start a new chat with them.';
+    } else {
+      ui.instructionsNote.textContent = 'A new chat starts with these instructions; this chat stays as it is.';
+      ui.instructionsSave.textContent = 'Start new chat';
+    }
+    area.placeholder = mode === 'view' ? 'No instructions.' : 'For example: Answer in French, briefly.';
+    countInstructions();
+  }
+
+  /** countInstructions shows how much of the 32 KB the text takes, and whether it may be saved. */
+  function countInstructions() {
+    const n = byteLength(ui.instructions.value);
+    const over = n > MAX_INSTRUCTIONS_BYTES;
+    ui.instructionsCount.textContent = over
+      ? `Too long: ${n.toLocaleString('en')} bytes, at most ${MAX_INSTRUCTIONS_BYTES.toLocaleString('en')}.`
+      : `${size(n)} of ${size(MAX_INSTRUCTIONS_BYTES)}`;
+    ui.instructionsCount.classList.toggle('over', over);
+    ui.instructionsSave.disabled = over;
+  }
+
+  function openInstructions() {
+    ui.instructions.value = app.current ? app.instructions : app.nextInstructions;
+    showInstructions(app.current ? 'view' : 'next');
+    ui.instructionsOpen.setAttribute('aria-expanded', 'true');
+    ui.instructionsDialog.showModal();
+    (app.current ? ui.instructionsEdit : ui.instructions).focus();
+  }
+
+  function closeInstructions() {
+    if (ui.instructionsDialog.open) ui.instructionsDialog.close();
+  }
+
+  async function saveInstructions() {
+    const text = ui.instructions.value.trim();
+    if (byteLength(text) > MAX_INSTRUCTIONS_BYTES) return;
+    const mode = ui.instructionsDialog.dataset.mode;
+    app.nextInstructions = text;
+    if (mode === 'new') {
+      ui.instructionsSave.disabled = true;
+      try {
+        await newChat();
+      } finally {
+        ui.instructionsSave.disabled = false;
+      }
+      closeInstructions();
+      ui.input.focus();
+      announce(text ? 'A new chat started with your instructions.' : 'A new chat started with no instructions.');
+      return;
+    }
+    closeInstructions();
+    syncInstructionsButton();
+    announce(text ? 'Instructions set for new chats.' : 'No instructions for new chats.');
+  }
+
+  // ------------------------------------------------------------ attaching
+
+  // The images waiting in the composer, read and checked, in order.
+  const draft = { images: [] };
+
+  /** attachNote shows (or, with no text, hides) what the composer says about images. */
+  function attachNote(text) {
+    ui.attachNote.hidden = !text;
+    ui.attachNote.textContent = text || '';
+  }
+
+  /** modelKey names a model across model/list and refusals. */
+  const modelKey = (providerId, modelId) => `${providerId || ''}\n${modelId || ''}`;
+
+  /** currentModel is the picker's model/list row, if known. */
+  const currentModel = () => app.models[Number(ui.model.value)] || null;
+
+  /**
+   * takesNoImages tells whether a model is known to take no images:
+   * model/list says so (an images member set false, which mspd's rows do
+   * not carry today), or the server refused an image for it
+   * (modelCannotTakeImages) while this page was open.
+   */
+  function takesNoImages(m) {
+    return !!m && (m.images === false || app.textOnly.has(modelKey(m.providerId, m.modelId)));
+  }
+
+  /** syncAttach enables the attach button unless the model takes no images. */
+  function syncAttach() {
+    const m = currentModel();
+    const no = takesNoImages(m);
+    ui.attach.disabled = no;
+    ui.attach.title = no ? `${m.modelId} takes no images` : 'Attach images (or paste or drop them here)';
+    ui.attach.setAttribute('aria-label', no ? `Attach images: ${m.modelId} takes no images` : 'Attach images');
+  }
+
+  /**
+   * addImages reads files into the composer, checking each against
+   * mspd's bounds, and says in words why any was left out.
+   */
+  async function addImages(files) {
+    files = [...files].filter(Boolean);
+    if (!files.length) return;
+    const m = currentModel();
+    if (takesNoImages(m)) {
+      attachNote(`${m.modelId} takes no images: pick another model to send them.`);
+      return;
+    }
+    const problems = [];
+    let added = 0;
+    for (const file of files) {
+      if (draft.images.length >= MAX_TURN_IMAGES) {
+        problems.push(`A message can carry at most ${MAX_TURN_IMAGES} images.`);
+        break;
+      }
+      let im;
+      try {
+        im = await readImageFile(file);
+      } catch (err) {
+        problems.push(err.message);
+        continue;
+      }
+      const total = draft.images.reduce((n, x) => n + x.byteLen, 0) + im.byteLen;
+      if (total > MAX_TURN_IMAGE_BYTES) {
+        problems.push(`${im.name ? `“${im.name}”` : 'The image'} would bring the message's images to ${size(total)}: at most ${size(MAX_TURN_IMAGE_BYTES)} go in one message.`);
+        continue;
+      }
+      draft.images.push(im);
+      added++;
+    }
+    renderTray();
+    attachNote(problems.join(' '));
+    if (added) announce(`${plural(added, 'image')} attached.${problems.length ? ` ${problems.join(' ')}` : ''}`);
+    syncComposer();
+  }
+
+  /** renderTray shows the composer's images, each removable. */
+  function renderTray() {
+    const n = draft.images.length;
+    ui.tray.hidden = !n;
+    ui.tray.replaceChildren(...draft.images.map((im, i) => {
+      const li = el('li', 'chip');
+      const what = `Image ${i + 1}${im.name ? ` (${im.name})` : ''}: ${imageLabel(im)}`;
+      const img = el('img');
+      img.src = im.url;
+      img.alt = what;
+      const remove = button('chip-remove', '✕', `Remove image ${i + 1}${im.name ? ` (${im.name})` : ''}`);
+      remove.addEventListener('click', () => {
+        draft.images.splice(i, 1);
+        renderTray();
+        attachNote('');
+        syncComposer();
+        announce(`Image ${i + 1} removed.`);
+        const next = ui.tray.querySelectorAll('.chip-remove')[Math.min(i, draft.images.length - 1)];
+        (next || ui.input).focus();
+      });
+      li.append(img, remove);
+      return li;
+    }));
+  }
+
+  /** takeDraft empties the composer's images and returns them. */
+  function takeDraft() {
+    const images = draft.images;
+    draft.images = [];
+    renderTray();
+    attachNote('');
+    return images;
+  }
+
   // ------------------------------------------------------------ page state
 
   const ui = {
@@ -390,6 +933,22 @@
     input: $('input'),
     send: $('send'),
     stop: $('stop'),
+    attach: $('attach'),
+    file: $('file'),
+    tray: $('tray'),
+    attachNote: $('attach-note'),
+    viewer: $('viewer'),
+    viewerImg: $('viewer-img'),
+    viewerTitle: $('viewer-title'),
+    viewerClose: $('viewer-close'),
+    instructionsOpen: $('instructions-open'),
+    instructionsDialog: $('instructions-dialog'),
+    instructions: $('instructions'),
+    instructionsNote: $('instructions-note'),
+    instructionsCount: $('instructions-count'),
+    instructionsEdit: $('instructions-edit'),
+    instructionsCancel: $('instructions-cancel'),
+    instructionsSave: $('instructions-save'),
     announcer: $('announcer'),
   };
 
@@ -415,6 +974,10 @@
     models: [], // model/list rows
     nextModel: null, // the model picked before a session exists
     nextApprovalMode: null, // the approval mode picked before a session exists
+    instructions: '', // the current session's instructions (config.instructions)
+    nextInstructions: '', // the instructions of the next chat started here
+    textOnly: new Set(), // modelKeys the server refused an image for
+    askedModel: null, // the session's model as its log's session/modelChanged set it, for footers
   };
 
   // ------------------------------------------------------------ transcript
@@ -429,6 +992,9 @@
       this.user = null; // the user message's ItemView
       this.status = null; // the RetryStatus
       this.footer = null;
+      this.asked = app.askedModel; // the session's model as the turn began, when its log said
+      this.answeredBy = ''; // session/tokenUsage's modelId: the model that answered
+      this.rerouted = false; // a fallback or a skipped provider moved the turn
       ui.empty.hidden = true;
       ui.transcript.append(this.el);
     }
@@ -462,7 +1028,10 @@
       const footer = el('footer', 'turn-footer');
       footer.dataset.terminal = p.terminal;
       const view = outcome(p, this);
-      footer.append(el('p', 'turn-status', view.text));
+      const line = el('p', 'turn-status', view.text);
+      this.modelNote = el('span', 'turn-model');
+      line.append(this.modelNote);
+      footer.append(line);
       if (view.details) footer.append(techDetails('Details', view.details));
       const again = view.again && button('small again', view.again,
         view.again === 'Retry' ? 'Retry this message' : 'Regenerate the answer');
@@ -475,6 +1044,27 @@
       if (this.footer) this.footer.replaceWith(footer);
       else this.el.append(footer);
       this.footer = footer;
+      this.renderModel();
+    }
+
+    /** answered notes the model that answered (session/tokenUsage). */
+    answered(modelId) {
+      if (!modelId) return;
+      this.answeredBy = modelId;
+      this.renderModel();
+    }
+
+    /**
+     * renderModel names, in the footer, the model that answered when it
+     * is not the session's: a fallback answered, or the chat's model was
+     * another when the turn ran.
+     */
+    renderModel() {
+      if (!this.modelNote) return;
+      const asked = this.asked || sessionModel();
+      const other = this.answeredBy && (this.rerouted ? true : asked ? !sameModel(this.answeredBy, asked) : false);
+      this.modelNote.textContent = other ? ` · answered by ${shortModel(this.answeredBy)}` : '';
+      this.modelNote.title = other ? this.answeredBy : '';
     }
 
     unqueued() {
@@ -520,6 +1110,10 @@
       this.textEl = el('div', this.isUser ? 'text' : 'text md');
       this.tag = el('span', 'tag');
       this.tag.hidden = true;
+      if (this.isUser) {
+        this.gallery = new Gallery();
+        this.el.append(this.gallery.el);
+      }
       this.el.append(this.textEl, this.tag);
       this.timer = null;
       this.paintedAt = 0;
@@ -563,6 +1157,7 @@
     /** paintUser shows a message as typed, folding a long paste. */
     paintUser() {
       const text = this.source;
+      this.textEl.hidden = text === '' && !this.gallery.el.hidden;
       const bytes = new TextEncoder().encode(text).length;
       if (bytes <= FOLD_BYTES) {
         this.textEl.textContent = text;
@@ -647,6 +1242,11 @@
       if (!cut && item.text !== shown) view.setText(item.text);
       else if (view.timer) view.paint();
     } else if (previous.text == null && view.source !== '') view.setText('');
+    if (view.isUser && Array.isArray(item.attachments) && item.attachments.length &&
+        (!previous.attachments || previous.attachments.length !== item.attachments.length)) {
+      view.gallery.setAttachments(item.attachments, app.current, item.itemId);
+      view.paint();
+    }
     view.render();
   }
 
@@ -1252,6 +1852,13 @@
      * one before it, if any, ran, since this one follows its attempt.
      */
     schedule(p, model, emittedAtMs) {
+      if (model && p.fallback) {
+        this.reroute(p, fallbackWords(p), `Attempt ${p.attempt} of ${p.maxAttempts} failed (${[p.system && `system ${p.system}`,
+          p.errorKind && `errorKind ${p.errorKind}`, p.httpStatus && `HTTP ${p.httpStatus}`].filter(Boolean).join(', ')}); ` +
+          `the turn left ${p.system || 'its provider'}${p.fallbackReason ? ` (${p.fallbackReason})` : ''}: ` +
+          `attempt ${p.nextAttempt} goes to ${p.nextProviderId}${p.nextModelId ? ` · ${p.nextModelId}` : ''} at once.`);
+        return;
+      }
       const now = Date.now();
       let deadline = now + p.retryDelayMs;
       // Live, the server said when it scheduled the wait; a clock that
@@ -1270,6 +1877,27 @@
       this.tv.add(this.el);
       this.render();
       tickSoon();
+    }
+
+    /**
+     * reroute shows a fallback or a skipped provider: who answers now,
+     * with no countdown (the next provider is asked at once).
+     */
+    reroute(p, text, detail) {
+      this.last = { ...p, rerouted: true, text };
+      this.state = 'rerouted';
+      this.tv.rerouted = true;
+      this.list.append(el('li', null, detail));
+      this.tv.add(this.el);
+      this.render();
+      this.tv.renderModel();
+    }
+
+    /** skipped shows turn/providerSkipped. */
+    skipped(p) {
+      this.reroute(p, skippedWords(p), `${p.providerId}${p.system && p.system !== p.providerId ? ` (${p.system})` : ''}` +
+        `${p.modelId ? ` · ${p.modelId}` : ''} was skipped without a request: its ${breakerWords(p.breaker)}; ` +
+        `${p.nextProviderId}${p.nextModelId ? ` · ${p.nextModelId}` : ''} answers.`);
     }
 
     /** attemptBegan: the next attempt's answer started. */
@@ -1299,6 +1927,12 @@
 
     render() {
       const n = this.last;
+      this.el.querySelector('.retry-icon').textContent = n.rerouted ? '↪' : '⟳';
+      if (n.rerouted) {
+        this.el.dataset.state = 'rerouted';
+        this.textEl.textContent = n.text;
+        return;
+      }
       const left = Math.max(0, n.deadline - Date.now());
       const when = {
         waiting: `retrying in ${Math.max(1, Math.ceil(left / 1000))} s`,
@@ -1334,10 +1968,28 @@
     discardOpenAnswers(p.turnId);
     const tv = turnView(p.turnId);
     tv.retryStatus().schedule(p, model, emittedAtMs);
+    if (model && p.fallback) {
+      if (emittedAtMs) { // live: say it, and show the breakers as they are now
+        announce(`${fallbackWords(p).replace(' · a', '. A')}.`);
+        refreshModelsSoon();
+      }
+      return;
+    }
     const why = model ? kindWords(p.errorKind) : p.reason;
     if (emittedAtMs) { // live: say it
       const secs = Math.max(1, Math.ceil(p.retryDelayMs / 1000));
       announce(`${sentence(why)}. Retrying in ${plural(secs, 'second')}, attempt ${p.nextAttempt} of ${p.maxAttempts}.`);
+    }
+  }
+
+  /** addSkip shows turn/providerSkipped on its turn's status. */
+  function addSkip(p, emittedAtMs) {
+    if (p.viewCursor && app.notices.has(p.viewCursor)) return; // a replay
+    if (p.viewCursor) app.notices.add(p.viewCursor);
+    turnView(p.turnId).retryStatus().skipped(p);
+    if (emittedAtMs) {
+      announce(`${skippedWords(p).replace(' · a', '. A')}.`);
+      refreshModelsSoon();
     }
   }
 
@@ -1499,6 +2151,7 @@
     app.echoes.clear();
     app.notices.clear();
     app.lastTurn = null;
+    app.askedModel = null;
     setRunning(null);
   }
 
@@ -1517,10 +2170,15 @@
     'item/delta': appendDelta,
     'turn/modelRetryScheduled': (p, at) => addRetry(p, true, at),
     'turn/retryScheduled': (p, at) => addRetry(p, false, at),
+    'turn/providerSkipped': addSkip,
+    'session/tokenUsage': (p) => {
+      if (p.turnId) turnView(p.turnId).answered(p.modelId);
+    },
     'turn/completed': completeTurn,
     'turn/unqueued': (p) => turnView(p.turnId).unqueued(),
     'session/nameChanged': (p) => patchSession(p.sessionId, { name: p.name }),
     'session/modelChanged': (p) => {
+      app.askedModel = p.modelId || null;
       patchSession(p.sessionId, { modelId: p.modelId, providerId: p.providerId ?? null });
       selectModel(p.providerId, p.modelId);
     },
@@ -1673,6 +2331,8 @@
       return;
     }
     if (epoch !== app.epoch) return;
+    app.instructions = (res.config && res.config.instructions) || '';
+    syncInstructionsButton();
     upsertSession(res.session);
     if (!cursor) loadModels().catch(() => {});
     await showHistory(sessionId, res, !cursor, epoch);
@@ -1709,7 +2369,7 @@
   }
 
   /** enter makes a session just created here (started or forked) current. */
-  function enter(session, viewCursor) {
+  function enter(session, viewCursor, instructions) {
     const previous = app.current;
     if (previous && previous !== session.sessionId) {
       rpc.call('view/unsubscribe', { sessionId: previous }).catch(() => {});
@@ -1719,12 +2379,16 @@
     app.current = session.sessionId;
     app.cursors.set(session.sessionId, viewCursor);
     app.stale = false;
+    app.instructions = instructions || '';
     resetTranscript();
     upsertSession(session);
+    syncInstructionsButton();
   }
 
-  async function newChat() {
+  /** newChat starts a chat, with the next chat's instructions unless given others. */
+  async function newChat(instructions = app.nextInstructions) {
     const params = { commandId: uuidv7() };
+    if (instructions) params.config = { instructions };
     if (app.nextModel) {
       params.providerId = app.nextModel.providerId;
       params.modelId = app.nextModel.modelId;
@@ -1732,7 +2396,7 @@
     if (app.nextApprovalMode) params.approvalMode = app.nextApprovalMode;
     // Not queued offline: the banner says so and nothing waits unseen.
     const res = await rpc.call('session/start', params);
-    enter(res.session, res.viewCursor);
+    enter(res.session, res.viewCursor, instructions);
     loadModels().catch(() => {});
     closeDrawer();
     ui.input.focus();
@@ -1974,6 +2638,8 @@
     app.epoch++;
     app.buffer = null;
     app.current = null;
+    app.instructions = '';
+    syncInstructionsButton();
     resetTranscript();
     renderSessions();
     showApprovalMode(app.nextApprovalMode || 'promptUnmatched');
@@ -1982,6 +2648,56 @@
 
   // ------------------------------------------------------------ models
 
+  /** sessionModel is the current chat's model id, if known. */
+  function sessionModel() {
+    const s = app.sessions.get(app.current);
+    if (s && s.modelId) return s.modelId;
+    const m = app.models.find((x) => x.isActive);
+    return m ? m.modelId : null;
+  }
+
+  /**
+   * refreshModels reads model/list again for the breakers' states: the
+   * picker's labels change in place (an open or focused picker keeps its
+   * choice); a list that changed is drawn afresh.
+   */
+  async function refreshModels() {
+    const sessionId = app.current;
+    const res = await rpc.call('model/list', sessionId ? { sessionId } : {});
+    if (sessionId !== app.current) return;
+    const same = res.models.length === app.models.length &&
+      res.models.every((m, i) => m.providerId === app.models[i].providerId && m.modelId === app.models[i].modelId);
+    if (!same) {
+      await loadModels();
+      return;
+    }
+    app.models = res.models;
+    res.models.forEach((m, i) => {
+      const o = ui.model.options[i];
+      if (o && o.textContent !== modelOption(m)) o.textContent = modelOption(m);
+    });
+    syncAttach();
+  }
+
+  let modelsTimer = null;
+
+  /** refreshModelsSoon refreshes the picker after a fallback or a skip (once for a burst). */
+  function refreshModelsSoon() {
+    clearTimeout(modelsTimer);
+    modelsTimer = setTimeout(() => refreshModels().catch(() => {}), 300);
+  }
+
+  // While the page is visible the picker's breaker states are read every
+  // 30 s (mspd's default breaker cool-down), and at once when it shows
+  // again.
+  const MODELS_EVERY = 30000;
+  setInterval(() => {
+    if (document.visibilityState === 'visible' && rpc.ready) refreshModels().catch(() => {});
+  }, MODELS_EVERY);
+  document.addEventListener('visibilitychange', () => {
+    if (document.visibilityState === 'visible' && rpc.ready) refreshModels().catch(() => {});
+  });
+
   /** loadModels fills the model picker from model/list. */
   async function loadModels() {
     const sessionId = app.current;
@@ -1989,7 +2705,7 @@
     if (sessionId !== app.current) return;
     app.models = res.models;
     ui.model.replaceChildren(...res.models.map((m, i) => {
-      const o = el('option', null, m.displayLabel || m.modelId);
+      const o = el('option', null, modelOption(m));
       o.value = String(i);
       return o;
     }));
@@ -2002,6 +2718,8 @@
         : m.isDefault));
     ui.model.value = String(Math.max(0, pick));
     ui.model.dataset.value = ui.model.value;
+    syncAttach();
+    for (const tv of app.turns.values()) tv.renderModel();
   }
 
   /** selectModel shows a model as the session's (session/modelChanged). */
@@ -2011,11 +2729,13 @@
       ui.model.value = String(i);
       ui.model.dataset.value = ui.model.value;
     }
+    syncAttach();
   }
 
   async function pickModel() {
     const m = app.models[Number(ui.model.value)];
     if (!m) return;
+    syncAttach();
     if (!app.current) {
       app.nextModel = m;
       ui.model.dataset.value = ui.model.value;
@@ -2032,26 +2752,34 @@
       announce(`Model: ${m.displayLabel || m.modelId}.`);
     } catch (err) {
       ui.model.value = previous; // the session kept its model
+      syncAttach();
       throw err;
     }
   }
 
   // ------------------------------------------------------------ sending
 
-  async function send(text) {
+  /**
+   * send sends a message: its text and images (read here, or parts of a
+   * message sent again). Images read here show at once from their bytes.
+   */
+  async function send(text, images = [], parts = []) {
     let sessionId = app.current;
     if (!sessionId) {
       try {
         sessionId = await newChat();
       } catch (err) {
-        // Nothing was sent: give the text back to its author.
-        ui.input.value = text;
-        syncComposer();
+        // Nothing was sent: give the text and images back to their author.
+        giveBack(text, images);
         throw err;
       }
     }
     const commandId = uuidv7();
     const echo = new ItemView('userMessage');
+    echo.gallery.setLocal(images.length ? images : parts.filter((p) => IMAGE_TYPES.includes(p.mediaType)).map((p) => ({
+      mediaType: p.mediaType, width: p.width, height: p.height, url: `data:${p.mediaType};base64,${p.base64Data}`,
+      byteLen: Math.floor((p.base64Data.length * 3) / 4),
+    })));
     echo.setText(text);
     echo.render();
     const tv = new TurnView(commandId, false);
@@ -2060,7 +2788,64 @@
     tv.setUser(echo);
     app.echoes.set(commandId, echo);
     ui.transcript.scrollTop = ui.transcript.scrollHeight;
-    await startTurn({ commandId, sessionId, input: [{ type: 'text', text }] }, echo);
+    const input = text ? [{ type: 'text', text }] : [];
+    for (const im of images) {
+      input.push({ type: 'image', mediaType: im.mediaType, base64Data: base64Of(im.url), width: im.width, height: im.height });
+    }
+    input.push(...parts);
+    try {
+      await startTurn({ commandId, sessionId, input }, echo);
+    } catch (err) {
+      // Refused, not lost: the text and images go back to the composer,
+      // to fix and send again.
+      if (err.kind !== 'disconnected') giveBack(text, images);
+      throw turnRefusal(err, input);
+    }
+  }
+
+  /** giveBack puts a message that was not sent back in an empty composer. */
+  function giveBack(text, images) {
+    if (ui.input.value.trim() || draft.images.length) return;
+    ui.input.value = text;
+    draft.images = images.slice();
+    renderTray();
+    syncComposer();
+  }
+
+  /**
+   * turnRefusal words why mspd refused a turn/start, for the images
+   * above all (providers.md#images): the part it names is counted among
+   * the images sent. A model that takes no images is remembered, and the
+   * attach button turns off for it.
+   */
+  function turnRefusal(err, input) {
+    const d = err.data || {};
+    const field = (d.details && d.details.field) || '';
+    const m = /^input\.(\d+)/.exec(field);
+    let which = 'An image';
+    if (m && input[Number(m[1])] && input[Number(m[1])].type === 'image') {
+      const n = input.slice(0, Number(m[1]) + 1).filter((p) => p.type === 'image').length;
+      which = `Image ${n}`;
+    }
+    let words = null;
+    if (err.kind === 'invalidParams' && d.reason === 'modelCannotTakeImages') {
+      const model = (d.details && d.details.modelId) || 'This model';
+      if (d.details && d.details.modelId) app.textOnly.add(modelKey(d.details.providerId, d.details.modelId));
+      syncAttach();
+      words = `${model} takes no images: pick a model that does, or send the message without them.`;
+    } else if (err.kind === 'invalidParams' && d.reason === 'badImage') {
+      words = field.endsWith('.mediaType')
+        ? `${which} is of a type the server does not take: only PNG, JPEG, GIF and WebP.`
+        : `${which} is not an image the server can read as its type says.`;
+    } else if (err.kind === 'inputTooLarge' && field.endsWith('.base64Data')) {
+      words = `${which} is too large for the server: at most ${size(d.limitBytes || MAX_IMAGE_BYTES)}.`;
+    } else if (err.kind === 'inputTooLarge' && field === 'input') {
+      words = `Too many images for one message: at most ${MAX_TURN_IMAGES}, and ${size(MAX_TURN_IMAGE_BYTES)} in all.`;
+    } else if (err.kind === 'inputTooLarge' && !field && input.some((p) => p.type === 'image')) {
+      words = `The message with its images is too large for this server: it takes at most ${size(d.limitBytes || 0)} a message ` +
+        '(images go as base64, a third larger). Send fewer or smaller images.';
+    }
+    return words ? new RpcError(words, err.kind, err.method, d) : err;
   }
 
   /**
@@ -2084,9 +2869,9 @@
 
   /** sendAgain sends a turn's message again: Regenerate, or Retry. */
   async function sendAgain(tv) {
-    if (!tv.user || !tv.user.source) return;
+    if (!tv.user || (!tv.user.source && tv.user.gallery.el.hidden)) return;
     hideError();
-    await send(tv.user.source);
+    await send(tv.user.source, [], await tv.user.gallery.parts());
   }
 
   /**
@@ -2132,7 +2917,7 @@
     form.addEventListener('submit', catching(async (ev) => {
       ev.preventDefault();
       const text = area.value.trim();
-      if (!text) return;
+      if (!text && tv.user.gallery.el.hidden) return;
       save.disabled = true;
       try {
         await editAsFork(tv, text);
@@ -2151,20 +2936,21 @@
   async function editAsFork(tv, text) {
     if (!tv.confirmed) throw new RpcError('this message is not sent yet; edit it once it is', 'notSent', 'session/fork');
     hideError();
+    const parts = await tv.user.gallery.parts(); // the message's images go with the edit
     const before = previousTurn(tv);
     if (!before) {
-      await newChat();
-      await send(text);
+      await newChat(app.instructions);
+      await send(text, [], parts);
       return;
     }
     const params = { commandId: uuidv7(), sessionId: app.current, excludeItems: true, cutPoint: { lastTurnId: before.turnId } };
     const res = await command('session/fork', params);
-    enter(res.session, res.viewCursor);
+    enter(res.session, res.viewCursor, res.config && res.config.instructions);
     const epoch = app.epoch;
     app.buffer = [];
     await showHistory(res.session.sessionId, res, true, epoch);
     loadModels().catch(() => {});
-    await send(text);
+    await send(text, [], parts);
   }
 
   /** previousTurn is the last turn before tv that ended (a fork's cut). */
@@ -2272,6 +3058,8 @@
 
   document.addEventListener('keydown', (ev) => {
     if (ev.key !== 'Escape' || ev.defaultPrevented) return;
+    // A dialog's Esc closes the dialog, and stops nothing.
+    if (document.querySelector('dialog[open]')) return;
     if (ui.app.dataset.drawer === 'open') {
       closeDrawer(true);
     } else if (app.running) {
@@ -2280,9 +3068,9 @@
     }
   });
 
-  /** syncComposer sizes the message box and enables Send for some text. */
+  /** syncComposer sizes the message box and enables Send for some text or an image. */
   function syncComposer() {
-    ui.send.disabled = !ui.input.value.trim();
+    ui.send.disabled = !ui.input.value.trim() && !draft.images.length;
     ui.input.style.height = 'auto';
     ui.input.style.height = `${Math.min(ui.input.scrollHeight + 2, 240)}px`;
   }
@@ -2290,20 +3078,89 @@
   ui.composer.addEventListener('submit', catching(async (ev) => {
     ev.preventDefault();
     const text = ui.input.value.trim();
-    if (!text) return;
+    if (!text && !draft.images.length) return;
     hideError();
     ui.input.value = '';
+    const images = takeDraft();
     syncComposer();
-    await send(text);
+    await send(text, images);
   }));
 
   ui.input.addEventListener('keydown', (ev) => {
     if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {
       ev.preventDefault();
-      if (ui.input.value.trim()) ui.composer.requestSubmit();
+      if (ui.input.value.trim() || draft.images.length) ui.composer.requestSubmit();
     }
   });
   ui.input.addEventListener('input', syncComposer);
+
+  // Images: the attach button opens the file (on a phone, photo) picker;
+  // an image pasted into the message box or dropped on the chat joins the
+  // message too.
+  ui.attach.addEventListener('click', () => ui.file.click());
+  ui.file.addEventListener('change', catching(async () => {
+    const files = [...ui.file.files];
+    ui.file.value = '';
+    await addImages(files);
+  }));
+  ui.input.addEventListener('paste', (ev) => {
+    const data = ev.clipboardData;
+    if (!data) return;
+    const files = [...data.items].filter((it) => it.kind === 'file' && it.type.startsWith('image/')).map((it) => it.getAsFile());
+    if (!files.length) return;
+    // An image copied from a page comes with its markup, but no text to paste.
+    if (!data.types.includes('text/plain')) ev.preventDefault();
+    addImages(files).catch(showError);
+  });
+  const dragsFiles = (ev) => ev.dataTransfer && [...ev.dataTransfer.types].includes('Files');
+  ui.main.addEventListener('dragover', (ev) => {
+    if (!dragsFiles(ev)) return;
+    ev.preventDefault();
+    ev.dataTransfer.dropEffect = 'copy';
+    ui.composer.dataset.drop = 'on';
+  });
+  ui.main.addEventListener('dragleave', (ev) => {
+    if (!ui.main.contains(ev.relatedTarget)) delete ui.composer.dataset.drop;
+  });
+  ui.main.addEventListener('drop', (ev) => {
+    delete ui.composer.dataset.drop;
+    if (!dragsFiles(ev)) return;
+    ev.preventDefault();
+    addImages(ev.dataTransfer.files).catch(showError);
+  });
+  // A file dropped anywhere else must not replace the page.
+  for (const type of ['dragover', 'drop']) {
+    window.addEventListener(type, (ev) => {
+      if (dragsFiles(ev) && !ev.defaultPrevented) ev.preventDefault();
+    });
+  }
+
+  // The image viewer: Esc, Close or a click beside the image closes it,
+  // and focus goes back to the thumbnail.
+  ui.viewerClose.addEventListener('click', () => ui.viewer.close());
+  ui.viewer.addEventListener('click', (ev) => {
+    if (ev.target === ui.viewer) ui.viewer.close();
+  });
+  ui.viewer.addEventListener('close', () => {
+    ui.viewerImg.removeAttribute('src');
+    const back = ui.viewer.returnFocus;
+    ui.viewer.returnFocus = null;
+    if (back && back.isConnected) back.focus();
+  });
+
+  // The instructions dialog.
+  ui.instructionsOpen.addEventListener('click', openInstructions);
+  ui.instructions.addEventListener('input', countInstructions);
+  ui.instructionsEdit.addEventListener('click', () => {
+    showInstructions('new');
+    ui.instructions.focus();
+  });
+  ui.instructionsCancel.addEventListener('click', closeInstructions);
+  ui.instructionsSave.addEventListener('click', catching(saveInstructions));
+  ui.instructionsDialog.addEventListener('close', () => {
+    ui.instructionsOpen.setAttribute('aria-expanded', 'false');
+    if (!ui.main.contains(document.activeElement) || document.activeElement === document.body) ui.instructionsOpen.focus();
+  });
 
   /** hint puts the keys in the placeholder where there is room for them. */
   function hint() {
@@ -2339,5 +3196,6 @@
     },
   });
   syncComposer();
+  syncInstructionsButton();
   rpc.connect();
 })();

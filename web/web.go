@@ -20,7 +20,8 @@ import (
 //go:embed index.html app.js style.css vendor/*.js vendor/VERSIONS vendor/licenses/*.txt
 var files embed.FS
 
-// csp allows the page its own files, inline data images (the favicon) and
+// csp allows the page its own files, inline data images (the favicon, and
+// the images of messages, which the page makes data: URLs of) and
 // WebSocket connections to its own host, and nothing else: no inline
 // script or style, so markup that slipped into an answer could not run.
 const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
