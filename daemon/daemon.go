@@ -353,7 +353,8 @@ func (m models) List(activeProvider, activeModel string) msp.ModelListResult {
 	res := msp.ModelListResult{ProviderID: activeProvider, Source: "configCatalog", Models: []msp.ModelEntry{}}
 	for _, l := range m.Models() {
 		e := msp.ModelEntry{ModelID: l.ModelID, ProviderID: l.ProviderID, DisplayLabel: l.ProviderID + " · " + l.ModelID,
-			IsDefault: l.IsDefault, IsActive: l.ProviderID == activeProvider && l.ModelID == activeModel}
+			IsDefault: l.IsDefault, IsActive: l.ProviderID == activeProvider && l.ModelID == activeModel,
+			Images: l.Capabilities.Images, Tools: l.Capabilities.Tools, Reasoning: l.Capabilities.Reasoning}
 		if l.OutputLimit > 0 {
 			limit := int64(l.OutputLimit)
 			e.OutputLimit = &limit

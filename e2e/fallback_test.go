@@ -147,13 +147,13 @@ func TestFallbackOverTheWire(t *testing.T) {
 	var notices []string
 	for _, n := range only(events, msp.NotifyTurnModelRetryScheduled) {
 		p := decode[msp.TurnModelRetryScheduledParams](t, n)
-		notices = append(notices, fmt.Sprintf("%d→%d/%d %s %s %d %dms fallback=%v %s %s %s", p.Attempt, p.NextAttempt, p.MaxAttempts,
-			p.System, p.ErrorKind, p.HTTPStatus, p.RetryDelayMs, p.Fallback, p.NextProviderID, p.NextModelID, p.FallbackReason))
+		notices = append(notices, fmt.Sprintf("%d→%d/%d %s %s %d %dms fallback=%v %s→%s %s %s", p.Attempt, p.NextAttempt, p.MaxAttempts,
+			p.System, p.ErrorKind, p.HTTPStatus, p.RetryDelayMs, p.Fallback, p.ProviderID, p.NextProviderID, p.NextModelID, p.FallbackReason))
 	}
 	want := []string{
-		"1→2/6 openai rateLimited 429 5ms fallback=false   ",
-		"2→3/6 openai rateLimited 429 5ms fallback=false   ",
-		"3→4/6 openai rateLimited 429 0ms fallback=true claude " + anthropictest.Model + " attemptsExhausted",
+		"1→2/6 openai rateLimited 429 5ms fallback=false →  ",
+		"2→3/6 openai rateLimited 429 5ms fallback=false →  ",
+		"3→4/6 openai rateLimited 429 0ms fallback=true oa→claude " + anthropictest.Model + " attemptsExhausted",
 	}
 	if strings.Join(notices, "\n") != strings.Join(want, "\n") {
 		t.Errorf("notices:\n%s\nwant:\n%s", strings.Join(notices, "\n"), strings.Join(want, "\n"))

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"mspd/client"
@@ -262,6 +263,20 @@ func TestImagesReachEachProvider(t *testing.T) {
 			t.Fatalf("anthropic messages %d: %s", i, bodyJSON(t, msgs))
 		}
 		sameShape(t, fmt.Sprint("anthropic messages ", i), msgs[0], anUser)
+	}
+
+	// model/list says which models read images, so a client offers an
+	// attach button only where it is of use.
+	var list msp.ModelListResult
+	if err := c.Call(ctx, msp.MethodModelList, map[string]any{}, &list); err != nil {
+		t.Fatal(err)
+	}
+	var takes []string
+	for _, m := range list.Models {
+		takes = append(takes, fmt.Sprintf("%s=%v", m.ModelID, m.Images))
+	}
+	if got := strings.Join(takes, " "); got != "gpt-4o-mini=true gpt-4.1=true claude-sonnet-4-5=true gpt-3.5-turbo=false" {
+		t.Errorf("model/list images: %s", got)
 	}
 
 	// A text-only model: refused, typed, naming the part; never asked.

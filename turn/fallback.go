@@ -219,7 +219,7 @@ func (t *run) failOver(d modelretry.Decision, why string, policy modelretry.Poli
 	events := []Event{{Method: msp.NotifyTurnModelRetryScheduled, Params: &msp.TurnModelRetryScheduledParams{
 		TurnID: t.spec.TurnID, Attempt: wide.Attempt, NextAttempt: wide.Attempt + 1, MaxAttempts: wide.MaxAttempts,
 		System: from.system(), ErrorKind: cmp.Or(f.OriginalKind, f.Kind), HTTPStatus: f.HTTPStatus,
-		Fallback: true, NextProviderID: t.hop.providerID, NextModelID: t.hop.model, FallbackReason: why}}}
+		Fallback: true, ProviderID: from.providerID, NextProviderID: t.hop.providerID, NextModelID: t.hop.model, FallbackReason: why}}}
 	for i := from.entry + 1; i < next; i++ {
 		skipped := t.entryAt(i)
 		events = append(events, t.skipNotice(skipped, modelretry.BreakerOpen))

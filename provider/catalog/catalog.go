@@ -401,6 +401,8 @@ type Listing struct {
 	OutputLimit int
 	// ContextWindow is the model's context window in tokens (0: unknown).
 	ContextWindow int
+	// Capabilities are what the model takes (images, tools, reasoning).
+	Capabilities provider.Capabilities
 }
 
 // Models lists every configured model of every provider, in
@@ -411,7 +413,7 @@ func (c *Catalog) Models() []Listing {
 		for _, m := range p.Models {
 			out = append(out, Listing{ProviderID: p.ID, ModelID: m,
 				IsDefault: p == c.def && m == p.DefaultModel, OutputLimit: p.MaxOutputTokens,
-				ContextWindow: p.Info(m).ContextWindow})
+				ContextWindow: p.Info(m).ContextWindow, Capabilities: p.Info(m).Capabilities})
 		}
 	}
 	return out

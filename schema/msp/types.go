@@ -487,11 +487,14 @@ type TurnModelRetryScheduledParams struct {
 
 	// A fallback: the failed attempt's provider cannot answer, and the
 	// next attempt goes to another provider of its chain, at once
-	// (retryDelayMs 0). Fallback is set, NextProviderID and NextModelID
-	// name who answers next, and FallbackReason says why the step left
-	// (a stop reason: attemptsExhausted, budgetExhausted,
-	// retryAfterTooLong, notRetryable; or circuitOpen).
+	// (retryDelayMs 0). Fallback is set, ProviderID names the configured
+	// provider that failed (System alone cannot tell two of one API
+	// apart), NextProviderID and NextModelID who answers next, and
+	// FallbackReason why the step left (a stop reason:
+	// attemptsExhausted, budgetExhausted, retryAfterTooLong,
+	// notRetryable; or circuitOpen).
 	Fallback       bool   `json:"fallback,omitempty"`
+	ProviderID     string `json:"providerId,omitempty"`
 	NextProviderID string `json:"nextProviderId,omitempty"`
 	NextModelID    string `json:"nextModelId,omitempty"`
 	FallbackReason string `json:"fallbackReason,omitempty"`
@@ -718,6 +721,12 @@ type ModelEntry struct {
 	// Fallback is mspd's: the chain the row's provider falls back on, in
 	// order, absent when it names none.
 	Fallback []ModelRef `json:"fallback,omitempty"`
+	// Images, Tools and Reasoning are mspd's: whether the model reads
+	// images, takes tools and reasons, as the catalog knows it (so a
+	// client can offer an attach button only where it is of use).
+	Images    bool `json:"images"`
+	Tools     bool `json:"tools"`
+	Reasoning bool `json:"reasoning"`
 }
 
 // ModelRef names a configured model: a fallback chain's entry.

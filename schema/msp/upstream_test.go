@@ -290,7 +290,7 @@ func TestModelRetryScheduledShape(t *testing.T) {
 		"attempt": "integer", "maxAttempts": "integer", "nextAttempt": "integer", "retryDelayMs": "integer",
 		"sessionId": "string", "sourceRange": "ref:SourceRange", "turnId": "string", "viewCursor": "string",
 		"system": "string", "errorKind": "string", "httpStatus": "integer",
-		"fallback": "boolean", "nextProviderId": "string", "nextModelId": "string", "fallbackReason": "string",
+		"fallback": "boolean", "providerId": "string", "nextProviderId": "string", "nextModelId": "string", "fallbackReason": "string",
 	}
 	if len(d.Properties) != len(wantTypes) {
 		t.Errorf("properties %v, want %v", d.Properties, wantTypes)
