@@ -224,8 +224,22 @@ images = false
 			s.dispatchEvent(new Event('change')); return ''; })()`)
 		p.waitFor("the model switched", `document.getElementById('model').dataset.value === document.getElementById('model').value &&
 			document.getElementById('model').selectedOptions[0].textContent === 'text · plain'`)
+		// model/list says plain reads no images: no attach button for it.
+		p.waitFor("the attach button off from model/list", `document.getElementById('attach').disabled &&
+			document.getElementById('attach').title === 'plain takes no images'`)
+		// An image attached under a model that reads them, then sent to
+		// one that does not: the server refuses it, in words.
+		pick := func(label string) {
+			p.eval(fmt.Sprintf(`(() => { const s = document.getElementById('model');
+				s.value = [...s.options].find((o) => o.textContent === %q).value;
+				s.dispatchEvent(new Event('change')); return ''; })()`, label))
+			p.waitFor("the model switched to "+label, fmt.Sprintf(`document.getElementById('model').dataset.value === document.getElementById('model').value &&
+				document.getElementById('model').selectedOptions[0].textContent === %q`, label))
+		}
+		pick("vision · seer")
 		p.attachFiles(pngFile(t, "square.png", png))
 		p.waitFor("the image in the composer", imagePredicate(`chips().length === 1`))
+		pick("text · plain")
 		p.send("What is this?")
 		p.waitFor("the refusal in words", `!document.getElementById('banner').hidden &&
 			document.getElementById('banner-text').textContent === 'plain takes no images: pick a model that does, or send the message without them. (invalidParams)'`)
