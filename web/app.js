@@ -1460,6 +1460,7 @@
       this.line.hidden = fold;
       const label = el('span', 'compaction-label', this.words());
       if (fold) {
+        this.line.replaceChildren();
         this.summary.replaceChildren(el('span', 'visually-hidden', 'Divider: '), label);
         if (this.text !== text) {
           this.text = text;
@@ -1476,6 +1477,7 @@
           live.setAttribute('aria-hidden', 'true');
           parts.push(live);
         }
+        this.summary.replaceChildren();
         this.line.replaceChildren(...parts);
       }
     }
@@ -2262,7 +2264,9 @@
     ui.context.dataset.pressure = c.pressure;
     ui.contextFill.style.width = `${pct.toFixed(1)}%`;
     ui.contextFill.parentElement.hidden = !known;
-    ui.contextText.textContent = `${tokenWords(c.usedTokens)}${known ? ` / ${tokenWords(c.windowTokens)}` : ''} tokens${words ? ` · ${words}` : ''}`;
+    // "tokens" goes on a narrow screen (the meter's value text keeps it).
+    ui.contextText.replaceChildren(`${tokenWords(c.usedTokens)}${known ? ` / ${tokenWords(c.windowTokens)}` : ''}`,
+      el('span', 'context-unit', ' tokens'), words ? ` · ${words}` : '');
     ui.context.setAttribute('aria-valuenow', String(c.usedTokens));
     if (known) ui.context.setAttribute('aria-valuemax', String(c.windowTokens));
     else ui.context.removeAttribute('aria-valuemax');
