@@ -1,10 +1,11 @@
 // mspd web chat: a small Muse Session Protocol client (JSON-RPC 2.0 over a
 // WebSocket at /msp on the page's own host). No framework, no build step.
 //
-// Model output is untrusted. Answers are Markdown: markdown-it renders them
-// with raw HTML off (markup in an answer shows as text), DOMPurify
-// sanitizes the result into a DocumentFragment, and the Content Security
-// Policy forbids inline script. Everything else — tool calls' arguments
+// Model output is untrusted. Answers are Markdown — and so are the
+// reasoning parts and compaction summaries shown beside them, through the
+// same path: markdown-it renders them with raw HTML off (markup in an
+// answer shows as text), DOMPurify sanitizes the result into a
+// DocumentFragment, and the Content Security Policy forbids inline script. Everything else — tool calls' arguments
 // and output included, which are not even Markdown — reaches the page as
 // textContent; no string is ever parsed as HTML here. Images are shown only
 // as data: URLs of PNG, JPEG, GIF or WebP bytes that this page read from a
