@@ -5,7 +5,8 @@
 // reasoning parts and compaction summaries shown beside them, through the
 // same path: markdown-it renders them with raw HTML off (markup in an
 // answer shows as text), DOMPurify sanitizes the result into a
-// DocumentFragment, and the Content Security Policy forbids inline script. Everything else — tool calls' arguments
+// DocumentFragment, and the Content Security Policy forbids inline
+// script. Everything else — tool calls' arguments
 // and output included, which are not even Markdown — reaches the page as
 // textContent; no string is ever parsed as HTML here. Images are shown only
 // as data: URLs of PNG, JPEG, GIF or WebP bytes that this page read from a
@@ -1536,7 +1537,9 @@
       view.el.dataset.itemId = item.itemId;
       app.compactions.set(item.itemId, view);
       tv.compaction = view;
-      tv.el.prepend(view.el);
+      // Before the turn's message, after any compaction it ran before.
+      const first = [...tv.el.children].find((c) => !c.classList.contains('compaction'));
+      tv.el.insertBefore(view.el, first || null);
       tv.markCompaction();
     }
     const was = view.item.status;
@@ -1547,7 +1550,7 @@
       // Right after the turn summarised: where its turn begins, or on its
       // own between two turns.
       if (next === tv.el) {
-        if (view.el.parentNode !== tv.el) tv.el.prepend(view.el);
+        if (view.el.parentNode !== tv.el) tv.el.insertBefore(view.el, [...tv.el.children].find((c) => !c.classList.contains('compaction')) || null);
       } else if (next !== view.el) {
         through.el.after(view.el);
       }
@@ -2648,10 +2651,9 @@
     const tv = turnView(p.turnId);
     tv.end(p);
     if (app.running === p.turnId) setRunning(null);
-    if (!tv.footer) {
-      // A session/compact's turn: its divider says how it went (and was announced).
-    } else if (p.terminal === 'completed') announce('Answer complete.');
-    else announce(tv.footer.querySelector('.turn-status').textContent);
+    // A session/compact's turn has no footer: its divider says how it
+    // went, and was announced as it ended.
+    if (tv.footer) announce(p.terminal === 'completed' ? 'Answer complete.' : tv.footer.querySelector('.turn-status').textContent);
     if (!app.listStream) refreshSessionsSoon();
   }
 
