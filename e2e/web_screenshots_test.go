@@ -9,9 +9,11 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -264,9 +266,104 @@ api_key_env = "TEST_ANTHROPIC_KEY"
 	p.run("opening the image", chromedp.Click(chromedp.CSS("#transcript .thumb")))
 	p.waitFor("the viewer", `document.getElementById('viewer').open && document.getElementById('viewer-img').naturalWidth === 480`)
 	writeScreenshot(p, filepath.Join(dir, "image-viewer-phone-dark.png"))
+	p.run("closing the viewer", chromedp.KeyEvent(kbEscape))
+
+	// Reasoning and the context window: a Responses model (a fake OpenAI
+	// server) that reasons, its window 200k tokens; a long paste fills
+	// it, and the next message compacts first.
+	plan := []string{"**Timing the leaves.** Late November is peak maple season, so the gardens go early, before the crowds.",
+		"**Balancing the days.** Temples in the east on day 1, Arashiyama on day 2, Nara as a day trip on day 3."}
+	diary := []string{"**Reading the notes.** Last year Eikan-dō peaked late and Kiyomizu was packed by 10:00; the Sagano train sold out.",
+		"**Reworking day 2.** Arashiyama at opening time, the bamboo grove first, and the train booked a week ahead."}
+	reasoned := func(pause time.Duration, parts []string, answer string, input, output, reasoning int64) providertest.Reply {
+		rs, seq := openaitest.RReasoning(1, 0, 24, "rs_"+strconv.Itoa(len(answer)), "gAAAA", parts...)
+		frames := append(append([]string{openaitest.RCreated()}, rs...), openaitest.RTextDelta(seq, answer),
+			openaitest.RCompleted(seq+1, input, output, 0, reasoning, openaitest.RReasoningItem("rs_"+strconv.Itoa(len(answer)), "gAAAA", parts, true)))
+		return paced(pause, frames)
+	}
+	thinker := openaitest.New(t, "/v1",
+		reasoned(0, plan, "Three days, one side of the city each:\n\n1. **Higashiyama**: Kiyomizu-dera at opening, then Eikan-dō.\n"+
+			"2. **Arashiyama**: the bamboo grove, Tenryū-ji and the Sagano train.\n3. **Nara**: Tōdai-ji and the deer park, 45 min by train.\n", 1400, 900, 300),
+		reasoned(300*time.Millisecond, diary, "Going by your notes, day 2 changes:\n\n- **07:30** the bamboo grove, before the tour buses.\n"+
+			"- **09:00** Tenryū-ji's garden opens; the maples are at their best in the morning light.\n"+
+			"- **11:00** the Sagano train: book it now, it sold out last year.\n- **Afternoon** Kiyomizu after 16:00, when the crowds thin.\n", 161200, 6800, 2900),
+		paced(0, openaitest.RAnswer("Three autumn days in Kyoto, late November. Day 1 Higashiyama (Eikan-dō early), day 2 Arashiyama from 07:30 "+
+			"with the Sagano train booked ahead and Kiyomizu after 16:00, day 3 Nara. From last year's notes: crowds peak by 10:00.", 166000, 700)),
+		paced(0, openaitest.RAnswer("- **Day 1** Higashiyama: Kiyomizu-dera, Eikan-dō.\n- **Day 2** Arashiyama from 07:30; Kiyomizu after 16:00.\n"+
+			"- **Day 3** Nara: Tōdai-ji and the deer park.\n", 1900, 300)),
+	)
+	windowFile := filepath.Join(t.TempDir(), "mspd.toml")
+	if err := os.WriteFile(windowFile, fmt.Appendf(nil, "[[providers]]\nid = \"openai\"\ntype = \"openai\"\napi = \"responses\"\n"+
+		"base_url = %q\nmodel = \"o4-mini\"\napi_key_env = \"TEST_KEY\"\ncontext_window = 200000\n", thinker.URL()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rd := startDaemon(t, daemon.Config{ConfigFile: windowFile, Env: chainEnv})
+	rc := dial(t, rd.URL(), client.Options{})
+	rs, err := rc.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsid := rs.Session.SessionID
+	if _, err := rc.SetReasoningEffort(ctx, rsid, msp.EffortHigh, client.NewCommandID()); err != nil {
+		t.Fatal(err)
+	}
+	answerTurn(t, rc, rsid, "Plan three days in Kyoto in late November.")
+	var pasted strings.Builder
+	pasted.WriteString("Here are my notes from last year's trip — what should change on day 2?\n\n")
+	for i := range 90 {
+		fmt.Fprintf(&pasted, "%02d:%02d  queue at the Arashiyama bamboo grove: about %d people, the light flat until the sun cleared the ridge\n", 7+i/12, (i%12)*5, 40+i*7)
+	}
+	answerTurn(t, rc, rsid, pasted.String())
+	p.open("http://" + rd.Addr() + "/")
+	p.media("light")
+	p.viewport(1024, 760)
+	p.openChat(rsid)
+	p.waitFor("the chat", `document.querySelectorAll('#transcript .turn-footer').length === 2 &&
+		document.getElementById('context-text').textContent === '168k / 200k tokens · nearly full' &&
+		document.getElementById('effort').value === 'high' && /^Thought for \d+ s$/.test(document.querySelectorAll('.reasoning-label')[1].textContent)`)
+	p.run("unfolding the reasoning", chromedp.Click(chromedp.CSS("#transcript .turn:nth-of-type(2) .reasoning summary")))
+	p.eval(`(() => { // from the pasted notes
+		const t = document.getElementById('transcript');
+		t.scrollTop += document.querySelector('.turn:nth-of-type(2) .msg.user').getBoundingClientRect().top - t.getBoundingClientRect().top - 16;
+		return '';
+	})()`)
+	shot("reasoning.png", 1024, 760)
+
+	p.media("dark")
+	p.viewport(390, 844)
+	answerTurn(t, rc, rsid, "Now one line per day, please.")
+	p.waitFor("the compacted chat", `document.querySelector('#transcript .compaction[data-outcome="compacted"]') !== null &&
+		document.querySelectorAll('#transcript .turn-footer').length === 3 && document.getElementById('context-text').textContent.endsWith(' / 200k tokens')`)
+	p.run("unfolding the summary", chromedp.Click(chromedp.CSS("#transcript .compaction summary")))
+	p.eval(`(() => {
+		const t = document.getElementById('transcript');
+		t.scrollTop += document.querySelector('.compaction').getBoundingClientRect().top - t.getBoundingClientRect().top - 12;
+		return '';
+	})()`)
+	shot("compaction-phone-dark.png", 390, 844)
 	if *update {
 		t.Logf("wrote %s", strings.Join([]string{"desktop.png", "dark.png", "phone.png", "retry.png", "tools.png", "approval.png",
-			"approval-phone-dark.png", "images.png", "image-viewer-phone-dark.png"}, ", "))
+			"approval-phone-dark.png", "images.png", "image-viewer-phone-dark.png", "reasoning.png", "compaction-phone-dark.png"}, ", "))
+	}
+}
+
+// paced is a streamed reply whose reasoning summary deltas come pause
+// apart, as a model thinking a while sends them, from o4-mini.
+func paced(pause time.Duration, frames []string) providertest.Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+		sse := providertest.StartSSE(w)
+		for _, f := range frames {
+			if pause > 0 && strings.Contains(f, `"type":"response.reasoning_summary_text.delta"`) {
+				select {
+				case <-time.After(pause):
+				case <-r.Context().Done():
+					return
+				}
+			}
+			// The model the fake names answering is the one asked.
+			sse.Frames(strings.ReplaceAll(f, `"model":"`+openaitest.Model+`"`, `"model":"o4-mini"`))
+		}
 	}
 }
 

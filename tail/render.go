@@ -7,15 +7,19 @@
 // claude-sonnet-4-5", images in user messages as "[image: image/png
 // 800×600, 120 KB]", tool calls as
 // "→ calculator (builtin) {…}" and "✓ calculator 12 ms: 20", approvals as
-// "? append (notes) needs approval {…}" and how they were resolved), as
-// JSON lines, or as the raw answer text. On a terminal it can decide
-// approvals by key press (Options.Keys).
+// "? append (notes) needs approval {…}" and how they were resolved, a
+// model's reasoning on lines of its own, "thinking: …" (dim in colour),
+// a compaction as "⇣ context compacted 130k → 2.1k tokens (auto)", and
+// the context window's pressure when it changes), as JSON lines, or as
+// the raw answer text. On a terminal it can decide approvals by key
+// press (Options.Keys).
 package tail
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,7 +34,7 @@ const (
 	JSON = "json"
 	// Raw is the text of the agent's kept answers only, one per line: no
 	// deltas (a discarded attempt's text never mixes in), no tool calls,
-	// nothing else.
+	// no reasoning, no compaction summaries, nothing else.
 	Raw = "raw"
 )
 
@@ -45,10 +49,12 @@ type renderer struct {
 	color    bool
 	label    string               // prefixes each line when several sessions share the screen
 	inline   bool                 // deltas stream on the current line (one session only)
-	streamed map[string]string    // itemId → the delta text printed
+	streamed map[string]string    // itemId (a reasoning part's thinkingKey) → the delta text printed
+	thought  map[string]int       // a reasoning itemId → how many of its parts streamed
 	wait     *retryWait           // the retry wait counting down on a terminal
 	calls    map[string]callNames // itemId → a tool call's names, for its approval
 	asked    map[string]bool      // approvalId → shown
+	pressure string               // the context pressure last told ("" before any)
 }
 
 // newRenderer renders one session to w, which is not a terminal.
@@ -61,7 +67,7 @@ func newRenderer(w io.Writer, format string, color bool) *renderer {
 // event, rather than streaming its deltas.
 func (s *screen) renderer(format string, color bool, label string) *renderer {
 	return &renderer{s: s, format: format, color: color, label: label, inline: label == "", streamed: map[string]string{},
-		calls: map[string]callNames{}, asked: map[string]bool{}}
+		thought: map[string]int{}, calls: map[string]callNames{}, asked: map[string]bool{}}
 }
 
 // event renders one notification.
@@ -147,10 +153,23 @@ func (r *renderer) pretty(method string, params json.RawMessage, emittedAtMs int
 		// The deltas and the terminal say it all; a saved text
 		// (item/updated) must not end a streaming answer's line.
 		return
+	case msp.NotifySessionContextUsage:
+		// A line only when the pressure changes, not at every request.
+		var p msp.SessionContextUsageParams
+		json.Unmarshal(params, &p)
+		if line := r.pressureLine(p.ContextUsage); line != "" {
+			r.s.endLine()
+			r.println(line)
+		}
+		return
 	case msp.NotifyItemCompleted:
 		var p msp.ItemParams
 		json.Unmarshal(params, &p)
 		r.noteCall(p.Item)
+		if p.Item.Kind == msp.ItemReasoning {
+			r.thoughtDone(p.Item)
+			return
+		}
 		if r.finishStreamed(p.Item) {
 			return
 		}
@@ -207,9 +226,19 @@ func (r *renderer) pretty(method string, params json.RawMessage, emittedAtMs int
 	}
 }
 
-// delta streams an answer on the current line. A line a status line cut
-// short starts again with all the item streamed so far.
+// delta streams an answer on the current line, and a reasoning part on a
+// line of its own (thinking). A line a status line cut short starts again
+// with all the item streamed so far. Deltas of other fields (a tool's
+// output, which its result line shows) are not streamed.
 func (r *renderer) delta(p msp.ItemDeltaParams) {
+	part, err := msp.ParseField(p.Field)
+	switch {
+	case err != nil:
+		return
+	case part >= 0:
+		r.thinking(p.ItemID, part, p.Delta)
+		return
+	}
 	if r.s.open != p.ItemID {
 		r.s.startLine(p.ItemID)
 		r.s.write(r.paint(bold, "agent: "))
@@ -220,6 +249,140 @@ func (r *renderer) delta(p msp.ItemDeltaParams) {
 	}
 	r.streamed[p.ItemID] += p.Delta
 	r.s.write(sanitize(p.Delta))
+}
+
+// thinkingPrefix begins each line of a model's reasoning.
+const thinkingPrefix = "thinking: "
+
+// thinkingKey names the line of part n of reasoning item id.
+func thinkingKey(id string, n int) string { return id + "#summary." + strconv.Itoa(n) }
+
+// thinking streams part n of a reasoning item on a line of its own,
+// "thinking: …", dim in colour: never on an answer's line.
+func (r *renderer) thinking(id string, n int, delta string) {
+	key := thinkingKey(id, n)
+	if r.s.open != key {
+		r.s.startLine(key)
+		r.s.write(r.paint(dim, thinkingPrefix))
+		if r.s.broken == key {
+			r.s.write(r.paint(dim, sanitize(r.streamed[key])))
+		}
+		r.s.broken = ""
+	}
+	r.streamed[key] += delta
+	r.thought[id] = max(r.thought[id], n+1)
+	r.s.write(r.paint(dim, sanitize(delta)))
+}
+
+// thoughtDone ends a reasoning item: the parts whose deltas streamed get
+// what the deltas missed; parts that did not stream (read from the log,
+// where deltas are not kept, or on a labelled screen) print whole. A
+// completed reasoning the provider showed nothing of says so.
+func (r *renderer) thoughtDone(it msp.Item) {
+	streamed := r.thought[it.ItemID]
+	delete(r.thought, it.ItemID)
+	shown := false
+	for i := 0; i < len(it.Summary) || i < streamed; i++ {
+		key := thinkingKey(it.ItemID, i)
+		printed, was := r.streamed[key]
+		delete(r.streamed, key)
+		want := ""
+		if i < len(it.Summary) {
+			want = it.Summary[i]
+		}
+		shown = shown || strings.TrimSpace(want) != "" || strings.TrimSpace(printed) != ""
+		rest, extends := strings.CutPrefix(want, printed)
+		switch {
+		case was && extends && r.s.open == key:
+			if rest != "" {
+				r.s.write(r.paint(dim, sanitize(rest)))
+			}
+			r.s.endLine()
+		case was && ((extends && rest == "") || want == ""):
+			// On screen whole already, or the item keeps nothing of it.
+			if r.s.open == key {
+				r.s.endLine()
+			}
+		case strings.TrimSpace(want) != "":
+			r.s.endLine()
+			r.println(r.paint(dim, thinkingPrefix+sanitize(want)))
+		}
+	}
+	if !shown && it.Status == msp.ItemCompleted {
+		r.s.endLine()
+		r.println(r.paint(dim, thinkingPrefix+"(hidden by the provider)"))
+	}
+}
+
+// compactionLine words a compaction item's end: "⇣ context compacted
+// 130k → 2.1k tokens (auto)", or why it did not.
+func (r *renderer) compactionLine(it msp.Item) string {
+	trigger := ""
+	if it.Trigger != "" {
+		trigger = " (" + oneLine(it.Trigger) + ")"
+	}
+	outcome := it.Outcome
+	if outcome == "" {
+		outcome = it.Status
+	}
+	switch outcome {
+	case msp.CompactionCompacted:
+		sizes := ""
+		if it.TokensBefore != nil && it.TokensAfter != nil {
+			sizes = " " + tokenWords(*it.TokensBefore) + " → " + tokenWords(*it.TokensAfter) + " tokens"
+		}
+		return r.paint(cyan, "⇣ context compacted"+sizes+trigger)
+	case msp.CompactionNoop:
+		return r.paint(dim, "⇣ nothing to compact"+trigger)
+	case msp.CompactionCancelled:
+		return r.paint(dim, "⇣ context compaction cancelled"+trigger)
+	case msp.CompactionFailed:
+		why := ""
+		if it.FailureReason != "" {
+			why = ": " + oneLine(it.FailureReason)
+		}
+		return r.paint(red, "⇣ context compaction failed"+why+trigger)
+	}
+	return r.paint(dim, "⇣ context compaction "+oneLine(outcome)+trigger)
+}
+
+// pressureLine tells a change of the context window's pressure: nothing
+// while it stays the same, nor for the first normal one; "◔ context
+// nearly full · 1.7k / 2.0k tokens" and so on otherwise.
+func (r *renderer) pressureLine(u msp.ContextUsage) string {
+	before := r.pressure
+	r.pressure = u.Pressure
+	if u.Pressure == before || before == "" && u.Pressure == msp.PressureNormal {
+		return ""
+	}
+	size := tokenWords(u.UsedTokens)
+	if u.WindowTokens != nil {
+		size += " / " + tokenWords(*u.WindowTokens)
+	}
+	size += " tokens"
+	switch u.Pressure {
+	case msp.PressureWarning:
+		return r.paint(yellow, "◔ context nearly full · "+size+" · compacts before the next request")
+	case msp.PressureBlocked:
+		return r.paint(red, "● context full · "+size+" · compacts before the next request")
+	case msp.PressureNormal:
+		return r.paint(dim, "○ context back to normal · "+size)
+	}
+	return r.paint(dim, "○ context "+oneLine(u.Pressure)+" · "+size)
+}
+
+// tokenWords words a token count as mspd does: "850", "2.1k", "130k",
+// and "1.2M" from a million.
+func tokenWords(n int64) string {
+	switch {
+	case n < 1000:
+		return strconv.FormatInt(n, 10)
+	case n < 10000:
+		return strconv.FormatFloat(float64(n)/1000, 'f', 1, 64) + "k"
+	case n < 1000000:
+		return strconv.FormatInt((n+500)/1000, 10) + "k"
+	}
+	return strconv.FormatFloat(float64(n)/1000000, 'f', 1, 64) + "M"
 }
 
 // finishStreamed completes the line of an agent item whose deltas were
@@ -259,6 +422,8 @@ func (r *renderer) item(it msp.Item) {
 		r.println(r.paint(bold, "you: ") + you)
 	case it.Kind == msp.ItemToolCall:
 		r.println(r.callEnded(it))
+	case it.Kind == msp.ItemCompaction:
+		r.println(r.compactionLine(it))
 	case it.Kind != msp.ItemAgentMessage:
 		return
 	case it.Status == msp.ItemCompleted:

@@ -1,10 +1,12 @@
 // mspd web chat: a small Muse Session Protocol client (JSON-RPC 2.0 over a
 // WebSocket at /msp on the page's own host). No framework, no build step.
 //
-// Model output is untrusted. Answers are Markdown: markdown-it renders them
-// with raw HTML off (markup in an answer shows as text), DOMPurify
-// sanitizes the result into a DocumentFragment, and the Content Security
-// Policy forbids inline script. Everything else — tool calls' arguments
+// Model output is untrusted. Answers are Markdown — and so are the
+// reasoning parts and compaction summaries shown beside them, through the
+// same path: markdown-it renders them with raw HTML off (markup in an
+// answer shows as text), DOMPurify sanitizes the result into a
+// DocumentFragment, and the Content Security Policy forbids inline
+// script. Everything else — tool calls' arguments
 // and output included, which are not even Markdown — reaches the page as
 // textContent; no string is ever parsed as HTML here. Images are shown only
 // as data: URLs of PNG, JPEG, GIF or WebP bytes that this page read from a
@@ -120,6 +122,25 @@
   function callTime(ms) {
     if (ms < 1000) return `${Math.max(0, Math.round(ms))} ms`;
     if (ms < 10000) return `${(ms / 1000).toFixed(1)} s`;
+    const s = Math.round(ms / 1000);
+    return s < 60 ? `${s} s` : `${Math.floor(s / 60)} min ${s % 60} s`;
+  }
+
+  /**
+   * tokenWords words a token count as mspd does (turn.tokenWords): "850",
+   * "2.1k", "130k", and "1.2M" from a million.
+   */
+  function tokenWords(n) {
+    n = Math.max(0, Math.round(Number(n) || 0));
+    if (n < 1000) return String(n);
+    if (n < 10000) return `${(n / 1000).toFixed(1)}k`;
+    if (n < 1000000) return `${Math.round(n / 1000)}k`;
+    return `${(n / 1000000).toFixed(1)}M`;
+  }
+
+  /** thoughtTime words how long a model reasoned: "less than a second", "4 s", "2 min 5 s". */
+  function thoughtTime(ms) {
+    if (ms < 1000) return 'less than a second';
     const s = Math.round(ms / 1000);
     return s < 60 ? `${s} s` : `${Math.floor(s / 60)} min ${s % 60} s`;
   }
@@ -949,6 +970,12 @@
     instructionsEdit: $('instructions-edit'),
     instructionsCancel: $('instructions-cancel'),
     instructionsSave: $('instructions-save'),
+    effort: $('effort'),
+    context: $('context'),
+    contextFill: $('context-fill'),
+    contextText: $('context-text'),
+    compact: $('compact'),
+    compactNote: $('compact-note'),
     announcer: $('announcer'),
   };
 
@@ -978,6 +1005,11 @@
     nextInstructions: '', // the instructions of the next chat started here
     textOnly: new Set(), // modelKeys the server refused an image for
     askedModel: null, // the session's model as its log's session/modelChanged set it, for footers
+    reasoning: new Map(), // itemId → ReasoningView
+    compactions: new Map(), // itemId → CompactionView
+    compactCommands: new Set(), // commandIds of session/compact sent from here: their turns hold no message
+    nextEffort: '', // the reasoning effort picked before a session exists ('' for the model's default)
+    contextUsage: null, // the current session's latest {usedTokens, windowTokens, pressure}
   };
 
   // ------------------------------------------------------------ transcript
@@ -995,6 +1027,7 @@
       this.asked = app.askedModel; // the session's model as the turn began, when its log said
       this.answeredBy = ''; // session/tokenUsage's modelId: the model that answered
       this.rerouted = false; // a fallback or a skipped provider moved the turn
+      this.compaction = null; // the CompactionView of a compaction this turn ran
       ui.empty.hidden = true;
       ui.transcript.append(this.el);
     }
@@ -1021,10 +1054,31 @@
       return this.status;
     }
 
+    /**
+     * compactionOnly tells whether the turn is a session/compact's: no
+     * message of its own, only its compaction (a divider, no exchange).
+     */
+    compactionOnly() {
+      return !this.user && (this.compaction !== null || app.compactCommands.has(this.turnId));
+    }
+
+    /** markCompaction shows the turn as a compaction's: its divider, no footer. */
+    markCompaction() {
+      this.el.classList.toggle('compaction-turn', this.compactionOnly());
+    }
+
     /** end shows the turn's terminal: what happened, and what to do next. */
     end(p) {
       this.terminal = p.terminal;
       if (this.status) this.status.end(p);
+      if (this.compactionOnly() && this.compaction) {
+        // The divider says how it went; a compaction has no answer to
+        // regenerate and no message to retry.
+        this.markCompaction();
+        if (this.footer) this.footer.remove();
+        this.footer = null;
+        return;
+      }
       const footer = el('footer', 'turn-footer');
       footer.dataset.terminal = p.terminal;
       const view = outcome(p, this);
@@ -1188,6 +1242,249 @@
     }
   }
 
+  /** at reads an RFC 3339 time as milliseconds; null when absent or unreadable. */
+  function at(iso) {
+    const t = iso ? Date.parse(iso) : NaN;
+    return Number.isNaN(t) ? null : t;
+  }
+
+  /**
+   * ReasoningView is a reasoning item: a collapsed block above the answer
+   * of its step, reading "Thinking…" while the model reasons (with a
+   * live mark, and the last words of the reasoning beside it), then
+   * "Thought for 4 s". It unfolds (a <details>: Tab, Enter and screen
+   * readers know it) to the summary parts, each rendered as the answers
+   * are (Markdown without raw HTML, sanitized). Reasoning the provider
+   * did not show (an empty summary) reads "Reasoned (hidden by the
+   * provider)" and unfolds to nothing.
+   *
+   * How long it thought is measured between the item's durable records:
+   * the recordedAt of its opening revision (item/started, written when
+   * the reasoning began) and of the revision that ended it. Both come
+   * from the log, so a reloaded chat says the same. When the opening is
+   * missing (an item first seen by its deltas after a gap), the page's
+   * own clock runs from the first delta it saw to the end it saw.
+   */
+  class ReasoningView {
+    constructor() {
+      this.item = { revision: 0, status: 'inProgress' };
+      this.parts = []; // the summary parts, as streamed or as the item holds them
+      this.opened = null; // {rec, local}: when the reasoning began, by the log and by this page's clock
+      this.closed = null;
+      this.timer = null;
+      this.el = el('div', 'reasoning');
+      this.details = el('details', 'reasoning-fold');
+      this.summary = el('summary', 'reasoning-summary');
+      this.body = el('div', 'reasoning-body');
+      this.details.append(this.summary, this.body);
+      this.line = el('p', 'reasoning-line'); // the hidden reasoning's one line
+      this.line.hidden = true;
+      this.el.append(this.details, this.line);
+      this.details.addEventListener('toggle', () => {
+        if (this.details.open) this.paintBody();
+      });
+    }
+
+    /** set shows a revision of the item. */
+    set(item) {
+      this.item = item;
+      const t = at(item.recordedAt);
+      if (!this.opened && (item.status === 'inProgress' || item.revision === 1)) {
+        this.opened = { rec: t, local: Date.now() };
+      } else if (this.opened && this.opened.rec == null && item.revision === 1) {
+        this.opened.rec = t;
+      }
+      if (item.status !== 'inProgress' && !this.closed) this.closed = { rec: t, local: Date.now() };
+      if (Array.isArray(item.summary)) this.parts = item.summary.map((x) => String(x == null ? '' : x));
+      else if (item.status !== 'inProgress') this.parts = []; // the item's word: nothing shown
+      this.render();
+    }
+
+    /** append adds a streamed delta to part n. */
+    append(n, delta) {
+      if (!this.opened) this.opened = { rec: null, local: Date.now() };
+      while (this.parts.length <= n) this.parts.push('');
+      this.parts[n] += delta;
+      this.renderSummary();
+      if (this.details.open) this.schedule();
+    }
+
+    /** discard ends a reasoning whose attempt is over (the server sent no end). */
+    discard() {
+      this.item = { ...this.item, status: 'failed' };
+      if (!this.closed) this.closed = { rec: null, local: Date.now() };
+      this.render();
+    }
+
+    /** shown tells whether any of the reasoning is there to read. */
+    shown() {
+      return this.parts.some((x) => x.trim() !== '');
+    }
+
+    /** duration is how long the model reasoned, in ms, or null when unknown. */
+    duration() {
+      const o = this.opened;
+      const c = this.closed;
+      if (!o || !c) return null;
+      if (o.rec != null && c.rec != null) return Math.max(0, c.rec - o.rec);
+      return Math.max(0, c.local - o.local); // this page saw both ends
+    }
+
+    /** words is what the block reads, folded. */
+    words() {
+      const { status } = this.item;
+      if (status === 'inProgress') return 'Thinking…';
+      const ms = this.duration();
+      const thought = ms == null ? 'Thought' : `Thought for ${thoughtTime(ms)}`;
+      if (status === 'completed') return this.shown() ? thought : 'Reasoned (hidden by the provider)';
+      if (status === 'cancelled') return this.shown() ? `${thought} · stopped` : 'Thinking stopped';
+      return this.shown() ? `${thought} · discarded attempt` : 'Thinking cut off · discarded attempt';
+    }
+
+    render() {
+      const { status } = this.item;
+      this.el.dataset.status = status;
+      const hidden = status !== 'inProgress' && !this.shown();
+      this.el.dataset.state = status === 'inProgress' ? 'streaming' : hidden ? 'hidden' : 'done';
+      this.details.hidden = hidden;
+      this.line.hidden = !this.details.hidden;
+      this.line.textContent = this.details.hidden ? this.words() : '';
+      this.renderSummary();
+      // Folded, it is painted once it ends (a reopened chat's is the same);
+      // unfolded, as it streams.
+      if (this.details.open || status !== 'inProgress') this.paintBody();
+    }
+
+    renderSummary() {
+      const streaming = this.item.status === 'inProgress';
+      const parts = [el('span', 'visually-hidden', 'Reasoning: '), el('span', 'reasoning-label', this.words())];
+      if (streaming) {
+        const live = el('span', 'reasoning-live');
+        live.setAttribute('aria-hidden', 'true');
+        parts.push(live);
+        // The last words streamed, beside the label, while it is folded.
+        const last = this.parts.length ? this.parts[this.parts.length - 1].trim() : '';
+        if (last) {
+          const preview = el('span', 'reasoning-preview', last.length > 160 ? `…${last.slice(-159)}` : last);
+          preview.setAttribute('aria-hidden', 'true');
+          parts.push(preview);
+        }
+      } else if (this.item.status === 'completed' && this.shown() && this.parts.length > 1) {
+        parts.push(el('span', 'reasoning-count', ` · ${plural(this.parts.filter((x) => x.trim() !== '').length, 'part')}`));
+      }
+      this.summary.replaceChildren(...parts);
+    }
+
+    schedule() {
+      if (this.timer) return;
+      this.timer = setTimeout(() => this.paintBody(), 80);
+    }
+
+    /** paintBody renders the parts, each as Markdown through the answers' sanitizing path. */
+    paintBody() {
+      clearTimeout(this.timer);
+      this.timer = null;
+      const shown = this.parts.filter((x) => x.trim() !== '');
+      const key = `${this.item.status}\n${JSON.stringify(shown)}`;
+      if (key === this.painted) return;
+      this.painted = key;
+      if (!shown.length) {
+        this.body.replaceChildren(el('p', 'reasoning-empty', this.item.status === 'inProgress' ? 'Nothing shown yet…' : 'Nothing shown.'));
+        return;
+      }
+      this.body.replaceChildren(...shown.map((x) => {
+        const part = el('div', 'reasoning-part md');
+        part.append(renderMarkdown(x));
+        return part;
+      }));
+    }
+  }
+
+  // A compaction's trigger in words.
+  const TRIGGER_WORDS = { auto: 'auto', manual: 'manual' };
+
+  /**
+   * CompactionView is a compaction item: a divider in the transcript
+   * where the conversation was compacted — after the turn its
+   * summarizedThrough names — reading "Context compacted · 130k → 2.1k
+   * tokens · auto", unfolding to the summary the model now reads in place
+   * of the turns above it (which stay on screen as they were).
+   * "Compacting…" while it runs; a failure says why.
+   */
+  class CompactionView {
+    constructor() {
+      this.item = { revision: 0, status: 'inProgress' };
+      this.el = el('div', 'compaction');
+      this.details = el('details', 'compaction-fold');
+      this.summary = el('summary', 'compaction-summary');
+      this.body = el('div', 'compaction-body');
+      this.details.append(this.summary, this.body);
+      this.line = el('p', 'compaction-line');
+      this.el.append(this.details, this.line);
+    }
+
+    set(item) {
+      this.item = item;
+      this.render();
+    }
+
+    /** words is what the divider reads. */
+    words() {
+      const it = this.item;
+      const trigger = TRIGGER_WORDS[it.trigger] || (it.trigger ? kindWords(it.trigger) : '');
+      const tail = trigger ? ` · ${trigger}` : '';
+      const before = it.tokensBefore != null ? tokenWords(it.tokensBefore) : null;
+      if (it.status === 'inProgress') return `Compacting the context…${before ? ` · ${before} tokens` : ''}${tail}`;
+      const outcome = it.outcome || (it.status === 'completed' ? 'compacted' : it.status);
+      switch (outcome) {
+        case 'compacted': {
+          const sizes = before && it.tokensAfter != null ? ` · ${before} → ${tokenWords(it.tokensAfter)} tokens` : '';
+          return `Context compacted${sizes}${tail}`;
+        }
+        case 'noop': return `Nothing to compact yet${tail}`;
+        case 'cancelled': return `Compaction stopped${tail}`;
+        case 'failed': {
+          const why = it.failureReason ? `: ${it.failureReason}` : '';
+          return `Compaction failed${why}${tail} · the model still gets the whole conversation`;
+        }
+        default: return `Compaction ${kindWords(outcome)}${tail}`;
+      }
+    }
+
+    render() {
+      const it = this.item;
+      const outcome = it.outcome || (it.status === 'completed' ? 'compacted' : it.status);
+      this.el.dataset.status = it.status;
+      this.el.dataset.outcome = it.status === 'inProgress' ? 'running' : outcome;
+      const text = typeof it.text === 'string' && it.text.trim() !== '' ? it.text : '';
+      const fold = it.status !== 'inProgress' && outcome === 'compacted' && text !== '';
+      this.details.hidden = !fold;
+      this.line.hidden = fold;
+      const label = el('span', 'compaction-label', this.words());
+      if (fold) {
+        this.line.replaceChildren();
+        this.summary.replaceChildren(el('span', 'visually-hidden', 'Divider: '), label);
+        if (this.text !== text) {
+          this.text = text;
+          const md = el('div', 'compaction-text md');
+          md.append(renderMarkdown(text));
+          this.body.replaceChildren(
+            el('p', 'compaction-note', 'What the model reads from here on, in place of the conversation above (which stays here as it was):'),
+            md);
+        }
+      } else {
+        const parts = [el('span', 'visually-hidden', 'Divider: '), label];
+        if (it.status === 'inProgress') {
+          const live = el('span', 'compaction-live');
+          live.setAttribute('aria-hidden', 'true');
+          parts.push(live);
+        }
+        this.summary.replaceChildren();
+        this.line.replaceChildren(...parts);
+      }
+    }
+  }
+
   /**
    * discardOpenAnswers ends a turn's answers still streaming once the turn
    * has moved on (a retry notice, its terminal): their attempt is over.
@@ -1202,12 +1499,78 @@
         view.render();
       }
     }
+    for (const view of app.reasoning.values()) {
+      if (view.item.turnId === turnId && view.item.status === 'inProgress') view.discard();
+    }
+  }
+
+  /** upsertReasoning shows a reasoning item, replacing an older revision of it. */
+  function upsertReasoning(item) {
+    let view = app.reasoning.get(item.itemId);
+    if (view && item.revision <= view.item.revision) return;
+    if (!view) {
+      view = new ReasoningView();
+      view.el.dataset.itemId = item.itemId;
+      app.reasoning.set(item.itemId, view);
+      const tv = turnView(item.turnId);
+      // Above the answer of its step: it opens before the answer does.
+      tv.add(view.el);
+      // A new attempt's output began: the retry before it ran.
+      if (tv.status) tv.status.attemptBegan();
+    }
+    view.set(item);
+  }
+
+  /**
+   * upsertCompaction shows a compaction item as a divider: in the turn
+   * that ran it, before its message (the conversation before that turn
+   * is what it summarises), or after the turn its summarizedThrough
+   * names when that is elsewhere. A session/compact's own turn shows
+   * the divider alone.
+   */
+  function upsertCompaction(item, live) {
+    let view = app.compactions.get(item.itemId);
+    if (view && item.revision <= view.item.revision) return;
+    const tv = turnView(item.turnId);
+    if (!view) {
+      view = new CompactionView();
+      view.el.dataset.itemId = item.itemId;
+      app.compactions.set(item.itemId, view);
+      tv.compaction = view;
+      // Before the turn's message, after any compaction it ran before.
+      const first = [...tv.el.children].find((c) => !c.classList.contains('compaction'));
+      tv.el.insertBefore(view.el, first || null);
+      tv.markCompaction();
+    }
+    const was = view.item.status;
+    view.set(item);
+    const through = item.summarizedThrough && app.turns.get(item.summarizedThrough);
+    if (through && through !== tv && through.el.isConnected) {
+      const next = through.el.nextElementSibling;
+      // Right after the turn summarised: where its turn begins, or on its
+      // own between two turns.
+      if (next === tv.el) {
+        if (view.el.parentNode !== tv.el) tv.el.insertBefore(view.el, [...tv.el.children].find((c) => !c.classList.contains('compaction')) || null);
+      } else if (next !== view.el) {
+        through.el.after(view.el);
+      }
+    }
+    syncCompact();
+    if (live && was === 'inProgress' && item.status !== 'inProgress') announce(`${view.words()}.`);
   }
 
   /** upsertItem shows an item, replacing an older revision of it. */
-  function upsertItem(item) {
+  function upsertItem(item, live) {
     if (item.kind === 'toolCall') {
       upsertTool(item);
+      return;
+    }
+    if (item.kind === 'reasoning') {
+      upsertReasoning(item);
+      return;
+    }
+    if (item.kind === 'compaction') {
+      upsertCompaction(item, live);
       return;
     }
     if (item.kind !== 'userMessage' && item.kind !== 'agentMessage') return;
@@ -1255,6 +1618,18 @@
       // A tool call's output, streamed (MSP's visibleOutput delta).
       const tool = app.tools.get(p.itemId);
       if (tool) tool.appendOutput(p.delta);
+      return;
+    }
+    const part = /^summary\.(\d{1,4})$/.exec(p.field || '');
+    if (part) {
+      // Part n of a reasoning item's summary.
+      if (!app.reasoning.has(p.itemId)) {
+        // Its item/started was lost (a gap): open it now, below any real revision.
+        upsertReasoning({ itemId: p.itemId, kind: 'reasoning', revision: 0.5, status: 'inProgress', turnId: app.running });
+      }
+      const view = app.reasoning.get(p.itemId);
+      // Deltas after the authoritative end are stale.
+      if (view.item.status === 'inProgress') view.append(Number(part[1]), p.delta);
       return;
     }
     if (p.field && p.field !== 'text') return;
@@ -1810,6 +2185,149 @@
     }
   }
 
+  // ------------------------------------------------------------ reasoning effort
+
+  /**
+   * showEffort shows a reasoning effort in the picker: the chat's
+   * (Session.reasoningEffort) or, with none open, the next chat's. mspd
+   * takes a tier for a chat but has no way to take it back to the
+   * model's default, so a chat that has one offers Default no more.
+   */
+  function showEffort(effort) {
+    const sel = ui.effort;
+    const value = effort || '';
+    if (![...sel.options].some((o) => o.value === value)) return; // a tier this page does not know
+    sel.value = value;
+    sel.dataset.value = value;
+    const fixed = !!app.current && value !== '';
+    sel.options[0].disabled = fixed;
+    sel.title = fixed ? 'This chat has its own reasoning effort: it can change, but not go back to the model’s default.' : '';
+  }
+
+  /** effortOf is a Session object's reasoning effort, '' for none. */
+  const effortOf = (s) => (s && s.reasoningEffort && s.reasoningEffort.reasoningEffort) || '';
+
+  /** effortLabel names a tier as the picker does. */
+  const effortLabel = (value) => {
+    const o = [...ui.effort.options].find((x) => x.value === value);
+    return o ? o.textContent : value;
+  };
+
+  /** setEffort sets a chat's reasoning effort (session/setReasoningEffort). */
+  function setEffort(sessionId, effort) {
+    return command('session/setReasoningEffort', { commandId: uuidv7(), sessionId, reasoningEffort: effort });
+  }
+
+  async function pickEffort() {
+    const sel = ui.effort;
+    const value = sel.value;
+    const label = effortLabel(value);
+    if (!app.current) {
+      app.nextEffort = value;
+      sel.dataset.value = value;
+      announce(`Reasoning for the next chat: ${label}.`);
+      return;
+    }
+    const previous = sel.dataset.value || '';
+    if (!value) { // Default cannot be set again: the option is off, but a keyboard may still land here
+      sel.value = previous;
+      return;
+    }
+    try {
+      await setEffort(app.current, value);
+      // session/reasoningEffortChanged follows, in every tab.
+      showEffort(value);
+      announce(`Reasoning: ${label}, from this chat's next message.`);
+    } catch (err) {
+      sel.value = previous; // the chat kept its effort
+      throw err;
+    }
+  }
+
+  // ------------------------------------------------------------ context window
+
+  // How full the context window is, by pressure, in words (colour only
+  // repeats them).
+  const PRESSURE_WORDS = { warning: 'nearly full', blocked: 'full' };
+
+  /**
+   * showContext shows session/contextUsage (or session/resume's
+   * contextUsage) in the meter beside the composer: "1.7k / 2.0k tokens ·
+   * nearly full", a bar coloured by pressure. null hides it (a chat with
+   * no usage yet). live: a change of pressure is said aloud.
+   */
+  function showContext(u, live = false) {
+    const before = app.contextUsage;
+    app.contextUsage = u && typeof u.usedTokens === 'number' ? { usedTokens: u.usedTokens, windowTokens: u.windowTokens, pressure: u.pressure || 'normal' } : null;
+    const c = app.contextUsage;
+    ui.context.hidden = !c;
+    if (!c) return;
+    const known = typeof c.windowTokens === 'number' && c.windowTokens > 0;
+    const words = PRESSURE_WORDS[c.pressure] || (c.pressure !== 'normal' ? kindWords(c.pressure) : '');
+    const pct = known ? Math.min(100, (c.usedTokens / c.windowTokens) * 100) : 0;
+    ui.context.dataset.pressure = c.pressure;
+    ui.contextFill.style.width = `${pct.toFixed(1)}%`;
+    ui.contextFill.parentElement.hidden = !known;
+    // "tokens" goes on a narrow screen (the meter's value text keeps it).
+    ui.contextText.replaceChildren(`${tokenWords(c.usedTokens)}${known ? ` / ${tokenWords(c.windowTokens)}` : ''}`,
+      el('span', 'context-unit', ' tokens'), words ? ` · ${words}` : '');
+    ui.context.setAttribute('aria-valuenow', String(c.usedTokens));
+    if (known) ui.context.setAttribute('aria-valuemax', String(c.windowTokens));
+    else ui.context.removeAttribute('aria-valuemax');
+    const used = `${c.usedTokens.toLocaleString('en')}${known ? ` of ${c.windowTokens.toLocaleString('en')} (${Math.round(pct)}%)` : ''} tokens of the model's context used`;
+    const advice = c.pressure === 'normal' ? '' : '; the older conversation will be compacted before the next message';
+    ui.context.setAttribute('aria-valuetext', `${used}${words ? `: ${words}` : ''}${advice}`);
+    ui.context.title = `${used}${words ? `: ${words}` : ''}${advice}.`;
+    if (live && before && before.pressure !== c.pressure && c.pressure !== 'normal') {
+      announce(`The chat's context is ${words || c.pressure}: the older conversation will be compacted before the next message.`);
+    }
+  }
+
+  /** compactNote says (or, with no text, clears) what the Compact control has to say, aloud too. */
+  function compactNote(text) {
+    ui.compactNote.textContent = text || '';
+    if (text) announce(text);
+  }
+
+  /** syncCompact shows Compact for an open chat, off while a compaction of its runs. */
+  function syncCompact() {
+    ui.compact.hidden = !app.current;
+    const running = [...app.compactions.values()].some((v) => v.item.status === 'inProgress');
+    ui.compact.disabled = running || !!ui.compact.dataset.sending;
+  }
+
+  /**
+   * compactChat sends session/compact: a turn of its own summarises the
+   * conversation, shown as a divider; noop (nothing finished since the
+   * chat began or was last compacted) is said in words.
+   */
+  async function compactChat() {
+    const sessionId = app.current;
+    if (!sessionId || ui.compact.disabled) return;
+    const commandId = uuidv7();
+    app.compactCommands.add(commandId);
+    ui.compact.dataset.sending = 'true';
+    syncCompact();
+    compactNote('Compacting…');
+    try {
+      const ack = await command('session/compact', { commandId, sessionId }, () => compactNote('Offline: compacting as soon as the connection is back.'));
+      if (sessionId !== app.current) return;
+      if (ack.status === 'noop') {
+        compactNote('Nothing to compact yet: no exchange has finished since the chat began or was last compacted.');
+      } else if (app.running && app.running !== commandId) {
+        compactNote('Compaction queued: it runs once the answer under way is done.');
+      } else {
+        compactNote('');
+      }
+    } catch (err) {
+      compactNote('');
+      throw err;
+    } finally {
+      delete ui.compact.dataset.sending;
+      syncCompact();
+    }
+  }
+
   // ------------------------------------------------------------ retries
 
   /** techDetails builds a closed disclosure of label/value pairs. */
@@ -2118,7 +2636,14 @@
       parts.push(plural(p.usage.outputTokens, 'token'));
     }
     const mark = p.terminal === 'completed' ? '✓' : p.terminal;
-    return { text: parts.length ? `${mark} ${parts.join(' · ')}` : mark, again: 'Regenerate' };
+    // Reasoning tokens are part of the output tokens: the detail says how many.
+    const u = p.usage;
+    const details = u && u.reasoningTokens > 0 ? {
+      'Reasoning tokens': u.reasoningTokens.toLocaleString('en'),
+      'Output tokens': `${u.outputTokens.toLocaleString('en')} (reasoning included)`,
+      'Input tokens': u.inputTokens != null ? u.inputTokens.toLocaleString('en') : null,
+    } : null;
+    return { text: parts.length ? `${mark} ${parts.join(' · ')}` : mark, details, again: 'Regenerate' };
   }
 
   function completeTurn(p) {
@@ -2126,8 +2651,9 @@
     const tv = turnView(p.turnId);
     tv.end(p);
     if (app.running === p.turnId) setRunning(null);
-    if (p.terminal === 'completed') announce('Answer complete.');
-    else announce(tv.footer.querySelector('.turn-status').textContent);
+    // A session/compact's turn has no footer: its divider says how it
+    // went, and was announced as it ended.
+    if (tv.footer) announce(p.terminal === 'completed' ? 'Answer complete.' : tv.footer.querySelector('.turn-status').textContent);
     if (!app.listStream) refreshSessionsSoon();
   }
 
@@ -2150,9 +2676,14 @@
     app.approvals.clear();
     app.echoes.clear();
     app.notices.clear();
+    app.reasoning.clear();
+    app.compactions.clear();
     app.lastTurn = null;
     app.askedModel = null;
     setRunning(null);
+    showContext(null);
+    compactNote('');
+    syncCompact();
   }
 
   // View notifications of the current session, by method. Each is
@@ -2161,12 +2692,12 @@
   const handlers = {
     'turn/started': (p) => {
       rekey(p.commandId, p.turnId);
-      turnView(p.turnId);
+      turnView(p.turnId).markCompaction();
       setRunning(p.turnId);
     },
-    'item/started': (p) => upsertItem(p.item),
-    'item/updated': (p) => upsertItem(p.item),
-    'item/completed': (p) => upsertItem(p.item),
+    'item/started': (p, at) => upsertItem(p.item, !!at),
+    'item/updated': (p, at) => upsertItem(p.item, !!at),
+    'item/completed': (p, at) => upsertItem(p.item, !!at),
     'item/delta': appendDelta,
     'turn/modelRetryScheduled': (p, at) => addRetry(p, true, at),
     'turn/retryScheduled': (p, at) => addRetry(p, false, at),
@@ -2182,6 +2713,12 @@
       patchSession(p.sessionId, { modelId: p.modelId, providerId: p.providerId ?? null });
       selectModel(p.providerId, p.modelId);
     },
+    'session/reasoningEffortChanged': (p) => {
+      const s = app.sessions.get(p.sessionId);
+      if (s) app.sessions.set(p.sessionId, { ...s, reasoningEffort: { reasoningEffort: p.reasoningEffort, source: p.source } });
+      showEffort(p.reasoningEffort);
+    },
+    'session/contextUsage': (p, at) => showContext(p, !!at),
     'session/approvalModeChanged': (p) => {
       const s = app.sessions.get(p.sessionId);
       if (s) app.sessions.set(p.sessionId, { ...s, approvalMode: { ...s.approvalMode, mode: p.mode, source: p.source } });
@@ -2334,6 +2871,8 @@
     app.instructions = (res.config && res.config.instructions) || '';
     syncInstructionsButton();
     upsertSession(res.session);
+    showContext(res.contextUsage || null);
+    syncCompact();
     if (!cursor) loadModels().catch(() => {});
     await showHistory(sessionId, res, !cursor, epoch);
     // The approvals waiting for a person, as the server lists them (the
@@ -2383,6 +2922,7 @@
     resetTranscript();
     upsertSession(session);
     syncInstructionsButton();
+    syncCompact();
   }
 
   /** newChat starts a chat, with the next chat's instructions unless given others. */
@@ -2397,6 +2937,12 @@
     // Not queued offline: the banner says so and nothing waits unseen.
     const res = await rpc.call('session/start', params);
     enter(res.session, res.viewCursor, instructions);
+    // session/start takes no reasoning effort: the next chat's is set
+    // before its first message.
+    if (app.nextEffort) {
+      await setEffort(res.session.sessionId, app.nextEffort);
+      if (app.current === res.session.sessionId) showEffort(app.nextEffort);
+    }
     loadModels().catch(() => {});
     closeDrawer();
     ui.input.focus();
@@ -2427,6 +2973,7 @@
     if (!s || !s.sessionId) return;
     app.sessions.set(s.sessionId, s);
     if (s.sessionId === app.current && s.approvalMode) showApprovalMode(s.approvalMode.mode);
+    if (s.sessionId === app.current) showEffort(effortOf(s));
     renderSessions();
   }
 
@@ -2643,6 +3190,8 @@
     resetTranscript();
     renderSessions();
     showApprovalMode(app.nextApprovalMode || 'promptUnmatched');
+    showEffort(app.nextEffort);
+    syncCompact();
     loadModels().catch(() => {});
   }
 
@@ -2775,6 +3324,7 @@
       }
     }
     const commandId = uuidv7();
+    compactNote('');
     const echo = new ItemView('userMessage');
     echo.gallery.setLocal(images.length ? images : parts.filter((p) => IMAGE_TYPES.includes(p.mediaType)).map((p) => ({
       mediaType: p.mediaType, width: p.width, height: p.height, url: `data:${p.mediaType};base64,${p.base64Data}`,
@@ -3044,6 +3594,8 @@
   ui.bannerClose.addEventListener('click', hideError);
   ui.model.addEventListener('change', catching(pickModel));
   ui.approvalMode.addEventListener('change', catching(pickApprovalMode));
+  ui.effort.addEventListener('change', catching(pickEffort));
+  ui.compact.addEventListener('click', catching(compactChat));
 
   // Copy buttons of code blocks, which re-rendering replaces while an
   // answer streams: one listener for them all.

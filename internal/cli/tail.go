@@ -112,7 +112,7 @@ func tailCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.From, "from", "", "start after this `cursor` (a viewCursor printed earlier)")
 	fs.BoolVar(&opts.FromStart, "from-start", false, "show the whole session log first")
 	fs.BoolVar(&noFollow, "no-follow", false, "stop at the end of the log instead of following live events")
-	fs.StringVar(&opts.Format, "o", tail.Pretty, "output: pretty, json (one object per line, with its cursor) or raw (answer text only)")
+	fs.StringVar(&opts.Format, "o", tail.Pretty, "output: pretty, json (one object per line, with its cursor) or raw (answer text only: no reasoning, tool calls or compaction summaries)")
 	fs.IntVar(&opts.Count, "count", 0, "stop after `n` notifications")
 	fs.StringVar(&color, "color", "auto", "colour: auto, always or never")
 	fs.BoolVar(&noKeys, "no-keys", false, "never decide approvals by key press (otherwise, following as pretty text with a terminal as input: a approves a waiting call once, s for the session, d denies it)")
