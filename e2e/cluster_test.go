@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"mspd/client"
+	"mspd/internal/testlane"
 	"mspd/provider/scripted"
 	"mspd/schema/msp"
 )
@@ -40,6 +41,7 @@ func freePorts(t *testing.T, n int) []int {
 // server, routed into one cluster with three JetStream replicas.
 func startCluster(t *testing.T) []*process {
 	t.Helper()
+	testlane.Slow(t, "runs three mspd processes on embedded NATS")
 	ports := freePorts(t, 6)
 	var nodes []*process
 	for i := range 3 {
@@ -156,6 +158,7 @@ type clusterNode struct {
 // startClusterNodes is startCluster keeping what a restart needs.
 func startClusterNodes(t *testing.T, extra ...string) []*clusterNode {
 	t.Helper()
+	testlane.Slow(t, "runs three mspd processes on embedded NATS")
 	ports := freePorts(t, 6)
 	var nodes []*clusterNode
 	for i := range 3 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"mspd/client"
+	"mspd/internal/testlane"
 	"mspd/provider/scripted"
 	"mspd/schema/msp"
 )
@@ -18,6 +19,7 @@ import (
 // is free again. So in every store mode that keeps files there: SQLite's,
 // and JetStream's with the NATS server embedded (its files under --data).
 func TestDataDirInUse(t *testing.T) {
+	testlane.Slow(t, "starts mspd processes, on SQLite and on embedded NATS")
 	for _, mode := range []struct {
 		name string
 		args []string

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"mspd/client"
+	"mspd/internal/testlane"
 	"mspd/provider/scripted"
 	"mspd/schema/msp"
 )
@@ -392,6 +393,7 @@ func TestKilledDuringBackoff(t *testing.T) {
 // the last process finish: every turn completes, no cursor is delivered
 // twice, and every durable event delivered is in the log as sent.
 func TestKilledAtRandomPoints(t *testing.T) {
+	testlane.Slow(t, "kills an mspd process six times")
 	const kills = 6
 	seed := time.Now().UnixNano()
 	rnd := rand.New(rand.NewPCG(uint64(seed), 0))

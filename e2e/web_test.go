@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"mspd/daemon"
+	"mspd/internal/testlane"
 	"mspd/provider/scripted"
 	"mspd/server"
 )
@@ -57,6 +58,7 @@ func browserMissing(path string, ci bool) (msg string, fail bool) {
 // one (failing it under CI).
 func requireBrowser(t *testing.T) string {
 	t.Helper()
+	testlane.Slow(t, "drives headless Chromium")
 	path := chromiumPath()
 	switch msg, fail := browserMissing(path, os.Getenv("CI") != ""); {
 	case fail:
