@@ -30,12 +30,16 @@ type contextWindow struct {
 	// summary) after a compaction, 0 before any.
 	base     int
 	lastTurn string // the latest turn that completed
+	// latest is the latest turn with a user message, which a turn/start
+	// may regenerate (versions.go): where it begins in the history.
+	latest exchange
 }
 
 // turnCompleted notes turnID's terminal, the history then historyLen
 // messages long: a turn that added to it may be compacted from now on.
 func (w *contextWindow) turnCompleted(turnID string, historyLen int) {
 	w.lastTurn = turnID
+	w.latest.ended(turnID)
 	if historyLen > w.base {
 		w.cut = &turn.Cut{At: historyLen, Through: turnID}
 	}
@@ -56,6 +60,7 @@ func (w *contextWindow) compacted(h []provider.Message, it msp.Item) []provider.
 	out := make([]provider.Message, 0, 1+len(h)-c.At)
 	out = append(append(out, turn.SummaryMessage(*it.Text)), h[c.At:]...)
 	w.cut, w.base = nil, 1
+	w.latest.compacted(it.SummarizedThrough, len(h)-len(out))
 	return out
 }
 

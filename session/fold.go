@@ -125,6 +125,9 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 				}
 				delete(f.open, it.ItemID)
 				delete(f.openAt, it.ItemID)
+				if it.Kind == msp.ItemUserMessage {
+					f.window.latest.begin(it, len(f.history), f.window.cut)
+				}
 				h := appendHistory(f.history, it)
 				f.history = f.window.compacted(h, it)
 				// A compaction gives its summary the place of the messages
@@ -139,6 +142,13 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 					current = p.ProviderID
 				}
 			case msp.NotifyTurnStarted:
+				superseded, err := regeneratesOf(r)
+				if err != nil {
+					return f, err
+				}
+				if superseded != "" {
+					f.history = f.window.supersede(f.history, superseded)
+				}
 				turnProvider, f.turnFrom = current, len(f.history)
 			case turn.MethodReasoning:
 				if err := f.addReasoning(r, turnProvider); err != nil {

@@ -312,24 +312,25 @@ func (l imageLoader) Load(ctx context.Context, ref string) (string, error) {
 }
 
 // imageOf is the stored image p names, with the seq of its first record,
-// when its outputRef is an image's id whose first record is the item's
-// image; nil otherwise, for outputOf to say what is wrong.
-func (m *Manager) imageOf(ctx context.Context, key string, p msp.ItemReadOutputParams) (*msp.OutputRef, int64, error) {
+// when its outputRef is an image's id whose first record is the image of
+// item owner ("": of any item), and the item its records name (stored);
+// nil otherwise, for outputOf to say what is wrong.
+func (m *Manager) imageOf(ctx context.Context, key, owner string, p msp.ItemReadOutputParams) (ref *msp.OutputRef, first int64, stored string, err error) {
 	first, count, ok := parseImageID(p.OutputRef)
 	if !ok {
-		return nil, 0, nil
+		return nil, 0, "", nil
 	}
 	recs, err := m.store.Records(ctx, key, first-1, store.Limit{Rows: 1, Bytes: ReadBytes})
 	if err != nil {
-		return nil, 0, msp.ErrInternal("reading session log: %v", err)
+		return nil, 0, "", msp.ErrInternal("reading session log: %v", err)
 	}
 	var c storedChunk
 	if len(recs) != 1 || recs[0].Seq != first || recs[0].Method != methodImage || json.Unmarshal(recs[0].Params, &c) != nil ||
-		c.ItemID != p.ItemID || c.Offset != 0 || (c.ByteLen+imageChunkBytes-1)/imageChunkBytes != int64(count) {
-		return nil, 0, nil
+		(owner != "" && c.ItemID != owner) || c.Offset != 0 || (c.ByteLen+imageChunkBytes-1)/imageChunkBytes != int64(count) {
+		return nil, 0, "", nil
 	}
 	return &msp.OutputRef{Availability: msp.OutputAvailable, ByteLen: c.ByteLen, ID: p.OutputRef,
-		Kind: msp.OutputKindImage, MediaType: c.MediaType, URI: "mspd:image/" + p.OutputRef}, first, nil
+		Kind: msp.OutputKindImage, MediaType: c.MediaType, URI: "mspd:image/" + p.OutputRef}, first, c.ItemID, nil
 }
 
 // imageRange serves up to length bytes of a stored image from offset

@@ -151,7 +151,7 @@ func (m *Manager) ReadOutput(ctx context.Context, raw json.RawMessage) (msp.Item
 		return msp.ItemReadOutputResult{}, err
 	}
 	defer release()
-	ref, first, err := m.outputOf(ctx, s, p)
+	ref, first, stored, err := m.outputOf(ctx, s, p)
 	if err != nil {
 		return msp.ItemReadOutputResult{}, err
 	}
@@ -163,7 +163,7 @@ func (m *Manager) ReadOutput(ctx context.Context, raw json.RawMessage) (msp.Item
 		return msp.ItemReadOutputResult{OffsetBytes: offset, Encoding: encodingOf(ref), EOF: true, MediaType: ref.MediaType}, nil
 	}
 	if ref.Kind == msp.OutputKindImage {
-		return m.imageRange(ctx, s.key, p.ItemID, first, ref, offset, length)
+		return m.imageRange(ctx, s.key, stored, first, ref, offset, length)
 	}
 	// Up to a character more than wanted is read, to find where the
 	// range may end.
@@ -203,29 +203,30 @@ func outputParamError(p msp.ItemReadOutputParams, field, reason, format string, 
 	return e
 }
 
-// outputOf finds the outputRef p names and the seq of its first record:
+// outputOf finds the outputRef p names, the seq of its first record and
+// the item those records name (another's for a regeneration's message):
 // from the records its id names when they are the item's, else, to say
 // precisely what is wrong, from the item as the log last recorded it.
-func (m *Manager) outputOf(ctx context.Context, s *session, p msp.ItemReadOutputParams) (*msp.OutputRef, int64, error) {
-	if ref, first, err := m.imageOf(ctx, s.key, p); ref != nil || err != nil {
-		return ref, first, err
+func (m *Manager) outputOf(ctx context.Context, s *session, p msp.ItemReadOutputParams) (ref *msp.OutputRef, first int64, stored string, err error) {
+	if ref, first, stored, err := m.imageOf(ctx, s.key, p.ItemID, p); ref != nil || err != nil {
+		return ref, first, stored, err
 	}
 	if first, count, ok := parseOutputID(p.OutputRef); ok {
 		recs, err := m.store.Records(ctx, s.key, first+int64(count)-1, store.Limit{Rows: 1, Bytes: ReadBytes})
 		if err != nil {
-			return nil, 0, msp.ErrInternal("reading session log: %v", err)
+			return nil, 0, "", msp.ErrInternal("reading session log: %v", err)
 		}
 		if len(recs) == 1 && recs[0].Seq == first+int64(count) && recs[0].Method == msp.NotifyItemCompleted {
 			var ip msp.ItemParams
 			if err := json.Unmarshal(recs[0].Params, &ip); err == nil && ip.Item.ItemID == p.ItemID &&
 				ip.Item.OutputRef != nil && ip.Item.OutputRef.ID == p.OutputRef {
-				return ip.Item.OutputRef, first, nil
+				return ip.Item.OutputRef, first, p.ItemID, nil
 			}
 		}
 	}
 	it, found, err := m.lastItem(ctx, s.key, p.ItemID)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, "", err
 	}
 	unavailable := func(availability, format string, args ...any) *msp.Error {
 		e := msp.NewError(msp.CodeOutputUnavailable, msp.KindOutputUnavailable, format, args...)
@@ -241,24 +242,30 @@ func (m *Manager) outputOf(ctx context.Context, s *session, p msp.ItemReadOutput
 	case !found:
 		e := msp.NewError(msp.CodeNotFound, msp.KindNotFound, "session %s has no item %s", s.id, p.ItemID)
 		e.Data.Reason, e.Data.SessionID, e.Data.ItemID, e.Data.OutputRef = msp.ReasonUnknownItem, s.id, p.ItemID, p.OutputRef
-		return nil, 0, e
+		return nil, 0, "", e
 	case len(it.Attachments) > 0 && !slices.ContainsFunc(it.Attachments, func(a msp.MessageAttachment) bool {
 		return a.OutputRef != nil && a.OutputRef.ID == p.OutputRef
 	}):
-		return nil, 0, unknownRef("item %s has no attachment %q", p.ItemID, p.OutputRef)
+		return nil, 0, "", unknownRef("item %s has no attachment %q", p.ItemID, p.OutputRef)
+	case len(it.Attachments) > 0 && it.Regenerates != "":
+		// A regeneration's message names the images of the message it
+		// repeats, stored once under that message's item.
+		if ref, first, stored, err := m.imageOf(ctx, s.key, "", p); ref != nil || err != nil {
+			return ref, first, stored, err
+		}
 	case len(it.Attachments) > 0:
 		// The item names the image, yet its records are not where the
 		// ref says: accessFailed, below.
 	case it.Kind != msp.ItemToolCall:
-		return nil, 0, unavailable(msp.OutputUnsupported, "item %s is a %s item: only tool calls and images keep an output", p.ItemID, it.Kind)
+		return nil, 0, "", unavailable(msp.OutputUnsupported, "item %s is a %s item: only tool calls and images keep an output", p.ItemID, it.Kind)
 	case it.OutputRef == nil:
-		return nil, 0, unavailable(msp.OutputMissing, "item %s kept no output beyond its visibleOutput", p.ItemID)
+		return nil, 0, "", unavailable(msp.OutputMissing, "item %s kept no output beyond its visibleOutput", p.ItemID)
 	case it.OutputRef.ID != p.OutputRef:
-		return nil, 0, unknownRef("item %s has no output %q; its outputRef is %q", p.ItemID, p.OutputRef, it.OutputRef.ID)
+		return nil, 0, "", unknownRef("item %s has no output %q; its outputRef is %q", p.ItemID, p.OutputRef, it.OutputRef.ID)
 	}
 	// The item names this output, and its records are not where the id
 	// says: the log is not what this build wrote.
-	return nil, 0, unavailable(msp.OutputAccessFailed, "the output of item %s cannot be read", p.ItemID)
+	return nil, 0, "", unavailable(msp.OutputAccessFailed, "the output of item %s cannot be read", p.ItemID)
 }
 
 // lastItem reads the log for the last recorded state of an item, a page

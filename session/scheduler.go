@@ -143,9 +143,9 @@ func (s *session) launchLocked(ctx context.Context, pt pendingTurn, st *state, b
 	text, turnID := pt.Text, pt.TurnID
 	user := msp.Item{ItemID: cmp.Or(pt.UserItemID, newID()), Kind: msp.ItemUserMessage, Revision: 1, Status: msp.ItemCompleted,
 		TurnID: &turnID, Text: &text, CommandID: pt.CommandID, DisplayText: pt.DisplayText, RecordedAt: wireTime(m.now()),
-		Attachments: attachments(pt.Images)}
+		Attachments: attachments(pt.Images), Regenerates: pt.Regenerates}
 	evs := append(before[:len(before):len(before)],
-		event{msp.NotifyTurnStarted, &msp.TurnStartedParams{CommandID: pt.CommandID, TurnID: pt.TurnID}})
+		event{msp.NotifyTurnStarted, &msp.TurnStartedParams{CommandID: pt.CommandID, TurnID: pt.TurnID, Regenerates: pt.Regenerates}})
 	if pt.Compact != "" {
 		// session/compact's turn: no message of the user's.
 		if err := s.appendLocked(ctx, evs, st, cmds...); err != nil {
@@ -164,6 +164,10 @@ func (s *session) launchLocked(ctx context.Context, pt pendingTurn, st *state, b
 	if err := s.appendLocked(ctx, evs, st, cmds...); err != nil {
 		return err
 	}
+	if pt.Regenerates != "" {
+		s.history = s.window.supersede(s.history, pt.Regenerates)
+	}
+	s.window.latest.begin(user, len(s.history), s.window.cut)
 	s.history = appendHistory(s.history, user)
 	s.listChangedLocked()
 	return nil

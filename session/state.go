@@ -94,6 +94,10 @@ type pendingTurn struct {
 	// Compact marks a turn of session/compact (msp.CompactionManual): a
 	// compaction alone, with no user message.
 	Compact string `json:"compact,omitempty"`
+	// Regenerates is the turn whose answer this one regenerates (its
+	// input is that turn's, copied at admission): its launch takes that
+	// turn out of the history (versions.go).
+	Regenerates string `json:"regenerates,omitempty"`
 }
 
 // spans are the session's cursor epoch spans, an older build's

@@ -46,7 +46,12 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 		if err := m.checkProvider(s.st.ProviderID); err != nil {
 			return nil, err
 		}
-		if err := m.checkImagesTaken(&s.st, in); err != nil {
+		pt := pendingTurn{TurnID: p.CommandID, CommandID: p.CommandID, Text: in.text, UserItemID: newID(), DisplayText: p.DisplayText}
+		if p.Regenerate != "" {
+			if pt, err = m.regenerationLocked(ctx, s, a, p, in); err != nil {
+				return nil, err
+			}
+		} else if err := m.checkImagesTaken(&s.st, in); err != nil {
 			return nil, err
 		}
 		if err := m.checkQueueLocked(s); err != nil {
@@ -61,12 +66,13 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 		if err != nil {
 			return nil, msp.ErrInternal("encoding ack: %v", err)
 		}
-		pt := pendingTurn{TurnID: ack.TurnID, CommandID: p.CommandID, Text: in.text, UserItemID: newID(), DisplayText: p.DisplayText,
-			ResponseSchema: p.ResponseSchema, Retry: p.Retry, ReasoningEffort: p.ReasoningEffort, AdmittedAt: m.now()}
+		pt.ResponseSchema, pt.Retry, pt.ReasoningEffort, pt.AdmittedAt = p.ResponseSchema, p.Retry, p.ReasoningEffort, m.now()
 		// Its images are stored once, here, ahead of the rest of the
-		// admission's commit.
+		// admission's commit (a regeneration's are its turn's, stored).
 		images, stored := s.imageRecords(pt.UserItemID, in)
-		pt.Images = stored
+		if len(stored) > 0 {
+			pt.Images = stored
+		}
 		if p.MaxTokens != nil {
 			pt.MaxTokens = *p.MaxTokens
 		}
@@ -130,6 +136,9 @@ func (m *Manager) checkQueueLocked(s *session) error {
 // checkTurn validates a new turn/start and returns its input.
 func (m *Manager) checkTurn(p msp.TurnStartParams) (turnInput, error) {
 	in, err := readInput(p.Input)
+	if p.Regenerate != "" {
+		in, err = checkRegenerateInput(p)
+	}
 	if err != nil {
 		return in, err
 	}

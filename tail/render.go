@@ -55,6 +55,7 @@ type renderer struct {
 	calls    map[string]callNames // itemId → a tool call's names, for its approval
 	asked    map[string]bool      // approvalId → shown
 	pressure string               // the context pressure last told ("" before any)
+	versions map[string]int       // turnId → which version of its answer it is, for a turn that has been regenerated
 }
 
 // newRenderer renders one session to w, which is not a terminal.
@@ -67,7 +68,7 @@ func newRenderer(w io.Writer, format string, color bool) *renderer {
 // event, rather than streaming its deltas.
 func (s *screen) renderer(format string, color bool, label string) *renderer {
 	return &renderer{s: s, format: format, color: color, label: label, inline: label == "", streamed: map[string]string{},
-		thought: map[string]int{}, calls: map[string]callNames{}, asked: map[string]bool{}}
+		thought: map[string]int{}, calls: map[string]callNames{}, asked: map[string]bool{}, versions: map[string]int{}}
 }
 
 // event renders one notification.
@@ -411,6 +412,8 @@ func (r *renderer) item(it msp.Item) {
 		text = *it.Text
 	}
 	switch {
+	case it.Kind == msp.ItemUserMessage && it.Regenerates != "":
+		r.println(r.paint(dim, r.versionLine(it)))
 	case it.Kind == msp.ItemUserMessage:
 		you := sanitize(text)
 		if tags := imageTags(it.Attachments); tags != "" {
@@ -540,4 +543,16 @@ func (r *renderer) paint(style, s string) string {
 		return s
 	}
 	return "\x1b[" + style + "m" + s + "\x1b[0m"
+}
+
+// versionLine introduces a regenerated answer: the message it answers is
+// the one already shown, so it is not repeated; the line counts the
+// versions of that answer ("↻ version 2") that this tail has seen: one
+// that began after the earlier versions counts from 2.
+func (r *renderer) versionLine(it msp.Item) string {
+	n := max(r.versions[it.Regenerates], 1) + 1
+	if it.TurnID != nil {
+		r.versions[*it.TurnID] = n
+	}
+	return fmt.Sprintf("↻ version %d", n)
 }

@@ -132,3 +132,25 @@ func TestPrettyOutputNeutralisesControlCharacters(t *testing.T) {
 		t.Fatalf("pretty output passes terminal control characters from model text through: %q", out.String())
 	}
 }
+
+// TestRegeneratedAnswerIsAVersion: a regeneration's message (it repeats
+// the prompt shown already) prints as the answer's version, counting up
+// along a chain, never as the prompt again.
+func TestRegeneratedAnswerIsAVersion(t *testing.T) {
+	var out strings.Builder
+	r := newRenderer(&out, Pretty, false)
+	prompt, answer := "tell me a joke", "a joke"
+	turns := []string{"t1", "t2", "t3"}
+	for i, turnID := range turns {
+		it := msp.Item{ItemID: "u" + turnID, Kind: msp.ItemUserMessage, Status: msp.ItemCompleted, Text: &prompt, TurnID: &turns[i]}
+		if i > 0 {
+			it.Regenerates = turns[i-1]
+		}
+		r.event(msp.NotifyItemCompleted, itemEvent(t, it))
+		r.event(msp.NotifyItemCompleted, itemEvent(t, msp.Item{ItemID: "a" + turnID, Kind: msp.ItemAgentMessage, Status: msp.ItemCompleted, Text: &answer, TurnID: &turns[i]}))
+	}
+	got := out.String()
+	if strings.Count(got, prompt) != 1 || !strings.Contains(got, "↻ version 2\nagent: a joke\n↻ version 3\n") {
+		t.Fatalf("printed %q", got)
+	}
+}

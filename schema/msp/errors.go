@@ -68,6 +68,13 @@ const (
 	// ReasonSessionDeleted answers a replay of the command that made a
 	// session (session/start, session/fork) once that session is deleted.
 	ReasonSessionDeleted = "session_deleted"
+	// ReasonNotLatestTurn, ReasonTurnNotEnded and ReasonTurnCompacted
+	// refuse a turn/start regenerate (mspd addition) of a turn that is
+	// not the session's latest with a user message, that has not ended,
+	// or that a compaction summarized.
+	ReasonNotLatestTurn = "not_latest_turn"
+	ReasonTurnNotEnded  = "turn_not_ended"
+	ReasonTurnCompacted = "turn_compacted"
 )
 
 // Reasons of invalidParams and notFound errors of session MCP servers and
@@ -94,6 +101,9 @@ const (
 	ReasonMisalignedOffset = "misalignedOffset"
 	// ReasonPastEnd refuses an offsetBytes past the end of the output.
 	ReasonPastEnd = "pastEnd"
+	// ReasonRegenerateInputDiffers refuses a turn/start regenerate whose
+	// input does not repeat the regenerated turn's prompt.
+	ReasonRegenerateInputDiffers = "regenerateInputDiffers"
 )
 
 // ErrorData is the data member of an MSP error; Kind is always set.

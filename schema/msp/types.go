@@ -319,6 +319,11 @@ type TurnStartParams struct {
 	// (--max-steps) for this turn: the model calls it may make before
 	// the turn ends stepLimit. A higher value is the server's limit.
 	MaxSteps *int `json:"maxSteps,omitempty"`
+	// Regenerate (mspd addition) names the turn whose answer this turn
+	// regenerates: it answers that turn's input again and replaces it in
+	// what the model sees; the named turn stays in the log as an earlier
+	// version of the answer.
+	Regenerate string `json:"regenerate,omitempty"`
 }
 
 // IfBusy dispositions.
@@ -400,6 +405,9 @@ type TurnStartedParams struct {
 	ViewHeader
 	CommandID string `json:"commandId"`
 	TurnID    string `json:"turnId"`
+	// Regenerates (mspd addition) is the turn whose answer this one
+	// regenerates (TurnStartParams.Regenerate).
+	Regenerates string `json:"regenerates,omitempty"`
 }
 
 // TurnUnqueuedParams are the params of turn/unqueued.
@@ -549,6 +557,9 @@ type Item struct {
 	Truncated   bool    `json:"truncated,omitempty"`
 	// Attachments are a userMessage's images, metadata only.
 	Attachments []MessageAttachment `json:"attachments,omitempty"`
+	// Regenerates (mspd addition) is, on a userMessage, the turn whose
+	// answer its turn regenerates: the message repeats that turn's.
+	Regenerates string `json:"regenerates,omitempty"`
 
 	// toolCall items.
 
