@@ -720,17 +720,17 @@ type ModelListResult struct {
 
 // ModelEntry is one configured model.
 type ModelEntry struct {
-	ContextLimit *int64          `json:"contextLimit"`
-	Cost         *ModelCost      `json:"cost"` // null when the model has no configured price
-	Description  *string         `json:"description"`
-	DisplayLabel string          `json:"displayLabel"`
-	IsActive     bool            `json:"isActive"`
-	IsDefault    bool            `json:"isDefault"`
-	ModelID      string          `json:"modelId"`
-	OutputLimit  *int64          `json:"outputLimit"`
-	ProfileID    *string         `json:"profileId"`
-	ProviderID   string          `json:"providerId"`
-	ReleaseDate  *string         `json:"releaseDate"`
+	ContextLimit *int64     `json:"contextLimit"`
+	Cost         *ModelCost `json:"cost"` // null when the model has no configured price
+	Description  *string    `json:"description"`
+	DisplayLabel string     `json:"displayLabel"`
+	IsActive     bool       `json:"isActive"`
+	IsDefault    bool       `json:"isDefault"`
+	ModelID      string     `json:"modelId"`
+	OutputLimit  *int64     `json:"outputLimit"`
+	ProfileID    *string    `json:"profileId"`
+	ProviderID   string     `json:"providerId"`
+	ReleaseDate  *string    `json:"releaseDate"`
 
 	// BreakerState is mspd's: the circuit breaker of the row's provider
 	// (closed, open, halfOpen), absent when it has none.

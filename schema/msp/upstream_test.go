@@ -442,7 +442,7 @@ func TestGoTypesMatchSchema(t *testing.T) {
 			Cumulative: CumulativeTokenUsage{OutputTokens: 20, PromptTokens: 90, TotalTokens: 110}, PromptTokens: 90,
 			TotalTokens: 110, Usage: usage, DurationMs: ptr[int64](900), FinishReason: "stop", ModelID: "gpt-test"}},
 		{"SessionTokenUsageParams", SessionTokenUsageParams{ViewHeader: durable, TurnID: testCommand,
-			Cumulative: CumulativeTokenUsage{OutputTokens: 20, PromptTokens: 90, TotalTokens: 110, Cost: &CumulativeCost{USD: 0.0125, Partial: true}},
+			Cumulative:   CumulativeTokenUsage{OutputTokens: 20, PromptTokens: 90, TotalTokens: 110, Cost: &CumulativeCost{USD: 0.0125, Partial: true}},
 			PromptTokens: 90, TotalTokens: 110, Usage: usage, ModelID: "gpt-test", CostUSD: ptr(0.0025)}},
 		{"ViewSubscribeParams", ViewSubscribeParams{SessionID: testSession, After: ptr("v:x:2")}},
 		{"ViewSubscribeResult", ViewCursorResult{ViewCursor: "v:x:9"}},
