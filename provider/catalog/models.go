@@ -51,12 +51,15 @@ type ModelSettings struct {
 	// model, before the session's own instructions (at most 32 KiB); an
 	// override's replaces its entry's.
 	Instructions string `toml:"instructions"`
-	// PriceIn and PriceOut are the model's price in USD per million
-	// prompt and output tokens (default: none, and mspd reports no cost
-	// for it). Set both or neither; an override's replace its entry's.
-	// model/list reports them as cost, and session/tokenUsage prices each
-	// completion with them (docs/providers.md#prices).
-	PriceIn  *float64 `toml:"price_in"`
+	// PriceIn is the model's price in USD per million prompt tokens
+	// (default: none, and mspd reports no cost for the model). Set with
+	// price_out; an override's prices replace its entry's. model/list
+	// reports them as cost, and each completion is priced with them
+	// (session/tokenUsage's costUsd and cumulative.cost; see
+	// docs/providers.md#prices).
+	PriceIn *float64 `toml:"price_in"`
+	// PriceOut is the model's price in USD per million output tokens,
+	// reasoning tokens included; set with price_in.
 	PriceOut *float64 `toml:"price_out"`
 	// PriceCachedIn is the price in USD per million prompt tokens the
 	// provider read from its cache (default: price_in); it needs
