@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"mspd/auth"
 	"mspd/modelretry"
 	"mspd/observe"
+	"mspd/provider"
 	"mspd/provider/catalog"
 	"mspd/provider/demo"
 	"mspd/schema/msp"
@@ -363,10 +365,23 @@ func (m models) List(activeProvider, activeModel string) msp.ModelListResult {
 			window := int64(l.ContextWindow)
 			e.ContextLimit = &window
 		}
+		e.Cost = modelCost(m.Info(l.ProviderID, l.ModelID).Price)
 		m.chainOf(&e)
 		res.Models = append(res.Models, e)
 	}
 	return res
+}
+
+// modelCost is a configured price as model/list's cost: each number
+// written as the shortest decimal that reads back as it (what the
+// operator wrote, "2.5" for 2.5), in USD; nil for no price.
+func modelCost(p *provider.Price) *msp.ModelCost {
+	if p == nil {
+		return nil
+	}
+	decimal := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	usd := "USD"
+	return &msp.ModelCost{Input: decimal(p.In), Output: decimal(p.Out), Cached: decimal(p.CachedIn), Currency: &usd}
 }
 
 // newRunners gives each provider its own turn runner, retry budget and

@@ -58,6 +58,32 @@ type ModelInfo struct {
 	// Instructions is the operator's system prompt for the model ("" for
 	// none); a session's own instructions follow it (JoinInstructions).
 	Instructions string
+	// Price is what the operator says the model costs; nil when the
+	// configuration names no price for it.
+	Price *Price
+}
+
+// Price is a model's price in USD per million tokens, as configured.
+type Price struct {
+	// In is the price of a prompt token the provider did not read from
+	// its cache.
+	In float64
+	// Out is the price of an output token (reasoning tokens included: the
+	// providers count them as output).
+	Out float64
+	// CachedIn is the price of a prompt token read from the provider's
+	// cache (In when the configuration names none).
+	CachedIn float64
+}
+
+// Cost is what one completion's usage costs at p, in USD. InputTokens
+// counts every prompt token once, the cached ones among them
+// (CachedTokens), under each provider's convention as this package's
+// providers report it.
+func (p Price) Cost(u Usage) float64 {
+	cached := min(max(u.CachedTokens, 0), u.InputTokens)
+	fresh := u.InputTokens - cached
+	return (float64(fresh)*p.In + float64(cached)*p.CachedIn + float64(u.OutputTokens)*p.Out) / 1e6
 }
 
 // JoinInstructions is the system prompt of a request: the operator's

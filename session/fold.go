@@ -24,10 +24,10 @@ type folded struct {
 	open       map[string]msp.Item
 	openAt     map[string]int64 // an open item's last record (its text is saved through it)
 	attemptEnd int64            // the last record that ended an attempt (a retry notice, a terminal)
-	cumulative msp.CumulativeTokenUsage
-	approvals  approvals     // every approval opened, and the tools approved for the session
-	turnFrom   int           // where the last turn's messages begin in history
-	window     contextWindow // the context window, its latest compaction applied to history
+	spend      spend            // the running usage and cost (cost.go)
+	approvals  approvals        // every approval opened, and the tools approved for the session
+	turnFrom   int              // where the last turn's messages begin in history
+	window     contextWindow    // the context window, its latest compaction applied to history
 }
 
 // foldSpec says how far a fold goes and what it keeps.
@@ -159,7 +159,7 @@ func fold(ctx context.Context, st store.Store, id string, spec foldSpec) (folded
 				if err := json.Unmarshal(r.Params, &p); err != nil {
 					return f, fmt.Errorf("record %d: %w", r.Seq, err)
 				}
-				f.cumulative = p.Cumulative
+				f.spend = f.spend.recorded(p)
 			default:
 				if _, settled := attemptAfter(r.Method); settled && r.Method != msp.NotifyTurnStarted {
 					f.attemptEnd = r.Seq // a retry notice or a terminal ends the attempt before it

@@ -558,7 +558,7 @@ func (s *session) refreshLocked(ctx context.Context) error {
 	if err != nil {
 		return msp.ErrInternal("loading session log: %v", err)
 	}
-	s.history, s.cumulative, s.approvals, s.window = f.history, f.cumulative, f.approvals, f.window
+	s.history, s.spend, s.approvals, s.window = f.history, f.spend, f.approvals, f.window
 	// The ephemeral events streamed before this load are gone with the
 	// process or the memory that held them.
 	s.loadedHead = s.head

@@ -39,7 +39,7 @@ type session struct {
 	gapsDue    map[Subscriber]dueGap // holes its catch-up left a subscriber at, for its next event to close
 	floors     map[Subscriber]cursor // subscribers that subscribed from ahead of this node: where they stand
 	history    []provider.Message
-	cumulative msp.CumulativeTokenUsage
+	spend      spend                // its running usage and cost (cost.go)
 	window     contextWindow        // its context window: pressure, what may be compacted (compact.go)
 	open       map[string]*openItem // items started and not yet completed
 	approvals  approvals            // the approvals its log opened (approvals.go)
@@ -355,14 +355,11 @@ func (s *session) sendEphemeralLocked(at cursor, c, method string, params []byte
 // set), keeping the session's running totals and open items in step.
 // s.mu must be held.
 func (s *session) emitLocked(ctx context.Context, evs []event, st *state) error {
-	c := s.cumulative
+	sp := s.spend
 	for _, ev := range evs {
 		switch p := ev.params.(type) {
 		case *msp.SessionTokenUsageParams:
-			c.PromptTokens += p.PromptTokens
-			c.OutputTokens += p.Usage.OutputTokens
-			c.TotalTokens = c.PromptTokens + c.OutputTokens
-			p.Cumulative = c
+			sp = sp.add(p)
 		case *msp.ItemParams:
 			if oi := s.open[p.Item.ItemID]; oi != nil && p.Item.Revision <= oi.item.Revision {
 				// Text checkpoints raised the revision meanwhile.
@@ -373,7 +370,7 @@ func (s *session) emitLocked(ctx context.Context, evs []event, st *state) error 
 	if err := s.appendLocked(ctx, evs, st); err != nil {
 		return err
 	}
-	s.cumulative = c
+	s.spend = sp
 	s.noteTurnEventsLocked(evs)
 	for _, ev := range evs {
 		p, ok := ev.params.(*msp.ItemParams)

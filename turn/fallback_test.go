@@ -88,6 +88,8 @@ type chainOptions struct {
 	policy                      modelretry.Policy
 	primaryBreaker, fbBreaker   *modelretry.Breaker
 	primaryReply, fallbackReply reply
+	// primaryModels and fbModels are the runners' Models (nil: none).
+	primaryModels, fbModels func(string) provider.ModelInfo
 }
 
 func newChain(t *testing.T, clock *retrytest.Clock, o chainOptions) *chain {
@@ -102,10 +104,11 @@ func newChain(t *testing.T, clock *retrytest.Clock, o chainOptions) *chain {
 	engine := func() *modelretry.Engine { return &modelretry.Engine{Clock: clock, Rand: retrytest.Fixed(0.5)} }
 	// Two families: each reads only its own provider's calls as calls.
 	fb := turn.NewRunner(turn.Config{Model: c.fallback, Engine: engine(), Policy: o.policy, DefaultMaxTokens: 1000,
-		ModelMaxTokens: 4000, Breaker: o.fbBreaker, SameFamily: func(id string) bool { return id == "claude" }})
+		ModelMaxTokens: 4000, Breaker: o.fbBreaker, SameFamily: func(id string) bool { return id == "claude" },
+		Models: o.fbModels})
 	c.runner = turn.NewRunner(turn.Config{Model: c.primary, Engine: engine(), Policy: o.policy, DefaultMaxTokens: 1000,
 		ModelMaxTokens: 4000, Breaker: o.primaryBreaker, SameFamily: func(id string) bool { return id == "oa" },
-		Fallback: []turn.Fallback{{ProviderID: "claude", Model: "claude-x", Runner: fb}}})
+		Models: o.primaryModels, Fallback: []turn.Fallback{{ProviderID: "claude", Model: "claude-x", Runner: fb}}})
 	return c
 }
 
@@ -192,6 +195,37 @@ func TestFallbackAfterAttemptsExhausted(t *testing.T) {
 	}
 	if got := c.sink.Text(turn.AnswerItemID("t1", 6)); got != "from claude" {
 		t.Fatalf("answer %q", got)
+	}
+}
+
+// priced answers every model at price.
+func priced(price provider.Price) func(string) provider.ModelInfo {
+	return func(string) provider.ModelInfo {
+		return provider.ModelInfo{Capabilities: provider.Capabilities{Tools: true}, Price: &price}
+	}
+}
+
+// TestFallbackIsPricedAtItsOwnPrice: a completion a fallback answered is
+// priced at the fallback's configured price, not the session's
+// provider's, whatever dated name the response gives its model; one whose
+// model has no price has no cost.
+func TestFallbackIsPricedAtItsOwnPrice(t *testing.T) {
+	c := newChain(t, retrytest.NewClock(t0), chainOptions{primaryReply: fail(quota, nil),
+		fallbackReply: answeredAs("from claude", "claude-x-20250101"),
+		primaryModels: priced(provider.Price{In: 1, Out: 1, CachedIn: 1}),
+		fbModels:      priced(provider.Price{In: 3, Out: 15, CachedIn: 0.3})})
+	wantTerminal(t, c.turn(t, chainSpec()), msp.TerminalCompleted, "", 2)
+	usages := turntest.Of[*msp.SessionTokenUsageParams](c.sink, msp.NotifySessionTokenUsage)
+	if want := (10*3 + 2*15) / 1e6; len(usages) != 1 || usages[0].CostUSD == nil || *usages[0].CostUSD != want ||
+		usages[0].ModelID != "claude-x-20250101" {
+		t.Fatalf("usage %s: want costUsd %v, the fallback's price", js(usages), want)
+	}
+
+	c = newChain(t, retrytest.NewClock(t0), chainOptions{primaryReply: fail(quota, nil), fallbackReply: ok("fine"),
+		primaryModels: priced(provider.Price{In: 1, Out: 1, CachedIn: 1})})
+	wantTerminal(t, c.turn(t, chainSpec()), msp.TerminalCompleted, "", 2)
+	if usages := turntest.Of[*msp.SessionTokenUsageParams](c.sink, msp.NotifySessionTokenUsage); len(usages) != 1 || usages[0].CostUSD != nil {
+		t.Fatalf("usage %s: an unpriced fallback's completion has no cost", js(usages))
 	}
 }
 

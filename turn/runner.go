@@ -669,7 +669,24 @@ func (t *run) account(resp provider.Response, took time.Duration, refused bool) 
 	t.hold(msp.NotifySessionTokenUsage, &msp.SessionTokenUsageParams{
 		TurnID: t.spec.TurnID, Usage: usage, PromptTokens: u.InputTokens,
 		TotalTokens: u.InputTokens + u.OutputTokens, DurationMs: &ms,
-		FinishReason: resp.FinishReason, ModelID: cmp.Or(resp.Model, t.hop.model)})
+		FinishReason: resp.FinishReason, ModelID: cmp.Or(resp.Model, t.hop.model), CostUSD: t.hop.cost(*u)})
+}
+
+// cost is what usage u cost on the hop's model at its configured price,
+// nil when it has none. The hop's model is priced, not the one the
+// response names: a provider answering "gpt-4o" with a dated snapshot
+// charges the configured model's price, and the hop is the fallback's
+// when one answered.
+func (h hop) cost(u provider.Usage) *float64 {
+	if h.cfg == nil || h.cfg.Models == nil {
+		return nil
+	}
+	p := h.cfg.Models(h.model).Price
+	if p == nil {
+		return nil
+	}
+	c := p.Cost(u)
+	return &c
 }
 
 // addUsage adds one response's usage to the turn's totals and tells

@@ -6,7 +6,9 @@ package catalog
 // models and an [[providers.overrides]] table for one.
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"path"
 	"strings"
 
@@ -49,6 +51,20 @@ type ModelSettings struct {
 	// model, before the session's own instructions (at most 32 KiB); an
 	// override's replaces its entry's.
 	Instructions string `toml:"instructions"`
+	// PriceIn is the model's price in USD per million prompt tokens
+	// (default: none, and mspd reports no cost for the model). Set with
+	// price_out; an override's prices replace its entry's. model/list
+	// reports them as cost, and each completion is priced with them
+	// (session/tokenUsage's costUsd and cumulative.cost; see
+	// docs/providers.md#prices).
+	PriceIn *float64 `toml:"price_in"`
+	// PriceOut is the model's price in USD per million output tokens,
+	// reasoning tokens included; set with price_in.
+	PriceOut *float64 `toml:"price_out"`
+	// PriceCachedIn is the price in USD per million prompt tokens the
+	// provider read from its cache (default: price_in); it needs
+	// price_in and price_out in the same table.
+	PriceCachedIn *float64 `toml:"price_cached_in"`
 }
 
 // Override is one [[providers.overrides]] table of an entry: settings
@@ -95,7 +111,42 @@ func (s ModelSettings) check() error {
 	if len(s.Instructions) > MaxInstructionsBytes {
 		return fmt.Errorf("instructions are %d bytes; at most %d", len(s.Instructions), MaxInstructionsBytes)
 	}
+	return s.checkPrices()
+}
+
+// checkPrices refuses a price that is negative or not a finite number,
+// and a price without the others it needs: a cost computed from half a
+// price would be wrong without saying so.
+func (s ModelSettings) checkPrices() error {
+	for _, p := range []struct {
+		key string
+		v   *float64
+	}{{"price_in", s.PriceIn}, {"price_out", s.PriceOut}, {"price_cached_in", s.PriceCachedIn}} {
+		if p.v != nil && (*p.v < 0 || math.IsNaN(*p.v) || math.IsInf(*p.v, 0)) {
+			return fmt.Errorf("%s %v must be a finite number, 0 or more (USD per million tokens)", p.key, *p.v)
+		}
+	}
+	switch {
+	case s.PriceIn != nil && s.PriceOut == nil:
+		return errors.New("price_in is set without price_out: set both (USD per million tokens) or neither")
+	case s.PriceOut != nil && s.PriceIn == nil:
+		return errors.New("price_out is set without price_in: set both (USD per million tokens) or neither")
+	case s.PriceCachedIn != nil && s.PriceIn == nil:
+		return errors.New("price_cached_in is set without price_in and price_out: set them in the same table")
+	}
 	return nil
+}
+
+// price is the settings' price, nil when they name none.
+func (s ModelSettings) price() *provider.Price {
+	if s.PriceIn == nil {
+		return nil
+	}
+	p := &provider.Price{In: *s.PriceIn, Out: *s.PriceOut, CachedIn: *s.PriceIn}
+	if s.PriceCachedIn != nil {
+		p.CachedIn = *s.PriceCachedIn
+	}
+	return p
 }
 
 // info is what the provider knows of model: the override's settings over
@@ -117,6 +168,9 @@ func (ms models) info(model string) provider.ModelInfo {
 		}
 		if s.Instructions != "" {
 			info.Instructions = s.Instructions
+		}
+		if p := s.price(); p != nil {
+			info.Price = p
 		}
 	}
 	return info

@@ -129,3 +129,85 @@ func TestModelSettingsRefused(t *testing.T) {
 		})
 	}
 }
+
+const withPrices = `
+[[providers]]
+id = "gpt"
+type = "openai"
+model = "gpt-4o-mini"
+models = ["gpt-4o", "free"]
+price_in = 0.15
+price_out = 0.6
+
+[[providers.overrides]]
+model = "gpt-4o"
+price_in = 2.5
+price_out = 10
+price_cached_in = 1.25
+
+[[providers.overrides]]
+model = "free"
+price_in = 0
+price_out = 0
+
+[[providers]]
+id = "local"
+type = "scripted"
+`
+
+// TestPrices: an entry's prices apply to all its models, an override's to
+// its one; the cached price defaults to the input price; zero is a price;
+// an entry without prices has none.
+func TestPrices(t *testing.T) {
+	cat, err := Load(writeFile(t, withPrices), env(map[string]string{"OPENAI_API_KEY": "sk-x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		provider, model string
+		want            *provider.Price
+	}{
+		{"gpt", "gpt-4o-mini", &provider.Price{In: 0.15, Out: 0.6, CachedIn: 0.15}},
+		{"gpt", "gpt-4o", &provider.Price{In: 2.5, Out: 10, CachedIn: 1.25}},
+		{"gpt", "free", &provider.Price{}},
+		{"local", "", nil},
+	} {
+		got := cat.Info(tc.provider, tc.model).Price
+		if (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {
+			t.Errorf("Info(%q, %q).Price = %+v; want %+v", tc.provider, tc.model, got, tc.want)
+		}
+	}
+}
+
+// TestPriceCost: one completion's cost, its cached prompt tokens at the
+// cached price.
+func TestPriceCost(t *testing.T) {
+	p := provider.Price{In: 2, Out: 8, CachedIn: 0.5}
+	got := p.Cost(provider.Usage{InputTokens: 1_000_000, CachedTokens: 500_000, OutputTokens: 250_000, ReasoningTokens: 100_000})
+	if want := 0.5*2 + 0.5*0.5 + 0.25*8; got != want {
+		t.Errorf("Cost = %v; want %v", got, want)
+	}
+}
+
+// TestPricesRefused: a price that is not a finite number of 0 or more, or
+// half a price, is refused naming the key.
+func TestPricesRefused(t *testing.T) {
+	entry := "[[providers]]\ntype = \"demo\"\n"
+	override := entry + "[[providers.overrides]]\nmodel = \"a\"\n"
+	for _, tc := range []struct{ name, file, want string }{
+		{"price_in alone", entry + "price_in = 1\n", "price_in is set without price_out"},
+		{"price_out alone", entry + "price_out = 1\n", "price_out is set without price_in"},
+		{"override's price_out alone", override + "price_out = 1\n", "overrides 1 (a): price_out is set without price_in"},
+		{"cached alone", entry + "price_cached_in = 1\n", "price_cached_in is set without price_in"},
+		{"negative", entry + "price_in = -1\nprice_out = 1\n", "price_in -1 must be a finite number"},
+		{"nan", override + "price_in = 1\nprice_out = nan\n", "price_out NaN must be a finite number"},
+		{"infinite", entry + "price_in = 1\nprice_out = 1\nprice_cached_in = inf\n", "price_cached_in +Inf must be a finite number"},
+		{"a string", entry + "price_in = \"1.5\"\nprice_out = 1\n", "price_in"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := Load(writeFile(t, tc.file), env(nil)); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want mention of %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -645,6 +645,18 @@ type CumulativeTokenUsage struct {
 	OutputTokens int64 `json:"outputTokens"`
 	PromptTokens int64 `json:"promptTokens"`
 	TotalTokens  int64 `json:"totalTokens"`
+	// Cost is the session's estimated cost so far, absent while no
+	// completion of it was priced.
+	Cost *CumulativeCost `json:"cost,omitempty"`
+}
+
+// CumulativeCost is a session's estimated cost: the sum of its priced
+// completions' costs (SessionTokenUsageParams.CostUSD).
+type CumulativeCost struct {
+	// USD is the estimated total, finite and non-negative.
+	USD float64 `json:"usd"`
+	// Partial says some completion's model had no price: USD leaves it out.
+	Partial bool `json:"partial"`
 }
 
 // SessionTokenUsageParams are the params of session/tokenUsage.
@@ -658,6 +670,11 @@ type SessionTokenUsageParams struct {
 	DurationMs   *int64               `json:"durationMs,omitempty"`
 	FinishReason string               `json:"finishReason,omitempty"`
 	ModelID      string               `json:"modelId,omitempty"`
+	// CostUSD is mspd's: this completion's estimated cost at the price
+	// configured for the model that answered it when it was recorded,
+	// absent when that model has none. A turn's cost is the sum over its
+	// completions.
+	CostUSD *float64 `json:"costUsd,omitempty"`
 }
 
 // ViewSubscribeParams are the params of view/subscribe.
@@ -714,17 +731,17 @@ type ModelListResult struct {
 
 // ModelEntry is one configured model.
 type ModelEntry struct {
-	ContextLimit *int64          `json:"contextLimit"`
-	Cost         json.RawMessage `json:"cost"` // always null: mspd knows no prices
-	Description  *string         `json:"description"`
-	DisplayLabel string          `json:"displayLabel"`
-	IsActive     bool            `json:"isActive"`
-	IsDefault    bool            `json:"isDefault"`
-	ModelID      string          `json:"modelId"`
-	OutputLimit  *int64          `json:"outputLimit"`
-	ProfileID    *string         `json:"profileId"`
-	ProviderID   string          `json:"providerId"`
-	ReleaseDate  *string         `json:"releaseDate"`
+	ContextLimit *int64     `json:"contextLimit"`
+	Cost         *ModelCost `json:"cost"` // null when the model has no configured price
+	Description  *string    `json:"description"`
+	DisplayLabel string     `json:"displayLabel"`
+	IsActive     bool       `json:"isActive"`
+	IsDefault    bool       `json:"isDefault"`
+	ModelID      string     `json:"modelId"`
+	OutputLimit  *int64     `json:"outputLimit"`
+	ProfileID    *string    `json:"profileId"`
+	ProviderID   string     `json:"providerId"`
+	ReleaseDate  *string    `json:"releaseDate"`
 
 	// BreakerState is mspd's: the circuit breaker of the row's provider
 	// (closed, open, halfOpen), absent when it has none.
@@ -738,6 +755,15 @@ type ModelEntry struct {
 	Images    bool `json:"images"`
 	Tools     bool `json:"tools"`
 	Reasoning bool `json:"reasoning"`
+}
+
+// ModelCost is a model's configured price per million tokens, each a
+// decimal string carried verbatim.
+type ModelCost struct {
+	Cached   string  `json:"cached"`
+	Currency *string `json:"currency"`
+	Input    string  `json:"input"`
+	Output   string  `json:"output"`
 }
 
 // ModelRef names a configured model: a fallback chain's entry.

@@ -52,7 +52,7 @@ var servedUpstreamDefs = []string{
 	"TurnUnqueuedParams", "TurnRetryScheduledParams",
 	// items, usage, provenance
 	"ItemStartedParams", "ItemDeltaParams", "ItemCompletedParams", "Item", "ItemKind", "ItemStatus", "MessageAttachment",
-	"SessionTokenUsageParams", "TokenUsage", "CumulativeTokenUsage",
+	"SessionTokenUsageParams", "TokenUsage", "CumulativeTokenUsage", "CumulativeCost",
 	// compaction and the context window
 	"SessionCompactParams", "SessionCompactResult", "CompactStatus", "CompactionOutcome", "CompactionTrigger",
 	"SessionContextUsageParams", "ContextPressureLevel", "ContextUsage",
@@ -441,6 +441,9 @@ func TestGoTypesMatchSchema(t *testing.T) {
 		{"SessionTokenUsageParams", SessionTokenUsageParams{ViewHeader: durable, TurnID: testCommand,
 			Cumulative: CumulativeTokenUsage{OutputTokens: 20, PromptTokens: 90, TotalTokens: 110}, PromptTokens: 90,
 			TotalTokens: 110, Usage: usage, DurationMs: ptr[int64](900), FinishReason: "stop", ModelID: "gpt-test"}},
+		{"SessionTokenUsageParams", SessionTokenUsageParams{ViewHeader: durable, TurnID: testCommand,
+			Cumulative:   CumulativeTokenUsage{OutputTokens: 20, PromptTokens: 90, TotalTokens: 110, Cost: &CumulativeCost{USD: 0.0125, Partial: true}},
+			PromptTokens: 90, TotalTokens: 110, Usage: usage, ModelID: "gpt-test", CostUSD: ptr(0.0025)}},
 		{"ViewSubscribeParams", ViewSubscribeParams{SessionID: testSession, After: ptr("v:x:2")}},
 		{"ViewSubscribeResult", ViewCursorResult{ViewCursor: "v:x:9"}},
 		{"ViewUnsubscribeParams", ViewUnsubscribeParams{SessionID: testSession}},
@@ -452,7 +455,7 @@ func TestGoTypesMatchSchema(t *testing.T) {
 		{"ModelListResult", ModelListResult{ProviderID: "openai", Source: "configCatalog", Models: []ModelEntry{
 			{DisplayLabel: "GPT Test", IsActive: true, IsDefault: true, ModelID: "gpt-test", ProviderID: "openai", ContextLimit: ptr[int64](128000)},
 			{DisplayLabel: "Other", ModelID: "other", ProviderID: "openai", Description: ptr("cheap"), ReleaseDate: ptr("2025-01-01"),
-				Cost: json.RawMessage(`{"cached":"0.1","currency":"USD","input":"1","output":"4"}`)},
+				Cost: &ModelCost{Cached: "0.1", Currency: ptr("USD"), Input: "1", Output: "4"}},
 		}}},
 		{"Session", withMode},
 		{"SessionStartParams", SessionStartParams{CommandID: testCommand, ApprovalMode: ptr(ApprovalDenyUnmatched)}},
