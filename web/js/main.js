@@ -158,9 +158,13 @@ ui.instructionsDialog.addEventListener('close', () => {
   ui.instructionsOpen.setAttribute('aria-expanded', 'false');
   if (!ui.main.contains(document.activeElement) || document.activeElement === document.body) ui.instructionsOpen.focus();
 });
+
+// The message box's placeholder names the keys where there is room.
 phone.addEventListener('change', hint);
 hint();
 
+// Connect: on every (re)connect the list and models are read again, the
+// chat on screen resumes from its cursor, and queued commands go.
 openConnection({
   onNotification,
   onRequest,
