@@ -242,7 +242,7 @@ func TestWebChat(t *testing.T) {
 func checkRoutes(t *testing.T, base string) {
 	for path, want := range map[string]string{
 		"":             "text/html; charset=utf-8",
-		"app.js":       "text/javascript; charset=utf-8",
+		"js/main.js":   "text/javascript; charset=utf-8",
 		"style.css":    "text/css; charset=utf-8",
 		"livez":        "text/plain; charset=utf-8",
 		"no-such-page": "",

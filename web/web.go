@@ -1,6 +1,8 @@
 // Package web serves mspd's chat page: a small MSP client in plain HTML,
-// JavaScript and CSS that talks to /msp on the page's own host. The files
-// are embedded, so the page needs no build step and works offline. Its
+// JavaScript and CSS that talks to /msp on the page's own host. Its script
+// is ES modules in js/ (main.js imports the others), which browsers load
+// as they are: the files are embedded, so the page needs no build step and
+// works offline. Its
 // Markdown renderer (markdown-it) and sanitizer (DOMPurify) are released
 // npm files kept unchanged in vendor/, with their licences and versions;
 // vendor/refresh.sh replaces them.
@@ -17,7 +19,7 @@ import (
 	"time"
 )
 
-//go:embed index.html app.js style.css vendor/*.js vendor/VERSIONS vendor/licenses/*.txt
+//go:embed index.html js/*.js style.css vendor/*.js vendor/VERSIONS vendor/licenses/*.txt
 var files embed.FS
 
 // csp allows the page its own files, inline data images (the favicon, and
@@ -35,7 +37,9 @@ type asset struct {
 	etag        string
 }
 
-// contentTypes maps the embedded files' extensions to their types.
+// contentTypes maps the embedded files' extensions to their types. Module
+// scripts need a JavaScript type: browsers refuse a module served as
+// anything else (and nosniff makes them check it for classic scripts too).
 var contentTypes = map[string]string{
 	".html": "text/html; charset=utf-8",
 	".js":   "text/javascript; charset=utf-8",
@@ -68,10 +72,11 @@ var assets = func() map[string]asset {
 	return m
 }()
 
-// Handler serves the chat page at / with its script, style sheet and
-// vendored libraries (and their licences under /vendor/licenses/). Any
-// other path is not found. Responses carry an ETag and Cache-Control:
-// no-cache, so browsers revalidate and pick up a new mspd at once.
+// Handler serves the chat page at / with its script modules (under /js/),
+// style sheet and vendored libraries (and their licences under
+// /vendor/licenses/). Any other path is not found. Responses carry an ETag
+// and Cache-Control: no-cache, so browsers revalidate and pick up a new
+// mspd at once.
 func Handler() http.Handler {
 	return http.HandlerFunc(serve)
 }

@@ -6,7 +6,9 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -22,19 +24,36 @@ func get(t *testing.T, method, path string, header http.Header) *httptest.Respon
 	return rec
 }
 
+// modules are the page's script modules, as embedded (js/main.js, …).
+func modules(t *testing.T) []string {
+	t.Helper()
+	names, err := fs.Glob(files, "js/*.js")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no modules embedded under js/: %v", err)
+	}
+	return names
+}
+
 func TestServesFiles(t *testing.T) {
-	for path, want := range map[string]string{
-		"/":           "text/html; charset=utf-8",
-		"/index.html": "text/html; charset=utf-8",
-		"/app.js":     "text/javascript; charset=utf-8",
-		"/style.css":  "text/css; charset=utf-8",
+	want := map[string]string{
+		"/":            "text/html; charset=utf-8",
+		"/index.html":  "text/html; charset=utf-8",
+		"/js/main.js":  "text/javascript; charset=utf-8",
+		"/js/state.js": "text/javascript; charset=utf-8",
+		"/style.css":   "text/css; charset=utf-8",
 
 		"/vendor/markdown-it.min.js":             "text/javascript; charset=utf-8",
 		"/vendor/purify.min.js":                  "text/javascript; charset=utf-8",
 		"/vendor/VERSIONS":                       "text/plain; charset=utf-8",
 		"/vendor/licenses/markdown-it.txt":       "text/plain; charset=utf-8",
 		"/vendor/licenses/dompurify-MPL-2.0.txt": "text/plain; charset=utf-8",
-	} {
+	}
+	// Every module, with a JavaScript type: browsers refuse a module
+	// script of any other.
+	for _, name := range modules(t) {
+		want["/"+name] = "text/javascript; charset=utf-8"
+	}
+	for path, want := range want {
 		rec := get(t, http.MethodGet, path, nil)
 		if rec.Code != http.StatusOK {
 			t.Errorf("GET %s: %d", path, rec.Code)
@@ -57,8 +76,8 @@ func TestServesFiles(t *testing.T) {
 }
 
 func TestRevalidates(t *testing.T) {
-	etag := get(t, http.MethodGet, "/app.js", nil).Header().Get("ETag")
-	rec := get(t, http.MethodGet, "/app.js", http.Header{"If-None-Match": {etag}})
+	etag := get(t, http.MethodGet, "/js/main.js", nil).Header().Get("ETag")
+	rec := get(t, http.MethodGet, "/js/main.js", http.Header{"If-None-Match": {etag}})
 	if rec.Code != http.StatusNotModified || rec.Body.Len() != 0 {
 		t.Errorf("revalidation: %d with %d bytes, want 304 and none", rec.Code, rec.Body.Len())
 	}
@@ -68,8 +87,8 @@ func TestRevalidates(t *testing.T) {
 }
 
 func TestRefuses(t *testing.T) {
-	for _, path := range []string{"/web.go", "/app.js/", "/../go.mod", "/favicon.ico", "/static/app.js",
-		"/vendor/", "/vendor/refresh.sh", "/vendor/licenses/"} {
+	for _, path := range []string{"/web.go", "/app.js", "/js/main.js/", "/js/", "/js", "/main.js", "/../go.mod",
+		"/favicon.ico", "/static/js/main.js", "/vendor/", "/vendor/refresh.sh", "/vendor/licenses/"} {
 		if rec := get(t, http.MethodGet, path, nil); rec.Code != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404", path, rec.Code)
 		}
@@ -86,7 +105,7 @@ func TestRefuses(t *testing.T) {
 func TestSelfContained(t *testing.T) {
 	// The favicon's SVG names its XML namespace; that is not a fetch.
 	external := regexp.MustCompile(`(https?:)?//[a-z0-9.-]+\.[a-z]{2,}`)
-	for _, name := range []string{"index.html", "app.js", "style.css"} {
+	for _, name := range append([]string{"index.html", "style.css"}, modules(t)...) {
 		body, err := files.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
@@ -137,13 +156,105 @@ func TestVendorUnchanged(t *testing.T) {
 	if scripts != 2 {
 		t.Errorf("VERSIONS names %d files, want markdown-it's and DOMPurify's", scripts)
 	}
+	// Deferred classic scripts and module scripts run in document order,
+	// once the page is parsed: the libraries' globals are there before
+	// main.js and what it imports run.
 	index, _ := files.ReadFile("index.html")
-	order := regexp.MustCompile(`<script src="([^"]+)" defer></script>`).FindAllStringSubmatch(string(index), -1)
-	var got []string
-	for _, m := range order {
-		got = append(got, m[1])
+	order := regexp.MustCompile(`<script[^>]*>`).FindAllString(string(index), -1)
+	want := []string{
+		`<script src="vendor/markdown-it.min.js" defer>`,
+		`<script src="vendor/purify.min.js" defer>`,
+		`<script type="module" src="js/main.js">`,
 	}
-	if want := "vendor/markdown-it.min.js vendor/purify.min.js app.js"; strings.Join(got, " ") != want {
-		t.Errorf("index.html loads %v, want %s in that order", got, want)
+	if !slices.Equal(order, want) {
+		t.Errorf("index.html loads %q, want %q in that order", order, want)
+	}
+}
+
+// TestPolicyForbidsInlineScript checks that the page's scripts are all
+// files of its own: the Content Security Policy allows scripts from the
+// page's origin only (modules included), no inline ones, and index.html
+// has none.
+func TestPolicyForbidsInlineScript(t *testing.T) {
+	policy := get(t, http.MethodGet, "/", nil).Header().Get("Content-Security-Policy")
+	var script string
+	for d := range strings.SplitSeq(policy, ";") {
+		if f := strings.Fields(d); len(f) > 0 && f[0] == "script-src" {
+			script = strings.Join(f[1:], " ")
+		}
+	}
+	if script != "'self'" {
+		t.Errorf("script-src %q, want 'self' alone (policy %q)", script, policy)
+	}
+	index, _ := files.ReadFile("index.html")
+	for _, tag := range regexp.MustCompile(`(?s)<script\b[^>]*>(.*?)</script>`).FindAllStringSubmatch(string(index), -1) {
+		if !strings.Contains(tag[0], ` src="`) || strings.TrimSpace(tag[1]) != "" {
+			t.Errorf("index.html has an inline script: %s", tag[0])
+		}
+	}
+}
+
+// importRE finds the module specifiers of static imports and re-exports
+// (`import {a} from './a.js'`, `import './b.js'`, `export {c} from
+// './c.js'`), over several lines too, and dynamic import() calls.
+var importRE = regexp.MustCompile(`\b(?:import|export)\s*(?:[\w$*{},\s]*?\bfrom\s*)?['"]([^'"\n]+)['"]|\bimport\s*\(`)
+
+// TestModuleImportsResolve checks that every import of every module names
+// a module the handler serves as JavaScript (a relative path: the page has
+// no import map, so a bare name would not load), that every module is
+// reached from main.js, and that the modules import no cycle (the few
+// calls up the graph are set in main.js instead).
+func TestModuleImportsResolve(t *testing.T) {
+	graph := map[string][]string{}
+	for _, name := range modules(t) {
+		body, err := files.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		graph[name] = []string{}
+		for _, m := range importRE.FindAllStringSubmatch(string(body), -1) {
+			spec := m[1]
+			if spec == "" {
+				t.Errorf("%s: a dynamic import(): import modules statically, so this test can check them", name)
+				continue
+			}
+			if !strings.HasPrefix(spec, "./") && !strings.HasPrefix(spec, "../") {
+				t.Errorf("%s imports %q: not a relative path", name, spec)
+				continue
+			}
+			target := path.Join(path.Dir(name), spec)
+			rec := get(t, http.MethodGet, "/"+target, nil)
+			if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "text/javascript; charset=utf-8" {
+				t.Errorf("%s imports %q: GET /%s is %d %q, want a served module", name, spec, target, rec.Code, rec.Header().Get("Content-Type"))
+				continue
+			}
+			graph[name] = append(graph[name], target)
+		}
+	}
+	if len(graph["js/main.js"]) == 0 {
+		t.Fatal("js/main.js imports nothing: is it still the page's entry?")
+	}
+	// Depth-first from main.js: grey while on the path (a cycle if met
+	// again), black once done.
+	const grey, black = 1, 2
+	color := map[string]int{}
+	var visit func(n string, path []string)
+	visit = func(n string, path []string) {
+		color[n] = grey
+		for _, m := range graph[n] {
+			switch color[m] {
+			case grey:
+				t.Errorf("import cycle: %s → %s", strings.Join(path, " → "), m)
+			case 0:
+				visit(m, append(path, m))
+			}
+		}
+		color[n] = black
+	}
+	visit("js/main.js", []string{"js/main.js"})
+	for name := range graph {
+		if color[name] == 0 {
+			t.Errorf("%s is embedded but no module imports it from main.js", name)
+		}
 	}
 }

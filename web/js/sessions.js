@@ -1,0 +1,309 @@
+// The chat list: starting and entering a chat, the list kept live
+// (session/listChanged, or session/list), each fork under its origin,
+// rename and delete in place, leaving a deleted chat.
+
+import { announce, catching, closeDrawer, hideError, showError } from './chrome.js';
+import { syncCompact } from './context.js';
+import { button, el, uuidv7 } from './dom.js';
+import { syncInstructionsButton } from './instructions.js';
+import { loadModels } from './models.js';
+import { command, rpc, RpcError } from './rpc.js';
+import { effortOf, setEffort, showApprovalMode, showEffort } from './settings.js';
+import { app, ui } from './state.js';
+import { resetTranscript } from './transcript.js';
+import { ago } from './words.js';
+
+/** enter makes a session just created here (started or forked) current. */
+export function enter(session, viewCursor, instructions) {
+  const previous = app.current;
+  if (previous && previous !== session.sessionId) {
+    rpc.call('view/unsubscribe', { sessionId: previous }).catch(() => {});
+  }
+  app.epoch++;
+  app.buffer = null;
+  app.current = session.sessionId;
+  app.cursors.set(session.sessionId, viewCursor);
+  app.stale = false;
+  app.instructions = instructions || '';
+  resetTranscript();
+  upsertSession(session);
+  syncInstructionsButton();
+  syncCompact();
+}
+
+/** newChat starts a chat, with the next chat's instructions unless given others. */
+export async function newChat(instructions = app.nextInstructions) {
+  const params = { commandId: uuidv7() };
+  if (instructions) params.config = { instructions };
+  if (app.nextModel) {
+    params.providerId = app.nextModel.providerId;
+    params.modelId = app.nextModel.modelId;
+  }
+  if (app.nextApprovalMode) params.approvalMode = app.nextApprovalMode;
+  // Not queued offline: the banner says so and nothing waits unseen.
+  const res = await rpc.call('session/start', params);
+  enter(res.session, res.viewCursor, instructions);
+  // session/start takes no reasoning effort: the next chat's is set
+  // before its first message.
+  if (app.nextEffort) {
+    await setEffort(res.session.sessionId, app.nextEffort);
+    if (app.current === res.session.sessionId) showEffort(app.nextEffort);
+  }
+  loadModels().catch(() => {});
+  closeDrawer();
+  ui.input.focus();
+  return res.session.sessionId;
+}
+
+let refreshTimer = null;
+
+export function refreshSessionsSoon() {
+  clearTimeout(refreshTimer);
+  refreshTimer = setTimeout(() => refreshSessions().catch(() => {}), 250);
+}
+
+export async function refreshSessions() {
+  const res = await rpc.call('session/list', { limit: 50 });
+  const keep = new Map();
+  for (const s of res.sessions) keep.set(s.sessionId, s);
+  // The list may lag a session just created here: keep that one.
+  if (app.current && app.sessions.has(app.current) && !keep.has(app.current)) {
+    keep.set(app.current, app.sessions.get(app.current));
+  }
+  app.sessions = keep;
+  renderSessions();
+}
+
+/** upsertSession takes a Session object the server sent. */
+export function upsertSession(s) {
+  if (!s || !s.sessionId) return;
+  app.sessions.set(s.sessionId, s);
+  if (s.sessionId === app.current && s.approvalMode) showApprovalMode(s.approvalMode.mode);
+  if (s.sessionId === app.current) showEffort(effortOf(s));
+  renderSessions();
+}
+
+/** patchSession changes a few fields of a known session. */
+export function patchSession(sessionId, fields) {
+  const s = app.sessions.get(sessionId);
+  if (!s) return;
+  app.sessions.set(sessionId, { ...s, ...fields });
+  renderSessions();
+}
+
+const titleOf = (s) => (s && (s.name || s.title || s.firstUserPrompt)) || 'New chat';
+
+/**
+ * renderSessions draws the chat list, newest first, each fork under the
+ * chat it branched from. An open rename or delete form holds it still.
+ */
+function renderSessions() {
+  ui.title.textContent = app.current ? titleOf(app.sessions.get(app.current)) : 'New chat';
+  if (app.listHold) {
+    app.listDirty = true;
+    return;
+  }
+  app.listDirty = false;
+  const children = new Map(); // parent sessionId ('' for roots) → Sessions
+  for (const s of app.sessions.values()) {
+    const from = s.forkedFrom && s.forkedFrom.sessionId;
+    const parent = from && app.sessions.has(from) ? from : '';
+    if (!children.has(parent)) children.set(parent, []);
+    children.get(parent).push(s);
+  }
+  // A tree sorts by its newest member, so a busy fork lifts its origin.
+  const newest = (s) => (children.get(s.sessionId) || [])
+    .reduce((m, c) => (newest(c) > m ? newest(c) : m), s.updatedAt || '');
+  const build = (parent) => (children.get(parent) || [])
+    .map((s) => [newest(s), s])
+    .sort((a, b) => b[0].localeCompare(a[0]))
+    .map(([, s]) => {
+      const li = sessionEntry(s);
+      if (children.has(s.sessionId)) {
+        const ul = el('ul');
+        ul.setAttribute('aria-label', `Branches of ${titleOf(s)}`);
+        ul.append(...build(s.sessionId));
+        li.append(ul);
+      }
+      return li;
+    });
+  const focused = document.activeElement;
+  const row = focused && focused.closest && focused.closest('#sessions [data-row]');
+  const restore = row && [row.dataset.row, focused.dataset.role];
+  ui.sessions.replaceChildren(...build(''));
+  markCurrent();
+  if (restore) {
+    const again = ui.sessions.querySelector(`[data-row="${CSS.escape(restore[0])}"] [data-role="${restore[1]}"]`);
+    if (again) again.focus();
+  }
+}
+
+/**
+ * chatListActions are what the chat list does beyond itself: open a chat
+ * (view.js's openSession). main.js sets it: view.js keeps this list up to
+ * date, so this module cannot import it.
+ */
+export const chatListActions = { open: null };
+
+function sessionEntry(s) {
+  const li = el('li');
+  const row = el('div', 'session-row');
+  row.dataset.row = s.sessionId;
+  const open = el('button', 'session');
+  open.type = 'button';
+  open.dataset.sessionId = s.sessionId;
+  open.dataset.role = 'open';
+  const title = titleOf(s);
+  open.append(el('span', 'session-title', title));
+  const meta = el('span', 'session-meta', ago(s.updatedAt));
+  if (s.forkedFrom) meta.prepend('branch · ');
+  if (s.status === 'running') meta.prepend(el('span', 'dot', '● '));
+  open.append(meta);
+  open.title = title;
+  open.addEventListener('click', () => {
+    hideError();
+    closeDrawer();
+    chatListActions.open(s.sessionId).catch(showError);
+  });
+  const rename = button('row-action rename', '', `Rename “${title}”`);
+  rename.dataset.role = 'rename';
+  rename.addEventListener('click', () => startRename(row, s));
+  const del = button('row-action delete', '', `Delete “${title}”`);
+  del.dataset.role = 'delete';
+  del.addEventListener('click', () => confirmDelete(row, s));
+  row.append(open, rename, del);
+  li.append(row);
+  return li;
+}
+
+export function markCurrent() {
+  for (const row of ui.sessions.querySelectorAll('[data-row]')) {
+    const current = row.dataset.row === app.current;
+    row.toggleAttribute('data-current', current);
+    const open = row.querySelector('button.session');
+    if (current) open.setAttribute('aria-current', 'page');
+    else open.removeAttribute('aria-current');
+  }
+}
+
+/** holdRow swaps a list row's content for a form until done() is called. */
+function holdRow(row, form, focus) {
+  const saved = [...row.childNodes];
+  app.listHold = row;
+  row.replaceChildren(form);
+  focus.focus();
+  return (refocus) => {
+    app.listHold = null;
+    row.replaceChildren(...saved);
+    if (app.listDirty) renderSessions();
+    if (refocus) {
+      const target = ui.sessions.querySelector(`[data-row="${CSS.escape(row.dataset.row)}"] [data-role="${refocus}"]`);
+      if (target) target.focus();
+    }
+  };
+}
+
+function startRename(row, s) {
+  const form = el('form', 'row-form');
+  const input = el('input');
+  input.value = titleOf(s);
+  input.maxLength = 200;
+  input.setAttribute('aria-label', 'Chat name');
+  const save = el('button', 'small primary', 'Save');
+  save.type = 'submit';
+  const cancel = button('small', 'Cancel');
+  form.append(input, save, cancel);
+  const done = holdRow(row, form, input);
+  input.select();
+  form.addEventListener('submit', catching(async (ev) => {
+    ev.preventDefault();
+    const name = input.value.trim();
+    if (!name || name === titleOf(s)) return done('rename');
+    save.disabled = true;
+    try {
+      const res = await command('session/rename', { commandId: uuidv7(), sessionId: s.sessionId, name });
+      done('rename');
+      patchSession(s.sessionId, { name: res.name || name });
+    } catch (err) {
+      save.disabled = false;
+      throw err;
+    }
+  }));
+  cancel.addEventListener('click', () => done('rename'));
+  form.addEventListener('keydown', (ev) => {
+    if (ev.key === 'Escape') {
+      ev.preventDefault();
+      done('rename');
+    }
+  });
+}
+
+function confirmDelete(row, s) {
+  const form = el('form', 'row-form');
+  form.append(el('p', null, `Delete “${titleOf(s)}”? This cannot be undone.`));
+  const yes = el('button', 'small danger', 'Delete');
+  yes.type = 'submit';
+  const no = button('small', 'Cancel');
+  form.append(yes, no);
+  const done = holdRow(row, form, no);
+  form.addEventListener('submit', catching(async (ev) => {
+    ev.preventDefault();
+    yes.disabled = true;
+    no.disabled = true;
+    yes.textContent = 'Deleting…';
+    // session/deleteCompleted settles it (see deleteCompleted), even
+    // before the admission's answer arrives.
+    app.deleting.set(s.sessionId, done);
+    try {
+      await command('session/delete', { commandId: uuidv7(), sessionId: s.sessionId });
+    } catch (err) {
+      app.deleting.delete(s.sessionId);
+      done('delete');
+      throw err;
+    }
+  }));
+  no.addEventListener('click', () => done('delete'));
+  form.addEventListener('keydown', (ev) => {
+    if (ev.key === 'Escape' && !yes.disabled) {
+      ev.preventDefault();
+      done('delete');
+    }
+  });
+}
+
+/** deleteCompleted ends a deletion: the chat goes, or says why not. */
+export function deleteCompleted(p) {
+  const done = app.deleting.get(p.sessionId);
+  app.deleting.delete(p.sessionId);
+  const title = titleOf(app.sessions.get(p.sessionId));
+  const deleted = p.outcome === 'completed';
+  if (deleted) app.sessions.delete(p.sessionId);
+  if (done) done(deleted ? null : 'delete');
+  if (deleted) {
+    if (app.current === p.sessionId) leaveSession();
+    renderSessions();
+    if (done) {
+      announce(`Deleted “${title}”.`);
+      ui.newChat.focus();
+    }
+    return;
+  }
+  // Any outcome but completed (failed, or one this page does not know)
+  // leaves the chat in place.
+  showError(new RpcError(`deleting “${title}” failed${p.reason ? `: ${p.reason}` : ''}`, p.reason, 'session/delete'));
+}
+
+/** leaveSession shows no chat (the current one was deleted). */
+function leaveSession() {
+  app.epoch++;
+  app.buffer = null;
+  app.current = null;
+  app.instructions = '';
+  syncInstructionsButton();
+  resetTranscript();
+  renderSessions();
+  showApprovalMode(app.nextApprovalMode || 'promptUnmatched');
+  showEffort(app.nextEffort);
+  syncCompact();
+  loadModels().catch(() => {});
+}
