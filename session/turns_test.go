@@ -18,7 +18,7 @@ import (
 // queued; the server skips it when the reply cannot be queued (handler.go:
 // Reply fails on a connection that shut during the request — write
 // timeout, dead peer, ping). The client then does what MSP tells it to do
-// and re-sends the same command after reconnecting (web/app.js `unsent`),
+// and re-sends the same command after reconnecting (web/js/rpc.js `outbox`),
 // but a replay returns a no-op launch (turns.go: launch only when
 // !replayed). Nobody ever kicks the queue: the admitted turn never gets
 // turn/started or a terminal, its turn-wait hangs, and the session stays
