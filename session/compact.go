@@ -173,20 +173,7 @@ func (m *Manager) CompactSession(ctx context.Context, sub Subscriber, raw json.R
 			return nil, msp.ErrInternal("encoding ack: %v", err)
 		}
 		pt := pendingTurn{TurnID: p.CommandID, CommandID: p.CommandID, Compact: msp.CompactionManual, AdmittedAt: m.now()}
-		st := s.st.clone()
-		if !s.st.busy() && !s.working && !s.broken && m.ctx.Err() == nil {
-			if sub != nil {
-				s.held = &heldFanout{sub: sub}
-			}
-			if err := s.launchLocked(ctx, pt, &st, nil, a.entry(res, false)); err != nil {
-				s.held = nil
-				return nil, msp.ErrInternal("admitting the compaction: %v", err)
-			}
-			s.launched = true
-			return res, nil
-		}
-		st.Queue = append(st.Queue, pt)
-		if err := s.appendLocked(ctx, nil, &st, a.entry(res, false)); err != nil {
+		if err := m.admitLocked(ctx, s, sub, pt, nil, a.entry(res, false)); err != nil {
 			return nil, msp.ErrInternal("admitting the compaction: %v", err)
 		}
 		return res, nil

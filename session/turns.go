@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"mspd/schema/msp"
+	"mspd/store"
 	"mspd/turn"
 )
 
@@ -79,20 +80,7 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 		if p.MaxSteps != nil {
 			pt.MaxSteps = *p.MaxSteps
 		}
-		st := s.st.clone()
-		if ack.StartedNewTurn && !s.working && !s.broken && m.ctx.Err() == nil {
-			if sub != nil {
-				s.held = &heldFanout{sub: sub}
-			}
-			if err := s.launchLocked(ctx, pt, &st, images, a.entry(res, false)); err != nil {
-				s.held = nil
-				return nil, msp.ErrInternal("admitting turn: %v", err)
-			}
-			s.launched = true
-			return res, nil
-		}
-		st.Queue = append(st.Queue, pt)
-		if err := s.appendLocked(ctx, images, &st, a.entry(res, false)); err != nil {
+		if err := m.admitLocked(ctx, s, sub, pt, images, a.entry(res, false)); err != nil {
 			return nil, msp.ErrInternal("admitting turn: %v", err)
 		}
 		return res, nil
@@ -106,6 +94,28 @@ func (m *Manager) StartTurn(ctx context.Context, sub Subscriber, raw json.RawMes
 		s.releaseHeld()
 		m.kick(s)
 	}, nil
+}
+
+// admitLocked commits an admitted turn (pt, with its images' records and
+// the command's ledger entry): launched in the same commit when the session
+// is idle and can run it — sub is then held so that the turn's events follow
+// the ack on its wire — and queued behind the running turn otherwise.
+// s.mu must be held.
+func (m *Manager) admitLocked(ctx context.Context, s *session, sub Subscriber, pt pendingTurn, before []event, entry store.Command) error {
+	st := s.st.clone()
+	if !s.st.busy() && !s.working && !s.broken && m.ctx.Err() == nil {
+		if sub != nil {
+			s.held = &heldFanout{sub: sub}
+		}
+		if err := s.launchLocked(ctx, pt, &st, before, entry); err != nil {
+			s.held = nil
+			return err
+		}
+		s.launched = true
+		return nil
+	}
+	st.Queue = append(st.Queue, pt)
+	return s.appendLocked(ctx, before, &st, entry)
 }
 
 // refuseWhileDraining refuses a new turn while the server shuts down:
