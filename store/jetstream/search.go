@@ -1,11 +1,13 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,10 +19,56 @@ import (
 // leave it (the name stays), so a long chat is found by its later part.
 const maxText = 64 << 10
 
-// textDoc is the payload of a session's search text subject.
+// textDoc is a session's search text. Its subject's payload is Canon (the
+// name and the messages canonical, store.Canonical, one a line), a NUL,
+// then the doc as JSON: a search rejects most sessions by a substring
+// test of the canonical text, before it decodes or tokenizes anything.
 type textDoc struct {
 	Name     string   `json:"name,omitempty"`
 	Messages []string `json:"messages,omitempty"`
+	Canon    string   `json:"-"`
+}
+
+// encode is the payload of d.
+func (d *textDoc) encode() ([]byte, error) {
+	j, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	return append(append([]byte(d.Canon), 0), j...), nil
+}
+
+// splitText splits a payload into its canonical text and its JSON.
+func splitText(data []byte) (canon, doc []byte, err error) {
+	i := bytes.IndexByte(data, 0)
+	if i < 0 {
+		return nil, nil, errors.New("no canonical text")
+	}
+	return data[:i], data[i+1:], nil
+}
+
+// canon fills d.Canon.
+func (d *textDoc) canon() {
+	parts := []string{store.Canonical(d.Name)}
+	for _, m := range d.Messages {
+		parts = append(parts, store.Canonical(m))
+	}
+	d.Canon = strings.Join(parts, "\n")
+}
+
+// mayMatch tells whether t could match the canonical text: each AllOf
+// term's first token, and one AnyOf term's, is in it somewhere.
+func mayMatch(canon string, t store.Terms) bool {
+	in := func(term string) bool {
+		toks := store.Tokens(term)
+		return len(toks) > 0 && strings.Contains(canon, toks[0])
+	}
+	for _, term := range t.AllOf {
+		if !in(term) {
+			return false
+		}
+	}
+	return len(t.AnyOf) == 0 || slices.ContainsFunc(t.AnyOf, in)
 }
 
 // textMsg reads a session's search text and returns its successor with t
@@ -35,7 +83,11 @@ func (s *Store) textMsg(ctx context.Context, sessionID string, t *store.Text) (*
 	case err != nil:
 		return nil, fmt.Errorf("jetstream: search text of %q: %w", sessionID, err)
 	default:
-		if err := json.Unmarshal(m.data, &doc); err != nil {
+		_, raw, err := splitText(m.data)
+		if err == nil {
+			err = json.Unmarshal(raw, &doc)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("jetstream: search text of %q: %w", sessionID, err)
 		}
 	}
@@ -53,7 +105,8 @@ func (s *Store) textMsg(ctx context.Context, sessionID string, t *store.Text) (*
 		size -= len(doc.Messages[0])
 		doc.Messages = doc.Messages[1:]
 	}
-	data, err := json.Marshal(doc)
+	doc.canon()
+	data, err := doc.encode()
 	if err != nil {
 		return nil, err
 	}
@@ -121,8 +174,15 @@ func (s *Store) matchText(q store.Query, texts map[string]storedMsg, id string) 
 	if !found {
 		return "", false, nil
 	}
+	canon, raw, err := splitText(m.data)
+	if err != nil {
+		return "", false, fmt.Errorf("jetstream: search text of %q: %w", id, err)
+	}
+	if !mayMatch(string(canon), q.Name) || !mayMatch(string(canon), q.Content) {
+		return "", false, nil
+	}
 	var doc textDoc
-	if err := json.Unmarshal(m.data, &doc); err != nil {
+	if err := json.Unmarshal(raw, &doc); err != nil {
 		return "", false, fmt.Errorf("jetstream: search text of %q: %w", id, err)
 	}
 	toks := make([][]string, len(doc.Messages))
