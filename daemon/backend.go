@@ -20,6 +20,7 @@ import (
 
 	"mspd/cluster"
 	"mspd/observe"
+	"mspd/session"
 	"mspd/store"
 	msjs "mspd/store/jetstream"
 	"mspd/store/sqlite"
@@ -81,6 +82,7 @@ func openBackend(ctx context.Context, cfg Config, dir string, metrics *observe.M
 	case "", "sqlite":
 		path := filepath.Join(dir, "mspd.db")
 		st, err := sqlite.Open(path,
+			sqlite.WithIndexer(session.Indexer), // sessions written before the search index
 			sqlite.WithCommitObserver(func(g sqlite.GroupCommit) { metrics.StoreCommit(g.Batches, g.Took, g.Pages) }),
 			sqlite.WithCheckpointObserver(func(c sqlite.Checkpoint) {
 				metrics.StoreCheckpoint(c.Kind, c.Frames, c.Copied, c.Blocked, c.Err)

@@ -274,7 +274,8 @@ func (m *Manager) copyLog(ctx context.Context, from, to, id, epoch string, throu
 			out[i] = store.Record{Seq: r.Seq, Method: r.Method, Params: params}
 			after = r.Seq
 		}
-		if err := m.store.Commit(ctx, store.Batch{SessionID: to, Records: out}); err != nil {
+		// The copy is found by what it holds, as its source is.
+		if err := m.store.Commit(ctx, store.Batch{SessionID: to, Records: out, Text: textOf(PrincipalFrom(ctx), out)}); err != nil {
 			return err
 		}
 	}

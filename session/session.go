@@ -157,6 +157,7 @@ func (s *session) appendLocked(ctx context.Context, evs []event, st *state, cmds
 		}
 		batch.Records[i] = store.Record{Seq: seq, Method: ev.method, Params: raw}
 	}
+	batch.Text = textOf(s.owner, batch.Records)
 	if st != nil {
 		st.UpdatedAt = now
 		raw, err := json.Marshal(st)

@@ -367,11 +367,11 @@ func (m *Manager) ListSessions(ctx context.Context, raw json.RawMessage) (msp.Se
 	// Only the caller's own sessions are listed: the store reads them
 	// alone, through its owner index. One more than the page tells whether
 	// another follows.
-	rows, err := m.store.Sessions(ctx, PrincipalFrom(ctx), after, limit+1)
+	rows, applied, err := m.listRows(ctx, p.Filter, after, limit+1)
 	if err != nil {
-		return msp.SessionListResult{}, msp.ErrInternal("listing sessions: %v", err)
+		return msp.SessionListResult{}, err
 	}
-	res := msp.SessionListResult{Sessions: make([]msp.Session, 0, min(len(rows), limit))}
+	res := msp.SessionListResult{AppliedFilter: applied, Sessions: make([]msp.Session, 0, min(len(rows), limit))}
 	for i, row := range rows {
 		if i == limit {
 			c := encodeListCursor(store.SessionKey{UpdatedAt: rows[i-1].UpdatedAt, ID: rows[i-1].ID})
@@ -382,9 +382,53 @@ func (m *Manager) ListSessions(ctx context.Context, raw json.RawMessage) (msp.Se
 		if err := json.Unmarshal(row.State, &st); err != nil {
 			return msp.SessionListResult{}, msp.ErrInternal("session %s state unreadable: %v", row.ID, err)
 		}
-		res.Sessions = append(res.Sessions, st.wire(wireID(row.Owner, row.ID), m.cfg.LogPath))
+		s := st.wire(wireID(row.Owner, row.ID), m.cfg.LogPath)
+		if row.Match != "" {
+			s.Match = &msp.SessionMatch{Snippet: snippet(row.Match, row.terms)}
+		}
+		res.Sessions = append(res.Sessions, s)
 	}
 	return res, nil
+}
+
+// listRow is a row of session/list with where it matched.
+type listRow struct {
+	store.Session
+	Match string
+	terms store.Terms
+}
+
+// listRows reads a page of the caller's rows, through the store's search
+// when a filter is given (answered with its canonical echo).
+func (m *Manager) listRows(ctx context.Context, f *msp.SessionListFilter, after *store.SessionKey, limit int) ([]listRow, *msp.SessionListFilter, error) {
+	principal := PrincipalFrom(ctx)
+	if f == nil {
+		rows, err := m.store.Sessions(ctx, principal, after, limit)
+		if err != nil {
+			return nil, nil, msp.ErrInternal("listing sessions: %v", err)
+		}
+		out := make([]listRow, len(rows))
+		for i, r := range rows {
+			out[i] = listRow{Session: r}
+		}
+		return out, nil, nil
+	}
+	lf, err := canonicalFilter(f, principal)
+	if err != nil {
+		return nil, nil, err
+	}
+	if lf.none {
+		return nil, &lf.applied, nil
+	}
+	hits, err := m.store.Search(ctx, lf.query, after, limit)
+	if err != nil {
+		return nil, nil, msp.ErrInternal("searching sessions: %v", err)
+	}
+	out := make([]listRow, len(hits))
+	for i, h := range hits {
+		out[i] = listRow{Session: h.Session, Match: h.Match, terms: lf.query.Content}
+	}
+	return out, &lf.applied, nil
 }
 
 // SessionModel returns the provider and model a session uses.

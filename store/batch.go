@@ -15,6 +15,9 @@ func (b Batch) Validate() error {
 	if len(b.Records) > 0 && b.SessionID == "" {
 		return fmt.Errorf("invalid batch: %d records without a session id", len(b.Records))
 	}
+	if b.Text != nil && b.SessionID == "" {
+		return errors.New("invalid batch: search text without a session id")
+	}
 	if h := b.AtHead; h != nil && (len(b.Records) > 0 || b.SessionID == "" || b.Session == nil || *h < 0) {
 		return fmt.Errorf("invalid batch: AtHead %d needs a session id and row, no records, and a head of 0 or more", *h)
 	}

@@ -118,6 +118,9 @@ type Batch struct {
 	// overwrite the row after it. A batch with records is checked by
 	// their first Seq instead.
 	AtHead *int64
+	// Text, when non-nil, is added to the session's search index in the
+	// same write (see Search); DeleteSession erases it with the session.
+	Text *Text
 	// Urgent asks a store that queues writes to write this batch ahead of
 	// those already waiting: a retry notice a user is watching a spinner
 	// for, behind a burst of new turns. Stores without such a queue ignore
@@ -181,6 +184,10 @@ type Store interface {
 	// owner's rows only, through an index: its cost does not grow with
 	// other owners' sessions.
 	Sessions(ctx context.Context, owner string, after *SessionKey, limit int) ([]Session, error)
+	// Search lists up to limit of q.Owner's sessions matching q, in the
+	// order of Sessions, strictly after the key when it is non-nil. It
+	// reads that owner's sessions and index only (see Text).
+	Search(ctx context.Context, q Query, after *SessionKey, limit int) ([]Hit, error)
 	// BusySessions returns every session whose row is marked Busy, in no
 	// particular order.
 	BusySessions(ctx context.Context) ([]Session, error)

@@ -80,6 +80,9 @@ type Session struct {
 	WorkspaceRoot   *string         `json:"workspaceRoot"`
 	// ApprovalMode is the approval mode in effect; mspd always sends it.
 	ApprovalMode *EffectiveApprovalModeState `json:"approvalMode,omitempty"`
+	// Match (mspd extension) is where a session/list row matched the
+	// filter's content member; nil elsewhere.
+	Match *SessionMatch `json:"match,omitempty"`
 	// ReasoningEffort (mspd addition) is the session's reasoning-effort
 	// default; nil until session/setReasoningEffort sets one.
 	ReasoningEffort *ReasoningEffortState `json:"reasoningEffort,omitempty"`
@@ -180,13 +183,66 @@ const (
 // SessionListParams are the params of session/list.
 type SessionListParams struct {
 	Cursor *string `json:"cursor,omitempty"`
-	Limit  *int    `json:"limit,omitempty"`
+	// Filter selects sessions inside the listing's index query, before
+	// paging; nil lists them all.
+	Filter *SessionListFilter `json:"filter,omitempty"`
+	Limit  *int               `json:"limit,omitempty"`
 }
 
 // SessionListResult is the result of session/list.
 type SessionListResult struct {
-	NextCursor *string   `json:"nextCursor"`
-	Sessions   []Session `json:"sessions"`
+	// AppliedFilter is the canonical filter applied, present exactly when
+	// the request had one; a member left out was not applied.
+	AppliedFilter *SessionListFilter `json:"appliedFilter,omitempty"`
+	NextCursor    *string            `json:"nextCursor"`
+	Sessions      []Session          `json:"sessions"`
+}
+
+// SessionListFilter is session/list's filter; its members are ANDed.
+type SessionListFilter struct {
+	// Branch is upstream's; mspd derives no branch, so it is never
+	// applied, nor echoed.
+	Branch    json.RawMessage             `json:"branch,omitempty"`
+	SessionID *SessionListSessionIDFilter `json:"sessionId,omitempty"`
+	Text      *SessionListTextFilter      `json:"text,omitempty"`
+	// Content (mspd extension) matches the text of the session's
+	// messages: the user's and the answers.
+	Content *SessionListContentFilter `json:"content,omitempty"`
+}
+
+// SessionListSessionIDFilter keeps the sessions of these ids.
+type SessionListSessionIDFilter struct {
+	AnyOf []string `json:"anyOf"`
+}
+
+// SessionListTextFilter is a token-prefix search of the served name and
+// title.
+type SessionListTextFilter struct {
+	AllOf  []string `json:"allOf,omitempty"`
+	AnyOf  []string `json:"anyOf,omitempty"`
+	Fields []string `json:"fields"`
+}
+
+// The served fields SessionListTextFilter reads.
+const (
+	TextFieldName  = "name"
+	TextFieldTitle = "title"
+)
+
+// SessionListContentFilter (mspd extension) is a token-prefix search of
+// a session's messages, terms as SessionListTextFilter's; each term may
+// match a different message.
+type SessionListContentFilter struct {
+	AllOf []string `json:"allOf,omitempty"`
+	AnyOf []string `json:"anyOf,omitempty"`
+}
+
+// SessionMatch (mspd extension) says where a session/list row matched
+// its content filter.
+type SessionMatch struct {
+	// Snippet is plain text from the matching message, at most 160
+	// characters, around the first matching word.
+	Snippet string `json:"snippet"`
 }
 
 // SessionForkParams are the params of session/fork.

@@ -23,7 +23,7 @@ var upstreamBundle = filepath.Join("..", "..", "..", "shared", "reference", "msp
 // mspdOnlyDefs are the definitions mspd adds to MSP; upstream has none of them.
 var mspdOnlyDefs = []string{
 	"AIProviders", "CallAccounting", "RetryPolicy", "TurnAttempts", "TurnModelRetryScheduledParams",
-	"TurnProviderSkippedParams", "ModelRef",
+	"TurnProviderSkippedParams", "ModelRef", "SessionListContentFilter", "SessionMatch",
 }
 
 // servedUpstreamDefs are the upstream definitions mspd sends or accepts; each
@@ -41,7 +41,8 @@ var servedUpstreamDefs = []string{
 	"SessionResumeParams", "SessionResumeResult", "SessionReadParams", "SessionReadResult",
 	"SessionHistory", "HistoryMode", "HistoryNoneReason", "HistoryPreference",
 	"PendingRequestPointer", "PendingRequestKind", "ViewSnapshot",
-	"SessionListParams", "SessionListResult",
+	"SessionListParams", "SessionListResult", "SessionListFilter", "SessionListTextFilter", "SessionListTextField",
+	"SessionListSessionIdFilter", "SessionListBranchFilter",
 	"SessionConfig", "SessionMcpServerConfig", "SessionMcpServerMode", "SessionMcpStdioFraming",
 	// turns
 	"TurnStartParams", "TurnStartResult", "TurnInputPart", "TurnInputPartType", "IfBusy", "ReasoningEffort",

@@ -139,9 +139,9 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if purged != nil {
 		return fmt.Errorf("jetstream: delete session %q: %w", id, purged)
 	}
-	// The index entry goes before the row, so that no entry outlives its
-	// row; it is found under whatever owner.
-	for _, filter := range []string{s.subj.commandsOf(id), s.subj.ownedAny(id), s.subj.row(id)} {
+	// The index entry and the search text go before the row, so that
+	// neither outlives its row; they are found under whatever owner.
+	for _, filter := range []string{s.subj.commandsOf(id), s.subj.textAny(id), s.subj.ownedAny(id), s.subj.row(id)} {
 		if err := s.purge(ctx, filter); err != nil {
 			return fmt.Errorf("jetstream: delete session %q: %w", id, err)
 		}

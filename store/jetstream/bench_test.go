@@ -69,3 +69,12 @@ func BenchmarkSessionsBesideOthers(b *testing.B) {
 		return connect(b, startServer(b, b.TempDir()).ClientURL(), msjs.Options{})
 	}, 0, 4000)
 }
+
+// BenchmarkSearch finds the one chat of bob's 1,000 that mentions a word,
+// beside 10,000 chats of other owners, each about 2 KB of text, on one
+// server.
+func BenchmarkSearch(b *testing.B) {
+	storetest.BenchSearch(b, func(b *testing.B) store.Store {
+		return connect(b, startServer(b, b.TempDir()).ClientURL(), msjs.Options{})
+	}, 1000, 10000)
+}

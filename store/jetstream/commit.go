@@ -54,7 +54,7 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 		return err
 	}
 	defer done()
-	if len(b.Records) == 0 && b.Session == nil && len(b.Commands) == 0 {
+	if len(b.Records) == 0 && b.Session == nil && len(b.Commands) == 0 && b.Text == nil {
 		return nil
 	}
 	if err := conflictsWithin(b); err != nil {
@@ -72,10 +72,16 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 			return fmt.Errorf("%w: session %q is at %d, its writer at %d", store.ErrConflict, b.SessionID, h.seq, *b.AtHead)
 		}
 	}
+	var text *nats.Msg
+	if b.Text != nil {
+		if text, err = s.textMsg(ctx, b.SessionID, b.Text); err != nil {
+			return err
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return err // the write has not begun
 	}
-	return s.publish(ctx, s.messages(b, h, time.Now()))
+	return s.publish(ctx, s.messages(b, h, time.Now(), text))
 }
 
 // commitHead reads a session's head for Commit. The read is idempotent,
@@ -111,6 +117,9 @@ func validate(b store.Batch) error {
 	if b.Session != nil {
 		n += 2 // the row and its index entry
 	}
+	if b.Text != nil {
+		n++ // the search text
+	}
 	if n > maxBatch {
 		return fmt.Errorf("jetstream: invalid batch: %d messages, one atomic publish takes at most %d", n, maxBatch)
 	}
@@ -144,7 +153,7 @@ func conflictsWithin(b store.Batch) error {
 // read), every ledger entry expects its command id to be absent.
 // The first message carries a message id, so that sending the batch again
 // after a lost answer is recognised as a duplicate if it had landed.
-func (s *Store) messages(b store.Batch, h headPos, now time.Time) []*nats.Msg {
+func (s *Store) messages(b store.Batch, h headPos, now time.Time, text *nats.Msg) []*nats.Msg {
 	msgs := make([]*nats.Msg, 0, len(b.Records)+2+len(b.Commands))
 	for i, r := range b.Records {
 		m := recordMsg(s.subj.logPage(b.SessionID, r.Seq), r)
@@ -168,6 +177,9 @@ func (s *Store) messages(b store.Batch, h headPos, now time.Time) []*nats.Msg {
 		m := commandMsg(s.subj.command(c.ID, cmp.Or(c.SessionID, b.SessionID)), c, created)
 		expect(m, 0, s.subj.commandAny(c.ID))
 		msgs = append(msgs, m)
+	}
+	if text != nil {
+		msgs = append(msgs, text)
 	}
 	msgs[0].Header.Set(jetstream.MsgIDHeader, "mspd-"+nuid.Next())
 	return msgs

@@ -14,7 +14,7 @@ import (
 // stream sequence stream, skipping Commit's own head check: what the
 // server's guard sees when another writer appended after the head was read.
 func CommitAt(ctx context.Context, s *Store, b store.Batch, seq int64, stream uint64) error {
-	return s.publish(ctx, s.messages(b, headPos{seq: seq, stream: stream}, time.Now()))
+	return s.publish(ctx, s.messages(b, headPos{seq: seq, stream: stream}, time.Now(), nil))
 }
 
 // HeadAt returns a session's head and its stream sequence.
@@ -30,7 +30,7 @@ func CommitTwice(ctx context.Context, s *Store, b store.Batch) (first, second er
 	if err != nil {
 		return err, err
 	}
-	msgs := s.messages(b, h, time.Now())
+	msgs := s.messages(b, h, time.Now(), nil)
 	return s.publish(ctx, msgs), s.publishAfter(ctx, msgs, true)
 }
 

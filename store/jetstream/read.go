@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -207,56 +206,22 @@ func (s *Store) Sessions(ctx context.Context, owner string, after *store.Session
 	if limit <= 0 {
 		return nil, nil
 	}
-	entries, err := s.ownerIndex(ctx, owner)
+	keys, err := s.ownerKeys(ctx, owner, after)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: sessions: %w", err)
-	}
-	keys := make([]store.SessionKey, 0, len(entries))
-	for subject, m := range entries {
-		if m.header.Get(hdrErasing) == "1" {
-			continue
-		}
-		id, err := s.subj.ownedID(subject)
-		if err != nil {
-			return nil, err
-		}
-		updated, err := headerInt(m, hdrUpdated)
-		if err != nil {
-			return nil, err
-		}
-		keys = append(keys, store.SessionKey{UpdatedAt: time.Unix(0, updated), ID: id})
-	}
-	slices.SortFunc(keys, func(a, b store.SessionKey) int {
-		return compareKeys(b.UpdatedAt.UnixNano(), b.ID, a.UpdatedAt.UnixNano(), a.ID)
-	})
-	if after != nil {
-		// Newest first: skip the entries at or above the key.
-		key, i := store.ClampUnixNanos(after.UpdatedAt), 0
-		for i < len(keys) && compareKeys(keys[i].UpdatedAt.UnixNano(), keys[i].ID, key, after.ID) >= 0 {
-			i++
-		}
-		keys = keys[i:]
 	}
 	out := make([]store.Session, 0, min(limit, len(keys)))
 	for _, k := range keys {
 		if len(out) == limit {
 			break
 		}
-		m, err := s.get(ctx, getRequest{LastFor: s.subj.row(k.ID)})
-		if errors.Is(err, errNoMsg) {
-			continue // deleted since the index was read
-		}
+		row, ok, err := s.ownedRow(ctx, owner, k.ID)
 		if err != nil {
 			return nil, fmt.Errorf("jetstream: sessions: %w", err)
 		}
-		row, err := decodeRow(k.ID, m)
-		if err != nil {
-			return nil, err
+		if ok {
+			out = append(out, row)
 		}
-		if row.Erasing || row.Owner != owner {
-			continue
-		}
-		out = append(out, row)
 	}
 	return out, nil
 }

@@ -18,6 +18,7 @@ const logPage = 32
 //	<p>.log.<session>.<page>  records; page = (seq-1)/logPage
 //	<p>.row.<session>         the session row (rolled up: only the last kept)
 //	<p>.own.<owner>.<session> the row's entry in its owner's index (rolled up)
+//	<p>.txt.<owner>.<session> the session's search text (rolled up; search.go)
 //	<p>.cmd.<command>.<session> ledger entries ("=" as session: none)
 //
 // Ids become tokens (see token), so no id can reach into another's subjects.
@@ -45,6 +46,17 @@ func (s subjects) ownedBy(owner string) string { return s.prefix + ".own." + tok
 
 // ownedAny matches a session's index entry under whatever owner.
 func (s subjects) ownedAny(session string) string { return s.prefix + ".own.*." + token(session) }
+
+// text is a session's search text, under its owner (rolled up).
+func (s subjects) text(owner, session string) string {
+	return s.prefix + ".txt." + token(owner) + "." + token(session)
+}
+
+// textsOf matches every search text of an owner's sessions.
+func (s subjects) textsOf(owner string) string { return s.prefix + ".txt." + token(owner) + ".*" }
+
+// textAny matches a session's search text under whatever owner.
+func (s subjects) textAny(session string) string { return s.prefix + ".txt.*." + token(session) }
 
 func (s subjects) command(id, session string) string {
 	return s.prefix + ".cmd." + token(id) + "." + token(session)

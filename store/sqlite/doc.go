@@ -80,5 +80,8 @@
 // for byte. PRAGMA user_version holds the schema version; Open migrates an
 // older file forward in one transaction (version 2 added commands.created_at,
 // set to the migration time for the entries already there; version 4 added
-// sessions.owner, taken from each row's state as store.LegacyOwner does).
+// sessions.owner, taken from each row's state as store.LegacyOwner does;
+// version 5 the search index, search_tokens and search_text (search.go),
+// and search_backfill listing the sessions already there, which Open
+// indexes from their logs when given WithIndexer).
 package sqlite

@@ -218,3 +218,68 @@ func freshFile(t *testing.T) string {
 	}
 	return path
 }
+
+// A version 4 file (before the search index) is indexed from its logs
+// when opened with an indexer: its sessions are found by name and by
+// what was said in them; without one they wait, listed, for an Open that
+// has one.
+func TestMigrateSearchFromVersion4(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "mspd.db")
+	c := rawConn(t, path+"?_pragma=journal_mode(WAL)")
+	if err := migrate(ctx, c, 4, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a1", "a2"} {
+		if _, err := c.ExecContext(ctx, `INSERT INTO sessions (id, owner, created_at, updated_at, busy, state) VALUES (?, 'alice', 0, 1, 0, '{}')`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, ev := range [][3]string{{"a1", "name", "Trip planning"}, {"a1", "msg", "a week in Kraków"}, {"a2", "msg", "bread recipe"}} {
+		if _, err := c.ExecContext(ctx, `INSERT INTO events (session_id, seq, method, params) VALUES (?, ?, ?, ?)`,
+			ev[0], i+1, ev[1], []byte(ev[2])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	// A test indexer: method "name" names the session, "msg" is a message.
+	indexer := func(r store.Record) (*string, string) {
+		if r.Method == "name" {
+			name := string(r.Params)
+			return &name, ""
+		}
+		return nil, string(r.Params)
+	}
+	find := func(s *Store, q store.Query) []string {
+		hits, err := s.Search(ctx, q, nil, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, h := range hits {
+			ids = append(ids, h.ID)
+		}
+		return ids
+	}
+	content := store.Query{Owner: "alice", Content: store.Terms{AnyOf: []string{"kraków", "bread"}}}
+
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := find(s, content); len(got) != 0 {
+		t.Fatalf("without an indexer, found %v", got)
+	}
+	s.Close()
+	s, err = Open(path, WithIndexer(indexer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := find(s, content); !slices.Equal(got, []string{"a2", "a1"}) {
+		t.Fatalf("content search after the backfill = %v, want [a2 a1]", got)
+	}
+	if got := find(s, store.Query{Owner: "alice", Name: store.Terms{AllOf: []string{"trip"}}}); !slices.Equal(got, []string{"a1"}) {
+		t.Fatalf("name search after the backfill = %v, want [a1]", got)
+	}
+}

@@ -58,6 +58,29 @@ func migrations(now int64) [][]string {
 			// Nothing lists across owners any more.
 			`DROP INDEX sessions_by_updated`,
 		},
+		{
+			// The search index (search.go): each session's tokens by
+			// field (0 its name, 1 its messages), probed per session
+			// while its owner's sessions are walked newest first, and its
+			// texts (n 0 the name, 1… the messages in order) for
+			// multi-token terms and the match a row shows. Sessions
+			// written before version 5 wait in search_backfill until
+			// Open indexes them from their logs (WithIndexer).
+			`CREATE TABLE search_tokens (
+			session_id TEXT    NOT NULL,
+			field      INTEGER NOT NULL,
+			token      BLOB    NOT NULL,
+			PRIMARY KEY (session_id, field, token)
+		) WITHOUT ROWID`,
+			`CREATE TABLE search_text (
+			session_id TEXT    NOT NULL,
+			n          INTEGER NOT NULL,
+			text       TEXT    NOT NULL,
+			UNIQUE (session_id, n)
+		)`,
+			`CREATE TABLE search_backfill (session_id TEXT PRIMARY KEY) WITHOUT ROWID`,
+			`INSERT INTO search_backfill (session_id) SELECT id FROM sessions`,
+		},
 	}
 }
 
@@ -104,6 +127,15 @@ type config struct {
 	readConns    int
 	onCommit     func(GroupCommit)
 	onCheckpoint func(Checkpoint)
+	indexer      store.Indexer
+}
+
+// WithIndexer gives Open what it needs to index the sessions of a file
+// written before the search index (schema version 5): Open reads their
+// logs through it before it returns. Without it they stay unindexed (and
+// listed in search_backfill) until an Open that has it.
+func WithIndexer(fn store.Indexer) Option {
+	return func(c *config) { c.indexer = fn }
 }
 
 // WithBusyTimeout sets how long a connection waits for a lock held by
@@ -212,7 +244,9 @@ type readStmts struct {
 type writeStmts struct {
 	begin, commit, rollback,
 	head, insertEvent, upsertSession, insertCommand,
-	pruneCommands, deleteEvents, deleteSession, deleteCommands *sql.Stmt
+	pruneCommands, deleteEvents, deleteSession, deleteCommands,
+	insertToken, deleteNameTokens, upsertText, nextText,
+	deleteTokens, deleteTexts, deleteBackfill *sql.Stmt
 }
 
 // Open opens the database file at path, creating it and its parent
@@ -315,10 +349,15 @@ func (s *Store) open(path string, cfg config) error {
 	if err := migrate(ctx, s.wc, schemaVersion, time.Now()); err != nil {
 		return err
 	}
-	s.walPages = s.takePagesWritten() // in the log, but no group commit's
 	if err := s.prepareWrites(ctx); err != nil {
 		return err
 	}
+	if cfg.indexer != nil {
+		if err := s.backfill(ctx, cfg.indexer); err != nil {
+			return err
+		}
+	}
+	s.walPages = s.takePagesWritten() // in the log, but no group commit's
 	if err := s.openCheckpoints(ctx, path); err != nil {
 		return err
 	}
@@ -401,6 +440,15 @@ func (s *Store) prepareWrites(ctx context.Context) error {
 		{&w.deleteEvents, `DELETE FROM events WHERE session_id = ?`},
 		{&w.deleteSession, `DELETE FROM sessions WHERE id = ?`},
 		{&w.deleteCommands, `DELETE FROM commands WHERE session_id = ?`},
+		// The search index (search.go).
+		{&w.insertToken, `INSERT INTO search_tokens (session_id, field, token) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`},
+		{&w.deleteNameTokens, `DELETE FROM search_tokens WHERE session_id = ? AND field = 0`},
+		{&w.upsertText, `INSERT INTO search_text (session_id, n, text) VALUES (?, ?, ?)
+			ON CONFLICT (session_id, n) DO UPDATE SET text = excluded.text`},
+		{&w.nextText, `SELECT coalesce(max(n), 0) + 1 FROM search_text WHERE session_id = ?`},
+		{&w.deleteTokens, `DELETE FROM search_tokens WHERE session_id = ?`},
+		{&w.deleteTexts, `DELETE FROM search_text WHERE session_id = ?`},
+		{&w.deleteBackfill, `DELETE FROM search_backfill WHERE session_id = ?`},
 	})
 }
 

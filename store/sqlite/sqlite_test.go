@@ -378,3 +378,13 @@ func BenchmarkSessionsBesideOthers(b *testing.B) {
 		return s
 	}, 0, 4000)
 }
+
+// BenchmarkSearch finds the one chat of bob's 1,000 that mentions a word,
+// beside 10,000 chats of other owners, each about 2 KB of text.
+func BenchmarkSearch(b *testing.B) {
+	storetest.BenchSearch(b, func(b *testing.B) store.Store {
+		s := openAt(b, b.TempDir())
+		b.Cleanup(func() { s.Close() })
+		return s
+	}, 1000, 10000)
+}

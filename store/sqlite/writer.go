@@ -365,7 +365,7 @@ func (s *Store) Healthy() error {
 const maxCachedHeads = 1 << 16
 
 func isEmpty(b store.Batch) bool {
-	return len(b.Records) == 0 && b.Session == nil && len(b.Commands) == 0
+	return len(b.Records) == 0 && b.Session == nil && len(b.Commands) == 0 && b.Text == nil
 }
 
 // apply writes one batch inside the open transaction and returns the
@@ -428,6 +428,12 @@ func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64
 		updated, _ := store.UnixNanos(r.UpdatedAt)
 		if _, err := s.w.upsertSession.ExecContext(ctx, r.ID, r.Owner, created, updated, r.Busy, []byte(r.State)); err != nil {
 			return 0, true, fmt.Errorf("sqlite: upsert session %q: %w", r.ID, err)
+		}
+		wrote = true
+	}
+	if b.Text != nil {
+		if err := s.indexText(ctx, b.SessionID, b.Text); err != nil {
+			return 0, true, err
 		}
 	}
 	return newHead, wrote, nil
@@ -529,7 +535,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 		if _, err := s.w.begin.ExecContext(bg); err != nil {
 			return taskResult{err: fmt.Errorf("sqlite: delete session %q: %w", id, err)}
 		}
-		for _, st := range []*sql.Stmt{s.w.deleteEvents, s.w.deleteSession, s.w.deleteCommands} {
+		for _, st := range []*sql.Stmt{s.w.deleteEvents, s.w.deleteSession, s.w.deleteCommands, s.w.deleteTokens, s.w.deleteTexts, s.w.deleteBackfill} {
 			if _, err := st.ExecContext(bg, id); err != nil {
 				_, _ = s.w.rollback.ExecContext(bg)
 				return taskResult{err: fmt.Errorf("sqlite: delete session %q: %w", id, err)}

@@ -78,6 +78,7 @@ func Run(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 			{"ListByOwner", h.sessionListByOwner},
 			{"Busy", h.sessionBusy},
 		}},
+		{"Search", h.searchTests()},
 		{"Command", []subtest{
 			{"RoundTripAndNotFound", h.commandRoundTrip},
 			{"CreatedAt", h.commandCreatedAt},
