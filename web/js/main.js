@@ -14,10 +14,12 @@
 import { announce, catching, closeDrawer, hideError, onState, openDrawer, phone, showError } from './chrome.js';
 import { addImages, draft, hint, syncComposer, takeDraft } from './composer.js';
 import { compactChat } from './context.js';
+import { startExport } from './export.js';
 import { closeInstructions, countInstructions, instructionsActions, openInstructions, saveInstructions, showInstructions, syncInstructionsButton } from './instructions.js';
 import { copyText } from './markdown.js';
 import { loadModels, pickModel, watchModels } from './models.js';
 import { flushOutbox, openConnection, rpc } from './rpc.js';
+import { searchAgain, startSearch } from './search.js';
 import { send, sendAgain, startEdit, stop } from './sending.js';
 import { chatListActions, newChat, refreshSessions } from './sessions.js';
 import { pickApprovalMode, pickEffort } from './settings.js';
@@ -32,6 +34,8 @@ chatListActions.open = openSession;
 instructionsActions.newChat = newChat;
 
 watchModels();
+startSearch();
+startExport();
 
 phone.addEventListener('change', () => closeDrawer());
 ui.menu.addEventListener('click', openDrawer);
@@ -172,6 +176,7 @@ openConnection({
   onReady: async (result) => {
     app.listStream = (result.grantedCapabilities || []).includes('sessionListStream');
     refreshSessions().catch(showError);
+    searchAgain();
     loadModels().catch(() => {});
     if (app.current) {
       await openSession(app.current, app.stale ? undefined : app.cursors.get(app.current)).catch(showError);

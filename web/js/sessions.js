@@ -91,7 +91,8 @@ export function patchSession(sessionId, fields) {
   renderSessions();
 }
 
-const titleOf = (s) => (s && (s.name || s.title || s.firstUserPrompt)) || 'New chat';
+/** titleOf is what a chat is called in the list and the header. */
+export const titleOf = (s) => (s && (s.name || s.title || s.firstUserPrompt)) || 'New chat';
 
 /**
  * renderSessions draws the chat list, newest first, each fork under the
@@ -145,6 +146,13 @@ function renderSessions() {
  */
 export const chatListActions = { open: null };
 
+/** openChat opens a chat picked from the list or the search results. */
+export function openChat(sessionId) {
+  hideError();
+  closeDrawer();
+  chatListActions.open(sessionId).catch(showError);
+}
+
 function sessionEntry(s) {
   const li = el('li');
   const row = el('div', 'session-row');
@@ -160,11 +168,7 @@ function sessionEntry(s) {
   if (s.status === 'running') meta.prepend(el('span', 'dot', '● '));
   open.append(meta);
   open.title = title;
-  open.addEventListener('click', () => {
-    hideError();
-    closeDrawer();
-    chatListActions.open(s.sessionId).catch(showError);
-  });
+  open.addEventListener('click', () => openChat(s.sessionId));
   const rename = button('row-action rename', '', `Rename “${title}”`);
   rename.dataset.role = 'rename';
   rename.addEventListener('click', () => startRename(row, s));
@@ -177,7 +181,8 @@ function sessionEntry(s) {
 }
 
 export function markCurrent() {
-  for (const row of ui.sessions.querySelectorAll('[data-row]')) {
+  // The drawer's rows: the chat list's and the search results'.
+  for (const row of ui.drawer.querySelectorAll('[data-row]')) {
     const current = row.dataset.row === app.current;
     row.toggleAttribute('data-current', current);
     const open = row.querySelector('button.session');

@@ -5,11 +5,13 @@
 import { catching } from './chrome.js';
 import { compactNote, showContext, syncCompact } from './context.js';
 import { button, el, uuidv7 } from './dom.js';
+import { copyButton } from './export.js';
 import { Gallery } from './images.js';
 import { renderMarkdown } from './markdown.js';
 import { sessionModel } from './models.js';
 import { outcome, techDetails } from './outcomes.js';
 import { RetryStatus } from './retries.js';
+import { showTimesOnTap, stamp } from './stamps.js';
 import { app, ui } from './state.js';
 import { plural, sameModel, shortModel, size } from './words.js';
 
@@ -34,6 +36,7 @@ export class TurnView {
     this.answeredBy = ''; // session/tokenUsage's modelId: the model that answered
     this.rerouted = false; // a fallback or a skipped provider moved the turn
     this.compaction = null; // the CompactionView of a compaction this turn ran
+    this.answeredAt = ''; // the recordedAt of its latest ended answer, for the footer
     ui.empty.hidden = true;
     ui.transcript.append(this.el);
   }
@@ -46,13 +49,27 @@ export class TurnView {
   /** setUser shows the turn's user message, with its Edit action. */
   setUser(view) {
     this.user = view;
+    view.turn = this;
     this.add(view.el);
     const actions = el('div', 'msg-actions');
+    showTimesOnTap(actions);
     const edit = button('small edit', 'Edit', 'Edit this message in a new branch');
     edit.addEventListener('click', () => turnActions.edit(this));
     actions.append(edit);
     this.actions = actions;
     this.add(actions);
+    stamp(actions, view.item.recordedAt);
+  }
+
+  /** stamp shows a message's recorded time in the row under it (stamps.js). */
+  stamp(view) {
+    const at = view.item.recordedAt;
+    if (view.isUser) {
+      stamp(this.actions, at);
+    } else if (at && view.item.status !== 'inProgress' && at > this.answeredAt) {
+      this.answeredAt = at;
+      if (this.footer) stamp(this.footer.querySelector('.turn-actions'), at);
+    }
   }
 
   retryStatus() {
@@ -95,12 +112,16 @@ export class TurnView {
     if (view.details) footer.append(techDetails('Details', view.details));
     const again = view.again && button('small again', view.again,
       view.again === 'Retry' ? 'Retry this message' : 'Regenerate the answer');
+    const actions = el('div', 'turn-actions');
     if (again) {
       again.addEventListener('click', catching(() => turnActions.again(this)));
-      const actions = el('div', 'turn-actions');
       actions.append(again);
-      footer.append(actions);
     }
+    const copy = copyButton(this);
+    if (copy) actions.append(copy);
+    stamp(actions, this.answeredAt);
+    showTimesOnTap(footer);
+    footer.append(actions);
     if (this.footer) this.footer.replaceWith(footer);
     else this.el.append(footer);
     this.footer = footer;
@@ -162,6 +183,7 @@ const FOLD_BYTES = 4096;
 export class ItemView {
   constructor(kind) {
     this.isUser = kind === 'userMessage';
+    this.turn = null; // the TurnView it is shown in
     this.item = { revision: 0, status: 'inProgress' };
     this.note = ''; // about a message of ours: "not sent", …
     this.source = ''; // the text as the server has it
@@ -265,6 +287,7 @@ export function upsertMessage(item) {
     const tv = turnView(item.turnId);
     if (item.kind === 'userMessage') tv.setUser(view);
     else {
+      view.turn = tv;
       tv.add(view.el);
       // A new answer attempt began: the retry before it ran.
       if (tv.status) tv.status.attemptBegan();
@@ -288,6 +311,7 @@ export function upsertMessage(item) {
     view.paint();
   }
   view.render();
+  if (view.turn) view.turn.stamp(view);
 }
 
 /**
