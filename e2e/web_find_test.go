@@ -375,6 +375,19 @@ func TestWebCopyExportTimes(t *testing.T) {
 			p.fatalf("times after a reload %s, before %s (want 6, the same)", after, before)
 		}
 	})
+
+	t.Run("phone", func(t *testing.T) {
+		p.use(t)
+		p.viewport(390, 844)
+		p.openExport()
+		p.expectFits(390)
+		p.expect("the menu on screen", `(() => {
+			const r = document.querySelector('.export-menu').getBoundingClientRect();
+			return r.left >= 0 && r.right <= innerWidth && r.width > 150;
+		})()`)
+		p.run("pressing Esc", chromedp.KeyEvent(kbEscape))
+		p.waitFor("the menu closed", `!document.getElementById('export').open`)
+	})
 }
 
 // pressSlash presses "/" as a keyboard does: one keyDown carrying its
