@@ -69,6 +69,7 @@ func TestWebVersions(t *testing.T) {
 	fake := openaitest.New(t, "/v1",
 		openaitest.Stream(openaitest.AnswerUsage(20, 5, "Paris, the first version.")...),
 		openaitest.Stream(openaitest.AnswerUsage(20, 5, "Paris, the second version.")...),
+		openaitest.Stream(openaitest.AnswerUsage(30, 5, "The Loire.")...),
 		openaitest.StreamStall(openaitest.Role(), openaitest.Delta("Half of an answer")),
 		openaitest.Stream(openaitest.AnswerUsage(30, 5, "Lyon, after the retry.")...),
 		openaitest.Stream(openaitest.AnswerUsage(30, 5, "Lyon, the third version.")...),
@@ -110,6 +111,24 @@ func TestWebVersions(t *testing.T) {
 		if got := p.accessibleName(".turn:not([hidden]) .version-next"); got != "Next version" {
 			p.fatalf("› is named %q", got)
 		}
+	})
+
+	t.Run("an older message keeps its versions", func(t *testing.T) {
+		p.use(t)
+		p.send("And its longest river?")
+		p.expectSlot("the next exchange", `{users: 2, pager: '', answer: 'The Loire.', again: 'Regenerate'}`)
+		older := `[...document.querySelectorAll('#transcript .turn')].filter((t) => !t.hidden)[0]`
+		p.expect("the first message's pager, and no Regenerate there", withVersions(`(() => {
+			const t = `+older+`;
+			return t.querySelector('.version-count').textContent === '2 / 2' && !shown(t.querySelector('.again'));
+		})()`))
+		p.run("clicking its ‹", chromedp.Click(chromedp.CSS(`#transcript .turn:not([hidden]) .versions:not([hidden]) .version-prev`)))
+		p.waitFor("its first version in place", withVersions(`(() => {
+			const t = `+older+`;
+			return t.querySelector('.version-count').textContent === '1 / 2' &&
+				t.querySelector('.msg.agent .text').textContent.trim() === 'Paris, the first version.' &&
+				slot().users === 2 && slot().answer === 'The Loire.';
+		})()`))
 	})
 
 	t.Run("stop, retry, regenerate: one slot of three", func(t *testing.T) {
