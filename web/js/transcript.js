@@ -11,6 +11,7 @@ import { sessionModel } from './models.js';
 import { outcome, techDetails } from './outcomes.js';
 import { RetryStatus } from './retries.js';
 import { app, ui } from './state.js';
+import { linkVersion } from './versions.js';
 import { plural, sameModel, shortModel, size } from './words.js';
 
 /**
@@ -34,12 +35,19 @@ export class TurnView {
     this.answeredBy = ''; // session/tokenUsage's modelId: the model that answered
     this.rerouted = false; // a fallback or a skipped provider moved the turn
     this.compaction = null; // the CompactionView of a compaction this turn ran
+    this.versions = null; // the Versions this turn is one of, once its message was regenerated
+    this.pager = null; // its "‹ 2 / 3 ›" (versions.js)
     ui.empty.hidden = true;
     ui.transcript.append(this.el);
   }
 
-  /** add appends a node, keeping the footer last. */
+  /** add appends a node, keeping the versions' pager and the footer last. */
   add(node) {
+    this.el.insertBefore(node, this.pager ? this.pager.el : this.footer);
+  }
+
+  /** placePager puts the versions' pager under the answer, above the footer. */
+  placePager(node) {
     this.el.insertBefore(node, this.footer);
   }
 
@@ -98,13 +106,23 @@ export class TurnView {
     if (again) {
       again.addEventListener('click', catching(() => turnActions.again(this)));
       const actions = el('div', 'turn-actions');
-      actions.append(again);
+      // Why the server would not regenerate, in words, beside the button.
+      this.againNote = el('p', 'again-note');
+      this.againNote.hidden = true;
+      actions.append(again, this.againNote);
       footer.append(actions);
     }
     if (this.footer) this.footer.replaceWith(footer);
     else this.el.append(footer);
     this.footer = footer;
     this.renderModel();
+  }
+
+  /** refused says, beside Regenerate or Retry, why it was not done ('' clears it). */
+  refused(text) {
+    if (!this.againNote) return;
+    this.againNote.textContent = text;
+    this.againNote.hidden = !text;
   }
 
   /** answered notes the model that answered (session/tokenUsage). */
@@ -263,6 +281,8 @@ export function upsertMessage(item) {
   if (!view) {
     view = new ItemView(item.kind);
     const tv = turnView(item.turnId);
+    // A regenerate's message is the one it repeats: its turn is a version.
+    if (item.regenerates) linkVersion(tv, item.regenerates);
     if (item.kind === 'userMessage') tv.setUser(view);
     else {
       tv.add(view.el);

@@ -16,6 +16,7 @@ import { showApprovalMode, showEffort } from './settings.js';
 import { app, ui } from './state.js';
 import { upsertTool } from './tools.js';
 import { discardOpenAnswers, rekey, resetTranscript, setRunning, turnView, upsertMessage } from './transcript.js';
+import { linkVersion } from './versions.js';
 import { fallbackWords, kindWords, plural, sentence, skippedWords } from './words.js';
 
 /** upsertItem shows an item, replacing an older revision of it. */
@@ -131,6 +132,7 @@ const handlers = {
   'turn/started': (p) => {
     rekey(p.commandId, p.turnId);
     turnView(p.turnId).markCompaction();
+    if (p.regenerates) linkVersion(turnView(p.turnId), p.regenerates); // a new version of an answer
     setRunning(p.turnId);
   },
   'item/started': (p, at) => upsertItem(p.item, !!at),
