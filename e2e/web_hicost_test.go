@@ -12,6 +12,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"mspd/daemon"
+	"mspd/provider/anthropic/anthropictest"
+	"mspd/provider/openai/openaitest"
 	"mspd/provider/scripted"
 )
 
@@ -199,4 +201,121 @@ func (p *chatPage) awaitEval(expr string) string {
 		p.fatalf("evaluating %s: %v", expr, err)
 	}
 	return v
+}
+
+// costHelpers read tokens and cost as the page shows them.
+const costHelpers = `
+const usageLines = () => [...document.querySelectorAll('#transcript .turn-footer')].map((f) => {
+	const u = f.querySelector('.turn-usage');
+	return u && !u.hidden ? u.textContent : '';
+});
+const chatCost = () => { const c = document.getElementById('chat-cost'); return c.hidden ? '' : c.textContent; };
+`
+
+// withCost evaluates a page expression with costHelpers in scope.
+func withCost(expr string) string {
+	return "(() => {" + costHelpers + "return (" + expr + "); })()"
+}
+
+// TestWebCost drives tokens and cost on the chat page in headless
+// Chromium, against mspd's OpenAI provider (priced at $2 in, $8 out per
+// million tokens) on a fake server falling back on an unpriced Anthropic
+// one. Each answer's footer reads its tokens and cost, summed over the
+// turn's completions (a tool call's and the answer's); the chat's total
+// sits under the message box; an answer by the unpriced fallback reads
+// "not priced" and the total turns partial. A reload rebuilds the same
+// from the log. Without prices there is no line and no $ anywhere.
+// Contrast in light and dark, and the row fits a phone.
+func TestWebCost(t *testing.T) {
+	oa := openaitest.New(t, "/v1",
+		openaitest.Stream(openaitest.AnswerUsage(1200, 340, "One.")...),
+		openaitest.Stream(openaitest.ToolCalls(5, openaitest.Call{ID: "call_1", Name: "builtin__calculator", Args: `{"expression":"6*7"}`})...),
+		openaitest.Stream(openaitest.AnswerUsage(15000, 1200, "It is 42.")...),
+		openaitest.Error(429, openaitest.QuotaBody))
+	an := anthropictest.New(t, anthropictest.AnswerUsage(2000, 50, "from Claude"))
+	d := startDaemon(t, daemon.Config{Env: chainEnv,
+		ConfigFile: pricedConfig(t, oa.URL(), an.URL(), "price_in = 2\nprice_out = 8\n", "")})
+	base := "http://" + d.Addr() + "/"
+	p := openBrowser(t)
+	p.open(base)
+	p.viewport(1280, 800)
+	var sid string
+	want := []string{
+		"1.2k → 340 tokens · $0.0051",   // (1200×2 + 340×8) / 1e6 = 0.00512
+		"15k → 1.2k tokens · $0.040",    // the call's 80 → 18 and the answer's 15000 → 1200: 0.039904
+		"2.0k → 50 tokens · not priced", // claude has no price
+	}
+	var shown string
+
+	t.Run("priced turns and the chat's total", func(t *testing.T) {
+		p.use(t)
+		sid = p.newChat()
+		p.expect("no total on a new chat", withCost(`chatCost() === ''`))
+		p.send("first")
+		p.waitFor("the first footer", withCost(fmt.Sprintf(`footer().startsWith('✓') &&
+			JSON.stringify(usageLines()) === %q && chatCost() === '$0.0051 this chat'`, jsonOf(want[:1]))))
+		p.send("what is 6*7?")
+		p.waitFor("the second footer, both completions summed", withCost(fmt.Sprintf(`footer().startsWith('✓') &&
+			agentTexts('completed').includes('It is 42.') && JSON.stringify(usageLines()) === %q &&
+			chatCost() === '$0.045 this chat'`, jsonOf(want[:2]))))
+		if n := len(p.received("session/tokenUsage")); n != 3 {
+			p.fatalf("%d session/tokenUsage events, want 3 (one for the call)", n)
+		}
+		p.send("third")
+		p.waitFor("the fallback's footer, the total partial", withCost(fmt.Sprintf(`footer().startsWith('✓') &&
+			agentTexts('completed').includes('from Claude') && JSON.stringify(usageLines()) === %q &&
+			chatCost() === '$0.045 this chat (partial)'`, jsonOf(want))))
+		shown = p.eval(withCost(`JSON.stringify([usageLines(), chatCost()])`))
+		p.schemes("cost", func(where string) {
+			p.measured(where, "#transcript .turn-usage", "#chat-cost")
+			p.lowContrast(where)
+		})
+		p.viewport(390, 844)
+		p.expectFits(390)
+		p.expect("the total on screen on a phone", `(() => {
+			const r = document.getElementById('chat-cost').getBoundingClientRect();
+			return r.width > 0 && r.left >= 0 && r.right <= innerWidth && r.bottom <= innerHeight;
+		})()`)
+		p.viewport(1280, 800)
+	})
+
+	t.Run("the same after a reload", func(t *testing.T) {
+		p.use(t)
+		p.open(base)
+		p.expect("no total before a chat is open", withCost(`chatCost() === ''`))
+		p.openChat(sid)
+		p.waitFor("the rebuilt footers", withCost(fmt.Sprintf(`JSON.stringify([usageLines(), chatCost()]) === %q`, shown)))
+	})
+
+	t.Run("another chat shows its own", func(t *testing.T) {
+		p.use(t)
+		p.newChat()
+		p.expect("no total for a chat with no answer", withCost(`chatCost() === '' && usageLines().length === 0`))
+	})
+
+	t.Run("no prices, no cost", func(t *testing.T) {
+		p.use(t)
+		oa := openaitest.New(t, "/v1", openaitest.Stream(openaitest.AnswerUsage(1200, 340, "Free.")...))
+		an := anthropictest.New(t)
+		d := startDaemon(t, daemon.Config{Env: chainEnv, ConfigFile: pricedConfig(t, oa.URL(), an.URL(), "", "")})
+		p.open("http://" + d.Addr() + "/")
+		p.newChat()
+		before := len(p.received("session/tokenUsage"))
+		p.send("unpriced")
+		p.waitFor("the answer", `footer().startsWith('✓') && agentTexts('completed').includes('Free.')`)
+		if n := len(p.received("session/tokenUsage")); n != before+1 {
+			p.fatalf("%d session/tokenUsage events for the unpriced answer, want 1", n-before)
+		}
+		p.expect("no usage line, no total, no $", withCost(`usageLines().every((l) => l === '') && chatCost() === '' &&
+			!document.body.innerText.includes('$')`))
+	})
+}
+
+// jsonOf is v as JSON, for a page expression comparing with it.
+func jsonOf(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }

@@ -4,6 +4,7 @@
 
 import { catching } from './chrome.js';
 import { compactNote, showContext, syncCompact } from './context.js';
+import { showChatCost, showUsage } from './cost.js';
 import { button, el, uuidv7 } from './dom.js';
 import { Gallery } from './images.js';
 import { renderMarkdown } from './markdown.js';
@@ -34,6 +35,7 @@ export class TurnView {
     this.answeredBy = ''; // session/tokenUsage's modelId: the model that answered
     this.rerouted = false; // a fallback or a skipped provider moved the turn
     this.compaction = null; // the CompactionView of a compaction this turn ran
+    this.usage = null; // its session/tokenUsage sums (cost.js)
     ui.empty.hidden = true;
     ui.transcript.append(this.el);
   }
@@ -105,6 +107,7 @@ export class TurnView {
     else this.el.append(footer);
     this.footer = footer;
     this.renderModel();
+    showUsage(this);
   }
 
   /** answered notes the model that answered (session/tokenUsage). */
@@ -334,6 +337,7 @@ export function resetTranscript() {
   app.askedModel = null;
   setRunning(null);
   showContext(null);
+  showChatCost(null);
   compactNote('');
   syncCompact();
 }
