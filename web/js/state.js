@@ -49,6 +49,7 @@ export const ui = {
   contextText: $('context-text'),
   compact: $('compact'),
   compactNote: $('compact-note'),
+  chatCost: $('chat-cost'),
   announcer: $('announcer'),
 };
 

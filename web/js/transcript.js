@@ -4,6 +4,7 @@
 
 import { catching } from './chrome.js';
 import { compactNote, showContext, syncCompact } from './context.js';
+import { showChatCost, showUsage } from './cost.js';
 import { button, el, uuidv7 } from './dom.js';
 import { Gallery } from './images.js';
 import { renderMarkdown } from './markdown.js';
@@ -37,6 +38,7 @@ export class TurnView {
     this.compaction = null; // the CompactionView of a compaction this turn ran
     this.versions = null; // the Versions this turn is one of, once its message was regenerated
     this.pager = null; // its "‹ 2 / 3 ›" (versions.js)
+    this.usage = null; // its session/tokenUsage sums (cost.js)
     ui.empty.hidden = true;
     ui.transcript.append(this.el);
   }
@@ -116,6 +118,7 @@ export class TurnView {
     else this.el.append(footer);
     this.footer = footer;
     this.renderModel();
+    showUsage(this);
   }
 
   /** refused says, beside Regenerate or Retry, why it was not done ('' clears it). */
@@ -354,6 +357,7 @@ export function resetTranscript() {
   app.askedModel = null;
   setRunning(null);
   showContext(null);
+  showChatCost(null);
   compactNote('');
   syncCompact();
 }

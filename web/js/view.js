@@ -6,6 +6,7 @@ import { approvalResolved, showApproval, showPending } from './approvals.js';
 import { announce, showError } from './chrome.js';
 import { upsertCompaction } from './compaction.js';
 import { showContext, syncCompact } from './context.js';
+import { countUsage } from './cost.js';
 import { uuidv7 } from './dom.js';
 import { syncInstructionsButton } from './instructions.js';
 import { loadModels, refreshModelsSoon, selectModel } from './models.js';
@@ -143,7 +144,10 @@ const handlers = {
   'turn/retryScheduled': (p, at) => addRetry(p, false, at),
   'turn/providerSkipped': addSkip,
   'session/tokenUsage': (p) => {
-    if (p.turnId) turnView(p.turnId).answered(p.modelId);
+    if (!p.turnId) return;
+    const tv = turnView(p.turnId);
+    tv.answered(p.modelId);
+    countUsage(tv, p);
   },
   'turn/completed': completeTurn,
   'turn/unqueued': (p) => turnView(p.turnId).unqueued(),
