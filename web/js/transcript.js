@@ -304,13 +304,16 @@ export function upsertMessage(item) {
  * discardOpenAnswers ends a turn's answers still streaming once the turn
  * has moved on (a retry notice, its terminal): their attempt is over.
  * The server closes such an answer itself, unless it died before saving
- * any of its text: then the log holds nothing of it. Its revision stays,
- * so that an item/completed the server does send still replaces it.
+ * any of its text: then the log holds nothing of it. Until then it shows
+ * as the log has it (what streamed was not saved), as after a reload. Its
+ * revision stays, so that an item/completed the server does send still
+ * replaces it.
  */
 export function discardOpenAnswers(turnId) {
   for (const view of app.items.values()) {
     if (!view.isUser && view.item.turnId === turnId && view.item.status === 'inProgress') {
       view.item = { ...view.item, status: 'failed' };
+      view.setText(view.item.text || '');
       view.render();
     }
   }
