@@ -262,11 +262,22 @@ export class ItemView {
     const { status } = this.item;
     this.el.dataset.status = status;
     this.el.classList.toggle('streaming', status === 'inProgress' && !this.isUser);
-    const tags = { failed: 'discarded attempt', cancelled: 'stopped', rejected: 'rejected', timedOut: 'timed out' };
-    if (status === 'inProgress' || status === 'completed') this.setTag(this.note);
-    else if (status === 'failed' && this.source === '') this.setTag('discarded attempt · cut off before any text was saved');
-    else this.setTag(tags[status] || status);
+    this.setTag(status === 'inProgress' || status === 'completed' ? this.note : endedTag(this.item));
   }
+}
+
+// A message's tag by how it ended. A stopped answer has none: its
+// turn's footer says "■ stopped", once.
+const ENDED_TAGS = { failed: 'discarded attempt', cancelled: '', rejected: 'rejected', timedOut: 'timed out' };
+
+/**
+ * endedTag words how a message that did not complete ended, from the
+ * item alone (as the log holds it), so a chat reads the same live and
+ * rebuilt after a reload.
+ */
+function endedTag(item) {
+  if (item.status === 'failed' && !item.text) return 'discarded attempt · cut off before any text was saved';
+  return Object.hasOwn(ENDED_TAGS, item.status) ? ENDED_TAGS[item.status] : item.status;
 }
 
 /** upsertMessage shows a user or agent message, replacing an older revision of it. */
@@ -298,11 +309,10 @@ export function upsertMessage(item) {
   const previous = view.item;
   view.item = item;
   if (typeof item.text === 'string') {
-    // An attempt cut by a crash may hold less than was streamed here
-    // (deltas are not durable): keep what the reader already saw.
-    const shown = view.source;
-    const cut = item.truncated && shown.length > item.text.length && shown.startsWith(item.text);
-    if (!cut && item.text !== shown) view.setText(item.text);
+    // The item's text, as the log holds it, replaces what streamed: an
+    // attempt cut by a crash keeps only what was saved (deltas are not
+    // durable), as it reads after a reload.
+    if (item.text !== view.source) view.setText(item.text);
     else if (view.timer) view.paint();
   } else if (previous.text == null && view.source !== '') view.setText('');
   if (view.isUser && Array.isArray(item.attachments) && item.attachments.length &&
@@ -317,13 +327,16 @@ export function upsertMessage(item) {
  * discardOpenAnswers ends a turn's answers still streaming once the turn
  * has moved on (a retry notice, its terminal): their attempt is over.
  * The server closes such an answer itself, unless it died before saving
- * any of its text: then the log holds nothing of it. Its revision stays,
- * so that an item/completed the server does send still replaces it.
+ * any of its text: then the log holds nothing of it. Until then it shows
+ * as the log has it (what streamed was not saved), as after a reload. Its
+ * revision stays, so that an item/completed the server does send still
+ * replaces it.
  */
 export function discardOpenAnswers(turnId) {
   for (const view of app.items.values()) {
     if (!view.isUser && view.item.turnId === turnId && view.item.status === 'inProgress') {
       view.item = { ...view.item, status: 'failed' };
+      view.setText(view.item.text || '');
       view.render();
     }
   }
@@ -341,9 +354,16 @@ export function setRunning(turnId) {
   ui.transcript.setAttribute('aria-busy', app.running ? 'true' : 'false');
 }
 
-/** resetTranscript empties the view for a (re)loaded session. */
-export function resetTranscript() {
+// What an empty transcript says, as index.html has it.
+const EMPTY_TEXT = ui.empty.textContent;
+
+/**
+ * resetTranscript empties the view for a (re)loaded session; note, if
+ * any, goes before what the empty view says (why the chat left).
+ */
+export function resetTranscript(note = '') {
   ui.transcript.replaceChildren(ui.empty);
+  ui.empty.textContent = note ? `${note} ${EMPTY_TEXT}` : EMPTY_TEXT;
   ui.empty.hidden = false;
   app.turns.clear();
   app.items.clear();
