@@ -145,7 +145,7 @@ func TestWebVersions(t *testing.T) {
 		p.waitFor("the footer", withVersions(`slot().footer.startsWith('✓')`))
 		p.clickVersion("prev")
 		p.clickVersion("prev")
-		p.expectSlot("version 1, stopped", `{users: 1, pager: '1 / 3', answer: 'Half of an answer', tag: 'stopped', footer: '■ stopped', again: ''}`)
+		p.expectSlot("version 1, stopped", `{users: 1, pager: '1 / 3', answer: 'Half of an answer', tag: '', footer: '■ stopped', again: ''}`)
 		p.clickVersion("next")
 		p.clickVersion("next")
 		p.expectSlot("version 3 again", `{pager: '3 / 3', answer: 'Lyon, the third version.'}`)
