@@ -99,9 +99,9 @@ type gatewayRun struct {
 
 // gatewayFigures are a run's figures.
 type gatewayFigures struct {
-	achieved, success    float64
-	e2e, added, replies  []time.Duration
-	connections, answers int64
+	achieved, success   float64
+	e2e, added, replies []time.Duration
+	connections         int64
 }
 
 func (g *gatewayRun) figures() gatewayFigures {
