@@ -19,7 +19,7 @@ var Scenarios = []string{"turns", "notice", "idle", "resume", "append", "store",
 
 // DefaultScenarios are the scenarios run when a Config names none: all but
 // gateway, whose sweep takes minutes a rate (mspbench gateway runs it).
-var DefaultScenarios = Scenarios[:len(Scenarios)-1]
+var DefaultScenarios = Scenarios[: len(Scenarios)-1 : len(Scenarios)-1]
 
 // Config is one benchmark run.
 type Config struct {
