@@ -28,7 +28,11 @@
 // over core NATS, beside one SQLite node) and memory (the peak RSS of a
 // fresh mspd per case over its idle RSS, on a history of 12 turns of 10 MB
 // input: large session/read and view/page, connections that never read
-// sending view/page, connections sending maximum-size frames). Clustered
+// sending view/page, connections sending maximum-size frames) and gateway
+// (not run by default: an open loop of turns at offered rates, each on a
+// session of its own, against an OpenAI-compatible fake provider in this
+// process that answers in 1.5 s, beside the same load sent straight to
+// the fake; see gateway.go). Clustered
 // mspd nodes run as processes with embedded NATS servers (--store
 // jetstream --nats-embedded), as e2e starts them.
 //
