@@ -8,6 +8,7 @@ import { button, el, uuidv7 } from './dom.js';
 import { base64Of, IMAGE_TYPES, MAX_IMAGE_BYTES, MAX_TURN_IMAGE_BYTES, MAX_TURN_IMAGES } from './images.js';
 import { loadModels } from './models.js';
 import { command, RpcError } from './rpc.js';
+import { jumpToEnd } from './follow.js';
 import { enter, newChat } from './sessions.js';
 import { app, ui } from './state.js';
 import { ItemView, rekey, setRunning, TurnView } from './transcript.js';
@@ -36,7 +37,7 @@ export async function send(text, images = [], parts = []) {
     mediaType: p.mediaType, width: p.width, height: p.height, url: `data:${p.mediaType};base64,${p.base64Data}`,
     byteLen: Math.floor((p.base64Data.length * 3) / 4),
   })));
-  ui.transcript.scrollTop = ui.transcript.scrollHeight;
+  jumpToEnd();
   const input = text ? [{ type: 'text', text }] : [];
   for (const im of images) {
     input.push({ type: 'image', mediaType: im.mediaType, base64Data: base64Of(im.url), width: im.width, height: im.height });

@@ -7,6 +7,7 @@ import { syncCompact } from './context.js';
 import { button, el, uuidv7 } from './dom.js';
 import { syncInstructionsButton } from './instructions.js';
 import { loadModels } from './models.js';
+import { setTabTitle, showInURL } from './route.js';
 import { command, rpc, RpcError } from './rpc.js';
 import { effortOf, setEffort, showApprovalMode, showEffort } from './settings.js';
 import { app, ui } from './state.js';
@@ -26,6 +27,7 @@ export function enter(session, viewCursor, instructions) {
   app.stale = false;
   app.instructions = instructions || '';
   resetTranscript();
+  showInURL(session.sessionId);
   upsertSession(session);
   syncInstructionsButton();
   syncCompact();
@@ -115,6 +117,7 @@ export function titleOf(s) {
 function renderSessions() {
   ui.title.textContent = app.current ? titleOf(app.sessions.get(app.current)) : 'New chat';
   ui.title.title = ui.title.textContent; // a long one is cut short on screen
+  setTabTitle(ui.title.textContent);
   if (app.listHold) {
     app.listDirty = true;
     return;
@@ -327,12 +330,13 @@ const DELETED_ELSEWHERE = 'This chat was deleted in another tab or window.';
 
 /**
  * leaveSession shows a new chat in place of the current one, which was
- * deleted; note, if any, says why in the empty transcript.
+ * deleted or is not there; note, if any, says why in the empty transcript.
  */
-function leaveSession(note) {
+export function leaveSession(note) {
   app.epoch++;
   app.buffer = null;
   app.current = null;
+  showInURL(null, true);
   app.instructions = '';
   syncInstructionsButton();
   resetTranscript(note);

@@ -6,6 +6,7 @@ import { catching } from './chrome.js';
 import { compactNote, showContext, syncCompact } from './context.js';
 import { showChatCost, showUsage } from './cost.js';
 import { button, el, uuidv7 } from './dom.js';
+import { resetFollow } from './follow.js';
 import { Gallery } from './images.js';
 import { renderMarkdown } from './markdown.js';
 import { sessionModel } from './models.js';
@@ -375,6 +376,7 @@ export function resetTranscript(note = '') {
   app.compactions.clear();
   app.lastTurn = null;
   app.askedModel = null;
+  resetFollow();
   setRunning(null);
   showContext(null);
   showChatCost(null);
