@@ -13,9 +13,11 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 
+	"mspd/client"
 	"mspd/daemon"
 	"mspd/provider/openai/openaitest"
 	"mspd/provider/providertest"
+	"mspd/schema/msp"
 )
 
 // longAnswer is a Markdown answer taller than any window: sections of
@@ -211,4 +213,129 @@ func (p *chatPage) wheel(x, y, dy float64) {
 		_, err := cdp.Call(ctx, tg, wheelEvent, map[string]any{"type": "mouseWheel", "x": x, "y": y, "deltaX": 0, "deltaY": dy})
 		return err
 	}))
+}
+
+// offlineShown is true when the offline banner shows inside the window,
+// nothing over it, reading "Offline · reconnecting in N s".
+const offlineShown = `(() => {
+	const b = document.getElementById('offline'), r = b.getBoundingClientRect();
+	const top = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+	return !b.hidden && r.width > 0 && r.left >= 0 && r.top >= 0 && r.right <= innerWidth && r.bottom <= innerHeight &&
+		top !== null && b.contains(top) && /^Offline · reconnecting in \d+ s$/.test(document.getElementById('offline-text').textContent +
+			document.getElementById('offline-when').textContent) &&
+		b.closest('[role="status"]') !== null;
+})()`
+
+// TestWebOffline stops the daemon under the chat page at 390×844 (the
+// chat list a closed drawer) and at 1280×800: a banner at the top of the
+// chat says "Offline · reconnecting in N s" inside the window with
+// nothing over it, in a polite status, its text at 4.5:1 in light and
+// dark; Retry now reconnects at once; with the daemon back on the same
+// address the banner goes.
+func TestWebOffline(t *testing.T) {
+	dataDir := t.TempDir()
+	d := startDaemon(t, daemon.Config{DataDir: dataDir})
+	addr := d.Addr()
+	p := openBrowser(t)
+	p.use(t)
+	p.open("http://" + addr + "/")
+	p.newChat()
+	p.send("still here?")
+	p.waitFor("the answer", `footer().startsWith('✓')`)
+	for _, size := range [][2]int64{{390, 844}, {1280, 800}} {
+		p.viewport(size[0], size[1])
+		p.expect("no banner while online", `document.getElementById('offline').hidden`)
+		stopped, cancel := context.WithCancel(context.Background())
+		cancel()
+		d.Close(stopped)
+		p.waitFor(fmt.Sprintf("the offline banner in view at %d px", size[0]), offlineShown)
+		if size[0] == 390 {
+			p.expect("the chat list closed", `document.getElementById('app').dataset.drawer === 'closed'`)
+			for _, scheme := range []string{"dark", "light"} {
+				p.colorScheme(scheme)
+				p.waitFor(scheme+" mode", fmt.Sprintf(`matchMedia('(prefers-color-scheme: %s)').matches`, scheme))
+				p.lowContrast("the offline banner in " + scheme + " mode")
+			}
+			p.colorScheme("")
+		}
+		// Retry now, pressed while the page waits out its backoff, tries
+		// at once.
+		p.waitFor("Retry now connecting at once", `document.getElementById('conn').dataset.state === 'offline' &&
+			(document.getElementById('offline-retry').click(), document.getElementById('conn').dataset.state === 'connecting')`)
+		d = startDaemon(t, daemon.Config{DataDir: dataDir, Listen: addr})
+		p.run("retrying now", chromedp.Click(chromedp.CSS("#offline-retry")))
+		p.waitFor("the banner gone once reconnected", `document.getElementById('conn').dataset.state === 'online' &&
+			document.getElementById('offline').hidden`)
+	}
+}
+
+// chatShown is true when the page shows the i-th chat of ids: its
+// address, its row marked current, its answer and its tab title.
+func chatShown(ids []string, i int) string {
+	return fmt.Sprintf(`location.hash === '#/c/%s' && document.querySelector('#sessions [aria-current="page"]').dataset.sessionId === %[1]q &&
+		agentTexts('completed').join() === 'chat %[2]d' && document.title === 'chat %[2]d · mspd' &&
+		document.getElementById('chat-title').textContent === 'chat %[2]d'`, ids[i], i)
+}
+
+// TestWebChatURL gives each chat its own address: opening one pushes
+// #/c/<sessionId>; Back and Forward move between three chats and back to
+// the page with none ("New chat · mspd"); a reload restores the chat its
+// address names; the tab title is the chat's name and follows a rename,
+// here and from another client; an address naming no chat of the reader's
+// says "This chat does not exist or is not yours." and falls back to New
+// chat.
+func TestWebChatURL(t *testing.T) {
+	d := startDaemon(t, daemon.Config{})
+	base := "http://" + d.Addr() + "/"
+	p := openBrowser(t)
+	p.use(t)
+	p.open(base)
+	p.expect("the tab named New chat", `document.title === 'New chat · mspd' && location.hash === ''`)
+	ids := make([]string, 3)
+	for i := range ids {
+		ids[i] = p.newChat()
+		p.send(fmt.Sprintf("chat %d", i))
+		p.waitFor(fmt.Sprintf("chat %d at its address, named", i), chatShown(ids, i))
+	}
+	back, forward := `(history.back(), '')`, `(history.forward(), '')`
+	p.eval(back)
+	p.waitFor("Back: chat 1", chatShown(ids, 1))
+	p.eval(back)
+	p.waitFor("Back: chat 0", chatShown(ids, 0))
+	p.eval(back)
+	p.waitFor("Back: no chat", `location.hash === '' && document.title === 'New chat · mspd' &&
+		!document.getElementById('empty').hidden && document.querySelector('#sessions [aria-current]') === null`)
+	p.eval(forward)
+	p.waitFor("Forward: chat 0", chatShown(ids, 0))
+	p.eval(forward)
+	p.waitFor("Forward: chat 1", chatShown(ids, 1))
+	p.openChat(ids[2])
+	p.waitFor("chat 2 opened from the list", chatShown(ids, 2))
+	p.eval(back)
+	p.waitFor("Back: chat 1 again", chatShown(ids, 1))
+
+	p.run("reloading", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#input")))
+	p.waitFor("chat 1 restored from its address", chatShown(ids, 1))
+
+	p.run("renaming chat 1", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#sessions [data-row=%q] [data-role="rename"]`, ids[1]))))
+	p.eval(`(document.querySelector('#sessions .row-form input').value = 'Renamed here', '')`)
+	p.run("saving the name", chromedp.KeyEvent("\r"))
+	p.waitFor("the tab named after the new name", `document.title === 'Renamed here · mspd'`)
+	c := dial(t, d.URL(), client.Options{})
+	if err := c.Call(testCtx(t), msp.MethodSessionRename, map[string]any{"commandId": client.NewCommandID(),
+		"sessionId": ids[1], "name": "Renamed elsewhere"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("the tab following a rename elsewhere", `document.title === 'Renamed elsewhere · mspd'`)
+
+	for _, how := range []string{"an edited address", "a new tab"} {
+		if how == "a new tab" {
+			p.run("leaving the page", chromedp.Navigate("about:blank"))
+		}
+		p.run("opening "+how, chromedp.Navigate(base+"#/c/no-such-chat"))
+		p.waitFor("the chat said missing, New chat shown ("+how+")", `!document.getElementById('banner').hidden &&
+			document.getElementById('banner-text').textContent === 'This chat does not exist or is not yours.' &&
+			location.hash === '' && document.title === 'New chat · mspd' && !document.getElementById('empty').hidden &&
+			document.querySelector('#sessions [aria-current]') === null`)
+	}
 }
