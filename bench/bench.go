@@ -45,6 +45,14 @@ type Config struct {
 	// a 429 and then TurnDeltas deltas.
 	TurnSessions []int
 	TurnDeltas   int // default 1000
+	// KeepUpSessions sessions run the turns scenario's other operating
+	// point (default 100; negative: none): one turn each of
+	// KeepUpDeltas deltas (default 200) that the scripted provider paces
+	// KeepUpPaceMs apart (default 5), as a person reads a streaming answer,
+	// so that the reader keeps up and gets one frame a delta.
+	KeepUpSessions int
+	KeepUpDeltas   int
+	KeepUpPaceMs   int
 	// Rounds is how many times the turns, resume, append, store and
 	// cluster scenarios and their baselines run, alternately, on the same
 	// connections; figures are medians (default 5).
@@ -124,7 +132,7 @@ type Config struct {
 
 	// Profile, when set, starts the servers with --pprof and writes
 	// profiles named after it: a CPU profile of each turns run
-	// (Profile.turns<N>, taken while the turns run again after the
+	// (Profile.turns<N>x<K>, taken while the turns run again after the
 	// measured rounds), of resumes (Profile.resume, likewise), of the
 	// append scenario on one node (Profile.append-<store>, likewise), of
 	// the notice scenario's burst (Profile.notice-burst, while short
@@ -151,6 +159,15 @@ func (c *Config) defaults() {
 	}
 	if c.TurnDeltas <= 0 {
 		c.TurnDeltas = 1000
+	}
+	if c.KeepUpSessions == 0 {
+		c.KeepUpSessions = 100
+	}
+	if c.KeepUpDeltas <= 0 {
+		c.KeepUpDeltas = 200
+	}
+	if c.KeepUpPaceMs <= 0 {
+		c.KeepUpPaceMs = 5
 	}
 	if c.Rounds <= 0 {
 		c.Rounds = 5

@@ -16,7 +16,10 @@
 // millisecond emittedAtMs.
 //
 // Scenarios: turns (N sessions × one turn: a 429, then K deltas; delivered
-// deltas/s), notice (retry-notice latency at a steady turn rate and in a
+// deltas/s and server CPU a delta, at two operating points: answers paced
+// as a person reads them, which the reader keeps up with, beside raw
+// frames paced alike; and answers as fast as the provider streams, which
+// the reader falls behind), notice (retry-notice latency at a steady turn rate and in a
 // burst), idle (RSS per idle subscribed connection), resume (replaying a
 // log of 10k events), append (durable events/s across 100 sessions, on
 // SQLite and on one and three nodes on JetStream), store (the same

@@ -57,6 +57,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&serverArgs, "server-args", "", "extra flags for every mspd started, space-separated (e.g. \"--queue-frames 256\")")
 	fs.Var(&turnSessions, "turn-sessions", "turns: session counts (default 100,1000)")
 	fs.IntVar(&cfg.TurnDeltas, "turn-deltas", 1000, "turns: deltas of each turn's answer")
+	fs.IntVar(&cfg.KeepUpSessions, "keepup-sessions", 100, "turns: sessions of the keeps-up operating point (-1: none)")
+	fs.IntVar(&cfg.KeepUpDeltas, "keepup-deltas", 200, "turns: deltas of each keeps-up turn's answer")
+	fs.IntVar(&cfg.KeepUpPaceMs, "keepup-pace-ms", 5, "turns: milliseconds between a keeps-up answer's deltas")
 	fs.IntVar(&cfg.Rounds, "rounds", 5, "turns, resume, append, store, cluster: rounds of mspd and the baseline, alternating (figures are medians)")
 	fs.IntVar(&cfg.NoticeSessions, "notice-sessions", 100, "notice: sessions of the steady run")
 	fs.IntVar(&cfg.NoticeTurns, "notice-turns", 500, "notice: turns of the steady run")
@@ -80,7 +83,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.MemoryStalled, "memory-stalled", 3, "memory: connections that never read, each sending view/page after view/page")
 	fs.IntVar(&cfg.MemoryFramers, "memory-framers", 20, "memory: connections each sending maximum-size frames")
 	gatewayFlags(fs, &cfg, &gatewayRates, gatewayOnly)
-	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N>, PREFIX.resume, PREFIX.append-<store> and PREFIX.notice-burst (CPU), PREFIX.idle<N>.heap, .goroutine, .heap.txt (starts mspd with --pprof)")
+	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N>x<K>, PREFIX.resume, PREFIX.append-<store> and PREFIX.notice-burst (CPU), PREFIX.idle<N>.heap, .goroutine, .heap.txt (starts mspd with --pprof)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
 	if err := fs.Parse(args); err != nil {
 		return 2
