@@ -15,7 +15,11 @@ import (
 )
 
 // Scenarios lists every scenario, in the order they run.
-var Scenarios = []string{"turns", "notice", "idle", "resume", "append", "store", "cluster", "memory"}
+var Scenarios = []string{"turns", "notice", "idle", "resume", "append", "store", "cluster", "memory", "gateway"}
+
+// DefaultScenarios are the scenarios run when a Config names none: all but
+// gateway, whose sweep takes minutes a rate (mspbench gateway runs it).
+var DefaultScenarios = Scenarios[: len(Scenarios)-1 : len(Scenarios)-1]
 
 // Config is one benchmark run.
 type Config struct {
@@ -41,6 +45,14 @@ type Config struct {
 	// a 429 and then TurnDeltas deltas.
 	TurnSessions []int
 	TurnDeltas   int // default 1000
+	// KeepUpSessions sessions run the turns scenario's other operating
+	// point (default 100; negative: none): one turn each of
+	// KeepUpDeltas deltas (default 200) that the scripted provider paces
+	// KeepUpPaceMs apart (default 5), as a person reads a streaming answer,
+	// so that the reader keeps up and gets one frame a delta.
+	KeepUpSessions int
+	KeepUpDeltas   int
+	KeepUpPaceMs   int
 	// Rounds is how many times the turns, resume, append, store and
 	// cluster scenarios and their baselines run, alternately, on the same
 	// connections; figures are medians (default 5).
@@ -95,14 +107,38 @@ type Config struct {
 	MemoryStalled    int
 	MemoryFramers    int
 
+	// GatewayRates are the offered rates of the gateway scenario's sweep,
+	// in turns a second (default 100, 500, 1000, 2000); with GatewayKnee
+	// the sweep goes on past the last, half as much again each step,
+	// while mspd keeps up (99% of the offered rate achieved, every turn a
+	// success), so that the last row is past the knee.
+	GatewayRates []float64
+	GatewayKnee  bool
+	// GatewayDuration is how long each rate is offered (default 60 s);
+	// its turns' sessions are all opened before, over GatewayConns
+	// connections (default 1000).
+	GatewayDuration time.Duration
+	GatewayConns    int
+	// GatewayFirstByte and GatewayTotal time the fake provider's answers:
+	// its first byte after GatewayFirstByte (default 300 ms), its end
+	// after GatewayTotal (default 1.5 s), GatewayChunks deltas after the
+	// first between them (default 10).
+	GatewayFirstByte time.Duration
+	GatewayTotal     time.Duration
+	GatewayChunks    int
+	// GatewayPoisson makes the arrivals Poisson (exponential gaps, a fixed
+	// seed) instead of evenly spaced.
+	GatewayPoisson bool
+
 	// Profile, when set, starts the servers with --pprof and writes
 	// profiles named after it: a CPU profile of each turns run
-	// (Profile.turns<N>, taken while the turns run again after the
+	// (Profile.turns<N>x<K>, taken while the turns run again after the
 	// measured rounds), of resumes (Profile.resume, likewise), of the
 	// append scenario on one node (Profile.append-<store>, likewise), of
 	// the notice scenario's burst (Profile.notice-burst, while short
 	// bursts run again on its sessions), and
-	// the heap and goroutines with each idle count
+	// of each gateway rate's mspd (Profile.gateway<rate>, the run's
+	// first seconds), the heap and goroutines with each idle count
 	// open (Profile.idle<N>.heap, .goroutine, and .txt: the heap with the
 	// runtime's memory statistics).
 	Profile string
@@ -116,13 +152,22 @@ func (c *Config) defaults() {
 		c.ModuleDir = "."
 	}
 	if len(c.Scenarios) == 0 {
-		c.Scenarios = Scenarios
+		c.Scenarios = DefaultScenarios
 	}
 	if len(c.TurnSessions) == 0 {
 		c.TurnSessions = []int{100, 1000}
 	}
 	if c.TurnDeltas <= 0 {
 		c.TurnDeltas = 1000
+	}
+	if c.KeepUpSessions == 0 {
+		c.KeepUpSessions = 100
+	}
+	if c.KeepUpDeltas <= 0 {
+		c.KeepUpDeltas = 200
+	}
+	if c.KeepUpPaceMs <= 0 {
+		c.KeepUpPaceMs = 5
 	}
 	if c.Rounds <= 0 {
 		c.Rounds = 5
@@ -187,8 +232,30 @@ func (c *Config) defaults() {
 	if c.MemoryFramers <= 0 {
 		c.MemoryFramers = 20
 	}
+	c.gatewayDefaults()
 	if c.Log == nil {
 		c.Log = os.Stderr
+	}
+}
+
+func (c *Config) gatewayDefaults() {
+	if len(c.GatewayRates) == 0 {
+		c.GatewayRates = []float64{100, 500, 1000, 2000}
+	}
+	if c.GatewayDuration <= 0 {
+		c.GatewayDuration = 60 * time.Second
+	}
+	if c.GatewayConns <= 0 {
+		c.GatewayConns = 1000
+	}
+	if c.GatewayFirstByte <= 0 {
+		c.GatewayFirstByte = 300 * time.Millisecond
+	}
+	if c.GatewayTotal <= 0 {
+		c.GatewayTotal = 1500 * time.Millisecond
+	}
+	if c.GatewayChunks <= 0 {
+		c.GatewayChunks = 10
 	}
 }
 
@@ -278,6 +345,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		"store":   r.storeScenario,
 		"cluster": r.clusterScenario,
 		"memory":  r.memory,
+		"gateway": r.gateway,
 	}
 	for _, s := range Scenarios {
 		if !slices.Contains(cfg.Scenarios, s) {
@@ -306,6 +374,14 @@ func (c *Config) check() error {
 	for _, b := range c.StoreBackends {
 		if !slices.Contains(StoreBackends, b) {
 			return fmt.Errorf("unknown store backend %q (want %s)", b, strings.Join(StoreBackends, ", "))
+		}
+	}
+	if c.GatewayTotal < c.GatewayFirstByte {
+		return fmt.Errorf("the fake's answer (%s) ends before its first byte (%s)", c.GatewayTotal, c.GatewayFirstByte)
+	}
+	for _, rate := range c.GatewayRates {
+		if rate <= 0 {
+			return fmt.Errorf("gateway rate %g: want a positive rate", rate)
 		}
 	}
 	if c.ClusterNodes < 2 {

@@ -16,7 +16,10 @@
 // millisecond emittedAtMs.
 //
 // Scenarios: turns (N sessions × one turn: a 429, then K deltas; delivered
-// deltas/s), notice (retry-notice latency at a steady turn rate and in a
+// deltas/s and server CPU a delta, at two operating points: answers paced
+// as a person reads them, which the reader keeps up with, beside raw
+// frames paced alike; and answers as fast as the provider streams, which
+// the reader falls behind), notice (retry-notice latency at a steady turn rate and in a
 // burst), idle (RSS per idle subscribed connection), resume (replaying a
 // log of 10k events), append (durable events/s across 100 sessions, on
 // SQLite and on one and three nodes on JetStream), store (the same
@@ -28,7 +31,11 @@
 // over core NATS, beside one SQLite node) and memory (the peak RSS of a
 // fresh mspd per case over its idle RSS, on a history of 12 turns of 10 MB
 // input: large session/read and view/page, connections that never read
-// sending view/page, connections sending maximum-size frames). Clustered
+// sending view/page, connections sending maximum-size frames) and gateway
+// (not run by default: an open loop of turns at offered rates, each on a
+// session of its own, against an OpenAI-compatible fake provider in this
+// process that answers in 1.5 s, beside the same load sent straight to
+// the fake; see gateway.go). Clustered
 // mspd nodes run as processes with embedded NATS servers (--store
 // jetstream --nats-embedded), as e2e starts them.
 //

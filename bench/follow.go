@@ -66,7 +66,8 @@ func (r *runner) clusterAt(ctx context.Context, n int) error {
 	}
 	defer rc.close()
 
-	script := turnScript(1, k)
+	one := turnScript(1, k)
+	script := func(int) string { return one }
 	on := func(ss []session) func(context.Context) ([]turnResult, time.Duration, error) {
 		return func(ctx context.Context) ([]turnResult, time.Duration, error) { return turnRound(ctx, ss, script) }
 	}

@@ -184,6 +184,39 @@ func (s *server) metric(ctx context.Context, name string) (float64, error) {
 	return 0, fmt.Errorf("metric %s not found", name)
 }
 
+// metricSum adds every sample of a metric from the server's /metrics,
+// whatever its labels.
+func (s *server) metricSum(ctx context.Context, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, sc.Err()
+}
+
 // procCPU sums the time the threads of a process spent on a CPU, from
 // /proc/<pid>/task/*/schedstat (nanoseconds; /proc/<pid>/stat counts in
 // 10 ms ticks, too coarse for short runs). Threads that exited are not

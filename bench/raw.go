@@ -23,10 +23,12 @@ import (
 const RawServerArg = "raw-server"
 
 // ServeRaw is the raw baseline's server: coder/websocket alone. Each
-// connection sends commands "<count>\n<frame>"; the server writes frame
-// count times, one message each, as fast as the library lets it, exactly
-// as a plain coder/websocket program would (one Write per message). It
-// prints "listening <addr>" on out and serves until ctx ends.
+// connection sends commands "<count>\n<frame>" or
+// "<count>/<pace ms>\n<frame>"; the server writes frame count times, one
+// message each, as fast as the library lets it (or pace ms apart, as a
+// paced answer streams), exactly as a plain coder/websocket program would
+// (one Write per message). It prints "listening <addr>" on out and serves
+// until ctx ends.
 func ServeRaw(ctx context.Context, out io.Writer) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -58,12 +60,20 @@ func serveRawConn(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		head, frame, ok := bytes.Cut(cmd, []byte("\n"))
-		n, err := strconv.Atoi(string(head))
+		count, paceMs, paced := bytes.Cut(head, []byte("/"))
+		n, err := strconv.Atoi(string(count))
+		pace := 0
+		if paced && err == nil {
+			pace, err = strconv.Atoi(string(paceMs))
+		}
 		if !ok || err != nil {
-			c.Close(websocket.StatusUnsupportedData, "want <count>\\n<frame>")
+			c.Close(websocket.StatusUnsupportedData, "want <count>[/<pace ms>]\\n<frame>")
 			return
 		}
-		for range n {
+		for i := range n {
+			if pace > 0 && i > 0 {
+				time.Sleep(time.Duration(pace) * time.Millisecond)
+			}
 			if err := c.Write(ctx, websocket.MessageText, frame); err != nil {
 				return
 			}
@@ -176,7 +186,17 @@ func (rc *rawConns) close() {
 // clients do (methodOf, stringMember), so the client side costs the same
 // in both.
 func (rc *rawConns) round(ctx context.Context, count int, frame []byte) (rawRun, error) {
-	cmd := append([]byte(strconv.Itoa(count)+"\n"), frame...)
+	return rc.pacedRound(ctx, count, 0, frame)
+}
+
+// pacedRound is round with the frames of each connection written paceMs
+// apart (0: as fast as they go).
+func (rc *rawConns) pacedRound(ctx context.Context, count, paceMs int, frame []byte) (rawRun, error) {
+	head := strconv.Itoa(count)
+	if paceMs > 0 {
+		head += "/" + strconv.Itoa(paceMs)
+	}
+	cmd := append([]byte(head+"\n"), frame...)
 	cpu0, _ := rc.rs.cpu()
 	start := time.Now()
 	err := parallel(ctx, len(rc.cs), len(rc.cs), func(ctx context.Context, i int) error {

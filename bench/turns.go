@@ -66,11 +66,12 @@ func turnScript(retryAfterMs, deltas int) string {
 
 // turnResult is what one client saw of its turn.
 type turnResult struct {
-	frames int       // item/delta frames
-	text   int       // bytes of delta text
-	gaps   int       // view/gap frames
-	end    time.Time // turn/completed arrived
-	first  []byte    // the first item/delta frame, verbatim
+	frames  int             // item/delta frames
+	text    int             // bytes of delta text
+	gaps    int             // view/gap frames
+	end     time.Time       // turn/completed arrived
+	first   []byte          // the first item/delta frame, verbatim
+	notices []time.Duration // each retry notice's emittedAtMs → its receipt
 }
 
 // followTurn reads c's frames until turn/completed, counting deltas.
@@ -90,6 +91,8 @@ func followTurn(ctx context.Context, c *mspConn) (turnResult, error) {
 			}
 		case msp.NotifyViewGap:
 			res.gaps++
+		case msp.NotifyTurnModelRetryScheduled:
+			res.notices = append(res.notices, time.Since(time.UnixMilli(intMember(f, "emittedAtMs"))))
 		case msp.NotifyTurnCompleted:
 			res.end = time.Now()
 			if t := stringMember(f, "terminal"); string(t) != "completed" {
@@ -102,18 +105,50 @@ func followTurn(ctx context.Context, c *mspConn) (turnResult, error) {
 
 // turns: N sessions × one turn (a 429, then K deltas), all started
 // together; delivered deltas/s against coder/websocket alone writing the
-// same number of frames of the same size to as many connections.
+// same number of frames of the same size to as many connections. It runs
+// at two operating points: readers that keep up with answers paced as a
+// person reads them (one frame a delta), and readers that fall behind
+// answers streamed as fast as the provider can (deltas coalesced).
 func (r *runner) turns(ctx context.Context) error {
+	if n := r.cfg.KeepUpSessions; n > 0 {
+		k, pace := r.cfg.KeepUpDeltas, r.cfg.KeepUpPaceMs
+		scen := fmt.Sprintf("turns %d×%d keeps up (%d ms apart)", n, k, pace)
+		script := keepUpScript(k, pace)
+		if err := r.turnsAt(ctx, scen, n, k, pace, func(int) string { return script }); err != nil {
+			return err
+		}
+	}
 	for _, n := range r.cfg.TurnSessions {
-		if err := r.turnsAt(ctx, n); err != nil {
+		k := r.cfg.TurnDeltas
+		script := turnScript(1, k)
+		scen := fmt.Sprintf("turns %d×%d falls behind", n, k)
+		if err := r.turnsAt(ctx, scen, n, k, 0, func(int) string { return script }); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (r *runner) turnsAt(ctx context.Context, n int) error {
-	k, rounds := r.cfg.TurnDeltas, r.cfg.Rounds
+// keepUpScript is the turn of the keeps-up operating point: a 429
+// retried after 1 ms (so that 100 turns starting together send 100 retry
+// notices at once, as the falls-behind point does), then k deltas pace ms
+// apart.
+func keepUpScript(k, pace int) string {
+	retry := 1
+	return scripted.Script(
+		scripted.Step{Status: 429, ErrorKind: "rateLimited", RetryAfterMs: &retry},
+		scripted.Step{Text: strings.Repeat(deltaWord, k), Chunks: k, ChunkDelayMs: pace},
+	)
+}
+
+// turnsAt runs one operating point: n sessions, each turn script(i) of k
+// deltas, paced pace ms apart (0: unpaced). The raw baseline writes k
+// frames a connection, as paced: over loopback, a write that wakes an idle
+// reader pays for the wake-up, so a paced stream costs more a frame than
+// a burst, for mspd and for the baseline alike. A paced run also measures
+// raw unpaced, for reference.
+func (r *runner) turnsAt(ctx context.Context, scen string, n, k, pace int, script func(i int) string) error {
+	rounds := r.cfg.Rounds
 	srv, err := r.startServer(ctx)
 	if err != nil {
 		return err
@@ -129,22 +164,26 @@ func (r *runner) turnsAt(ctx context.Context, n int) error {
 		return fmt.Errorf("raw baseline: %w", err)
 	}
 	defer rc.close()
-	script := turnScript(1, k)
 	round := func(ctx context.Context) ([]turnResult, time.Duration, error) { return turnRound(ctx, ss, script) }
 	// Rounds alternate between mspd and the baseline, so that a change in
 	// the machine's load between them shows in both.
-	var mine, raw roundTally
+	var mine, raw, unpaced roundTally
 	for range rounds {
 		if err := mine.measure(ctx, []*server{srv}, round); err != nil {
 			return err
 		}
-		if err := raw.measureRaw(ctx, rc, k, mine.sample); err != nil {
+		if err := raw.measurePacedRaw(ctx, rc, k, pace, mine.sample); err != nil {
 			return err
 		}
 		mine.ratios = append(mine.ratios, mine.last()/raw.last())
+		if pace > 0 {
+			if err := unpaced.measureRaw(ctx, rc, k, mine.sample); err != nil {
+				return err
+			}
+		}
 	}
 	if r.cfg.Profile != "" {
-		file := fmt.Sprintf("%s.turns%d", r.cfg.Profile, n)
+		file := fmt.Sprintf("%s.turns%dx%d", r.cfg.Profile, n, k)
 		err := r.profile(ctx, srv, file, func(ctx context.Context) error {
 			_, _, err := round(ctx)
 			return err
@@ -153,17 +192,28 @@ func (r *runner) turnsAt(ctx context.Context, n int) error {
 			return err
 		}
 	}
-	return r.turnRows(fmt.Sprintf("turns %d×%d", n, k), n*k*rounds, &mine, &raw)
+	if err := r.turnRows(scen, n*k*rounds, &mine, &raw); err != nil {
+		return err
+	}
+	if pace > 0 {
+		r.add(Row{Scenario: scen, Figure: "raw unpaced: server CPU per frame", Value: perItem(unpaced.serverCPU, n*k*rounds), Unit: "µs",
+			Note: "coder/websocket writing the same frames as fast as they go, for reference"})
+	}
+	if len(mine.notices) > 0 {
+		r.latencyRows(scen, "retry notice emitted→received", mine.notices, "ms clock")
+	}
+	return nil
 }
 
-// turnRound starts one turn of script on every session at once, each on
+// turnRound starts one turn on every session at once (session i's is
+// script(i)), each on
 // its session's connection, and follows each to its end there; it returns
 // what each client saw and the time until the last turn/completed.
-func turnRound(ctx context.Context, ss []session, script string) ([]turnResult, time.Duration, error) {
+func turnRound(ctx context.Context, ss []session, script func(i int) string) ([]turnResult, time.Duration, error) {
 	results := make([]turnResult, len(ss))
 	start := time.Now()
 	err := parallel(ctx, len(ss), len(ss), func(ctx context.Context, i int) error {
-		if err := ss[i].c.sendTurn(ctx, ss[i].id, script); err != nil {
+		if err := ss[i].c.sendTurn(ctx, ss[i].id, script(i)); err != nil {
 			return err
 		}
 		var err error
@@ -187,6 +237,7 @@ type roundTally struct {
 	frames, deltas, gaps int
 	sample               []byte          // the first item/delta frame seen
 	nodeCPU              []time.Duration // serverCPU by process
+	notices              []time.Duration // retry notices' emittedAtMs → receipt
 }
 
 // last is the latest round's rate.
@@ -207,6 +258,7 @@ func (t *roundTally) measure(ctx context.Context, srvs []*server, round func(con
 	text := 0
 	for _, res := range results {
 		t.frames, text, t.gaps = t.frames+res.frames, text+res.text, t.gaps+res.gaps
+		t.notices = append(t.notices, res.notices...)
 		if t.sample == nil {
 			t.sample = res.first
 		}
@@ -218,8 +270,14 @@ func (t *roundTally) measure(ctx context.Context, srvs []*server, round func(con
 
 // measureRaw runs one raw round: k copies of frame to each connection.
 func (t *roundTally) measureRaw(ctx context.Context, rc *rawConns, k int, frame []byte) error {
+	return t.measurePacedRaw(ctx, rc, k, 0, frame)
+}
+
+// measurePacedRaw runs one raw round: k copies of frame to each
+// connection, paceMs apart (0: as fast as they go).
+func (t *roundTally) measurePacedRaw(ctx context.Context, rc *rawConns, k, paceMs int, frame []byte) error {
 	me0, _ := procCPU(os.Getpid())
-	raw, err := rc.round(ctx, k, frame)
+	raw, err := rc.pacedRound(ctx, k, paceMs, frame)
 	if err != nil {
 		return fmt.Errorf("raw baseline: %w", err)
 	}

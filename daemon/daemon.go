@@ -65,6 +65,9 @@ type Config struct {
 	System      string
 	IdleTimeout time.Duration
 	OpenAIAPI   string
+	// Pool sizes that provider's connections to its API (the ConfigFile's
+	// providers set theirs per entry).
+	Pool provider.Pool
 	// MaxOutputTokens is the model's output limit: the cap of every
 	// request and of truncation growth (0: 32768).
 	MaxOutputTokens int
@@ -319,6 +322,8 @@ func newCatalog(cfg Config) (*catalog.Catalog, error) {
 		Model:           cfg.Model,
 		System:          cfg.System,
 		IdleTimeout:     catalog.Duration(cfg.IdleTimeout),
+		MaxIdleConns:    cfg.Pool.MaxIdleConns,
+		MaxConns:        cfg.Pool.MaxConns,
 		API:             cfg.OpenAIAPI,
 		MaxOutputTokens: cfg.MaxOutputTokens,
 		WordDelay:       catalog.Duration(cfg.Demo.WordDelay),

@@ -45,7 +45,7 @@ func TestWebFallback(t *testing.T) {
 		p.use(t)
 		p.open(base)
 		p.viewport(1280, 800)
-		p.expect("the picker before any failure", `document.getElementById('model').selectedOptions[0].textContent === 'oa · gpt-test'`)
+		p.expect("the picker before any failure", `document.getElementById('model').selectedOptions[0].textContent === 'gpt-test'`)
 		lists := len(p.sent("model/list"))
 		sid = p.newChat()
 		p.attachFiles(pngFile(t, "red.png", png))
@@ -57,7 +57,7 @@ func TestWebFallback(t *testing.T) {
 		p.waitFor("the answer, its footer naming the model", fmt.Sprintf(`agentTexts('completed').includes('A red square.') &&
 			footer().startsWith('✓') && footer().includes('4 attempts') && footer().endsWith(%q)`, answered))
 		p.expect("no countdown", fmt.Sprintf(`retryText() === %q`, fallback))
-		p.waitFor("OpenAI down in the picker", `[...document.getElementById('model').options].some((o) => o.textContent === 'oa · gpt-test — down')`)
+		p.waitFor("OpenAI down in the picker", `[...document.getElementById('model').options].some((o) => o.textContent === 'gpt-test — down')`)
 		if n := len(p.sent("model/list")); n <= lists+1 {
 			p.fatalf("model/list sent %d times, want it read again after the fallback notice (%d before the chat)", n, lists)
 		}
@@ -85,7 +85,7 @@ func TestWebFallback(t *testing.T) {
 		if again != live || !strings.Contains(again, fallback) || !strings.Contains(again, skipped) {
 			p.fatalf("after a reload the turns read\n%s\nlive they read\n%s", again, live)
 		}
-		p.expect("OpenAI down in the picker", `[...document.getElementById('model').options].some((o) => o.textContent === 'oa · gpt-test — down')`)
+		p.expect("OpenAI down in the picker", `[...document.getElementById('model').options].some((o) => o.textContent === 'gpt-test — down')`)
 	})
 
 	t.Run("contrast", func(t *testing.T) {

@@ -220,10 +220,10 @@ images = false
 		p.use(t)
 		p.newChat()
 		p.eval(`(() => { const s = document.getElementById('model');
-			s.value = [...s.options].find((o) => o.textContent === 'text · plain').value;
+			s.value = [...s.options].find((o) => o.textContent === 'plain').value;
 			s.dispatchEvent(new Event('change')); return ''; })()`)
 		p.waitFor("the model switched", `document.getElementById('model').dataset.value === document.getElementById('model').value &&
-			document.getElementById('model').selectedOptions[0].textContent === 'text · plain'`)
+			document.getElementById('model').selectedOptions[0].textContent === 'plain'`)
 		// model/list says plain reads no images: no attach button for it.
 		p.waitFor("the attach button off from model/list", `document.getElementById('attach').disabled &&
 			document.getElementById('attach').title === 'plain takes no images'`)
@@ -236,10 +236,10 @@ images = false
 			p.waitFor("the model switched to "+label, fmt.Sprintf(`document.getElementById('model').dataset.value === document.getElementById('model').value &&
 				document.getElementById('model').selectedOptions[0].textContent === %q`, label))
 		}
-		pick("vision · seer")
+		pick("seer")
 		p.attachFiles(pngFile(t, "square.png", png))
 		p.waitFor("the image in the composer", imagePredicate(`chips().length === 1`))
-		pick("text · plain")
+		pick("plain")
 		p.send("What is this?")
 		p.waitFor("the refusal in words", `!document.getElementById('banner').hidden &&
 			document.getElementById('banner-text').textContent === 'plain takes no images: pick a model that does, or send the message without them. (invalidParams)'`)
@@ -248,7 +248,7 @@ images = false
 		p.expect("the attach button off for this model", `document.getElementById('attach').disabled &&
 			document.getElementById('attach').title === 'plain takes no images'`)
 		p.eval(`(() => { const s = document.getElementById('model');
-			s.value = [...s.options].find((o) => o.textContent === 'vision · seer').value;
+			s.value = [...s.options].find((o) => o.textContent === 'seer').value;
 			s.dispatchEvent(new Event('change')); return ''; })()`)
 		p.waitFor("the attach button on again for a model that takes images", `!document.getElementById('attach').disabled`)
 		p.run("dismissing the banner", chromedp.Click(chromedp.CSS("#banner-close")))

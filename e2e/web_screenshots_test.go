@@ -255,7 +255,7 @@ api_key_env = "TEST_ANTHROPIC_KEY"
 	p.openChat(is.Session.SessionID)
 	p.waitFor("the chat", `footer().includes('answered by claude-sonnet-4-5') && document.querySelector('#transcript .thumb img') !== null &&
 		document.querySelector('#transcript .thumb img').naturalWidth === 480 &&
-		document.getElementById('model').selectedOptions[0].textContent === 'openai · gpt-4o-mini — down'`)
+		document.getElementById('model').selectedOptions[0].textContent === 'gpt-4o-mini — down'`)
 	p.attachFiles(pngFile(t, "harbour.png", sunset(320, 240)))
 	p.waitFor("an image in the composer", `document.querySelectorAll('#tray .chip').length === 1`)
 	p.run("typing", chromedp.Click(chromedp.CSS("#input")), chromedp.KeyEvent("And this one?"))

@@ -126,7 +126,8 @@ func TestWebChat(t *testing.T) {
 		p.waitFor("streaming text", `agentTexts('inProgress').some((t) => t.length > 0)`)
 		p.run("clicking Stop", chromedp.Click(chromedp.CSS("#stop")))
 		p.waitFor("the stopped turn", `footer() === '■ stopped'`)
-		p.expect("the answer marked stopped", `document.querySelector('.msg.agent .tag').textContent === 'stopped'`)
+		p.expect("the answer stopped, said once (by the footer)", `document.querySelector('.msg.agent').dataset.status === 'cancelled' &&
+			document.querySelector('.msg.agent .tag').hidden`)
 		p.expect("Stop hidden", `document.getElementById('stop').hidden`)
 	})
 

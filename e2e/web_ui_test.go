@@ -18,7 +18,8 @@ import (
 // TestWebPage drives the chat page's layout, rendering and controls in
 // headless Chromium: the phone layout, Markdown while it streams, inert
 // model markup, the message box, the retry status and Stop (by Esc and
-// while offline), plain failures with Retry, Regenerate, contrast in light
+// while offline), plain failures with Retry, Regenerate (each a new version
+// of the answer: TestWebVersions has them in full), contrast in light
 // and dark mode and keyboard focus. Every WebSocket frame is checked
 // against the MSP schema.
 func TestWebPage(t *testing.T) {
@@ -202,7 +203,8 @@ func TestWebPage(t *testing.T) {
 				t.includes('bad things in the request');
 		})()`)
 		p.run("clicking Retry", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type button.again")))
-		p.waitFor("a second turn that failed the same way", `document.querySelectorAll('#transcript .turn').length === 2 && footer().startsWith('✗ ')`)
+		p.waitFor("a second version that failed the same way", `document.querySelectorAll('#transcript .turn').length === 2 && footer().startsWith('✗ ') &&
+			document.querySelector('#transcript .turn:last-of-type .version-count').textContent === '2 / 2'`)
 		n := 0
 		for _, params := range p.sent("turn/start") {
 			if strings.Contains(fmt.Sprint(params["input"]), "bad things in the request") {
@@ -223,7 +225,8 @@ func TestWebPage(t *testing.T) {
 		p.run("clicking Regenerate", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type button.again")))
 		p.waitFor("a second answer", `document.querySelectorAll('#transcript .turn').length === 2 && footer().startsWith('✓') &&
 			agentTexts('completed').filter((t) => t === 'say it again').length === 2`)
-		p.expect("the same message twice", `[...document.querySelectorAll('.msg.user .text')].every((t) => t.textContent === 'say it again')`)
+		p.expect("the message shown once, the second version", `[...document.querySelectorAll('.msg.user')].filter((m) => m.checkVisibility()).length === 1 &&
+			document.querySelector('#transcript .turn:last-of-type .version-count').textContent === '2 / 2'`)
 	})
 
 	t.Run("contrast", func(t *testing.T) {
@@ -377,7 +380,9 @@ const lowContrast = () => {
 func (p *chatPage) viewport(w, h int64) {
 	p.t.Helper()
 	p.run(fmt.Sprintf("sizing the window %d×%d", w, h), chromedp.EmulateViewport(w, h))
-	p.waitFor(fmt.Sprintf("a %d px wide page", w), fmt.Sprintf(`innerWidth === %d`, w))
+	// Crossing 700 px slides the drawer away: clicks wait until it has gone.
+	p.waitFor(fmt.Sprintf("a %d px wide page", w), fmt.Sprintf(`innerWidth === %d &&
+		document.getAnimations().every((a) => !(a instanceof CSSTransition))`, w))
 }
 
 // expectFits checks that nothing scrolls sideways at width w and that the

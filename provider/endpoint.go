@@ -31,10 +31,12 @@ type Endpoint struct {
 	// waiting on the server counts, not time spent in onText. 0 means the
 	// provider's default; a negative value turns the check off.
 	IdleTimeout time.Duration
-	// HTTPClient sends the requests; nil means a client on
-	// http.DefaultTransport. Its Timeout, if any, bounds whole streams, so
+	// HTTPClient sends the requests; nil means Pool.Client(): a transport
+	// of the provider's own. Its Timeout, if any, bounds whole streams, so
 	// leave it 0 and rely on IdleTimeout.
 	HTTPClient *http.Client
+	// Pool sizes the connections kept to the API when HTTPClient is nil.
+	Pool Pool
 }
 
 // Resolve checks e for the provider named name (the prefix of its

@@ -341,12 +341,13 @@ func (s *session) nextEphemeralLocked() cursor {
 // resuming readers and publishes it to the session's followers. s.mu must
 // be held.
 func (s *session) sendEphemeralLocked(at cursor, c, method string, params []byte, now time.Time) {
-	n := Notification{
-		SessionID: s.id,
-		Method:    method,
-		Cursor:    c,
-		Frame:     msp.EncodeNotification(method, params, now.UnixMilli()),
-	}
+	s.sendFrameLocked(at, c, method, msp.EncodeNotification(method, params, now.UnixMilli()))
+}
+
+// sendFrameLocked is sendEphemeralLocked with the frame encoded. s.mu
+// must be held.
+func (s *session) sendFrameLocked(at cursor, c, method string, frame []byte) {
+	n := Notification{SessionID: s.id, Method: method, Cursor: c, Frame: frame}
 	s.deltas.add(at, method, n.Frame)
 	s.fanOutLocked(n)
 	s.publishLocked(n, Position{Seq: at.seq, Sub: at.sub})
@@ -404,12 +405,9 @@ func (s *session) delta(itemID, field, text string) {
 	defer s.mu.Unlock()
 	at := s.nextEphemeralLocked()
 	c := at.String()
-	raw, err := msp.Marshal(msp.ItemDeltaParams{SessionID: s.id, ViewCursor: c, ItemID: itemID, Field: field, Delta: text})
-	if err != nil {
-		return // a string and ids always encode
-	}
 	now := s.m.now()
-	s.sendEphemeralLocked(at, c, msp.NotifyItemDelta, raw, now)
+	frame := msp.EncodeItemDelta(msp.ItemDeltaParams{SessionID: s.id, ViewCursor: c, ItemID: itemID, Field: field, Delta: text}, now.UnixMilli())
+	s.sendFrameLocked(at, c, msp.NotifyItemDelta, frame)
 	if oi := s.open[itemID]; oi != nil {
 		oi.text.add(field, text)
 		if every := s.m.cfg.TextCheckpoint; every > 0 && now.Sub(oi.savedAt) >= every {

@@ -3,9 +3,10 @@
 // is ES modules in js/ (main.js imports the others), which browsers load
 // as they are: the files are embedded, so the page needs no build step and
 // works offline. Its
-// Markdown renderer (markdown-it) and sanitizer (DOMPurify) are released
-// npm files kept unchanged in vendor/, with their licences and versions;
-// vendor/refresh.sh replaces them.
+// Markdown renderer (markdown-it), sanitizer (DOMPurify) and code
+// highlighter (highlight.js) are released npm files kept unchanged in
+// vendor/, with their licences and versions; vendor/refresh.sh replaces
+// them.
 package web
 
 import (

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path"
 	"regexp"
 	"slices"
@@ -42,11 +43,13 @@ func TestServesFiles(t *testing.T) {
 		"/js/state.js": "text/javascript; charset=utf-8",
 		"/style.css":   "text/css; charset=utf-8",
 
-		"/vendor/markdown-it.min.js":             "text/javascript; charset=utf-8",
-		"/vendor/purify.min.js":                  "text/javascript; charset=utf-8",
-		"/vendor/VERSIONS":                       "text/plain; charset=utf-8",
-		"/vendor/licenses/markdown-it.txt":       "text/plain; charset=utf-8",
-		"/vendor/licenses/dompurify-MPL-2.0.txt": "text/plain; charset=utf-8",
+		"/vendor/markdown-it.min.js":                  "text/javascript; charset=utf-8",
+		"/vendor/purify.min.js":                       "text/javascript; charset=utf-8",
+		"/vendor/highlight.min.js":                    "text/javascript; charset=utf-8",
+		"/vendor/licenses/highlightjs-cdn-assets.txt": "text/plain; charset=utf-8",
+		"/vendor/VERSIONS":                            "text/plain; charset=utf-8",
+		"/vendor/licenses/markdown-it.txt":            "text/plain; charset=utf-8",
+		"/vendor/licenses/dompurify-MPL-2.0.txt":      "text/plain; charset=utf-8",
 	}
 	// Every module, with a JavaScript type: browsers refuse a module
 	// script of any other.
@@ -147,14 +150,14 @@ func TestVendorUnchanged(t *testing.T) {
 		if sum := sha256.Sum256(body); hex.EncodeToString(sum[:]) != f[1] {
 			t.Errorf("vendor/%s differs from %s's %s: run web/vendor/refresh.sh, never edit it", f[0], f[2], f[3])
 		}
-		pkg, _, _ := strings.Cut(f[2], "@")
-		if matches, _ := fs.Glob(files, "vendor/licenses/"+pkg+"*.txt"); len(matches) == 0 {
+		pkg, _ := splitSpec(f[2])
+		if matches, _ := fs.Glob(files, "vendor/licenses/"+licenceName(pkg)+"*.txt"); len(matches) == 0 {
 			t.Errorf("no licence for %s in vendor/licenses", pkg)
 		}
 		scripts++
 	}
-	if scripts != 2 {
-		t.Errorf("VERSIONS names %d files, want markdown-it's and DOMPurify's", scripts)
+	if scripts != 3 {
+		t.Errorf("VERSIONS names %d files, want markdown-it's, DOMPurify's and highlight.js's", scripts)
 	}
 	// Deferred classic scripts and module scripts run in document order,
 	// once the page is parsed: the libraries' globals are there before
@@ -164,10 +167,63 @@ func TestVendorUnchanged(t *testing.T) {
 	want := []string{
 		`<script src="vendor/markdown-it.min.js" defer>`,
 		`<script src="vendor/purify.min.js" defer>`,
+		`<script src="vendor/highlight.min.js" defer>`,
 		`<script type="module" src="js/main.js">`,
 	}
 	if !slices.Equal(order, want) {
 		t.Errorf("index.html loads %q, want %q in that order", order, want)
+	}
+}
+
+// splitSpec splits a VERSIONS package@version, a scoped name's leading @
+// included in the name.
+func splitSpec(spec string) (pkg, version string) {
+	i := strings.LastIndex(spec, "@")
+	if i <= 0 {
+		return spec, ""
+	}
+	return spec[:i], spec[i+1:]
+}
+
+// licenceName is the file name refresh.sh gives a package's licence: a
+// scoped package's without its @ and with - for /.
+func licenceName(pkg string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(pkg, "@"), "/", "-")
+}
+
+// TestRefreshPinsVersions checks that VERSIONS records the versions
+// refresh.sh pins, so that running it without "latest" gives back the
+// files web embeds; a hand-edited pin or VERSIONS fails here.
+func TestRefreshPinsVersions(t *testing.T) {
+	script, err := os.ReadFile("vendor/refresh.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^([A-Z_]+)=([0-9][0-9A-Za-z.+-]*)$`).FindAllStringSubmatch(string(script), -1) {
+		pins[m[2]] = true
+	}
+	versions, err := files.ReadFile("vendor/VERSIONS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped := 0
+	for line := range strings.Lines(string(versions)) {
+		f := strings.Fields(line)
+		if strings.HasPrefix(line, "#") || len(f) < 3 {
+			continue
+		}
+		shipped++
+		pkg, version := splitSpec(f[2])
+		if !pins[version] {
+			t.Errorf("VERSIONS ships %s@%s, a version refresh.sh does not pin (it pins %v)", pkg, version, pins)
+		}
+		if !strings.Contains(string(script), `"`+pkg+"@$") {
+			t.Errorf("refresh.sh does not fetch %s", pkg)
+		}
+	}
+	if shipped != len(pins) {
+		t.Errorf("refresh.sh pins %d versions, VERSIONS ships %d files", len(pins), shipped)
 	}
 }
 

@@ -2,7 +2,11 @@
 // with real WebSocket clients and prints each figure beside a baseline
 // measured in the same run (see package bench and BENCHMARKS.md).
 //
-//	mspbench [--bin PATH] [--scenarios turns,notice,idle,resume,append,store,cluster] [--json]
+//	mspbench [--bin PATH] [--scenarios turns,notice,idle,resume,append,store,cluster,memory,gateway] [--json]
+//	mspbench gateway [--rates 100,500,1000,2000] [--duration 60s] [--conns 1000] [--json]
+//
+// The second form runs the gateway scenario alone, where its flags may
+// drop their gateway- prefix.
 package main
 
 import (
@@ -15,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"mspd/bench"
 )
@@ -33,20 +38,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	gatewayOnly := len(args) > 0 && args[0] == "gateway"
+	if gatewayOnly {
+		args = args[1:]
+	}
 	fs := flag.NewFlagSet("mspbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg bench.Config
 	var scenarios, serverArgs string
+	var gatewayRates floatList
 	var turnSessions, idleConns, clusterSessions intList
 	var storeBackends, appendStores string
 	var asJSON bool
 	fs.StringVar(&cfg.Bin, "bin", "", "mspd binary to benchmark (default: build ./cmd/mspd)")
 	fs.StringVar(&cfg.ModuleDir, "module", ".", "mspd module to build when --bin is not given")
 	fs.StringVar(&cfg.WorkDir, "work", "", "directory for the binary and data directories (default: a temporary one)")
-	fs.StringVar(&scenarios, "scenarios", strings.Join(bench.Scenarios, ","), "scenarios to run: "+strings.Join(bench.Scenarios, ", "))
+	fs.StringVar(&scenarios, "scenarios", strings.Join(bench.DefaultScenarios, ","), "scenarios to run: "+strings.Join(bench.Scenarios, ", "))
 	fs.StringVar(&serverArgs, "server-args", "", "extra flags for every mspd started, space-separated (e.g. \"--queue-frames 256\")")
 	fs.Var(&turnSessions, "turn-sessions", "turns: session counts (default 100,1000)")
 	fs.IntVar(&cfg.TurnDeltas, "turn-deltas", 1000, "turns: deltas of each turn's answer")
+	fs.IntVar(&cfg.KeepUpSessions, "keepup-sessions", 100, "turns: sessions of the keeps-up operating point (-1: none)")
+	fs.IntVar(&cfg.KeepUpDeltas, "keepup-deltas", 200, "turns: deltas of each keeps-up turn's answer")
+	fs.IntVar(&cfg.KeepUpPaceMs, "keepup-pace-ms", 5, "turns: milliseconds between a keeps-up answer's deltas")
 	fs.IntVar(&cfg.Rounds, "rounds", 5, "turns, resume, append, store, cluster: rounds of mspd and the baseline, alternating (figures are medians)")
 	fs.IntVar(&cfg.NoticeSessions, "notice-sessions", 100, "notice: sessions of the steady run")
 	fs.IntVar(&cfg.NoticeTurns, "notice-turns", 500, "notice: turns of the steady run")
@@ -69,12 +82,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.MemoryInputBytes, "memory-input-bytes", 10_000_000, "memory: input bytes of each turn of the history, and the size of the maximum-size frames")
 	fs.IntVar(&cfg.MemoryStalled, "memory-stalled", 3, "memory: connections that never read, each sending view/page after view/page")
 	fs.IntVar(&cfg.MemoryFramers, "memory-framers", 20, "memory: connections each sending maximum-size frames")
-	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N>, PREFIX.resume, PREFIX.append-<store> and PREFIX.notice-burst (CPU), PREFIX.idle<N>.heap, .goroutine, .heap.txt (starts mspd with --pprof)")
+	gatewayFlags(fs, &cfg, &gatewayRates, gatewayOnly)
+	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N>x<K>, PREFIX.resume, PREFIX.append-<store> and PREFIX.notice-burst (CPU), PREFIX.idle<N>.heap, .goroutine, .heap.txt (starts mspd with --pprof)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	cfg.Scenarios = strings.Split(scenarios, ",")
+	if gatewayOnly {
+		cfg.Scenarios = []string{"gateway"}
+	}
+	cfg.GatewayRates = gatewayRates
 	cfg.ServerArgs = strings.Fields(serverArgs)
 	cfg.TurnSessions, cfg.IdleConns, cfg.ClusterSessions = turnSessions, idleConns, clusterSessions
 	cfg.StoreBackends = strings.Split(storeBackends, ",")
@@ -93,6 +111,59 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// gatewayFlags adds the gateway scenario's flags, named gateway-…, and
+// also without the prefix for mspbench gateway.
+func gatewayFlags(fs *flag.FlagSet, cfg *bench.Config, rates *floatList, short bool) {
+	names := func(name string) []string {
+		if short {
+			return []string{"gateway-" + name, name}
+		}
+		return []string{"gateway-" + name}
+	}
+	for _, n := range names("rates") {
+		fs.Var(rates, n, "gateway: offered rates in turns/s, each a row (default 100,500,1000,2000)")
+	}
+	cfg.GatewayKnee = true
+	for _, n := range names("knee") {
+		fs.BoolVar(&cfg.GatewayKnee, n, true, "gateway: past the last rate, go on 1.5× a step while mspd keeps up (99% achieved, 100% success)")
+	}
+	for _, n := range names("duration") {
+		fs.DurationVar(&cfg.GatewayDuration, n, 60*time.Second, "gateway: how long each rate is offered (10s for a quick run)")
+	}
+	for _, n := range names("conns") {
+		fs.IntVar(&cfg.GatewayConns, n, 1000, "gateway: client connections the sessions are spread over")
+	}
+	for _, n := range names("first-byte") {
+		fs.DurationVar(&cfg.GatewayFirstByte, n, 300*time.Millisecond, "gateway: the fake provider's wait before its first byte")
+	}
+	for _, n := range names("total") {
+		fs.DurationVar(&cfg.GatewayTotal, n, 1500*time.Millisecond, "gateway: the fake provider's whole answer time")
+	}
+	for _, n := range names("chunks") {
+		fs.IntVar(&cfg.GatewayChunks, n, 10, "gateway: deltas of each answer after the first")
+	}
+	for _, n := range names("poisson") {
+		fs.BoolVar(&cfg.GatewayPoisson, n, false, "gateway: Poisson arrivals instead of evenly spaced ones")
+	}
+}
+
+// floatList is a comma-separated list of positive numbers.
+type floatList []float64
+
+func (l *floatList) String() string { return fmt.Sprint([]float64(*l)) }
+
+func (l *floatList) Set(v string) error {
+	*l = nil
+	for part := range strings.SplitSeq(v, ",") {
+		n, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%q is not a positive rate", part)
+		}
+		*l = append(*l, n)
+	}
+	return nil
 }
 
 // intList is a comma-separated list of counts.

@@ -29,6 +29,7 @@ import (
 	"mspd/internal/datadir"
 	"mspd/internal/gcheadroom"
 	"mspd/modelretry"
+	"mspd/provider"
 	"mspd/provider/demo"
 	"mspd/server"
 	"mspd/tool/sessionmcp"
@@ -121,6 +122,8 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveOptions) {
 	fs.StringVar(&o.cfg.Model, "model", "", "provider model id (default: the provider's)")
 	fs.StringVar(&o.cfg.System, "system", "", "provider name reported as `system` in retry notices (default: openai, anthropic, …; e.g. ollama for a compatible server)")
 	fs.DurationVar(&o.cfg.IdleTimeout, "idle-timeout", 0, "an attempt whose stream is silent this long fails as a timeout (default 60s; negative: off, for slow local models)")
+	fs.IntVar(&o.cfg.Pool.MaxIdleConns, "provider-max-idle-conns", provider.DefaultMaxIdleConns, "idle connections to the provider's API kept for reuse (negative: none); size it for the turns running at once")
+	fs.IntVar(&o.cfg.Pool.MaxConns, "provider-max-conns", 0, "connections to the provider's API open at once at most, busy or idle; requests beyond wait (0: no bound)")
 	fs.StringVar(&o.cfg.OpenAIAPI, "openai-api", "chat", "OpenAI API: chat (Chat Completions) or responses")
 	fs.IntVar(&o.cfg.MaxOutputTokens, "max-output-tokens", 0, "the model's output limit: no request asks for more and truncation retries stop growing there (default 32768)")
 	fs.StringVar(&o.cfg.ConfigFile, "config", "", "TOML `file` naming several providers (overrides --provider and --model)")

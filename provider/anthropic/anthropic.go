@@ -122,7 +122,8 @@ const ToolName = "respond"
 // Config configures a Model. Of its Endpoint, APIKey is required
 // (sent as x-api-key); BaseURL is the API root without /v1 (the SDK
 // appends v1/messages), "" meaning the SDK's production URL; System
-// defaults to DefaultSystem and IdleTimeout to DefaultIdleTimeout.
+// defaults to DefaultSystem, IdleTimeout to DefaultIdleTimeout and
+// HTTPClient to Pool.Client(), a transport of the Model's own.
 type Config struct {
 	provider.Endpoint
 	// StructuredMode is StructuredTool (the default) or
@@ -171,6 +172,9 @@ func New(cfg Config) (*Model, error) {
 	case ThinkingBudget, ThinkingAdaptive:
 	default:
 		return nil, errors.New("anthropic: Config.Thinking must be \"budget\" or \"adaptive\"")
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = cfg.Pool.Client()
 	}
 	hc := provider.NoRedirects(cfg.HTTPClient)
 	base := hc.Transport

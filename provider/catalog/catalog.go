@@ -65,6 +65,15 @@ type Entry struct {
 	System string `toml:"system"`
 	// IdleTimeout fails an attempt whose stream is silent this long.
 	IdleTimeout duration `toml:"idle_timeout"`
+	// MaxIdleConns is how many idle connections to an openai or anthropic
+	// entry's API are kept for reuse (default 256; negative: none): size it
+	// for the turns the provider runs at once, or most requests open a
+	// new connection (and TLS session).
+	MaxIdleConns int `toml:"max_idle_conns"`
+	// MaxConns bounds the connections open to the entry's API at once,
+	// busy or idle; a request beyond it waits for one (default 0: no
+	// bound).
+	MaxConns int `toml:"max_conns"`
 	// MaxOutputTokens caps truncation growth (the model's output limit).
 	MaxOutputTokens int `toml:"max_output_tokens"`
 	// MaxTokensField is "max_tokens" for older OpenAI-compatible servers.
@@ -261,6 +270,9 @@ func build(e Entry, env Env) (*Provider, error) {
 		e.ID = e.Type
 	}
 	p := &Provider{ID: e.ID, Type: e.Type, MaxOutputTokens: e.MaxOutputTokens}
+	if e.MaxConns < 0 {
+		return nil, fmt.Errorf("max_conns %d: want 0 (no bound) or more", e.MaxConns)
+	}
 	keyEnv := e.APIKeyEnv
 	switch e.Type {
 	case TypeDemo:
@@ -285,6 +297,7 @@ func build(e Entry, env Env) (*Provider, error) {
 				Model:       p.DefaultModel,
 				System:      e.System,
 				IdleTimeout: e.IdleTimeout.Duration,
+				Pool:        provider.Pool{MaxIdleConns: e.MaxIdleConns, MaxConns: e.MaxConns},
 			},
 			MaxTokensField: e.MaxTokensField,
 			API:            e.API,
@@ -314,6 +327,7 @@ func build(e Entry, env Env) (*Provider, error) {
 				Model:       p.DefaultModel,
 				System:      e.System,
 				IdleTimeout: e.IdleTimeout.Duration,
+				Pool:        provider.Pool{MaxIdleConns: e.MaxIdleConns, MaxConns: e.MaxConns},
 			},
 			StructuredMode:  e.StructuredMode,
 			MaxOutputTokens: e.MaxOutputTokens,

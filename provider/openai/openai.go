@@ -24,7 +24,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -77,8 +76,8 @@ const responseSchemaName = "response"
 // BaseURL is the API root, e.g. "http://localhost:8000/v1" for vLLM, ""
 // meaning DefaultBaseURL (chat/completions is resolved against it); System
 // defaults to DefaultSystem (set e.g. "vllm" for a compatible endpoint),
-// IdleTimeout to DefaultIdleTimeout, and HTTPClient to a client on a clone
-// of http.DefaultTransport.
+// IdleTimeout to DefaultIdleTimeout, and HTTPClient to Pool.Client(), a
+// transport of the Model's own.
 type Config struct {
 	provider.Endpoint
 	// MaxTokensField names the Chat Completions field for
@@ -129,7 +128,7 @@ func New(cfg Config) (*Model, error) {
 		return nil, fmt.Errorf("openai: Config.API %q is neither %q nor %q", cfg.API, APIChatCompletions, APIResponses)
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = defaultHTTPClient()
+		cfg.HTTPClient = cfg.Pool.Client()
 	}
 	cfg.HTTPClient = provider.NoRedirects(cfg.HTTPClient)
 	opts := []option.RequestOption{
@@ -151,13 +150,6 @@ func New(cfg Config) (*Model, error) {
 	// OPENAI_BASE_URL and OPENAI_CUSTOM_HEADERS from the environment.
 	return &Model{cfg: cfg, chat: oai.NewChatCompletionService(opts...),
 		responses: responses.NewResponseService(opts...)}, nil
-}
-
-func defaultHTTPClient() *http.Client {
-	if t, ok := http.DefaultTransport.(*http.Transport); ok {
-		return &http.Client{Transport: t.Clone()}
-	}
-	return &http.Client{Transport: http.DefaultTransport}
 }
 
 // System implements provider.Model.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync"
+	"unicode/utf8"
 )
 
 // EncodeNotification renders a server-to-client notification frame from
@@ -12,14 +13,114 @@ import (
 func EncodeNotification(method string, params json.RawMessage, emittedAtMs int64) []byte {
 	// Room for all of it: the frame is allocated once, never grown.
 	b := make([]byte, 0, len(params)+len(method)+notificationOverhead)
+	b = appendNotificationHead(b, method)
+	b = append(b, params...)
+	return appendNotificationTail(b, emittedAtMs)
+}
+
+// EncodeItemDelta renders an item/delta notification frame, byte for byte
+// as EncodeNotification(NotifyItemDelta, Marshal(p), emittedAtMs) does,
+// written by hand: a delta is the one notification sent once per token,
+// and going through encoding/json's reflection for it was most of what a
+// delta cost the server.
+func EncodeItemDelta(p ItemDeltaParams, emittedAtMs int64) []byte {
+	size := len(NotifyItemDelta) + notificationOverhead + len(deltaParamsOverhead) +
+		len(p.SessionID) + len(p.ViewCursor) + len(p.ItemID) + len(p.Field) + len(p.Delta)
+	b := make([]byte, 0, size+size/8) // room for a few escapes
+	b = appendNotificationHead(b, NotifyItemDelta)
+	b = append(b, `{"sessionId":`...)
+	b = appendJSONString(b, p.SessionID)
+	b = append(b, `,"viewCursor":`...)
+	b = appendJSONString(b, p.ViewCursor)
+	b = append(b, `,"itemId":`...)
+	b = appendJSONString(b, p.ItemID)
+	if p.Field != "" {
+		b = append(b, `,"field":`...)
+		b = appendJSONString(b, p.Field)
+	}
+	b = append(b, `,"delta":`...)
+	b = appendJSONString(b, p.Delta)
+	b = append(b, '}')
+	return appendNotificationTail(b, emittedAtMs)
+}
+
+// deltaParamsOverhead is what EncodeItemDelta adds around the params'
+// strings.
+const deltaParamsOverhead = `{"sessionId":"","viewCursor":"","itemId":"","field":"","delta":""}`
+
+// appendNotificationHead appends a notification's envelope up to its
+// params.
+func appendNotificationHead(b []byte, method string) []byte {
 	b = append(b, `{"jsonrpc":"2.0","method":`...)
 	b = appendMethod(b, method)
-	b = append(b, `,"params":`...)
-	b = append(b, params...)
+	return append(b, `,"params":`...)
+}
+
+// appendNotificationTail appends what follows a notification's params.
+func appendNotificationTail(b []byte, emittedAtMs int64) []byte {
 	b = append(b, `,"emittedAtMs":`...)
 	b = strconv.AppendInt(b, emittedAtMs, 10)
 	return append(b, '}')
 }
+
+// appendJSONString appends s as a JSON string exactly as Marshal encodes
+// it (encoding/json without HTML escaping): quotes, backslashes and
+// control characters escaped, U+2028 and U+2029 escaped, invalid UTF-8
+// replaced by U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// hexDigits are the digits of JSON's \u escapes, lower case as
+// encoding/json writes them.
+const hexDigits = "0123456789abcdef"
 
 // appendMethod appends method as a JSON string. Method names are plain
 // ASCII that needs no escaping, which spares a replay quoting each one

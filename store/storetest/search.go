@@ -202,6 +202,20 @@ var benchText = []string{
 // benchmark fills.
 func BenchSearch(b *testing.B, open func(b *testing.B) store.Store, mine, others int) {
 	s := open(b)
+	q := FillSearch(b, s, mine, others)
+	for b.Loop() {
+		got, err := s.Search(b.Context(), q, nil, 50)
+		if err != nil || len(got) != 1 {
+			b.Fatalf("Search = %d hits, %v", len(got), err)
+		}
+	}
+}
+
+// FillSearch fills s for a search benchmark: mine chats of owner "bob",
+// one of which (and no other) mentions "zeppelin", beside others chats of
+// a hundred other owners, each a few exchanges of about 2 KB, with rows
+// whose state is empty. It returns bob's query for that word.
+func FillSearch(b *testing.B, s store.Store, mine, others int) store.Query {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	add := func(owner, id string, i int, msgs []string) {
@@ -225,11 +239,5 @@ func BenchSearch(b *testing.B, open func(b *testing.B) store.Store, mine, others
 		add("bob", fmt.Sprintf("b%05d", i), others+i, msgs)
 	}
 	wg.Wait()
-	q := store.Query{Owner: "bob", Content: store.Terms{AllOf: []string{"zeppel"}}}
-	for b.Loop() {
-		got, err := s.Search(b.Context(), q, nil, 50)
-		if err != nil || len(got) != 1 {
-			b.Fatalf("Search = %d hits, %v", len(got), err)
-		}
-	}
+	return store.Query{Owner: "bob", Content: store.Terms{AllOf: []string{"zeppel"}}}
 }

@@ -24,6 +24,40 @@ export function onState(state, detail) {
   else if (state === 'offline') ui.conn.textContent = `offline · retrying in ${Math.ceil(detail / 1000)}s`;
   else ui.conn.textContent = 'connecting…';
   ui.conn.title = state === 'online' && detail ? `${detail.name} ${detail.version}` : '';
+  showOffline(state, detail);
+}
+
+// The offline banner's countdown to the next reconnect.
+const offline = { timer: null, at: 0 };
+
+/**
+ * showOffline keeps the offline banner at the top of the chat, where the
+ * reader looks at any width (the connection state above sits in the chat
+ * list, a closed drawer on a phone): shown from the first lost
+ * connection until one is back, counting down to the next try. Its
+ * region is a polite status, so the loss is said once; the countdown is
+ * not read out.
+ */
+function showOffline(state, delay) {
+  clearInterval(offline.timer);
+  offline.timer = null;
+  if (state === 'online') {
+    ui.offline.hidden = true;
+    return;
+  }
+  if (state === 'connecting') {
+    // Page load connects quietly; a reconnect keeps the banner up.
+    ui.offlineWhen.textContent = ' · reconnecting…';
+    return;
+  }
+  offline.at = performance.now() + delay;
+  const tick = () => {
+    const secs = Math.max(1, Math.ceil((offline.at - performance.now()) / 1000));
+    ui.offlineWhen.textContent = ` · reconnecting in ${secs} s`;
+  };
+  tick();
+  offline.timer = setInterval(tick, 250);
+  ui.offline.hidden = false;
 }
 
 /** catching runs an async action, showing its failure in the banner. */

@@ -18,6 +18,8 @@ import { startExport } from './export.js';
 import { closeInstructions, countInstructions, instructionsActions, openInstructions, saveInstructions, showInstructions, syncInstructionsButton } from './instructions.js';
 import { copyText } from './markdown.js';
 import { loadModels, pickModel, watchModels } from './models.js';
+import { watchFollow } from './follow.js';
+import { chatInURL, onRouteChange } from './route.js';
 import { flushOutbox, openConnection, rpc } from './rpc.js';
 import { searchAgain, startSearch } from './search.js';
 import { send, sendAgain, startEdit, stop } from './sending.js';
@@ -25,7 +27,7 @@ import { chatListActions, newChat, refreshSessions } from './sessions.js';
 import { pickApprovalMode, pickEffort } from './settings.js';
 import { app, ui } from './state.js';
 import { turnActions } from './transcript.js';
-import { onNotification, onRequest, openSession } from './view.js';
+import { leaveChat, onNotification, onRequest, openSession } from './view.js';
 
 // Calls up the module graph, which imports cannot make without a cycle.
 turnActions.edit = startEdit;
@@ -36,6 +38,7 @@ instructionsActions.newChat = newChat;
 watchModels();
 startSearch();
 startExport();
+watchFollow();
 
 phone.addEventListener('change', () => closeDrawer());
 ui.menu.addEventListener('click', openDrawer);
@@ -48,6 +51,17 @@ ui.newChat.addEventListener('click', catching(async () => {
 }));
 ui.stop.addEventListener('click', catching(stop));
 ui.bannerClose.addEventListener('click', hideError);
+ui.offlineRetry.addEventListener('click', () => rpc.retryNow());
+
+// Back and Forward (and an edited address) open the chat the address
+// names, or none.
+onRouteChange((sessionId) => {
+  if (sessionId === app.current) return;
+  hideError();
+  closeDrawer();
+  if (sessionId) openSession(sessionId).catch(showError);
+  else leaveChat();
+});
 ui.model.addEventListener('change', catching(pickModel));
 ui.approvalMode.addEventListener('change', catching(pickApprovalMode));
 ui.effort.addEventListener('change', catching(pickEffort));
@@ -186,4 +200,6 @@ openConnection({
 });
 syncComposer();
 syncInstructionsButton();
+// A reload or a link opens the chat its address names, once connected.
+app.current = chatInURL();
 rpc.connect();

@@ -32,11 +32,56 @@ async function refreshModels() {
     return;
   }
   app.models = res.models;
+  const names = pickerNames(res.models);
   res.models.forEach((m, i) => {
-    const o = ui.model.options[i];
-    if (o && o.textContent !== modelOption(m)) o.textContent = modelOption(m);
+    const o = ui.model.querySelector(`option[value="${i}"]`);
+    if (o && o.textContent !== modelOption(m, names[i])) o.textContent = modelOption(m, names[i]);
   });
   syncAttach();
+}
+
+/**
+ * pickerNames names each model/list row for the picker: its model id
+ * without a gateway's vendor prefix ("openai/gpt-4o" → "gpt-4o"; the
+ * whole id when that would confuse two of one provider's models), and
+ * with its provider in brackets only when two providers offer the same
+ * name — the provider otherwise shows as the option group's label.
+ */
+export function pickerNames(models) {
+  const short = (m) => m.modelId.slice(m.modelId.lastIndexOf('/') + 1) || m.modelId;
+  const count = (key) => models.reduce((n, x) => n + (key(x) ? 1 : 0), 0);
+  const names = models.map((m) => (count((x) => x.providerId === m.providerId && short(x) === short(m)) > 1 ? m.modelId : short(m)));
+  return names.map((name, i) => {
+    const shared = models.some((x, j) => names[j] === name && x.providerId !== models[i].providerId);
+    return shared ? `${name} (${models[i].providerId})` : name;
+  });
+}
+
+/**
+ * fillPicker puts the rows in the picker, each option's value its row's
+ * index, under an option group per provider when there are several.
+ */
+function fillPicker(models) {
+  const names = pickerNames(models);
+  const option = (m, i) => {
+    const o = el('option', null, modelOption(m, names[i]));
+    o.value = String(i);
+    o.title = m.displayLabel || `${m.providerId} · ${m.modelId}`;
+    return o;
+  };
+  const providers = [...new Set(models.map((m) => m.providerId))];
+  if (providers.length < 2) {
+    ui.model.replaceChildren(...models.map(option));
+    return;
+  }
+  ui.model.replaceChildren(...providers.map((id) => {
+    const group = el('optgroup');
+    group.label = id;
+    models.forEach((m, i) => {
+      if (m.providerId === id) group.append(option(m, i));
+    });
+    return group;
+  }));
 }
 
 let modelsTimer = null;
@@ -68,11 +113,7 @@ export async function loadModels() {
   const res = await rpc.call('model/list', sessionId ? { sessionId } : {});
   if (sessionId !== app.current) return;
   app.models = res.models;
-  ui.model.replaceChildren(...res.models.map((m, i) => {
-    const o = el('option', null, modelOption(m));
-    o.value = String(i);
-    return o;
-  }));
+  fillPicker(res.models);
   if (!res.models.length) ui.model.append(el('option', null, 'no models'));
   ui.model.disabled = !res.models.length;
   const pick = sessionId

@@ -124,7 +124,7 @@ export function outcome(p, tv) {
       'HTTP status': f.httpStatus,
       System: f.system,
       Attempts: a && a.count,
-      'Output tokens': a && `${a.usageComplete ? '' : '≥ '}${a.outputTokens}`,
+      'Output tokens': a && outputTokens(a),
       Duration: p.durationMs != null ? duration(p.durationMs) : null,
       'Turn id': p.turnId,
     };
@@ -134,17 +134,31 @@ export function outcome(p, tv) {
   if (p.durationMs != null) parts.push(duration(p.durationMs));
   if (a) {
     parts.push(plural(a.count, 'attempt'));
-    parts.push(`${a.usageComplete ? '' : '≥'}${plural(a.outputTokens, 'token')}`);
+    parts.push(plural(a.outputTokens, 'token'));
   } else if (p.usage) {
     parts.push(plural(p.usage.outputTokens, 'token'));
   }
   const mark = p.terminal === 'completed' ? '✓' : p.terminal;
   // Reasoning tokens are part of the output tokens: the detail says how many.
   const u = p.usage;
-  const details = u && u.reasoningTokens > 0 ? {
+  let details = u && u.reasoningTokens > 0 ? {
     'Reasoning tokens': u.reasoningTokens.toLocaleString('en'),
     'Output tokens': `${u.outputTokens.toLocaleString('en')} (reasoning included)`,
     'Input tokens': u.inputTokens != null ? u.inputTokens.toLocaleString('en') : null,
   } : null;
+  // A count that may be low is said in the details, in words, not as a
+  // "≥" on the status line.
+  if (a && !a.usageComplete) details = { ...details, 'Output tokens': outputTokens(a) };
   return { text: parts.length ? `${mark} ${parts.join(' · ')}` : mark, details, again: 'Regenerate' };
+}
+
+/**
+ * outputTokens words attempts' output tokens for the details: a count
+ * with a request whose usage the provider never reported (an attempt cut
+ * off, a stream that ended without usage) is a lower bound, and says so.
+ */
+function outputTokens(a) {
+  const n = a.outputTokens.toLocaleString('en');
+  if (a.usageComplete) return n;
+  return `at least ${n}: the provider did not report the usage of every request (an attempt was cut off), so some tokens went uncounted`;
 }

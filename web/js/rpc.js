@@ -29,6 +29,15 @@ class Rpc {
     this.failures = 0; // consecutive connects that did not reach ready
     this.ready = false;
     this.ws = null;
+    this.retry = null; // the timer of the next reconnect, while offline
+  }
+
+  /** retryNow reconnects at once instead of waiting out the backoff. */
+  retryNow() {
+    if (!this.retry) return;
+    clearTimeout(this.retry);
+    this.retry = null;
+    this.connect();
   }
 
   connect() {
@@ -67,7 +76,10 @@ class Rpc {
     this.pending.clear();
     const delay = Math.min(10000, 250 * 2 ** this.failures++) * (0.5 + Math.random() / 2);
     this.onState('offline', delay);
-    setTimeout(() => this.connect(), delay);
+    this.retry = setTimeout(() => {
+      this.retry = null;
+      this.connect();
+    }, delay);
   }
 
   /** call sends a request; the promise settles with its response. */

@@ -8,9 +8,11 @@ import { button, el, uuidv7 } from './dom.js';
 import { base64Of, IMAGE_TYPES, MAX_IMAGE_BYTES, MAX_TURN_IMAGE_BYTES, MAX_TURN_IMAGES } from './images.js';
 import { loadModels } from './models.js';
 import { command, RpcError } from './rpc.js';
+import { jumpToEnd } from './follow.js';
 import { enter, newChat } from './sessions.js';
 import { app, ui } from './state.js';
 import { ItemView, rekey, setRunning, TurnView } from './transcript.js';
+import { linkVersion, sameSlot, unlinkVersion } from './versions.js';
 import { showHistory } from './view.js';
 import { size } from './words.js';
 
@@ -31,19 +33,11 @@ export async function send(text, images = [], parts = []) {
   }
   const commandId = uuidv7();
   compactNote('');
-  const echo = new ItemView('userMessage');
-  echo.gallery.setLocal(images.length ? images : parts.filter((p) => IMAGE_TYPES.includes(p.mediaType)).map((p) => ({
+  const { echo } = echoTurn(commandId, text, images.length ? images : parts.filter((p) => IMAGE_TYPES.includes(p.mediaType)).map((p) => ({
     mediaType: p.mediaType, width: p.width, height: p.height, url: `data:${p.mediaType};base64,${p.base64Data}`,
     byteLen: Math.floor((p.base64Data.length * 3) / 4),
   })));
-  echo.setText(text);
-  echo.render();
-  const tv = new TurnView(commandId, false);
-  app.turns.set(commandId, tv);
-  app.lastTurn = tv;
-  tv.setUser(echo);
-  app.echoes.set(commandId, echo);
-  ui.transcript.scrollTop = ui.transcript.scrollHeight;
+  jumpToEnd();
   const input = text ? [{ type: 'text', text }] : [];
   for (const im of images) {
     input.push({ type: 'image', mediaType: im.mediaType, base64Data: base64Of(im.url), width: im.width, height: im.height });
@@ -57,6 +51,23 @@ export async function send(text, images = [], parts = []) {
     if (err.kind !== 'disconnected') giveBack(text, images);
     throw turnRefusal(err, input);
   }
+}
+
+/**
+ * echoTurn shows a message being sent, with its images, as a turn filed
+ * under its commandId until the server names the turn.
+ */
+function echoTurn(commandId, text, images) {
+  const echo = new ItemView('userMessage');
+  echo.gallery.setLocal(images);
+  echo.setText(text);
+  echo.render();
+  const tv = new TurnView(commandId, false);
+  app.turns.set(commandId, tv);
+  app.lastTurn = tv;
+  tv.setUser(echo);
+  app.echoes.set(commandId, echo);
+  return { tv, echo };
 }
 
 /** giveBack puts a message that was not sent back in an empty composer. */
@@ -123,11 +134,68 @@ async function startTurn(params, echo) {
   }
 }
 
-/** sendAgain sends a turn's message again: Regenerate, or Retry. */
+/**
+ * sendAgain asks for a new version of a turn's answer — Regenerate, or
+ * Retry after a failure or a Stop — with turn/start regenerate (mspd's
+ * extension): it names the turn and repeats its prompt's text, and the
+ * server takes the images from the log. The new turn shows as the newest
+ * version of the message's answer (versions.js), not as the message
+ * again. A refusal is said in words beside the button.
+ */
 export async function sendAgain(tv) {
-  if (!tv.user || (!tv.user.source && tv.user.gallery.el.hidden)) return;
+  if (!tv.user || !app.current) return;
   hideError();
-  await send(tv.user.source, [], await tv.user.gallery.parts());
+  tv.refused('');
+  const text = tv.user.source;
+  const commandId = uuidv7();
+  const { tv: next, echo } = echoTurn(commandId, text, tv.user.gallery.images.filter((im) => im.url));
+  const focused = tv.el.contains(document.activeElement);
+  linkVersion(next, tv.turnId);
+  // tv's version is hidden now: keep the focus on the slot, at its pager.
+  if (focused && next.pager) next.pager.prev.focus();
+  const params = { commandId, sessionId: app.current, regenerate: tv.turnId, input: [{ type: 'text', text }] };
+  try {
+    await startTurn(params, echo);
+  } catch (err) {
+    withdraw(next, tv);
+    const words = againRefusal(err);
+    if (!words) throw err;
+    tv.refused(words);
+    announce(words);
+  }
+}
+
+/** withdraw takes a refused regenerate's turn off the page, back to tv's version. */
+function withdraw(next, tv) {
+  unlinkVersion(next);
+  next.el.remove();
+  app.turns.delete(next.turnId);
+  app.echoes.delete(next.turnId);
+  if (app.lastTurn === next) app.lastTurn = tv;
+  const again = tv.footer && tv.footer.querySelector('.again');
+  if (again) again.focus();
+}
+
+// Why mspd would not regenerate an answer, by commandRejected's reason.
+const AGAIN_REFUSED = {
+  not_latest_turn: 'Only the latest answer can be regenerated, once no other answer is running.',
+  turn_not_ended: 'This answer is still running: stop it, then regenerate it.',
+  turn_compacted: 'This answer is now part of the summary of the chat (it was compacted), so it can no longer be regenerated. ' +
+    'Send the message again instead.',
+};
+
+/** againRefusal words a refused regenerate, or is null for an error the banner shows. */
+function againRefusal(err) {
+  const d = err.data || {};
+  if (err.kind === 'commandRejected' && AGAIN_REFUSED[d.reason]) return AGAIN_REFUSED[d.reason];
+  if (err.kind === 'invalidParams' && d.reason === 'regenerateInputDiffers') {
+    return 'This message is not the one the server has for this answer, so it was not regenerated. Reload the chat.';
+  }
+  if (err.kind === 'invalidParams' && d.reason === 'modelCannotTakeImages') {
+    const model = (d.details && d.details.modelId) || 'This model';
+    return `${model} takes no images, and this message has some: pick a model that does to regenerate the answer.`;
+  }
+  return null;
 }
 
 /**
@@ -213,7 +281,8 @@ async function editAsFork(tv, text) {
 function previousTurn(tv) {
   for (let n = tv.el.previousElementSibling; n; n = n.previousElementSibling) {
     const prev = app.turns.get(n.dataset.turnId);
-    if (prev && prev.confirmed && ['completed', 'failed', 'cancelled'].includes(prev.terminal)) return prev;
+    // Another version of tv's message is not before it.
+    if (prev && !sameSlot(prev, tv) && prev.confirmed && ['completed', 'failed', 'cancelled'].includes(prev.terminal)) return prev;
   }
   return null;
 }

@@ -7,6 +7,7 @@ import { syncCompact } from './context.js';
 import { button, el, uuidv7 } from './dom.js';
 import { syncInstructionsButton } from './instructions.js';
 import { loadModels } from './models.js';
+import { setTabTitle, showInURL } from './route.js';
 import { command, rpc, RpcError } from './rpc.js';
 import { effortOf, setEffort, showApprovalMode, showEffort } from './settings.js';
 import { app, ui } from './state.js';
@@ -26,6 +27,7 @@ export function enter(session, viewCursor, instructions) {
   app.stale = false;
   app.instructions = instructions || '';
   resetTranscript();
+  showInURL(session.sessionId);
   upsertSession(session);
   syncInstructionsButton();
   syncCompact();
@@ -91,8 +93,22 @@ export function patchSession(sessionId, fields) {
   renderSessions();
 }
 
-/** titleOf is what a chat is called in the list and the header. */
-export const titleOf = (s) => (s && (s.name || s.title || s.firstUserPrompt)) || 'New chat';
+const ownTitle = (s) => (s && (s.name || s.title || s.firstUserPrompt)) || 'New chat';
+
+/**
+ * titleOf is a chat's title as the page shows it. A fork copies its
+ * origin's name and first prompt, so a fork still titled as its origin
+ * (or whose origin is not listed here to compare) is marked "(branch)":
+ * the mark comes from session.forkedFrom, so it holds after a reload and
+ * in every tab, and a fork renamed to a title of its own shows just that.
+ */
+export function titleOf(s) {
+  const own = ownTitle(s);
+  const from = s && s.forkedFrom && s.forkedFrom.sessionId;
+  if (!from) return own;
+  const origin = app.sessions.get(from);
+  return origin && ownTitle(origin) !== own ? own : `${own} (branch)`;
+}
 
 /**
  * renderSessions draws the chat list, newest first, each fork under the
@@ -100,6 +116,8 @@ export const titleOf = (s) => (s && (s.name || s.title || s.firstUserPrompt)) ||
  */
 function renderSessions() {
   ui.title.textContent = app.current ? titleOf(app.sessions.get(app.current)) : 'New chat';
+  ui.title.title = ui.title.textContent; // a long one is cut short on screen
+  setTabTitle(ui.title.textContent);
   if (app.listHold) {
     app.listDirty = true;
     return;
@@ -219,7 +237,10 @@ function startRename(row, s) {
   const cancel = button('small', 'Cancel');
   form.append(input, save, cancel);
   const done = holdRow(row, form, input);
-  input.select();
+  // Select it all with the caret at the start, so that a long name shows
+  // its first words rather than its last.
+  input.setSelectionRange(0, input.value.length, 'backward');
+  input.scrollLeft = 0;
   form.addEventListener('submit', catching(async (ev) => {
     ev.preventDefault();
     const name = input.value.trim();
@@ -276,20 +297,30 @@ function confirmDelete(row, s) {
   });
 }
 
-/** deleteCompleted ends a deletion: the chat goes, or says why not. */
+/**
+ * deleteCompleted ends a deletion: the chat goes, or says why not. A
+ * deletion made elsewhere (another tab, window or client) just removes
+ * the chat from the list; if it was the chat on screen, the page says so
+ * and shows a new chat.
+ */
 export function deleteCompleted(p) {
   const done = app.deleting.get(p.sessionId);
   app.deleting.delete(p.sessionId);
   const title = titleOf(app.sessions.get(p.sessionId));
   const deleted = p.outcome === 'completed';
+  if (!deleted && !done) return; // another tab's failure is that tab's to say
   if (deleted) app.sessions.delete(p.sessionId);
   if (done) done(deleted ? null : 'delete');
   if (deleted) {
-    if (app.current === p.sessionId) leaveSession();
+    // A rename form open on the chat has nothing left to rename.
+    if (app.listHold && app.listHold.dataset.row === p.sessionId) app.listHold = null;
+    if (app.current === p.sessionId) leaveSession(done ? '' : DELETED_ELSEWHERE);
     renderSessions();
     if (done) {
       announce(`Deleted “${title}”.`);
       ui.newChat.focus();
+    } else if (!app.current) {
+      announce(DELETED_ELSEWHERE);
     }
     return;
   }
@@ -298,14 +329,21 @@ export function deleteCompleted(p) {
   showError(new RpcError(`deleting “${title}” failed${p.reason ? `: ${p.reason}` : ''}`, p.reason, 'session/delete'));
 }
 
-/** leaveSession shows no chat (the current one was deleted). */
-function leaveSession() {
+// What the page says when the chat on screen was deleted somewhere else.
+const DELETED_ELSEWHERE = 'This chat was deleted in another tab or window.';
+
+/**
+ * leaveSession shows a new chat in place of the current one, which was
+ * deleted or is not there; note, if any, says why in the empty transcript.
+ */
+export function leaveSession(note) {
   app.epoch++;
   app.buffer = null;
   app.current = null;
+  showInURL(null, true);
   app.instructions = '';
   syncInstructionsButton();
-  resetTranscript();
+  resetTranscript(note);
   renderSessions();
   showApprovalMode(app.nextApprovalMode || 'promptUnmatched');
   showEffort(app.nextEffort);

@@ -22,6 +22,10 @@ export const ui = {
   bannerText: $('banner-text'),
   bannerClose: $('banner-close'),
   transcript: $('transcript'),
+  jump: $('jump'),
+  offline: $('offline'),
+  offlineWhen: $('offline-when'),
+  offlineRetry: $('offline-retry'),
   empty: $('empty'),
   composer: $('composer'),
   input: $('input'),
@@ -49,6 +53,7 @@ export const ui = {
   contextText: $('context-text'),
   compact: $('compact'),
   compactNote: $('compact-note'),
+  chatCost: $('chat-cost'),
   announcer: $('announcer'),
 };
 

@@ -4,8 +4,10 @@
 
 import { catching } from './chrome.js';
 import { compactNote, showContext, syncCompact } from './context.js';
+import { showChatCost, showUsage } from './cost.js';
 import { button, el, uuidv7 } from './dom.js';
 import { copyButton } from './export.js';
+import { resetFollow } from './follow.js';
 import { Gallery } from './images.js';
 import { renderMarkdown } from './markdown.js';
 import { sessionModel } from './models.js';
@@ -13,6 +15,7 @@ import { outcome, techDetails } from './outcomes.js';
 import { RetryStatus } from './retries.js';
 import { showTimesOnTap, stamp } from './stamps.js';
 import { app, ui } from './state.js';
+import { linkVersion } from './versions.js';
 import { plural, sameModel, shortModel, size } from './words.js';
 
 /**
@@ -37,12 +40,20 @@ export class TurnView {
     this.rerouted = false; // a fallback or a skipped provider moved the turn
     this.compaction = null; // the CompactionView of a compaction this turn ran
     this.answeredAt = ''; // the recordedAt of its latest ended answer, for the footer
+    this.versions = null; // the Versions this turn is one of, once its message was regenerated
+    this.pager = null; // its "‹ 2 / 3 ›" (versions.js)
+    this.usage = null; // its session/tokenUsage sums (cost.js)
     ui.empty.hidden = true;
     ui.transcript.append(this.el);
   }
 
-  /** add appends a node, keeping the footer last. */
+  /** add appends a node, keeping the versions' pager and the footer last. */
   add(node) {
+    this.el.insertBefore(node, this.pager ? this.pager.el : this.footer);
+  }
+
+  /** placePager puts the versions' pager under the answer, above the footer. */
+  placePager(node) {
     this.el.insertBefore(node, this.footer);
   }
 
@@ -115,7 +126,10 @@ export class TurnView {
     const actions = el('div', 'turn-actions');
     if (again) {
       again.addEventListener('click', catching(() => turnActions.again(this)));
-      actions.append(again);
+      // Why the server would not regenerate, in words, beside the button.
+      this.againNote = el('p', 'again-note');
+      this.againNote.hidden = true;
+      actions.append(again, this.againNote);
     }
     const copy = copyButton(this);
     if (copy) actions.append(copy);
@@ -126,6 +140,14 @@ export class TurnView {
     else this.el.append(footer);
     this.footer = footer;
     this.renderModel();
+    showUsage(this);
+  }
+
+  /** refused says, beside Regenerate or Retry, why it was not done ('' clears it). */
+  refused(text) {
+    if (!this.againNote) return;
+    this.againNote.textContent = text;
+    this.againNote.hidden = !text;
   }
 
   /** answered notes the model that answered (session/tokenUsage). */
@@ -263,11 +285,22 @@ export class ItemView {
     const { status } = this.item;
     this.el.dataset.status = status;
     this.el.classList.toggle('streaming', status === 'inProgress' && !this.isUser);
-    const tags = { failed: 'discarded attempt', cancelled: 'stopped', rejected: 'rejected', timedOut: 'timed out' };
-    if (status === 'inProgress' || status === 'completed') this.setTag(this.note);
-    else if (status === 'failed' && this.source === '') this.setTag('discarded attempt · cut off before any text was saved');
-    else this.setTag(tags[status] || status);
+    this.setTag(status === 'inProgress' || status === 'completed' ? this.note : endedTag(this.item));
   }
+}
+
+// A message's tag by how it ended. A stopped answer has none: its
+// turn's footer says "■ stopped", once.
+const ENDED_TAGS = { failed: 'discarded attempt', cancelled: '', rejected: 'rejected', timedOut: 'timed out' };
+
+/**
+ * endedTag words how a message that did not complete ended, from the
+ * item alone (as the log holds it), so a chat reads the same live and
+ * rebuilt after a reload.
+ */
+function endedTag(item) {
+  if (item.status === 'failed' && !item.text) return 'discarded attempt · cut off before any text was saved';
+  return Object.hasOwn(ENDED_TAGS, item.status) ? ENDED_TAGS[item.status] : item.status;
 }
 
 /** upsertMessage shows a user or agent message, replacing an older revision of it. */
@@ -285,6 +318,8 @@ export function upsertMessage(item) {
   if (!view) {
     view = new ItemView(item.kind);
     const tv = turnView(item.turnId);
+    // A regenerate's message is the one it repeats: its turn is a version.
+    if (item.regenerates) linkVersion(tv, item.regenerates);
     if (item.kind === 'userMessage') tv.setUser(view);
     else {
       view.turn = tv;
@@ -298,11 +333,10 @@ export function upsertMessage(item) {
   const previous = view.item;
   view.item = item;
   if (typeof item.text === 'string') {
-    // An attempt cut by a crash may hold less than was streamed here
-    // (deltas are not durable): keep what the reader already saw.
-    const shown = view.source;
-    const cut = item.truncated && shown.length > item.text.length && shown.startsWith(item.text);
-    if (!cut && item.text !== shown) view.setText(item.text);
+    // The item's text, as the log holds it, replaces what streamed: an
+    // attempt cut by a crash keeps only what was saved (deltas are not
+    // durable), as it reads after a reload.
+    if (item.text !== view.source) view.setText(item.text);
     else if (view.timer) view.paint();
   } else if (previous.text == null && view.source !== '') view.setText('');
   if (view.isUser && Array.isArray(item.attachments) && item.attachments.length &&
@@ -318,13 +352,16 @@ export function upsertMessage(item) {
  * discardOpenAnswers ends a turn's answers still streaming once the turn
  * has moved on (a retry notice, its terminal): their attempt is over.
  * The server closes such an answer itself, unless it died before saving
- * any of its text: then the log holds nothing of it. Its revision stays,
- * so that an item/completed the server does send still replaces it.
+ * any of its text: then the log holds nothing of it. Until then it shows
+ * as the log has it (what streamed was not saved), as after a reload. Its
+ * revision stays, so that an item/completed the server does send still
+ * replaces it.
  */
 export function discardOpenAnswers(turnId) {
   for (const view of app.items.values()) {
     if (!view.isUser && view.item.turnId === turnId && view.item.status === 'inProgress') {
       view.item = { ...view.item, status: 'failed' };
+      view.setText(view.item.text || '');
       view.render();
     }
   }
@@ -342,9 +379,16 @@ export function setRunning(turnId) {
   ui.transcript.setAttribute('aria-busy', app.running ? 'true' : 'false');
 }
 
-/** resetTranscript empties the view for a (re)loaded session. */
-export function resetTranscript() {
+// What an empty transcript says, as index.html has it.
+const EMPTY_TEXT = ui.empty.textContent;
+
+/**
+ * resetTranscript empties the view for a (re)loaded session; note, if
+ * any, goes before what the empty view says (why the chat left).
+ */
+export function resetTranscript(note = '') {
   ui.transcript.replaceChildren(ui.empty);
+  ui.empty.textContent = note ? `${note} ${EMPTY_TEXT}` : EMPTY_TEXT;
   ui.empty.hidden = false;
   app.turns.clear();
   app.items.clear();
@@ -356,8 +400,10 @@ export function resetTranscript() {
   app.compactions.clear();
   app.lastTurn = null;
   app.askedModel = null;
+  resetFollow();
   setRunning(null);
   showContext(null);
+  showChatCost(null);
   compactNote('');
   syncCompact();
 }

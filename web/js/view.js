@@ -6,16 +6,20 @@ import { approvalResolved, showApproval, showPending } from './approvals.js';
 import { announce, showError } from './chrome.js';
 import { upsertCompaction } from './compaction.js';
 import { showContext, syncCompact } from './context.js';
+import { countUsage } from './cost.js';
 import { uuidv7 } from './dom.js';
+import { jumpToEnd } from './follow.js';
 import { syncInstructionsButton } from './instructions.js';
 import { loadModels, refreshModelsSoon, selectModel } from './models.js';
 import { upsertReasoning } from './reasoning.js';
+import { showInURL } from './route.js';
 import { rpc } from './rpc.js';
-import { deleteCompleted, markCurrent, patchSession, refreshSessionsSoon, upsertSession } from './sessions.js';
+import { deleteCompleted, leaveSession, markCurrent, patchSession, refreshSessionsSoon, upsertSession } from './sessions.js';
 import { showApprovalMode, showEffort } from './settings.js';
 import { app, ui } from './state.js';
 import { upsertTool } from './tools.js';
 import { discardOpenAnswers, rekey, resetTranscript, setRunning, turnView, upsertMessage } from './transcript.js';
+import { linkVersion } from './versions.js';
 import { fallbackWords, kindWords, plural, sentence, skippedWords } from './words.js';
 
 /** upsertItem shows an item, replacing an older revision of it. */
@@ -131,6 +135,7 @@ const handlers = {
   'turn/started': (p) => {
     rekey(p.commandId, p.turnId);
     turnView(p.turnId).markCompaction();
+    if (p.regenerates) linkVersion(turnView(p.turnId), p.regenerates); // a new version of an answer
     setRunning(p.turnId);
   },
   'item/started': (p, at) => upsertItem(p.item, !!at),
@@ -141,7 +146,10 @@ const handlers = {
   'turn/retryScheduled': (p, at) => addRetry(p, false, at),
   'turn/providerSkipped': addSkip,
   'session/tokenUsage': (p) => {
-    if (p.turnId) turnView(p.turnId).answered(p.modelId);
+    if (!p.turnId) return;
+    const tv = turnView(p.turnId);
+    tv.answered(p.modelId);
+    countUsage(tv, p);
   },
   'turn/completed': completeTurn,
   'turn/unqueued': (p) => turnView(p.turnId).unqueued(),
@@ -175,11 +183,8 @@ function apply(method, params, live = true, emittedAtMs = undefined) {
   // moves no cursor.
   if (live && params.viewCursor && method !== 'approval/request') app.cursors.set(params.sessionId, params.viewCursor);
   const handler = handlers[method];
-  if (!handler) return;
-  const t = ui.transcript;
-  const atBottom = t.scrollHeight - t.scrollTop - t.clientHeight < 48;
-  handler(params, live ? emittedAtMs : undefined);
-  if (atBottom) t.scrollTop = t.scrollHeight;
+  // Keeping the end in view as the transcript grows is follow.js's.
+  if (handler) handler(params, live ? emittedAtMs : undefined);
 }
 
 export function onNotification(method, params, emittedAtMs) {
@@ -280,6 +285,7 @@ export async function openSession(sessionId, cursor) {
   app.current = sessionId;
   app.buffer = []; // live events wait until the history is in place
   markCurrent();
+  showInURL(sessionId);
   const params = { commandId: uuidv7(), sessionId };
   if (cursor) params.cursor = cursor;
   else {
@@ -298,6 +304,8 @@ export async function openSession(sessionId, cursor) {
       app.stale = app.stale || !cursor; // the next connection resumes
     } else if (cursor) {
       openSession(sessionId); // the cursor cannot be served: start over
+    } else if (err.kind === 'sessionNotFound' || err.kind === 'invalidParams') {
+      missingChat();
     } else {
       showError(err);
     }
@@ -319,6 +327,26 @@ export async function openSession(sessionId, cursor) {
 }
 
 /**
+ * missingChat leaves a chat the server does not know for this reader (an
+ * address from another account, a deleted chat, a mistyped id): mspd
+ * answers the same for a chat that never was and for another's, and so
+ * does the page, falling back to New chat.
+ */
+function missingChat() {
+  leaveSession();
+  showError(new Error('This chat does not exist or is not yours.'));
+}
+
+/**
+ * leaveChat shows no chat (Back to the page's own address): the chat
+ * left stops streaming here.
+ */
+export function leaveChat() {
+  if (app.current && rpc.ready) rpc.call('view/unsubscribe', { sessionId: app.current }).catch(() => {});
+  leaveSession();
+}
+
+/**
  * showHistory renders a freshly opened (resumed or forked) session from
  * its log, then lets the held live events through.
  */
@@ -327,7 +355,7 @@ export async function showHistory(sessionId, res, fresh, epoch) {
     if (fresh) {
       app.cursors.set(sessionId, res.viewCursor);
       await pageHistory(sessionId, epoch);
-      ui.transcript.scrollTop = ui.transcript.scrollHeight;
+      jumpToEnd();
     }
   } catch (err) {
     if (epoch !== app.epoch) return;

@@ -196,9 +196,11 @@ export function fallbackWords(p) {
 /** skippedWords: "openai is down (circuit open) · answering with claude-sonnet-4-5". */
 export const skippedWords = (p) => `${p.system || p.providerId} is down (${breakerWords(p.breaker)}) · ${answering(p)}`;
 
-/** modelOption words a model/list row for the picker: "openai · gpt-4o-mini — down". */
-export function modelOption(m) {
-  const name = m.displayLabel || m.modelId;
+/**
+ * modelOption words a model/list row for the picker, by the name given
+ * (its label when none is): "gpt-4o-mini — down".
+ */
+export function modelOption(m, name = m.displayLabel || m.modelId) {
   if (m.breakerState === 'open') return `${name} — down`;
   if (m.breakerState === 'halfOpen') return `${name} — recovering`;
   return name;

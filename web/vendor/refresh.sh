@@ -7,16 +7,20 @@
 #                                   after the browser tests pass)
 #
 # It needs npm (which checks each tarball against the registry's integrity
-# hash). It writes the two scripts, their licences (and those of the
-# packages markdown-it's browser build bundles) and VERSIONS, whose sha256
-# sums web's tests check the embedded files against.
+# hash). It writes the three scripts (markdown-it, DOMPurify and
+# highlight.js's prebuilt browser build with its common languages), their
+# licences (and those of the packages markdown-it's browser build bundles)
+# and VERSIONS, whose sha256 sums web's tests check the embedded files
+# against, and whose versions they check are the ones pinned here.
 set -eu
 
 MARKDOWN_IT=15.0.3
 DOMPURIFY=3.5.0
+HIGHLIGHT_JS=11.12.0
 if [ "${1:-}" = latest ]; then
 	MARKDOWN_IT=$(npm view markdown-it version)
 	DOMPURIFY=$(npm view dompurify version)
+	HIGHLIGHT_JS=$(npm view @highlightjs/cdn-assets version)
 fi
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,12 +52,18 @@ md=$(unpack "markdown-it@$MARKDOWN_IT")
 ship "$md" "markdown-it@$MARKDOWN_IT" dist/browser/markdown-it.umd.min.js markdown-it.min.js
 purify=$(unpack "dompurify@$DOMPURIFY")
 ship "$purify" "dompurify@$DOMPURIFY" dist/purify.min.js purify.min.js
+# @highlightjs/cdn-assets is highlight.js's own prebuilt browser build:
+# highlight.min.js defines the global hljs with its common languages.
+hl=$(unpack "@highlightjs/cdn-assets@$HIGHLIGHT_JS")
+ship "$hl" "@highlightjs/cdn-assets@$HIGHLIGHT_JS" highlight.min.js highlight.min.js
 
 rm -rf "$here/licenses"
 mkdir -p "$here/licenses"
 cp "$md/LICENSE" "$here/licenses/markdown-it.txt"
 cp "$purify/LICENSE" "$here/licenses/dompurify-Apache-2.0.txt"
 cp "$purify/LICENSE-MPL" "$here/licenses/dompurify-MPL-2.0.txt"
+# A scoped package's licence is named without its @ and with - for /.
+cp "$hl/LICENSE" "$here/licenses/highlightjs-cdn-assets.txt"
 # markdown-it's browser build bundles its runtime dependencies (argparse
 # only serves its command line): their licences ship too, at the newest
 # versions its ranges allow, as the build resolves them.
