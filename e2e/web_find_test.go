@@ -269,6 +269,7 @@ func TestWebCopyExportTimes(t *testing.T) {
 		if n := strings.Count(md, "**You:**"); n != 3 {
 			p.fatalf("%d user messages in the export, want 3:\n%s", n, md)
 		}
+		p.expect("no policy violation", `window.violations.length === 0`)
 	})
 
 	t.Run("export the log as JSON", func(t *testing.T) {
