@@ -241,7 +241,7 @@ func (s *session) catchUpLocked(ctx context.Context, from int64) error {
 		}
 		for _, r := range recs {
 			if !hidden(r.Method) {
-				s.fanOutLocked(s.recordNotification(r))
+				s.fanOutLocked(s.recordNotification(r, nil))
 			}
 			s.noteLocked(r.Method, r.Params, r.Seq, &opened)
 			from = r.Seq

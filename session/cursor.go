@@ -26,6 +26,8 @@ type cursor struct {
 
 func (c cursor) String() string {
 	var b strings.Builder
+	// Sized once: a replay renders a cursor for every record.
+	b.Grow(len("v::-.") + len(c.session) + len(c.epoch) + 2*20)
 	b.WriteString("v:")
 	b.WriteString(c.session)
 	b.WriteByte(':')
@@ -33,10 +35,11 @@ func (c cursor) String() string {
 		b.WriteString(c.epoch)
 		b.WriteByte('-')
 	}
-	b.WriteString(strconv.FormatInt(c.seq, 10))
+	var digits [20]byte
+	b.Write(strconv.AppendInt(digits[:0], c.seq, 10))
 	if c.sub != 0 {
 		b.WriteByte('.')
-		b.WriteString(strconv.FormatInt(c.sub, 10))
+		b.Write(strconv.AppendInt(digits[:0], c.sub, 10))
 	}
 	return b.String()
 }

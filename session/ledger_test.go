@@ -16,7 +16,7 @@ import (
 	"mspd/store/sqlite"
 )
 
-func openStore(t *testing.T) store.Store {
+func openStore(t testing.TB) store.Store {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mspd.db"))
 	if err != nil {

@@ -208,7 +208,7 @@ func ticking() func() time.Time {
 	}
 }
 
-func newManager(t *testing.T, st store.Store, model provider.Model, o mgrOpts) *Manager {
+func newManager(t testing.TB, st store.Store, model provider.Model, o mgrOpts) *Manager {
 	t.Helper()
 	var adjust []func(*turn.Config)
 	if o.runner != nil {
@@ -266,7 +266,7 @@ func mustJSON(v any) json.RawMessage {
 }
 
 // startSession creates a session and subscribes sub to it.
-func startSession(t *testing.T, m *Manager, sub Subscriber) string {
+func startSession(t testing.TB, m *Manager, sub Subscriber) string {
 	t.Helper()
 	ctx := context.Background()
 	raw, attach, err := m.StartSession(ctx, sub, mustJSON(msp.SessionStartParams{CommandID: cmdID()}))
@@ -291,7 +291,7 @@ func subscribe(t *testing.T, m *Manager, sub Subscriber, sid string) {
 }
 
 // startTurn admits a turn and launches it, returning its ack.
-func startTurn(t *testing.T, m *Manager, p msp.TurnStartParams) msp.TurnStartResult {
+func startTurn(t testing.TB, m *Manager, p msp.TurnStartParams) msp.TurnStartResult {
 	t.Helper()
 	if p.CommandID == "" {
 		p.CommandID = cmdID()

@@ -134,9 +134,10 @@ type replay struct {
 	// again (its previous process's), or to a text saved since.
 	follower bool
 	attempt  bool
-	lost     cursor // deltas up to here may be gone (s.deltas.lost)
-	gapAfter string // a hole opened after this cursor, not yet reported
-	next     int    // kept deltas before it are behind pos
+	lost     cursor     // deltas up to here may be gone (s.deltas.lost)
+	gapAfter string     // a hole opened after this cursor, not yet reported
+	next     int        // kept deltas before it are behind pos
+	arena    frameArena // the bulk's frames (records without withDeltas)
 }
 
 // checkHole opens a hole when ephemeral events that followed record
@@ -195,7 +196,14 @@ func (r *replay) records(ctx context.Context, through int64, withDeltas bool, se
 					return err
 				}
 			}
-			if err := r.emit(r.s.recordNotification(rec), at, send); err != nil {
+			// The bulk's frames share chunks; the rest are delivered
+			// live, where one dropped may be kept alone as a hole's tail
+			// for long, and must not keep a chunk alive with it.
+			arena := &r.arena
+			if withDeltas {
+				arena = nil
+			}
+			if err := r.emit(r.s.recordNotification(rec, arena), at, send); err != nil {
 				return err
 			}
 			if running, settled := attemptAfter(rec.Method); settled {

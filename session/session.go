@@ -484,23 +484,62 @@ func (s *session) detach(sub Subscriber) {
 }
 
 // recordNotification renders a stored record as a notification again; its
-// params are the stored bytes, identical to the first delivery.
-func (s *session) recordNotification(r store.Record) Notification {
+// params are the stored bytes, identical to the first delivery. With an
+// arena the frame is cut from its chunk (a replay's), else allocated alone.
+func (s *session) recordNotification(r store.Record, a *frameArena) Notification {
 	emitted, ok := recordedAt(r.Params)
 	if !ok {
 		emitted = s.m.now()
+	}
+	var frame []byte
+	if a != nil {
+		frame = a.notification(r.Method, r.Params, emitted.UnixMilli())
+	} else {
+		frame = msp.EncodeNotification(r.Method, r.Params, emitted.UnixMilli())
 	}
 	return Notification{
 		SessionID: s.id,
 		Method:    r.Method,
 		Cursor:    s.durable(r.Seq),
-		Frame:     msp.EncodeNotification(r.Method, r.Params, emitted.UnixMilli()),
+		Frame:     frame,
 		Durable:   true,
 	}
 }
 
+// frameArena renders a replay's frames into shared chunks: one allocation
+// for a run of records rather than one a frame. Frames are cut from a
+// chunk in log order and queued in that order, so the chunks a
+// connection's queued frames keep alive hold those frames and at most two
+// partial chunks more: memory stays bounded by the queue's bytes plus
+// 2 × arenaChunk.
+type frameArena struct{ buf []byte }
+
+// arenaChunk is a chunk's size; a frame larger than a quarter of it is
+// allocated alone, so that a chunk is never mostly waste.
+const arenaChunk = 64 << 10
+
+// notification renders a notification frame, as msp.EncodeNotification
+// does, into the current chunk.
+func (a *frameArena) notification(method string, params json.RawMessage, emittedAtMs int64) []byte {
+	size := msp.NotificationSize(method, params)
+	if size > arenaChunk/4 {
+		return msp.EncodeNotification(method, params, emittedAtMs)
+	}
+	if cap(a.buf)-len(a.buf) < size {
+		a.buf = make([]byte, 0, arenaChunk)
+	}
+	start := len(a.buf)
+	a.buf = msp.AppendNotification(a.buf, method, params, emittedAtMs)
+	// Capped: appending to a frame must never write over the next one.
+	return a.buf[start:len(a.buf):len(a.buf)]
+}
+
 // firstID marks the record position's id in stored params.
 var firstID = []byte(`"first":{"id":"`)
+
+// firstAt is where firstID stands in the params mspd writes, after
+// {"sessionId":"<a UUID>","sourceRange":{ — looked at before searching.
+const firstAt = len(`{"sessionId":"`) + 36 + len(`","sourceRange":{`)
 
 // recordedAt tells when a stored event was first emitted: its position's
 // id is a UUIDv7 minted then, whose first 48 bits are Unix milliseconds. A
@@ -508,7 +547,10 @@ var firstID = []byte(`"first":{"id":"`)
 // backoff counts down from when the retry was scheduled, not from now.
 func recordedAt(params []byte) (time.Time, bool) {
 	head := params[:min(len(params), 512)]
-	i := bytes.Index(head, firstID)
+	i := firstAt
+	if len(head) < firstAt+len(firstID) || !bytes.Equal(head[firstAt:firstAt+len(firstID)], firstID) {
+		i = bytes.Index(head, firstID)
+	}
 	if i < 0 || len(head) < i+len(firstID)+36 {
 		return time.Time{}, false
 	}

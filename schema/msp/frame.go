@@ -12,10 +12,22 @@ import (
 // already-encoded params, so that one encoding serves every connection.
 func EncodeNotification(method string, params json.RawMessage, emittedAtMs int64) []byte {
 	// Room for all of it: the frame is allocated once, never grown.
-	b := make([]byte, 0, len(params)+len(method)+notificationOverhead)
+	return AppendNotification(make([]byte, 0, NotificationSize(method, params)), method, params, emittedAtMs)
+}
+
+// AppendNotification appends to b the frame EncodeNotification returns,
+// byte for byte. A replay renders many frames into one buffer with it,
+// one allocation for a run of records rather than one each.
+func AppendNotification(b []byte, method string, params json.RawMessage, emittedAtMs int64) []byte {
 	b = appendNotificationHead(b, method)
 	b = append(b, params...)
 	return appendNotificationTail(b, emittedAtMs)
+}
+
+// NotificationSize bounds the size of the frame EncodeNotification
+// renders: room to append it without growing.
+func NotificationSize(method string, params json.RawMessage) int {
+	return len(params) + len(method) + notificationOverhead
 }
 
 // EncodeItemDelta renders an item/delta notification frame, byte for byte

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -261,21 +262,30 @@ func BenchmarkCommitParallel(b *testing.B) {
 	reportAppends(b)
 }
 
+// fillLog writes total records of about 665 bytes of params each (the
+// mean of mspbench's resumed log) to session "s".
+func fillLog(b *testing.B, s *sqlite.Store, total int64) {
+	ctx := context.Background()
+	pad := strings.Repeat("x", 580)
+	for from := int64(1); from <= total; from += 500 {
+		rs := make([]store.Record, 500)
+		for i := range rs {
+			rs[i] = record(from + int64(i))
+			rs[i].Params = fmt.Appendf(nil, `{"threadId":"t","item":{"id":"i%d","type":"agentMessage","text":"%s"}}`, from+int64(i), pad)
+		}
+		if err := s.Commit(ctx, store.Batch{SessionID: "s", Records: rs}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkRecords reads a page of 100 after a cursor from a 10k-record log.
 func BenchmarkRecords(b *testing.B) {
 	s := openAt(b, b.TempDir())
 	defer s.Close()
 	ctx := context.Background()
 	const total, page = 10000, 100
-	for from := int64(1); from <= total; from += 500 {
-		rs := make([]store.Record, 500)
-		for i := range rs {
-			rs[i] = record(from + int64(i))
-		}
-		if err := s.Commit(ctx, store.Batch{SessionID: "s", Records: rs}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	fillLog(b, s, total)
 	var after int64
 	for b.Loop() {
 		rs, err := s.Records(ctx, "s", after, store.Limit{Rows: page, Bytes: 1 << 30})
@@ -287,6 +297,39 @@ func BenchmarkRecords(b *testing.B) {
 		}
 		after = (after + 997) % (total - page)
 	}
+}
+
+// BenchmarkRecordsLog reads a whole 10k-record log as a replay does:
+// pages of 256 records within 4 MiB (session.ReadBytes).
+func BenchmarkRecordsLog(b *testing.B) {
+	s := openAt(b, b.TempDir())
+	defer s.Close()
+	ctx := context.Background()
+	const total = 10000
+	fillLog(b, s, total)
+	cpu0 := processCPU()
+	for b.Loop() {
+		var after int64
+		for after < total {
+			rs, err := s.Records(ctx, "s", after, store.Limit{Rows: 256, Bytes: 4 << 20})
+			if err != nil || len(rs) == 0 {
+				b.Fatalf("read %d records after %d: %v", len(rs), after, err)
+			}
+			after = rs[len(rs)-1].Seq
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*total), "ns/record")
+	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N*total), "cpu-ns/record")
+}
+
+// processCPU is the CPU time this process has used, user and system:
+// unlike wall time, it hardly moves with what else runs on the machine.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // TestDeleteLeavesNoTrace: after DeleteSession not a byte of the
