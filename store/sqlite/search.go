@@ -51,12 +51,10 @@ func (s *Store) indexText(ctx context.Context, sessionID string, t *store.Text) 
 }
 
 func (s *Store) insertTokens(ctx context.Context, sessionID string, field int, text string) error {
-	for _, tok := range store.UniqueTokens(text) {
-		if _, err := s.w.insertToken.ExecContext(ctx, sessionID, field, []byte(tok)); err != nil {
-			return err
-		}
-	}
-	return nil
+	toks := store.UniqueTokens(text)
+	return s.tokenRows.exec(ctx, s.wc, len(toks), func(i int, args []any) []any {
+		return append(args, sessionID, field, []byte(toks[i]))
+	})
 }
 
 // Search implements store.Store. It walks sessions_by_owner newest first
