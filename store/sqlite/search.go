@@ -34,13 +34,9 @@ func (s *Store) indexText(ctx context.Context, sessionID string, t *store.Text) 
 	if len(t.Messages) == 0 {
 		return nil
 	}
-	var n int64
-	if err := s.w.nextText.QueryRowContext(ctx, sessionID).Scan(&n); err != nil {
-		return fail(err)
-	}
-	for i, m := range t.Messages {
+	for _, m := range t.Messages {
 		m = store.CutMessage(m)
-		if _, err := s.w.upsertText.ExecContext(ctx, sessionID, n+int64(i), m); err != nil {
+		if _, err := s.w.appendText.ExecContext(ctx, sessionID, m); err != nil {
 			return fail(err)
 		}
 		if err := s.insertTokens(ctx, sessionID, fieldContent, m); err != nil {

@@ -247,7 +247,7 @@ type writeStmts struct {
 	begin, commit, rollback,
 	head, upsertSession, insertCommand,
 	pruneCommands, deleteEvents, deleteSession, deleteCommands,
-	deleteNameTokens, upsertText, nextText,
+	deleteNameTokens, upsertText, appendText,
 	deleteTokens, deleteTexts, deleteBackfill *sql.Stmt
 }
 
@@ -454,7 +454,11 @@ func (s *Store) prepareWrites(ctx context.Context) error {
 		{&w.deleteNameTokens, `DELETE FROM search_tokens WHERE session_id = ? AND field = 0`},
 		{&w.upsertText, `INSERT INTO search_text (session_id, n, text) VALUES (?, ?, ?)
 			ON CONFLICT (session_id, n) DO UPDATE SET text = excluded.text`},
-		{&w.nextText, `SELECT coalesce(max(n), 0) + 1 FROM search_text WHERE session_id = ?`},
+		// A message's text after the session's others, numbered in the
+		// same statement: one seek of the index instead of a query and
+		// an insert.
+		{&w.appendText, `INSERT INTO search_text (session_id, n, text)
+			SELECT ?1, coalesce(max(n), 0) + 1, ?2 FROM search_text WHERE session_id = ?1`},
 		{&w.deleteTokens, `DELETE FROM search_tokens WHERE session_id = ?`},
 		{&w.deleteTexts, `DELETE FROM search_text WHERE session_id = ?`},
 		{&w.deleteBackfill, `DELETE FROM search_backfill WHERE session_id = ?`},
