@@ -44,6 +44,12 @@
 // urgent ones, so that while notices keep coming (many turns backing off
 // at once) that group is a small one.
 //
+// Within a group the cost is per page and per statement: a batch's
+// records are one multi-row INSERT, as are a message's search tokens
+// (multirow.go), and the writer's page cache (16 MiB) holds the pages a
+// burst over 1,000 sessions keeps touching, which SQLite's default 2 MiB
+// re-read and spilled mid-transaction (BenchmarkGroupCommit256).
+//
 // A single writer also makes sequence checks cheap and race-free: the
 // store is the file's only writer (see below), so the writer remembers
 // the head of each session it committed and looks a head up only the

@@ -34,13 +34,9 @@ func (s *Store) indexText(ctx context.Context, sessionID string, t *store.Text) 
 	if len(t.Messages) == 0 {
 		return nil
 	}
-	var n int64
-	if err := s.w.nextText.QueryRowContext(ctx, sessionID).Scan(&n); err != nil {
-		return fail(err)
-	}
-	for i, m := range t.Messages {
+	for _, m := range t.Messages {
 		m = store.CutMessage(m)
-		if _, err := s.w.upsertText.ExecContext(ctx, sessionID, n+int64(i), m); err != nil {
+		if _, err := s.w.appendText.ExecContext(ctx, sessionID, m); err != nil {
 			return fail(err)
 		}
 		if err := s.insertTokens(ctx, sessionID, fieldContent, m); err != nil {
@@ -51,12 +47,10 @@ func (s *Store) indexText(ctx context.Context, sessionID string, t *store.Text) 
 }
 
 func (s *Store) insertTokens(ctx context.Context, sessionID string, field int, text string) error {
-	for _, tok := range store.UniqueTokens(text) {
-		if _, err := s.w.insertToken.ExecContext(ctx, sessionID, field, []byte(tok)); err != nil {
-			return err
-		}
-	}
-	return nil
+	toks := store.UniqueTokens(text)
+	return s.tokenRows.exec(ctx, s.wc, len(toks), func(i int, args []any) []any {
+		return append(args, sessionID, field, []byte(toks[i]))
+	})
 }
 
 // Search implements store.Store. It walks sessions_by_owner newest first

@@ -417,9 +417,14 @@ func (s *Store) apply(ctx context.Context, b store.Batch, heads map[string]int64
 		}
 		wrote = true
 	}
-	for _, r := range b.Records {
-		if _, err := s.w.insertEvent.ExecContext(ctx, b.SessionID, r.Seq, r.Method, []byte(r.Params)); err != nil {
-			return 0, true, fmt.Errorf("sqlite: append %q seq %d: %w", b.SessionID, r.Seq, err)
+	if len(b.Records) > 0 {
+		// One statement for the batch's records.
+		err := s.eventRows.exec(ctx, s.wc, len(b.Records), func(i int, args []any) []any {
+			r := &b.Records[i]
+			return append(args, b.SessionID, r.Seq, r.Method, []byte(r.Params))
+		})
+		if err != nil {
+			return 0, true, fmt.Errorf("sqlite: append %q from seq %d: %w", b.SessionID, b.Records[0].Seq, err)
 		}
 		wrote = true
 	}

@@ -682,3 +682,60 @@ func TestAnsweredCallersJoinTheNextGroup(t *testing.T) {
 		t.Fatalf("%d commits from %d callers took %d groups; want at most %d", callers*rounds, callers, n, most)
 	}
 }
+
+// A batch's records and a message's tokens are written by multi-row
+// INSERTs of at most maxRowsPerInsert rows: runs longer than that, and
+// of every length up to it, land whole and in order.
+func TestMultiRowInsertsInChunks(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "mspd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var head int64
+	for _, n := range []int{1, 2, 3, maxRowsPerInsert - 1, maxRowsPerInsert, maxRowsPerInsert + 1, 2*maxRowsPerInsert + 5} {
+		recs := make([]store.Record, n)
+		for i := range recs {
+			head++
+			recs[i] = store.Record{Seq: head, Method: "m", Params: fmt.Appendf(nil, `{"n":%d}`, head)}
+		}
+		if err := s.Commit(ctx, store.Batch{SessionID: "s", Records: recs}); err != nil {
+			t.Fatalf("a batch of %d records: %v", n, err)
+		}
+	}
+	got, err := s.Records(ctx, "s", 0, store.Limit{Rows: 1000, Bytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(got)) != head {
+		t.Fatalf("read %d records, want %d", len(got), head)
+	}
+	for i, r := range got {
+		if want := fmt.Sprintf(`{"n":%d}`, i+1); r.Seq != int64(i+1) || string(r.Params) != want {
+			t.Fatalf("record %d = seq %d %s, want seq %d %s", i, r.Seq, r.Params, i+1, want)
+		}
+	}
+
+	// A message of more distinct tokens than one statement's rows: each
+	// is found, the last chunk's too.
+	words := make([]string, 2*maxRowsPerInsert+3)
+	for i := range words {
+		words[i] = fmt.Sprintf("word%03d", i)
+	}
+	now := time.Now()
+	row := &store.Session{ID: "s", Owner: "o", CreatedAt: now, UpdatedAt: now, State: []byte(`{}`)}
+	if err := s.Commit(ctx, store.Batch{SessionID: "s", Session: row, AtHead: &head,
+		Text: &store.Text{Messages: []string{strings.Join(words, " ")}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{words[0], words[maxRowsPerInsert-1], words[maxRowsPerInsert], words[len(words)-1]} {
+		hits, err := s.Search(ctx, store.Query{Owner: "o", Content: store.Terms{AllOf: []string{w}}}, nil, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hits) != 1 {
+			t.Errorf("searching %q: %d hits, want 1", w, len(hits))
+		}
+	}
+}
