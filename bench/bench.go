@@ -137,8 +137,9 @@ type Config struct {
 	// append scenario on one node (Profile.append-<store>, likewise), of
 	// the notice scenario's burst (Profile.notice-burst, while short
 	// bursts run again on its sessions), and
-	// of each gateway rate's mspd (Profile.gateway<rate>, the run's
-	// first seconds), the heap and goroutines with each idle count
+	// of each gateway rate's mspd (Profile.gateway<rate>, up to 15 s of
+	// the steady state, and its heap and goroutines as the last turn is
+	// due: .heap, .heap.txt, .goroutine), the heap and goroutines with each idle count
 	// open (Profile.idle<N>.heap, .goroutine, and .txt: the heap with the
 	// runtime's memory statistics).
 	Profile string

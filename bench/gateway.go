@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -369,11 +370,7 @@ func (r *runner) gatewayMSPD(ctx context.Context, loop openLoop) (*gatewayRun, g
 	var profile chan error
 	if r.cfg.Profile != "" {
 		profile = make(chan error, 1)
-		file := fmt.Sprintf("%s.gateway%g", r.cfg.Profile, loop.rate)
-		go func() {
-			profile <- fetch(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", srv.base, profileSeconds), file)
-			r.logf("  CPU profile: %s", file)
-		}()
+		go func() { profile <- r.gatewayProfiles(ctx, srv, run) }()
 	}
 	var wg sync.WaitGroup
 	for _, c := range conns {
@@ -398,6 +395,41 @@ func (r *runner) gatewayMSPD(ctx context.Context, loop openLoop) (*gatewayRun, g
 	}
 	return run, stats, nil
 }
+
+// gatewayProfiles writes mspd's profiles of a run (started with --pprof):
+// a CPU profile of the steady state, from a second after the first turn
+// is due for up to gatewayProfileSeconds (Profile.gateway<rate>), and,
+// as the last turn is due (the most turns in flight), the heap
+// (.heap, and .heap.txt with the runtime's memory statistics) and the
+// goroutines (.goroutine).
+func (r *runner) gatewayProfiles(ctx context.Context, srv *server, run *gatewayRun) error {
+	file := fmt.Sprintf("%s.gateway%g", r.cfg.Profile, run.loop.rate)
+	span := run.loop.span()
+	cpuFrom := run.start.Add(min(time.Second, span/4))
+	secs := max(1, min(gatewayProfileSeconds, int((span-time.Second).Seconds())))
+	cpu := make(chan error, 1)
+	go func() {
+		if !sleepUntil(ctx, cpuFrom) {
+			cpu <- ctx.Err()
+			return
+		}
+		cpu <- fetch(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", srv.base, secs), file)
+	}()
+	var errs []error
+	if sleepUntil(ctx, run.start.Add(run.loop.due[len(run.loop.due)-1])) {
+		for _, p := range []string{"heap", "heap?debug=1", "goroutine"} {
+			out := file + "." + strings.ReplaceAll(p, "?debug=1", ".txt")
+			errs = append(errs, fetch(ctx, srv.base+"/debug/pprof/"+p, out))
+		}
+		r.logf("  heap and goroutine profiles: %s.heap, .heap.txt, .goroutine", file)
+	}
+	errs = append(errs, <-cpu)
+	r.logf("  CPU profile: %s", file)
+	return errors.Join(errs...)
+}
+
+// gatewayProfileSeconds bounds the gateway's CPU profile.
+const gatewayProfileSeconds = 15
 
 // srvFsyncs counts the fsyncs of mspd's SQLite store so far, from
 // /metrics: one a group commit, two a checkpoint (the log, then the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -126,12 +128,14 @@ func TestFakeProviderSpeaksChatCompletions(t *testing.T) {
 }
 
 // The gateway scenario on a small load reports every figure for mspd and
-// the direct baseline, and every turn succeeds on both.
+// the direct baseline, and every turn succeeds on both; with --profile it
+// writes mspd's CPU, heap and goroutine profiles.
 func TestGatewayScenario(t *testing.T) {
 	testlane.Slow(t, "runs mspd")
+	dir := t.TempDir()
 	cfg := Config{Scenarios: []string{"gateway"}, GatewayRates: []float64{20}, GatewayDuration: time.Second, GatewayConns: 4,
 		GatewayFirstByte: 20 * time.Millisecond, GatewayTotal: 100 * time.Millisecond, GatewayChunks: 3,
-		WorkDir: t.TempDir(), Log: io.Discard, ServerEnv: []string{clitest.Env}}
+		WorkDir: dir, Log: io.Discard, ServerEnv: []string{clitest.Env}, Profile: filepath.Join(dir, "p")}
 	cfg.defaults()
 	r := &runner{cfg: cfg, bin: clitest.Self(), rep: &Report{}}
 	if err := r.gateway(context.Background()); err != nil {
@@ -156,5 +160,10 @@ func TestGatewayScenario(t *testing.T) {
 	}
 	if e2e := rows["end to end p50"]; e2e.Value < 100 {
 		t.Errorf("end to end p50 %v ms, under the fake's 100 ms answer", e2e.Value)
+	}
+	for _, ext := range []string{"", ".heap", ".heap.txt", ".goroutine"} {
+		if fi, err := os.Stat(cfg.Profile + ".gateway20" + ext); err != nil || fi.Size() == 0 {
+			t.Errorf("profile %q: %v", ext, err)
+		}
 	}
 }

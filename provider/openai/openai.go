@@ -223,7 +223,7 @@ func (m *Model) streamChat(ctx context.Context, req provider.Request, onText fun
 	if err != nil {
 		return resp, err
 	}
-	stream := m.chat.NewStreaming(ctx, params, opts...)
+	stream := m.newChatStream(ctx, params, opts)
 	defer stream.Close()
 
 	var finish string
@@ -235,7 +235,7 @@ func (m *Model) streamChat(ctx context.Context, req provider.Request, onText fun
 		if c.Model != "" {
 			resp.Model = c.Model
 		}
-		if c.JSON.Usage.Valid() {
+		if c.Usage != nil {
 			// The last one wins: some compatible servers report running
 			// totals in every chunk.
 			resp.Usage = &provider.Usage{
@@ -284,7 +284,7 @@ func (m *Model) streamChat(ctx context.Context, req provider.Request, onText fun
 // carries its id, type and name, the later ones only pieces of its
 // arguments under the same index. A new id at an index already holding
 // another call starts a new call, for servers that number every call 0.
-func addChatCall(c *callParts, d oai.ChatCompletionChunkChoiceDeltaToolCall) {
+func addChatCall(c *callParts, d chatToolCall) {
 	p := c.get(d.Index)
 	if p == nil || d.ID != "" && p.id != "" && d.ID != p.id {
 		p = c.open(d.Index, d.ID, d.Function.Name)

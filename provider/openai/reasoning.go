@@ -18,7 +18,6 @@ import (
 	"slices"
 	"strings"
 
-	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
@@ -45,20 +44,12 @@ func reasoningEffort(tier string) (shared.ReasoningEffort, error) {
 	return shared.ReasoningEffort(tier), nil
 }
 
-// chatReasoningFields are the delta members compatible servers stream
-// reasoning in, in the order they are looked for.
-var chatReasoningFields = []string{"reasoning_content", "reasoning"}
-
 // chatReasoning is the reasoning text a Chat Completions delta carries:
 // its reasoning_content, or its reasoning; "" for none (absent, null).
-func chatReasoning(d oai.ChatCompletionChunkChoiceDelta) string {
-	for _, name := range chatReasoningFields {
-		f, ok := d.JSON.ExtraFields[name]
-		if !ok {
-			continue
-		}
+func chatReasoning(d chatDelta) string {
+	for _, raw := range [...]json.RawMessage{d.ReasoningContent, d.Reasoning} {
 		var text string
-		if json.Unmarshal([]byte(f.Raw()), &text) == nil && text != "" {
+		if len(raw) > 0 && json.Unmarshal(raw, &text) == nil && text != "" {
 			return text
 		}
 	}
