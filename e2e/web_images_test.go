@@ -312,7 +312,11 @@ images = false
 
 		// A fork (Edit on the second message) keeps them.
 		p.run("editing the second message", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type button.edit")))
-		p.run("sending the edit", chromedp.Click(chromedp.CSS(".edit-form button[type=submit]")))
+		// Enter in the focused editor, not a click on Send edit: the opened
+		// form changes the transcript's height, and the page following the
+		// end can move the button between a click's aim and its press.
+		p.waitFor("the editor", `document.activeElement.matches('.edit-form textarea')`)
+		p.run("sending the edit", chromedp.KeyEvent("\r"))
 		p.waitFor("the fork's answer", `document.querySelectorAll('#transcript .turn-footer').length === 2 && footer().startsWith('✓') &&
 			document.querySelector('#sessions [aria-current="page"]').dataset.sessionId !== '`+sid+`'`)
 		p.expect("the fork keeps the instructions", `agentTexts('completed').pop().startsWith('[{"role":"system","text":"Answer like a pirate."}') &&
