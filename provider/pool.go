@@ -17,8 +17,11 @@ import (
 // must hold a burst's worth of connections to reuse them.
 const (
 	// DefaultMaxIdleConns is how many idle connections a provider keeps to
-	// its API when its configuration names none.
-	DefaultMaxIdleConns = 256
+	// its API when its configuration names none: the turns in flight at
+	// 1,000 a second of 1.5 s answers (1,500) with room to spare. At 256,
+	// mspbench gateway counted 12,268 connections for 60,000 requests at
+	// that rate. Idle ones close after DefaultIdleConnTimeout.
+	DefaultMaxIdleConns = 2048
 	// DefaultIdleConnTimeout closes a connection idle this long.
 	DefaultIdleConnTimeout = 90 * time.Second
 )

@@ -66,7 +66,7 @@ type Entry struct {
 	// IdleTimeout fails an attempt whose stream is silent this long.
 	IdleTimeout duration `toml:"idle_timeout"`
 	// MaxIdleConns is how many idle connections to an openai or anthropic
-	// entry's API are kept for reuse (default 256; negative: none): size it
+	// entry's API are kept for reuse (default 2048; negative: none): size it
 	// for the turns the provider runs at once, or most requests open a
 	// new connection (and TLS session).
 	MaxIdleConns int `toml:"max_idle_conns"`
