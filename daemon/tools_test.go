@@ -42,7 +42,12 @@ func TestStartWaitsForTheToolServers(t *testing.T) {
 	serve := counting.HTTPHandler()
 	var once sync.Once
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		once.Do(func() { time.Sleep(300 * time.Millisecond) }) // a server slow to initialize
+		once.Do(func() { // a server slow to initialize, until its client gives up
+			select {
+			case <-time.After(300 * time.Millisecond):
+			case <-r.Context().Done():
+			}
+		})
 		serve.ServeHTTP(w, r)
 	}))
 	defer slow.Close()

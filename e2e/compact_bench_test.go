@@ -35,7 +35,11 @@ func BenchmarkCompactionTurn(b *testing.B) {
 			answer := func(prompt, completion int64) providertest.Reply {
 				frames := openaitest.AnswerUsage(prompt, completion, "An answer.")
 				return func(w http.ResponseWriter, r *http.Request) {
-					time.Sleep(delay)
+					select { // the provider's own time, unless the request is gone
+					case <-time.After(delay):
+					case <-r.Context().Done():
+						return
+					}
 					openaitest.Stream(frames...)(w, r)
 				}
 			}

@@ -294,3 +294,13 @@ model = "other"
 	}
 	return cfg
 }
+
+// lacking ends a test whose dependency this machine lacks: skipped,
+// saying so, except under CI, where a missing dependency is a failure.
+func lacking(t *testing.T, msg string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}

@@ -17,7 +17,7 @@ func openPTY(t *testing.T) (keyboard, tty *os.File) {
 	t.Helper()
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
-		t.Skipf("no pseudo-terminal: %v", err)
+		lacking(t, "no pseudo-terminal: "+err.Error())
 	}
 	t.Cleanup(func() { m.Close() })
 	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {

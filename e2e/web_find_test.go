@@ -239,13 +239,13 @@ func TestWebCopyExportTimes(t *testing.T) {
 	})
 
 	dir := t.TempDir()
-	p.allowDownloads(dir)
+	dl := p.allowDownloads(dir)
 
 	t.Run("export as Markdown", func(t *testing.T) {
 		p.use(t)
 		p.openExport()
 		p.run("clicking Export as Markdown", chromedp.Click(chromedp.CSS("#export-md")))
-		md := string(p.downloaded(filepath.Join(dir, "plan-for-the-week.md")))
+		md := string(dl.saved(filepath.Join(dir, "plan-for-the-week.md")))
 		p.waitFor("the note", `document.getElementById('export-note').textContent === 'Saved as Markdown.'`)
 		at := `· \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC`
 		want := []string{
@@ -282,10 +282,10 @@ func TestWebCopyExportTimes(t *testing.T) {
 		p.openChat(sid)
 		p.waitFor("the chat", `document.querySelectorAll('#transcript .turn-footer').length === 3`)
 		dir := t.TempDir()
-		p.allowDownloads(dir)
+		dl := p.allowDownloads(dir)
 		p.openExport()
 		p.run("clicking Export log as JSON", chromedp.Click(chromedp.CSS("#export-json")))
-		raw := p.downloaded(filepath.Join(dir, "plan-for-the-week.log.json"))
+		raw := dl.saved(filepath.Join(dir, "plan-for-the-week.log.json"))
 		var events []struct {
 			Method string `json:"method"`
 			Params struct {
@@ -410,13 +410,49 @@ func (p *chatPage) pressSlash() {
 	}))
 }
 
-// allowDownloads has the browser save downloads in dir.
-func (p *chatPage) allowDownloads(dir string) {
+// downloads are the files the browser saves in a directory, as it
+// reports them finished.
+type downloads struct {
+	p    *chatPage
+	done chan struct{} // one a download the browser finished
+}
+
+// allowDownloads has the browser save downloads in dir, reporting each
+// as it finishes.
+func (p *chatPage) allowDownloads(dir string) *downloads {
 	p.t.Helper()
+	d := &downloads{p: p, done: make(chan struct{}, 8)}
+	chromedp.ListenBrowser(p.ctx, func(ev any) {
+		if e, ok := ev.(*browser.EventDownloadProgress); ok && e.State == browser.DownloadProgressStateCompleted {
+			select {
+			case d.done <- struct{}{}:
+			default:
+			}
+		}
+	})
 	if _, err := chromedp.CallBrowser(p.ctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
-		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dir}); err != nil {
+		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dir, EventsEnabled: new(true)}); err != nil {
 		p.t.Fatal(err)
 	}
+	return d
+}
+
+// saved waits until the browser reports a download finished, and reads
+// the file it saved at path.
+func (d *downloads) saved(path string) []byte {
+	d.p.t.Helper()
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		entries, _ := os.ReadDir(filepath.Dir(path))
+		d.p.fatalf("no download finished; %s holds %v", filepath.Dir(path), entries)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		entries, _ := os.ReadDir(filepath.Dir(path))
+		d.p.fatalf("reading the download: %v; the directory holds %v", err, entries)
+	}
+	return b
 }
 
 // openExport opens the header's Export menu, unless it is open.
@@ -440,22 +476,6 @@ func (p *chatPage) hover(sel string) {
 		p.fatalf("locating %s: %v", sel, err)
 	}
 	p.run("hovering "+sel, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, xy[0], xy[1]))
-}
-
-// downloaded waits until the browser has saved a file, and reads it.
-func (p *chatPage) downloaded(path string) []byte {
-	p.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
-			return b
-		}
-		if time.Now().After(deadline) {
-			entries, _ := os.ReadDir(filepath.Dir(path))
-			p.fatalf("no download at %s; the directory holds %v", path, entries)
-		}
-		time.Sleep(20 * time.Millisecond) // polling for the file, as waitFor polls the page
-	}
 }
 
 // jsString quotes a Go string as a JavaScript string literal.

@@ -22,10 +22,12 @@ type fakeServers struct {
 	opened map[string]int // by session
 	closed map[string]int
 	tools  turn.Toolbox
+	// changed is closed and replaced on every Close, waking waitClosed.
+	changed chan struct{}
 }
 
 func newFakeServers(tools turn.Toolbox) *fakeServers {
-	return &fakeServers{opened: map[string]int{}, closed: map[string]int{}, tools: tools}
+	return &fakeServers{opened: map[string]int{}, closed: map[string]int{}, tools: tools, changed: make(chan struct{})}
 }
 
 func (f *fakeServers) Check(servers map[string]msp.SessionMCPServerConfig) error {
@@ -65,21 +67,26 @@ func (o *fakeOpen) Close() {
 	o.f.mu.Lock()
 	defer o.f.mu.Unlock()
 	o.f.closed[o.session]++
+	close(o.f.changed)
+	o.f.changed = make(chan struct{})
 }
 
 // waitClosed waits until session sid's servers were closed n times.
 func (f *fakeServers) waitClosed(t *testing.T, sid string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.After(5 * time.Second)
 	for {
-		if _, closed := f.counts(sid); closed == n {
+		f.mu.Lock()
+		closed, changed := f.closed[sid], f.changed
+		f.mu.Unlock()
+		if closed == n {
 			return
 		}
-		if time.Now().After(deadline) {
-			_, closed := f.counts(sid)
+		select {
+		case <-changed:
+		case <-deadline:
 			t.Fatalf("closed %d times, want %d", closed, n)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
