@@ -127,26 +127,7 @@ func TestWebFallback(t *testing.T) {
 	t.Run("keyboard", func(t *testing.T) {
 		p.use(t)
 		p.viewport(1280, 800)
-		p.eval(`(document.activeElement.blur(), '')`)
-		seen := map[string]bool{}
-		for range 200 {
-			p.run("pressing Tab", chromedp.KeyEvent("\t"))
-			got := p.eval(`(() => {
-				const a = document.activeElement;
-				if (!a || a === document.body) return 'body';
-				const name = a.id ? '#' + a.id : a.tagName.toLowerCase() + '.' + [...a.classList].join('.');
-				const s = getComputedStyle(a);
-				const ring = a.matches(':focus-visible') && s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) >= 2;
-				return (ring ? '' : 'NO RING ') + name;
-			})()`)
-			if strings.HasPrefix(got, "NO RING ") {
-				p.fatalf("%s has focus with no visible focus ring", strings.TrimPrefix(got, "NO RING "))
-			}
-			if seen[got] && got == "#new-chat" {
-				break
-			}
-			seen[got] = true
-		}
+		seen := p.tabWalk()
 		for _, want := range []string{"#attach", "#instructions-open", "button.thumb", "button.chip-remove", "#input", "#send", "#model"} {
 			if !seen[want] {
 				p.fatalf("Tab never reached %s; it reached %v", want, seen)

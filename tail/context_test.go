@@ -84,20 +84,8 @@ func TestContextColour(t *testing.T) {
 // answers only — no reasoning, no summary.
 func TestContextJSONAndRaw(t *testing.T) {
 	for _, name := range contextFiles {
-		frames := readRecorded(t, name)
-		lines := strings.Split(strings.TrimSuffix(replay(t, name, JSON, false), "\n"), "\n")
-		if len(lines) != len(frames) {
-			t.Fatalf("%s: %d lines for %d frames", name, len(lines), len(frames))
-		}
 		seen := map[string]int{}
-		for i, l := range lines {
-			var got recorded
-			if err := json.Unmarshal([]byte(l), &got); err != nil {
-				t.Fatalf("%s line %d: %v", name, i+1, err)
-			}
-			if got.Method != frames[i].Method || got.Cursor != frames[i].Cursor || string(got.Params) != string(frames[i].Params) {
-				t.Errorf("%s line %d: %s, want the frame %s %s", name, i+1, l, frames[i].Method, frames[i].Params)
-			}
+		for _, got := range jsonLines(t, name) {
 			switch p := string(got.Params); {
 			case got.Method == msp.NotifySessionContextUsage:
 				seen["contextUsage"]++

@@ -1,7 +1,6 @@
 package tail
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -62,20 +61,8 @@ agent: Still red.
 // cursors; raw output holds the answers only.
 func TestFallbackJSONAndRaw(t *testing.T) {
 	for _, name := range fallbackFiles {
-		frames := readRecorded(t, name)
-		lines := strings.Split(strings.TrimSuffix(replay(t, name, JSON, false), "\n"), "\n")
-		if len(lines) != len(frames) {
-			t.Fatalf("%s: %d lines for %d frames", name, len(lines), len(frames))
-		}
 		seen := map[string]int{}
-		for i, l := range lines {
-			var got recorded
-			if err := json.Unmarshal([]byte(l), &got); err != nil {
-				t.Fatalf("%s line %d: %v", name, i+1, err)
-			}
-			if got.Method != frames[i].Method || got.Cursor != frames[i].Cursor || string(got.Params) != string(frames[i].Params) {
-				t.Errorf("%s line %d: %s, want the frame %s %s", name, i+1, l, frames[i].Method, frames[i].Params)
-			}
+		for _, got := range jsonLines(t, name) {
 			switch {
 			case got.Method == msp.NotifyTurnProviderSkipped:
 				seen["skip"]++

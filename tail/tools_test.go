@@ -97,6 +97,27 @@ agent: The tool could not help: at character 2: division by zero.
 	}
 }
 
+// jsonLines replays the recording name as JSON lines and checks that
+// each passes its frame through whole, with its cursor; it returns them.
+func jsonLines(t *testing.T, name string) []recorded {
+	t.Helper()
+	frames := readRecorded(t, name)
+	lines := strings.Split(strings.TrimSuffix(replay(t, name, JSON, false), "\n"), "\n")
+	if len(lines) != len(frames) {
+		t.Fatalf("%s: %d lines for %d frames", name, len(lines), len(frames))
+	}
+	out := make([]recorded, len(lines))
+	for i, l := range lines {
+		if err := json.Unmarshal([]byte(l), &out[i]); err != nil {
+			t.Fatalf("%s line %d: %v", name, i+1, err)
+		}
+		if got := out[i]; got.Method != frames[i].Method || got.Cursor != frames[i].Cursor || string(got.Params) != string(frames[i].Params) {
+			t.Errorf("%s line %d: %s, want the frame %s %s", name, i+1, l, frames[i].Method, frames[i].Params)
+		}
+	}
+	return out
+}
+
 // TestToolCallsJSONLines: JSON-lines output passes every tool call event
 // through whole, with its cursor, like any other event.
 func TestToolCallsJSONLines(t *testing.T) {
