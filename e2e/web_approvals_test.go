@@ -123,7 +123,7 @@ func TestWebApprovals(t *testing.T) {
 		if n := runs(); n != 0 {
 			p.fatalf("the tool ran %d times before anyone approved", n)
 		}
-		p.run("clicking Approve once", chromedp.Click(chromedp.CSS(approveOnce)))
+		p.click("clicking Approve once", approveOnce)
 		p.waitFor("the call run, the card its outcome", `tools()[0].status === 'completed' && tools()[0].output === 'appended 1' &&
 			cards()[0].state === 'resolved' && cards()[0].outcome === '✓ Approved once' && cards()[0].choices.length === 0`)
 		p.waitFor("the answer", `footer().startsWith('✓') && agentTexts('completed').includes('Added.')`)
@@ -142,14 +142,14 @@ func TestWebApprovals(t *testing.T) {
 		p.use(t)
 		p.send(scripted.Script(appendCall("sell the car"), scripted.Step{EchoRequest: true}))
 		p.waitFor("the approval card", pendingCard)
-		p.run("clicking Deny", chromedp.Click(chromedp.CSS(denyButton)))
+		p.click("clicking Deny", denyButton)
 		p.waitFor("the feedback box, focused", `cards()[0].feedback && document.activeElement.matches('.approval-feedback textarea') &&
 			document.querySelector(`+"`"+denyButton+"`"+`).getAttribute('aria-expanded') === 'true'`)
 		if name := p.accessibleName(".approval-feedback textarea"); name != "Tell the model why (optional)" {
 			p.fatalf("the feedback box is named %q", name)
 		}
 		p.run("typing why", chromedp.KeyEvent("not <i>this</i> one"))
-		p.run("clicking the form's Deny", chromedp.Click(chromedp.CSS(denySubmit)))
+		p.click("clicking the form's Deny", denySubmit)
 		p.waitFor("the call rejected, saying why", `(() => {
 			const r = tools()[0];
 			return r.status === 'rejected' && r.state === 'rejected' && r.why === 'the user denied it' && r.time === null &&
@@ -174,7 +174,7 @@ func TestWebApprovals(t *testing.T) {
 		p.newChat()
 		p.send(scripted.Script(appendCall("one"), appendCall("two"), scripted.Step{Text: "Both added."}))
 		p.waitFor("the approval card", pendingCard)
-		p.run("clicking Approve for this chat", chromedp.Click(chromedp.CSS(approveForChat)))
+		p.click("clicking Approve for this chat", approveForChat)
 		p.waitFor("the answer", `footer().startsWith('✓') && agentTexts('completed').includes('Both added.')`)
 		p.expect("both calls run, only the first asked", `(() => {
 			const r = tools();
@@ -204,7 +204,7 @@ func TestWebApprovals(t *testing.T) {
 		if n := len(p.sent("approval/listPending")); n <= listed {
 			p.fatalf("the page did not list the pending approvals after the reload")
 		}
-		p.run("clicking Approve once", chromedp.Click(chromedp.CSS(approveOnce)))
+		p.click("clicking Approve once", approveOnce)
 		p.waitFor("the call run", `tools()[0].status === 'completed' && cards()[0].outcome === '✓ Approved once'`)
 		p.waitFor("the answer", `footer().startsWith('✓') && agentTexts('completed').includes('Added after all.')`)
 
@@ -232,9 +232,9 @@ func TestWebApprovals(t *testing.T) {
 		p.send(scripted.Script(appendCall("from two tabs"), scripted.Step{Text: "Not added."}))
 		p.waitFor("the card in the first tab", pendingCard)
 		q.waitFor("the card in the second tab", pendingCard)
-		q.run("clicking Deny in the second tab", chromedp.Click(chromedp.CSS(denyButton)))
+		q.click("clicking Deny in the second tab", denyButton)
 		q.waitFor("the feedback box", `document.activeElement.matches('.approval-feedback textarea')`)
-		q.run("denying without a word", chromedp.Click(chromedp.CSS(denySubmit)))
+		q.click("denying without a word", denySubmit)
 		p.waitFor("the first tab's card its outcome", `cards()[0].outcome === '✗ Denied' && tools()[0].status === 'rejected'`)
 		q.waitFor("the second tab's too", `cards()[0].outcome === '✗ Denied' && tools()[0].status === 'rejected'`)
 		p.waitFor("the answer", `footer().startsWith('✓')`)
@@ -246,11 +246,11 @@ func TestWebApprovals(t *testing.T) {
 		p.waitFor("the card in the first tab", pendingCard)
 		q.waitFor("the card in the second tab", pendingCard)
 		before := runs()
-		p.run("clicking Approve once in the first tab", chromedp.Click(chromedp.CSS(approveOnce)))
+		p.click("clicking Approve once in the first tab", approveOnce)
 		p.waitFor("the call run", `tools()[0].status === 'completed' && cards()[0].outcome === '✓ Approved once'`)
 		q.waitFor("the call run, seen in the second tab", `tools()[0].status === 'completed'`)
 		q.expect("its card still asking (it lost the resolution)", pendingCard)
-		q.run("clicking Approve once in the second tab", chromedp.Click(chromedp.CSS(approveOnce)))
+		q.click("clicking Approve once in the second tab", approveOnce)
 		q.waitFor("the refusal in words", `cards()[0].outcome === '✓ Already decided elsewhere: Approved once'`)
 		q.expect("no error banner, the page alive", `document.getElementById('banner').hidden && document.getElementById('conn').dataset.state === 'online'`)
 		if n := runs() - before; n != 1 {
@@ -263,7 +263,7 @@ func TestWebApprovals(t *testing.T) {
 		p.newChat()
 		p.send(scripted.Script(appendCall("never"), scripted.Step{Text: "never"}))
 		p.waitFor("the approval card", pendingCard)
-		p.run("clicking Stop", chromedp.Click(chromedp.CSS("#stop")))
+		p.click("clicking Stop", "#stop")
 		p.waitFor("the stopped turn", `footer() === '■ stopped'`)
 		p.waitFor("the card's outcome", `cards()[0].outcome === '■ Stopped: the answer was stopped before anyone decided' &&
 			tools()[0].status === 'cancelled'`)
@@ -370,17 +370,17 @@ func TestWebApprovals(t *testing.T) {
 		p.newChat()
 		p.send(scripted.Script(appendCall("first"), scripted.Step{Text: "Added."}))
 		p.waitFor("the approval card", pendingCard)
-		p.run("clicking Approve once", chromedp.Click(chromedp.CSS(approveOnce)))
+		p.click("clicking Approve once", approveOnce)
 		p.waitFor("the answer", `footer().startsWith('✓')`)
 		p.send(scripted.Script(appendCall("second"), scripted.Step{Text: "Not added."}))
 		p.waitFor("the approval card", pendingCard)
-		p.run("clicking Deny", chromedp.Click(chromedp.CSS(denyButton)))
+		p.click("clicking Deny", denyButton)
 		p.run("typing why", chromedp.KeyEvent("no"))
-		p.run("denying", chromedp.Click(chromedp.CSS(denySubmit)))
+		p.click("denying", denySubmit)
 		p.waitFor("the answer", `footer().startsWith('✓')`)
 		p.send(scripted.Script(appendCall(strings.Repeat("a long line of text ", 30)), scripted.Step{Text: "Added."}))
 		p.waitFor("the approval card", pendingCard)
-		p.run("clicking Deny", chromedp.Click(chromedp.CSS(denyButton)))
+		p.click("clicking Deny", denyButton)
 		p.waitFor("the feedback box", `cards()[0].feedback`)
 		for _, size := range [][2]int64{{390, 844}, {1280, 800}} {
 			p.viewport(size[0], size[1])
@@ -421,7 +421,7 @@ func TestWebApprovals(t *testing.T) {
 			p.colorScheme("")
 		}
 		p.run("resetting the viewport", chromedp.ResetViewport())
-		p.run("denying", chromedp.Click(chromedp.CSS(denySubmit)))
+		p.click("denying", denySubmit)
 		p.waitFor("the answer", `footer().startsWith('✓')`)
 	})
 }

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/chromedp/chromedp"
-
 	"mspd/daemon"
 	"mspd/provider/openai/openaitest"
 	"mspd/provider/providertest"
@@ -124,7 +122,7 @@ func TestWebContext(t *testing.T) {
 		p.use(t)
 		sid = p.newChat()
 		p.expect("Compact shown, no meter yet", withContext(`!document.getElementById('compact').hidden && !meter().shown`))
-		p.run("clicking Compact", chromedp.Click(chromedp.CSS("#compact")))
+		p.click("clicking Compact", "#compact")
 		p.waitFor("noop in words", `document.getElementById('compact-note').textContent ===
 			'Nothing to compact yet: no exchange has finished since the chat began or was last compacted.' &&
 			document.getElementById('announcer').textContent.startsWith('Nothing to compact yet')`)
@@ -169,7 +167,7 @@ func TestWebContext(t *testing.T) {
 		p.schemes("blocked", func(where string) { p.measured(where, "#context-text") })
 		p.expect("every turn still shown", `document.querySelectorAll('#transcript .msg.user').length === 3 &&
 			JSON.stringify(agentTexts('completed')) === JSON.stringify(['Paris.', 'Lyon.', 'Marseille.'])`)
-		p.run("unfolding the divider", chromedp.Click(chromedp.CSS("#transcript .compaction summary")))
+		p.click("unfolding the divider", "#transcript .compaction summary")
 		p.waitFor("the summary, as Markdown", withContext(`(() => { const d = lastDivider();
 			return d.open && d.summary === 'They asked about Paris, then Lyon.' &&
 				document.querySelector('#transcript .compaction-text strong').textContent === 'Paris'; })()`))
@@ -177,7 +175,7 @@ func TestWebContext(t *testing.T) {
 
 	t.Run("Compact", func(t *testing.T) {
 		p.use(t)
-		p.run("clicking Compact", chromedp.Click(chromedp.CSS("#compact")))
+		p.click("clicking Compact", "#compact")
 		p.waitFor("compacting, in a turn of its own", withContext(`(() => { const d = lastDivider(), ids = turnIds();
 			return d.label === 'Compacting the context… · 1.9k tokens · manual' && d.live && d.alone && d.inTurn === ids[3] &&
 				d.after === ids[2] && !document.getElementById('stop').hidden && document.getElementById('compact').disabled; })()`))
@@ -203,7 +201,7 @@ func TestWebContext(t *testing.T) {
 		p.use(t)
 		p.send("And the fourth?")
 		p.waitFor("the answer", `agentTexts('completed').includes('Toulouse.') && footer().startsWith('✓')`)
-		p.run("clicking Compact", chromedp.Click(chromedp.CSS("#compact")))
+		p.click("clicking Compact", "#compact")
 		p.waitFor("the failure", withContext(`lastDivider().outcome === 'failed'`))
 		items := p.compactionItems()
 		it := items[len(items)-1]
@@ -239,7 +237,7 @@ func TestWebContext(t *testing.T) {
 
 	t.Run("contrast", func(t *testing.T) {
 		p.use(t)
-		p.run("unfolding the divider", chromedp.Click(chromedp.CSS("#transcript .compaction summary")))
+		p.click("unfolding the divider", "#transcript .compaction summary")
 		for _, size := range [][2]int64{{1280, 800}, {390, 844}} {
 			p.viewport(size[0], size[1])
 			p.expectFits(size[0])

@@ -105,13 +105,13 @@ func TestWebFallback(t *testing.T) {
 						r('#instructions-open') >= 4.5 && r('#tray .chip-remove') >= 4.5;
 				})()`)
 				p.lowContrast(where)
-				p.run("opening Instructions", chromedp.Click(chromedp.CSS("#instructions-open")))
+				p.click("opening Instructions", "#instructions-open")
 				p.waitFor("the dialog", `document.getElementById('instructions-dialog').open`)
 				p.expect(where+": the dialog measured", `contrastOf(document.getElementById('instructions-note')) >= 4.5 &&
 					contrastOf(document.getElementById('instructions')) >= 4.5 && contrastOf(document.getElementById('instructions-count')) >= 4.5`)
 				p.lowContrast(where + ", instructions open")
 				p.run("closing it", chromedp.KeyEvent(kbEscape))
-				p.run("opening the image", chromedp.Click(chromedp.CSS("#transcript .thumb")))
+				p.click("opening the image", "#transcript .thumb")
 				p.waitFor("the viewer", `document.getElementById('viewer').open && document.getElementById('viewer-img').naturalWidth === 120`)
 				p.expect(where+": the viewer fits", `(() => { const r = document.getElementById('viewer').getBoundingClientRect();
 					return r.left >= 0 && r.right <= innerWidth && contrastOf(document.getElementById('viewer-title')) >= 4.5; })()`)

@@ -186,7 +186,7 @@ func TestWebSearch(t *testing.T) {
 			const d = document.getElementById('drawer').getBoundingClientRect();
 			return r.left >= d.left && r.right <= d.right && r.width > 200;
 		})()`)
-		p.run("tapping it", chromedp.Click(chromedp.CSS("#search-results button.session")))
+		p.click("tapping it", "#search-results button.session")
 		p.waitFor("the chat open, the drawer closed", `document.getElementById('app').dataset.drawer === 'closed' &&
 			document.getElementById('chat-title').textContent === 'Airship timetable' &&
 			agentTexts('completed').includes('The zeppelin leaves at noon from the old town.')`)
@@ -224,13 +224,13 @@ func TestWebCopyExportTimes(t *testing.T) {
 	t.Run("copy an answer", func(t *testing.T) {
 		p.use(t)
 		p.eval(`(navigator.clipboard.writeText = async (text) => { window.copied = text; }, '')`)
-		p.run("clicking Copy under the Markdown answer", chromedp.Click(chromedp.CSS("#transcript .turn:nth-of-type(2) .turn-footer button.copy-answer")))
+		p.click("clicking Copy under the Markdown answer", "#transcript .turn:nth-of-type(2) .turn-footer button.copy-answer")
 		p.waitFor("Copied, said aloud", `document.querySelector('#transcript .turn:nth-of-type(2) button.copy-answer').textContent === 'Copied' &&
 			document.getElementById('announcer').textContent === 'Answer copied.'`)
 		if got := p.eval(`window.copied`); got != answer {
 			p.fatalf("copied %q, want the answer's Markdown %q", got, answer)
 		}
-		p.run("clicking Copy under the tool call's answer", chromedp.Click(chromedp.CSS("#transcript .turn:nth-of-type(3) .turn-footer button.copy-answer")))
+		p.click("clicking Copy under the tool call's answer", "#transcript .turn:nth-of-type(3) .turn-footer button.copy-answer")
 		p.waitFor("Copied", `window.copied !== `+jsString(answer))
 		if got := p.eval(`window.copied`); got != "Let me compute.\n\nIt is 42." {
 			p.fatalf("copied %q, want both steps' text", got)
@@ -244,7 +244,7 @@ func TestWebCopyExportTimes(t *testing.T) {
 	t.Run("export as Markdown", func(t *testing.T) {
 		p.use(t)
 		p.openExport()
-		p.run("clicking Export as Markdown", chromedp.Click(chromedp.CSS("#export-md")))
+		p.click("clicking Export as Markdown", "#export-md")
 		md := string(dl.saved(filepath.Join(dir, "plan-for-the-week.md")))
 		p.waitFor("the note", `document.getElementById('export-note').textContent === 'Saved as Markdown.'`)
 		at := `· \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC`
@@ -284,7 +284,7 @@ func TestWebCopyExportTimes(t *testing.T) {
 		dir := t.TempDir()
 		dl := p.allowDownloads(dir)
 		p.openExport()
-		p.run("clicking Export log as JSON", chromedp.Click(chromedp.CSS("#export-json")))
+		p.click("clicking Export log as JSON", "#export-json")
 		raw := dl.saved(filepath.Join(dir, "plan-for-the-week.log.json"))
 		var events []struct {
 			Method string `json:"method"`
@@ -362,7 +362,8 @@ func TestWebCopyExportTimes(t *testing.T) {
 		p.run("focusing Copy by keyboard", chromedp.Focus(chromedp.CSS("#transcript .turn:first-of-type .turn-footer button.copy-answer")), chromedp.KeyEvent("\t", chromedp.KeyModifiers(chromedp.ModifierShift)), chromedp.KeyEvent("\t"))
 		p.waitFor("the time shown on focus", `document.activeElement.matches('#transcript .turn:first-of-type button.copy-answer') && `+shows(".turn-footer time.msg-time"))
 		p.eval(`(document.activeElement.blur(), '')`)
-		p.run("tapping the footer", chromedp.Click(chromedp.CSS("#transcript .turn:first-of-type .turn-footer .turn-status")), chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, 5, 790))
+		p.click("tapping the footer", "#transcript .turn:first-of-type .turn-footer .turn-status")
+		p.run("moving away", chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, 5, 790))
 		p.waitFor("the time shown after a tap", shows(".turn-footer time.msg-time"))
 		before = p.eval(times)
 	})
@@ -459,7 +460,7 @@ func (d *downloads) saved(path string) []byte {
 func (p *chatPage) openExport() {
 	p.t.Helper()
 	if p.eval(`String(document.getElementById('export').open)`) != "true" {
-		p.run("opening Export", chromedp.Click(chromedp.CSS("#export > summary")))
+		p.click("opening Export", "#export > summary")
 	}
 	p.waitFor("the menu", `document.getElementById('export').open && !document.getElementById('export-md').disabled`)
 }

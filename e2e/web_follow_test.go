@@ -318,7 +318,7 @@ func TestWebChatURL(t *testing.T) {
 	p.run("reloading", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#input")))
 	p.waitFor("chat 1 restored from its address", chatShown(ids, 1))
 
-	p.run("renaming chat 1", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#sessions [data-row=%q] [data-role="rename"]`, ids[1]))))
+	p.click("renaming chat 1", fmt.Sprintf(`#sessions [data-row=%q] [data-role="rename"]`, ids[1]))
 	p.eval(`(document.querySelector('#sessions .row-form input').value = 'Renamed here', '')`)
 	p.run("saving the name", chromedp.KeyEvent("\r"))
 	p.waitFor("the tab named after the new name", `document.title === 'Renamed here · mspd'`)

@@ -90,7 +90,7 @@ func TestWebHighlight(t *testing.T) {
 		p.expect("only class-only spans in code", withCode(`spanShapes(lastAnswer()).length > 10 &&
 			spanShapes(lastAnswer()).every((s) => s === 'SPAN class')`))
 		p.eval(`(navigator.clipboard.writeText = async (text) => { window.copied = text; }, '')`)
-		p.run("clicking Copy", chromedp.Click(chromedp.CSS(".msg.agent .code-block button.copy")))
+		p.click("clicking Copy", ".msg.agent .code-block button.copy")
 		p.waitFor("the code copied as text", `window.copied === '// Package main says hi.\npackage main\n\nimport "fmt"\n\nfunc main() {\n\tvar n int = 42\n\tfmt.Println("hi", n, true)\n}\n'`)
 	})
 

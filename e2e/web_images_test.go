@@ -152,7 +152,7 @@ images = false
 			p.fatalf("reopened, the page read the image again: %d reads", n)
 		}
 
-		p.run("opening the image", chromedp.Click(chromedp.CSS("#transcript .thumb")))
+		p.click("opening the image", "#transcript .thumb")
 		p.waitFor("the viewer", `document.getElementById('viewer').open && document.getElementById('viewer-img').naturalWidth === 64 &&
 			document.activeElement === document.getElementById('viewer-close') &&
 			document.getElementById('viewer-title').textContent.startsWith('Image 1: PNG, 64×48')`)
@@ -180,7 +180,7 @@ images = false
 		p.waitFor("one image left, focus on its remove button", imagePredicate(`chips().length === 1 && chips()[0].startsWith('Image 1 (photo.jpg)') &&
 			document.activeElement === document.querySelector('#tray .chip-remove') &&
 			document.querySelector('#tray .chip-remove').getAttribute('aria-label') === 'Remove image 1 (photo.jpg)'`))
-		p.run("sending the image alone", chromedp.Click(chromedp.CSS("#send")))
+		p.click("sending the image alone", "#send")
 		p.waitFor("the turn's end", `footer().startsWith('✓')`)
 		p.waitFor("a message of an image alone", imagePredicate(`thumbs().length === 1 && thumbs()[0].w === 40 &&
 			document.querySelector('#transcript .turn:last-of-type .msg.user .text').hidden`))
@@ -211,7 +211,7 @@ images = false
 		p.waitFor("eight taken, the ninth refused", imagePredicate(`chips().length === 8 && note() === 'A message can carry at most 8 images.'`))
 		p.expect("nothing ran", `window.pwned === undefined`)
 		for range 8 {
-			p.run("removing an image", chromedp.Click(chromedp.CSS("#tray .chip-remove")))
+			p.click("removing an image", "#tray .chip-remove")
 		}
 		p.waitFor("the composer empty", imagePredicate(`chips().length === 0 && note() === ''`))
 	})
@@ -251,8 +251,8 @@ images = false
 			s.value = [...s.options].find((o) => o.textContent === 'seer').value;
 			s.dispatchEvent(new Event('change')); return ''; })()`)
 		p.waitFor("the attach button on again for a model that takes images", `!document.getElementById('attach').disabled`)
-		p.run("dismissing the banner", chromedp.Click(chromedp.CSS("#banner-close")))
-		p.run("sending again", chromedp.Click(chromedp.CSS("#send")))
+		p.click("dismissing the banner", "#banner-close")
+		p.click("sending again", "#send")
 		p.waitFor("the answer", `agentTexts('completed').includes('What is this?')`)
 	})
 
@@ -268,13 +268,13 @@ images = false
 			document.getElementById('banner-text').textContent === 'The message with its images is too large for this server: it takes at most 64 KB a message ' +
 			'(images go as base64, a third larger). Send fewer or smaller images. (inputTooLarge)'`)
 		p.expect("the message given back", imagePredicate(`chips().length === 1 && document.getElementById('input').value === 'Too big?'`))
-		p.run("dismissing the banner", chromedp.Click(chromedp.CSS("#banner-close")))
+		p.click("dismissing the banner", "#banner-close")
 	})
 
 	t.Run("instructions", func(t *testing.T) {
 		p.use(t)
 		p.open(base) // no chat open: the setting is the next chat's
-		p.run("opening Instructions", chromedp.Click(chromedp.CSS("#instructions-open")))
+		p.click("opening Instructions", "#instructions-open")
 		p.waitFor("the dialog, editable", `document.getElementById('instructions-dialog').open && !document.getElementById('instructions').readOnly &&
 			document.activeElement === document.getElementById('instructions') &&
 			document.getElementById('instructions-save').textContent === 'Use for new chats'`)
@@ -284,7 +284,7 @@ images = false
 			document.getElementById('instructions-save').disabled`)
 		p.run("typing the instructions", chromedp.Evaluate[chromedp.Void](`(() => { const a = document.getElementById('instructions'); a.value = '';
 			a.dispatchEvent(new Event('input')); })()`), chromedp.KeyEvent("Answer like a pirate."))
-		p.run("saving them", chromedp.Click(chromedp.CSS("#instructions-save")))
+		p.click("saving them", "#instructions-save")
 		p.waitFor("the dialog closed, the button marked", `!document.getElementById('instructions-dialog').open &&
 			document.getElementById('instructions-open').dataset.set === 'true' &&
 			document.activeElement === document.getElementById('instructions-open')`)
@@ -301,7 +301,7 @@ images = false
 		p.openChat(sid)
 		p.waitFor("the chat", `document.querySelectorAll('#transcript .turn-footer').length === 2 &&
 			document.getElementById('instructions-open').dataset.set === 'true'`)
-		p.run("opening Instructions", chromedp.Click(chromedp.CSS("#instructions-open")))
+		p.click("opening Instructions", "#instructions-open")
 		p.waitFor("the chat's instructions, read-only", `document.getElementById('instructions-dialog').open &&
 			document.getElementById('instructions').readOnly && document.getElementById('instructions').value === 'Answer like a pirate.' &&
 			document.getElementById('instructions-note').textContent.startsWith('This chat’s instructions are fixed') &&
@@ -311,7 +311,7 @@ images = false
 			document.activeElement === document.getElementById('instructions-open')`)
 
 		// A fork (Edit on the second message) keeps them.
-		p.run("editing the second message", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type button.edit")))
+		p.click("editing the second message", "#transcript .turn:last-of-type button.edit")
 		// Enter in the focused editor, not a click on Send edit: the opened
 		// form changes the transcript's height, and the page following the
 		// end can move the button between a click's aim and its press.
@@ -323,12 +323,12 @@ images = false
 			document.getElementById('instructions-open').dataset.set === 'true'`)
 
 		// Edited, they start a new chat.
-		p.run("opening Instructions", chromedp.Click(chromedp.CSS("#instructions-open")))
-		p.run("editing them in a new chat", chromedp.Click(chromedp.CSS("#instructions-edit")))
+		p.click("opening Instructions", "#instructions-open")
+		p.click("editing them in a new chat", "#instructions-edit")
 		p.waitFor("the dialog editable", `!document.getElementById('instructions').readOnly &&
 			document.getElementById('instructions-save').textContent === 'Start new chat' && !document.getElementById('instructions-save').hidden`)
 		p.run("changing them", chromedp.KeyEvent(" Briefly."))
-		p.run("starting the chat", chromedp.Click(chromedp.CSS("#instructions-save")))
+		p.click("starting the chat", "#instructions-save")
 		p.waitFor("a new, empty chat", `!document.getElementById('instructions-dialog').open &&
 			document.querySelectorAll('#transcript .turn').length === 0 && document.activeElement === document.getElementById('input')`)
 		if n := startsWith(p, "Answer like a pirate. Briefly."); n != 1 {

@@ -134,7 +134,7 @@ func TestWebReasoning(t *testing.T) {
 			return b.status === 'completed' && b.state === 'done' && b.label === %q && !b.live && b.preview === null && !b.open &&
 				b.answerBelow && document.querySelectorAll('#transcript .reasoning').length === 1;
 		})()`, want)))
-		p.run("unfolding it", chromedp.Click(chromedp.CSS("#transcript .reasoning summary")))
+		p.click("unfolding it", "#transcript .reasoning summary")
 		p.waitFor("what it thought", withBlocks(fmt.Sprintf(`(() => {
 			const b = lastBlock();
 			return b.open && JSON.stringify(b.parts) === JSON.stringify([%q]);
@@ -157,7 +157,7 @@ func TestWebReasoning(t *testing.T) {
 		if again := p.shape(); again != live {
 			p.fatalf("after a reload the transcript reads\n%s\nlive it read\n%s", again, live)
 		}
-		p.run("unfolding it", chromedp.Click(chromedp.CSS("#transcript .reasoning summary")))
+		p.click("unfolding it", "#transcript .reasoning summary")
 		p.waitFor("what it thought", withBlocks(fmt.Sprintf(`JSON.stringify(lastBlock().parts) === JSON.stringify([%q])`, thought)))
 	})
 
@@ -207,7 +207,7 @@ func TestWebReasoning(t *testing.T) {
 		if deltas["summary.0"] == 0 || deltas["summary.1"] == 0 || len(deltas) != 2 {
 			p.fatalf("reasoning deltas by field %v, want summary.0 and summary.1", deltas)
 		}
-		p.run("unfolding the reasoning", chromedp.Click(chromedp.CSS("#transcript .reasoning summary")))
+		p.click("unfolding the reasoning", "#transcript .reasoning summary")
 		p.waitFor("two parts, Markdown rendered, markup inert", withBlocks(`(() => {
 			const b = lastBlock();
 			const md = document.querySelectorAll('#transcript .reasoning-part');
@@ -256,8 +256,8 @@ func TestWebReasoning(t *testing.T) {
 
 	t.Run("contrast", func(t *testing.T) {
 		p.use(t)
-		p.run("unfolding the reasoning", chromedp.Click(chromedp.CSS("#transcript .reasoning summary")))
-		p.run("opening the footer's details", chromedp.Click(chromedp.CSS("#transcript .turn:first-of-type .turn-footer summary")))
+		p.click("unfolding the reasoning", "#transcript .reasoning summary")
+		p.click("opening the footer's details", "#transcript .turn:first-of-type .turn-footer summary")
 		for _, size := range [][2]int64{{1280, 800}, {390, 844}} {
 			p.viewport(size[0], size[1])
 			p.expectFits(size[0])

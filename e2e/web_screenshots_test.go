@@ -166,7 +166,7 @@ func TestScreenshots(t *testing.T) {
 	p.viewport(1024, 760)
 	p.openChat(ts.Session.SessionID)
 	p.waitFor("the chat", `document.querySelectorAll('#transcript .turn-footer').length === 2 && document.querySelectorAll('#transcript .tool').length === 2`)
-	p.run("unfolding the first call", chromedp.Click(chromedp.CSS("#transcript .tool summary")))
+	p.click("unfolding the first call", "#transcript .tool summary")
 	p.waitFor("the call unfolded", `document.querySelector('#transcript .tool details').open`)
 	p.eval(`(() => { // from the first step's text
 		const t = document.getElementById('transcript');
@@ -201,7 +201,7 @@ func TestScreenshots(t *testing.T) {
 	p.media("dark")
 	p.viewport(390, 844)
 	shot("approval-phone-dark.png", 390, 844)
-	p.run("approving", chromedp.Click(chromedp.CSS(approveOnce)))
+	p.click("approving", approveOnce)
 	p.waitFor("the answer", `footer().startsWith('✓')`)
 
 	// An image in a message, and a fallback: OpenAI (a fake server)
@@ -258,12 +258,13 @@ api_key_env = "TEST_ANTHROPIC_KEY"
 		document.getElementById('model').selectedOptions[0].textContent === 'gpt-4o-mini — down'`)
 	p.attachFiles(pngFile(t, "harbour.png", sunset(320, 240)))
 	p.waitFor("an image in the composer", `document.querySelectorAll('#tray .chip').length === 1`)
-	p.run("typing", chromedp.Click(chromedp.CSS("#input")), chromedp.KeyEvent("And this one?"))
+	p.click("focusing the box", "#input")
+	p.run("typing", chromedp.KeyEvent("And this one?"))
 	shot("images.png", 1024, 720)
-	p.run("removing the image", chromedp.Click(chromedp.CSS("#tray .chip-remove")))
+	p.click("removing the image", "#tray .chip-remove")
 	p.media("dark")
 	p.viewport(390, 844)
-	p.run("opening the image", chromedp.Click(chromedp.CSS("#transcript .thumb")))
+	p.click("opening the image", "#transcript .thumb")
 	p.waitFor("the viewer", `document.getElementById('viewer').open && document.getElementById('viewer-img').naturalWidth === 480`)
 	writeScreenshot(p, filepath.Join(dir, "image-viewer-phone-dark.png"))
 	p.run("closing the viewer", chromedp.KeyEvent(kbEscape))
@@ -321,7 +322,7 @@ api_key_env = "TEST_ANTHROPIC_KEY"
 	p.waitFor("the chat", `document.querySelectorAll('#transcript .turn-footer').length === 2 &&
 		document.getElementById('context-text').textContent === '168k / 200k tokens · nearly full' &&
 		document.getElementById('effort').value === 'high' && /^Thought for \d+ s$/.test(document.querySelectorAll('.reasoning-label')[1].textContent)`)
-	p.run("unfolding the reasoning", chromedp.Click(chromedp.CSS("#transcript .turn:nth-of-type(2) .reasoning summary")))
+	p.click("unfolding the reasoning", "#transcript .turn:nth-of-type(2) .reasoning summary")
 	p.eval(`(() => { // from the pasted notes
 		const t = document.getElementById('transcript');
 		t.scrollTop += document.querySelector('.turn:nth-of-type(2) .msg.user').getBoundingClientRect().top - t.getBoundingClientRect().top - 16;
@@ -334,7 +335,7 @@ api_key_env = "TEST_ANTHROPIC_KEY"
 	answerTurn(t, rc, rsid, "Now one line per day, please.")
 	p.waitFor("the compacted chat", `document.querySelector('#transcript .compaction[data-outcome="compacted"]') !== null &&
 		document.querySelectorAll('#transcript .turn-footer').length === 3 && document.getElementById('context-text').textContent.endsWith(' / 200k tokens')`)
-	p.run("unfolding the summary", chromedp.Click(chromedp.CSS("#transcript .compaction summary")))
+	p.click("unfolding the summary", "#transcript .compaction summary")
 	p.eval(`(() => {
 		const t = document.getElementById('transcript');
 		t.scrollTop += document.querySelector('.compaction').getBoundingClientRect().top - t.getBoundingClientRect().top - 12;

@@ -34,7 +34,7 @@ func TestWebSessions(t *testing.T) {
 		p.waitFor("the second answer", `document.querySelectorAll('#transcript .turn-footer').length === 2 && footer().startsWith('✓')`)
 		firstTurn := p.eval(`document.querySelector('#transcript .turn').dataset.turnId`)
 
-		p.run("clicking Edit on the second message", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type button.edit")))
+		p.click("clicking Edit on the second message", "#transcript .turn:last-of-type button.edit")
 		p.waitFor("the editor", `document.activeElement.matches('.edit-form textarea') && document.activeElement.value === 'second question'`)
 		p.run("editing", chromedp.KeyEvent(", edited"), chromedp.KeyEvent("\r"))
 		p.waitFor("the edited answer in the fork", `agentTexts('completed').includes('second question, edited') &&
@@ -68,7 +68,7 @@ func TestWebSessions(t *testing.T) {
 
 		// The first message has no turn before it to cut at: its edit
 		// starts a new chat.
-		p.run("clicking Edit on the first message", chromedp.Click(chromedp.CSS("#transcript .turn:first-of-type button.edit")))
+		p.click("clicking Edit on the first message", "#transcript .turn:first-of-type button.edit")
 		p.waitFor("the editor", `document.activeElement.matches('.edit-form textarea')`)
 		p.run("replacing the text", chromedp.KeyEvent(strings.Repeat("\b", len("first question"))+"a new start"), chromedp.KeyEvent("\r"))
 		p.waitFor("the new chat", `agentTexts('completed').join('|') === 'a new start' && footer().startsWith('✓')`)
@@ -109,7 +109,7 @@ func TestWebSessions(t *testing.T) {
 		p.send("a chat to rename")
 		p.waitFor("the answer", `footer().startsWith('✓')`)
 		row := fmt.Sprintf(`#sessions [data-row=%q]`, sid)
-		p.run("clicking Rename", chromedp.Click(chromedp.CSS(row+` button.rename`)))
+		p.click("clicking Rename", row+` button.rename`)
 		p.waitFor("the name field", `document.activeElement.matches('.row-form input')`)
 		p.run("typing a name", chromedp.KeyEvent("Holiday plans"), chromedp.KeyEvent("\r"))
 		p.waitFor("the new name in the list and the title", fmt.Sprintf(`document.querySelector('%s .session-title').textContent === 'Holiday plans' &&
@@ -122,12 +122,13 @@ func TestWebSessions(t *testing.T) {
 		if !renamed {
 			p.fatalf("session/rename not sent: %v", p.sent("session/rename"))
 		}
-		p.run("clicking Rename, then Esc", chromedp.Click(chromedp.CSS(row+` button.rename`)), chromedp.KeyEvent("x"), chromedp.KeyEvent(kbEscape))
+		p.click("clicking Rename", row+` button.rename`)
+		p.run("then Esc", chromedp.KeyEvent("x"), chromedp.KeyEvent(kbEscape))
 		p.waitFor("the name unchanged", fmt.Sprintf(`document.querySelector('%s .session-title').textContent === 'Holiday plans'`, row))
 
-		p.run("clicking Delete", chromedp.Click(chromedp.CSS(row+` button.delete`)))
+		p.click("clicking Delete", row+` button.delete`)
 		p.waitFor("the confirmation", fmt.Sprintf(`document.querySelector('%s .row-form').textContent.startsWith('Delete “Holiday plans”?')`, row))
-		p.run("confirming", chromedp.Click(chromedp.CSS(row+` .row-form button.danger`)))
+		p.click("confirming", row+` .row-form button.danger`)
 		p.waitFor("the chat gone", fmt.Sprintf(`document.querySelector('%s') === null &&
 			document.querySelectorAll('#transcript .turn').length === 0 && document.getElementById('chat-title').textContent === 'New chat'`, row))
 		completed := false

@@ -34,7 +34,7 @@ func TestWebSmall(t *testing.T) {
 		p.waitFor("the first answer", `footer().startsWith('✓')`)
 		p.send("second question")
 		p.waitFor("the second answer", `document.querySelectorAll('#transcript .turn-footer').length === 2 && footer().startsWith('✓')`)
-		p.run("clicking Edit on the second message", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type button.edit")))
+		p.click("clicking Edit on the second message", "#transcript .turn:last-of-type button.edit")
 		p.waitFor("the editor", `document.activeElement.matches('.edit-form textarea')`)
 		p.run("editing", chromedp.KeyEvent(", edited"), chromedp.KeyEvent("\r"))
 		p.waitFor("the edited answer in the fork", `agentTexts('completed').includes('second question, edited') && footer().startsWith('✓')`)
@@ -53,7 +53,7 @@ func TestWebSmall(t *testing.T) {
 
 		// Renamed, a fork has a title of its own: no mark.
 		row := fmt.Sprintf(`#sessions [data-row=%q]`, fork)
-		p.run("clicking Rename", chromedp.Click(chromedp.CSS(row+` button.rename`)))
+		p.click("clicking Rename", row+` button.rename`)
 		p.waitFor("the name field", `document.activeElement.matches('.row-form input')`)
 		p.run("typing a name", chromedp.KeyEvent("Another way"), chromedp.KeyEvent("\r"))
 		p.waitFor("the fork's own name", fmt.Sprintf(`document.querySelector('%s .session-title').textContent === 'Another way'`, row))
@@ -75,7 +75,7 @@ func TestWebSmall(t *testing.T) {
 				document.querySelector('%s button.session').title === %q &&
 				document.getElementById('chat-title').title === %q;
 		})()`, row, row, long, long))
-		p.run("clicking Rename", chromedp.Click(chromedp.CSS(row+` button.rename`)))
+		p.click("clicking Rename", row+` button.rename`)
 		p.waitFor("the name field", `document.activeElement.matches('.row-form input')`)
 		p.expect("the name selected, its start in view", fmt.Sprintf(`(() => {
 			const i = document.activeElement, row = i.closest('.session-row');
@@ -128,7 +128,7 @@ func TestWebSmall(t *testing.T) {
 		p.newChat()
 		p.send(scripted.Script(scripted.Step{Text: strings.Repeat("slow words ", 50), Chunks: 50, ChunkDelayMs: 50}))
 		p.waitFor("streaming text", `agentTexts('inProgress').some((t) => t.length > 0)`)
-		p.run("clicking Stop", chromedp.Click(chromedp.CSS("#stop")))
+		p.click("clicking Stop", "#stop")
 		p.waitFor("the stopped turn", `footer() === '■ stopped'`)
 		p.expect("stopped said once", `(() => {
 			const turn = document.querySelector('#transcript .turn:last-of-type');

@@ -124,7 +124,7 @@ func TestWebChat(t *testing.T) {
 		stopSession = p.newChat()
 		p.send(scripted.Script(scripted.Step{Text: strings.Repeat("slow words ", 50), Chunks: 50, ChunkDelayMs: 50}))
 		p.waitFor("streaming text", `agentTexts('inProgress').some((t) => t.length > 0)`)
-		p.run("clicking Stop", chromedp.Click(chromedp.CSS("#stop")))
+		p.click("clicking Stop", "#stop")
 		p.waitFor("the stopped turn", `footer() === '■ stopped'`)
 		p.expect("the answer stopped, said once (by the footer)", `document.querySelector('.msg.agent').dataset.status === 'cancelled' &&
 			document.querySelector('.msg.agent .tag').hidden`)
@@ -233,7 +233,7 @@ func TestWebChat(t *testing.T) {
 		p.waitFor("the error banner", `!document.getElementById('banner').hidden &&
 			document.getElementById('banner-text').textContent.endsWith(' (inputTooLarge)')`)
 		p.expect("the message marked not sent", `document.querySelector('.msg.user .tag').textContent === 'not sent'`)
-		p.run("dismissing the banner", chromedp.Click(chromedp.CSS("#banner-close")))
+		p.click("dismissing the banner", "#banner-close")
 		p.expect("the banner gone", `document.getElementById('banner').hidden`)
 	})
 }
@@ -499,7 +499,7 @@ func (p *chatPage) newChat() string {
 	current := `(document.querySelector('#sessions [aria-current="page"]') || {dataset: {}}).dataset.sessionId || ''`
 	before := p.eval(current)
 	p.openDrawer()
-	p.run("clicking New chat", chromedp.Click(chromedp.CSS("#new-chat")))
+	p.click("clicking New chat", "#new-chat")
 	p.waitFor("the new chat in the list", fmt.Sprintf(`![%q, ''].includes(%s) &&
 		document.querySelectorAll('#transcript .turn').length === 0`, before, current))
 	return p.eval(current)
@@ -510,7 +510,7 @@ func (p *chatPage) newChat() string {
 func (p *chatPage) openDrawer() {
 	p.t.Helper()
 	if p.eval(`(() => { const m = document.getElementById('menu'); return String(!!m && getComputedStyle(m).display !== 'none'); })()`) == "true" {
-		p.run("opening the chat list", chromedp.Click(chromedp.CSS("#menu")))
+		p.click("opening the chat list", "#menu")
 		// Clicks land where things are once the drawer stops sliding.
 		p.waitFor("the open chat list", `getComputedStyle(document.getElementById('drawer')).visibility === 'visible' &&
 			document.getElementById('drawer').getBoundingClientRect().left === 0`)
@@ -521,7 +521,7 @@ func (p *chatPage) openDrawer() {
 func (p *chatPage) openChat(sessionID string) {
 	p.t.Helper()
 	p.openDrawer()
-	p.run("opening the chat", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#sessions button[data-session-id=%q]`, sessionID))))
+	p.click("opening the chat", fmt.Sprintf(`#sessions button[data-session-id=%q]`, sessionID))
 }
 
 // send puts a message in the box, as typing or pasting it would, and
@@ -538,7 +538,58 @@ func (p *chatPage) send(text string) {
 		input.dispatchEvent(new Event('input', {bubbles: true}));
 		return '';
 	})()`)
-	p.run("sending", chromedp.Click(chromedp.CSS("#send")))
+	p.click("sending", "#send")
+}
+
+// click clicks the element sel matches as a person would, once it has
+// stopped moving: the page follows the end of a growing answer, and a
+// click aimed at where a button was lands on whatever took its place.
+// It fails, naming what was hit, if the click reached something else.
+func (p *chatPage) click(what, sel string) {
+	p.t.Helper()
+	quoted, err := json.Marshal(sel)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	// Three equal samples 16 ms apart (timers, not animation frames,
+	// which a background tab never runs), then a capturing listener
+	// that records what the next click reaches.
+	settled := p.awaitEval(`new Promise((resolve) => {
+		const sel = ` + string(quoted) + `;
+		const deadline = performance.now() + 10000;
+		let last = '', same = 0, scrolled = false;
+		const tick = () => {
+			const e = document.querySelector(sel);
+			if (!e) {
+				if (performance.now() > deadline) return resolve('nothing matches ' + sel);
+				return setTimeout(tick, 16);
+			}
+			if (!scrolled) {
+				e.scrollIntoView({ block: 'nearest', inline: 'nearest' });
+				scrolled = true;
+			}
+			const r = e.getBoundingClientRect();
+			const key = [r.x, r.y, r.width, r.height].join();
+			same = key === last ? same + 1 : 0;
+			last = key;
+			if (same < 2 && performance.now() < deadline) return setTimeout(tick, 16);
+			window.__mspdClick = null;
+			document.addEventListener('click', (ev) => {
+				const t = ev.target;
+				window.__mspdClick = t.closest && t.closest(sel) ? 'hit' :
+					t.tagName.toLowerCase() + (t.id ? '#' + t.id : '') + (t.className ? '.' + String(t.className).trim().replace(/\s+/g, '.') : '');
+			}, { capture: true, once: true });
+			resolve('');
+		};
+		tick();
+	})`)
+	if settled != "" {
+		p.fatalf("%s: %s", what, settled)
+	}
+	p.run(what, chromedp.Click(chromedp.CSS(sel)))
+	if reached := p.eval(`String(window.__mspdClick)`); reached != "hit" {
+		p.fatalf("%s: the click reached %s, not %s", what, reached, sel)
+	}
 }
 
 func (p *chatPage) run(what string, actions ...chromedp.Action[chromedp.Void]) {

@@ -48,7 +48,7 @@ func TestWebToolCallDemo(t *testing.T) {
 	checkDemoTurn(p)
 	live := p.shape()
 
-	p.run("unfolding the row", chromedp.Click(chromedp.CSS("#transcript .tool summary")))
+	p.click("unfolding the row", "#transcript .tool summary")
 	p.waitFor("the arguments and the output", `tools()[0].open`)
 	checkUnfolded(p)
 	name := p.accessibleName("#transcript .tool summary")
@@ -66,7 +66,7 @@ func TestWebToolCallDemo(t *testing.T) {
 		}
 		checkDemoTurn(p)
 		p.expect("the row folded", `!tools()[0].open`)
-		p.run("unfolding the row", chromedp.Click(chromedp.CSS("#transcript .tool summary")))
+		p.click("unfolding the row", "#transcript .tool summary")
 		p.waitFor("the arguments and the output", `tools()[0].open`)
 		checkUnfolded(p)
 	})
@@ -167,7 +167,7 @@ func TestWebToolCalls(t *testing.T) {
 				tools()[0].note === null && tools()[1].note === null;
 		})()`)
 		for _, row := range []string{".msg.agent + .tool", ".tool + .tool", ".tool + .tool + .tool"} {
-			p.run("unfolding a row", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type "+row+" > details > summary")))
+			p.click("unfolding a row", "#transcript .turn:last-of-type "+row+" > details > summary")
 		}
 		p.waitFor("the rows unfolded", `tools().every((r) => r.open)`)
 		p.expect("no element from the tools' text, nothing run", `document.querySelectorAll(
@@ -189,7 +189,7 @@ func TestWebToolCalls(t *testing.T) {
 		p.waitFor("the running call", `tools().length === 1 && tools()[0].status === 'inProgress' && tools()[0].state === 'running' &&
 			tools()[0].live && tools()[0].time === null`)
 		p.expect("the spinner turning", `getComputedStyle(document.querySelector('#transcript .tool-live')).animationName === 'spin'`)
-		p.run("unfolding the running call", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type .tool summary")))
+		p.click("unfolding the running call", "#transcript .turn:last-of-type .tool summary")
 		p.expect("its output to come", `tools()[0].open && [...document.querySelectorAll('#transcript .turn:last-of-type .tool-empty')]
 			.some((e) => e.textContent === 'waiting for the result…')`)
 		p.waitFor("the timeout", `tools()[0].state === 'timed out'`)
@@ -213,7 +213,7 @@ func TestWebToolCalls(t *testing.T) {
 					contrastOf(document.querySelector('#transcript .tool[data-status="inProgress"] ' + part)) >= 4.5)`, scheme))
 		}
 		p.colorScheme("")
-		p.run("clicking Stop", chromedp.Click(chromedp.CSS("#stop")))
+		p.click("clicking Stop", "#stop")
 		p.waitFor("the stopped turn", `footer() === '■ stopped'`)
 		p.expect("the call cancelled, saying why", `(() => {
 			const r = tools()[0];
@@ -229,8 +229,8 @@ func TestWebToolCalls(t *testing.T) {
 			scripted.Step{Calls: []scripted.Call{{Name: "probe__append", Args: `{"text":"a line"}`}}},
 			scripted.Step{Text: "Not allowed, then."}))
 		p.waitFor("the approval card", pendingCard)
-		p.run("clicking Deny", chromedp.Click(chromedp.CSS(denyButton)))
-		p.run("denying without a word", chromedp.Click(chromedp.CSS(denySubmit)))
+		p.click("clicking Deny", denyButton)
+		p.click("denying without a word", denySubmit)
 		p.waitFor("the answer", `footer().startsWith('✓') && agentTexts('completed').includes('Not allowed, then.')`)
 		p.expect("the call rejected, saying why", `(() => {
 			const r = tools()[0];
@@ -348,7 +348,7 @@ func TestWebToolCalls(t *testing.T) {
 			return offers.length === 1 && offers[0].closest('.tool') === document.querySelectorAll('`+first+`.tool')[2] &&
 				offers[0].textContent === 'Show the whole output' && offers[0].getAttribute('aria-label') === 'Show the whole output, 39 KB';
 		})()`)
-		p.run("clicking Show the whole output", chromedp.Click(chromedp.CSS(first+".show-whole")))
+		p.click("clicking Show the whole output", first+".show-whole")
 		p.waitFor("the whole output, as text", `(() => {
 			const row = document.querySelectorAll('`+first+`.tool')[2];
 			const out = row.querySelector('.tool-output').textContent;
@@ -366,9 +366,9 @@ func TestWebToolCalls(t *testing.T) {
 			scripted.Step{Calls: []scripted.Call{{Name: "probe__big", Args: fmt.Sprintf(`{"bytes":%d}`, whole)}}},
 			scripted.Step{Text: "That was long."}))
 		p.waitFor("the answer", `footer().startsWith('✓') && tools().length === 1 && tools()[0].status === 'completed'`)
-		p.run("unfolding the row", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type .tool summary")))
+		p.click("unfolding the row", "#transcript .turn:last-of-type .tool summary")
 		reads := len(p.sent("item/readOutput"))
-		p.run("clicking Show the whole output", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type .show-whole")))
+		p.click("clicking Show the whole output", "#transcript .turn:last-of-type .show-whole")
 		p.waitFor("the whole output", fmt.Sprintf(`new TextEncoder().encode(tools()[0].output).length === %d && tools()[0].note === 'The whole output: 2.4 MB.'`, whole))
 		var offsets []float64
 		for _, r := range p.sent("item/readOutput") {

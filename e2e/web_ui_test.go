@@ -71,7 +71,7 @@ func TestWebPage(t *testing.T) {
 		})()`)
 		p.waitFor("the echo of the paste", `agentTexts('completed').some((t) => t.startsWith('pasted line'))`)
 		p.expectFits(390)
-		p.run("unfolding the paste", chromedp.Click(chromedp.CSS(".msg.user details.paste summary")))
+		p.click("unfolding the paste", ".msg.user details.paste summary")
 		p.expect("the unfolded paste scrolls inside its bubble", `(() => {
 			const pre = document.querySelector('details.paste[open] pre');
 			return pre.scrollHeight > pre.clientHeight && pre.clientHeight <= innerHeight * 0.5 + 1;
@@ -106,7 +106,7 @@ func TestWebPage(t *testing.T) {
 		// The clipboard itself belongs to the browser: what the page hands
 		// it is recorded.
 		p.eval(`(navigator.clipboard.writeText = async (text) => { window.copied = text; }, '')`)
-		p.run("clicking Copy", chromedp.Click(chromedp.CSS(".code-block button.copy")))
+		p.click("clicking Copy", ".code-block button.copy")
 		p.waitFor("the button saying Copied", `document.querySelector('.code-block button.copy').textContent === 'Copied'`)
 		p.expect("the code copied", `window.copied === 'func main() {\n\tprintln("hi")\n}\n'`)
 	})
@@ -128,7 +128,7 @@ func TestWebPage(t *testing.T) {
 			const t = [...document.querySelectorAll('.msg.agent')].pop().textContent;
 			return t.includes('<img src=x onerror="window.pwned=\'img\'">') && t.includes('<script>') && t.includes('<iframe src=');
 		})()`)
-		p.run("hovering what would be bold", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type .msg.agent p:last-child")))
+		p.click("hovering what would be bold", "#transcript .turn:last-of-type .msg.agent p:last-child")
 		p.expect("nothing ran", `window.pwned === undefined`)
 	})
 
@@ -136,7 +136,8 @@ func TestWebPage(t *testing.T) {
 		p.use(t)
 		p.newChat()
 		p.expect("Send disabled while the box is empty", `document.getElementById('send').disabled`)
-		p.run("typing spaces", chromedp.Click(chromedp.CSS("#input")), chromedp.KeyEvent("   "))
+		p.click("focusing the box", "#input")
+		p.run("typing spaces", chromedp.KeyEvent("   "))
 		p.expect("Send disabled for blank text", `document.getElementById('send').disabled`)
 		p.run("pressing Enter", chromedp.KeyEvent("\r"))
 		p.run("typing", chromedp.KeyEvent("hello there"))
@@ -156,7 +157,8 @@ func TestWebPage(t *testing.T) {
 		p.waitFor("the countdown", `/^retrying in (20|19) s · attempt 2 of 5 · rate limited$/.test(retryText())`)
 		p.expect("a screen reader told", `document.getElementById('announcer').textContent.startsWith('Rate limited. Retrying in')`)
 		p.waitFor("the countdown going down", `/^retrying in 1[0-8] s/.test(retryText())`)
-		p.run("pressing Esc in the message box", chromedp.Click(chromedp.CSS("#input")), chromedp.KeyEvent(kbEscape))
+		p.click("focusing the box", "#input")
+		p.run("pressing Esc in the message box", chromedp.KeyEvent(kbEscape))
 		p.waitFor("the stopped turn", `footer() === '■ stopped'`)
 		p.expect("the wait cancelled, never retried", `retryText() === 'retry cancelled · attempt 2 of 5 · rate limited' &&
 			document.querySelector('#transcript .turn:last-of-type .retry').dataset.state === 'cancelled'`)
@@ -171,7 +173,7 @@ func TestWebPage(t *testing.T) {
 		proxy.refuse.Store(true)
 		proxy.cut()
 		p.waitFor("offline", `document.getElementById('conn').dataset.state !== 'online'`)
-		p.run("clicking Stop", chromedp.Click(chromedp.CSS("#stop")))
+		p.click("clicking Stop", "#stop")
 		p.waitFor("the stop queued", `document.getElementById('stop').textContent === 'Stop queued…' &&
 			document.getElementById('announcer').textContent.startsWith('Offline: the stop goes')`)
 		proxy.refuse.Store(false)
@@ -202,7 +204,7 @@ func TestWebPage(t *testing.T) {
 			return !d.open && t.includes('invalidRequest') && t.includes('HTTP status400') && t.includes('Attempts1') &&
 				t.includes('bad things in the request');
 		})()`)
-		p.run("clicking Retry", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type button.again")))
+		p.click("clicking Retry", "#transcript .turn:last-of-type button.again")
 		p.waitFor("a second version that failed the same way", `document.querySelectorAll('#transcript .turn').length === 2 && footer().startsWith('✗ ') &&
 			document.querySelector('#transcript .turn:last-of-type .version-count').textContent === '2 / 2'`)
 		n := 0
@@ -222,7 +224,7 @@ func TestWebPage(t *testing.T) {
 		p.newChat()
 		p.send("say it again")
 		p.waitFor("the answer", `footer().startsWith('✓')`)
-		p.run("clicking Regenerate", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type button.again")))
+		p.click("clicking Regenerate", "#transcript .turn:last-of-type button.again")
 		p.waitFor("a second answer", `document.querySelectorAll('#transcript .turn').length === 2 && footer().startsWith('✓') &&
 			agentTexts('completed').filter((t) => t === 'say it again').length === 2`)
 		p.expect("the message shown once, the second version", `[...document.querySelectorAll('.msg.user')].filter((m) => m.checkVisibility()).length === 1 &&
@@ -238,10 +240,10 @@ func TestWebPage(t *testing.T) {
 		p.waitFor("the answer", `footer().startsWith('✓')`)
 		p.send(scripted.Script(scripted.Step{Status: 400, ErrorKind: "invalidRequest"}))
 		p.waitFor("the failure", `footer().startsWith('✗')`)
-		p.run("opening its details", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type .turn-footer summary")))
+		p.click("opening its details", "#transcript .turn:last-of-type .turn-footer summary")
 		p.send(scripted.Script(scripted.Step{Status: 429, RetryAfterMs: new(30000)}, scripted.Step{Text: "later"}))
 		p.waitFor("the countdown", `retryText().startsWith('retrying in')`)
-		p.run("opening its details", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type .retry summary")))
+		p.click("opening its details", "#transcript .turn:last-of-type .retry summary")
 		p.eval(`(() => { // a banner, as an error shows it
 			document.getElementById('banner-text').textContent = 'something failed (internal)';
 			document.getElementById('banner').hidden = false;

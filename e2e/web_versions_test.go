@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/chromedp/chromedp"
-
 	"mspd/daemon"
 	"mspd/provider/openai/openaitest"
 )
@@ -49,7 +47,7 @@ func (p *chatPage) expectSlot(what, want string) {
 // clickVersion clicks a button of the shown pager ("prev" or "next").
 func (p *chatPage) clickVersion(which string) {
 	p.t.Helper()
-	p.run("clicking "+which, chromedp.Click(chromedp.CSS(`#transcript .turn:not([hidden]) .versions:not([hidden]) .version-`+which)))
+	p.click("clicking "+which, `#transcript .turn:not([hidden]) .versions:not([hidden]) .version-`+which)
 }
 
 // TestWebVersions drives Regenerate and Retry on the chat page in headless
@@ -89,7 +87,7 @@ func TestWebVersions(t *testing.T) {
 		p.newChat()
 		p.send("What is the capital of France?")
 		p.expectSlot("the first answer", `{users: 1, pager: '', answer: 'Paris, the first version.', again: 'Regenerate'}`)
-		p.run("clicking Regenerate", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type .again")))
+		p.click("clicking Regenerate", "#transcript .turn:last-of-type .again")
 		p.expectSlot("one message, the second version", `{users: 1, pager: '2 / 2', prev: true, next: false,
 			answer: 'Paris, the second version.', again: 'Regenerate'}`)
 		p.waitFor("the footer", withVersions(`slot().footer.startsWith('✓')`))
@@ -122,7 +120,7 @@ func TestWebVersions(t *testing.T) {
 			const t = `+older+`;
 			return t.querySelector('.version-count').textContent === '2 / 2' && !shown(t.querySelector('.again'));
 		})()`))
-		p.run("clicking its ‹", chromedp.Click(chromedp.CSS(`#transcript .turn:not([hidden]) .versions:not([hidden]) .version-prev`)))
+		p.click("clicking its ‹", `#transcript .turn:not([hidden]) .versions:not([hidden]) .version-prev`)
 		p.waitFor("its first version in place", withVersions(`(() => {
 			const t = `+older+`;
 			return t.querySelector('.version-count').textContent === '1 / 2' &&
@@ -136,11 +134,11 @@ func TestWebVersions(t *testing.T) {
 		sid = p.newChat()
 		p.send(second)
 		p.waitFor("streaming text", `agentTexts('inProgress').includes('Half of an answer')`)
-		p.run("clicking Stop", chromedp.Click(chromedp.CSS("#stop")))
+		p.click("clicking Stop", "#stop")
 		p.expectSlot("the stopped answer", `{users: 1, footer: '■ stopped', again: 'Retry', pager: ''}`)
-		p.run("clicking Retry", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type .again")))
+		p.click("clicking Retry", "#transcript .turn:last-of-type .again")
 		p.expectSlot("the retry as version 2", `{users: 1, pager: '2 / 2', answer: 'Lyon, after the retry.', again: 'Regenerate'}`)
-		p.run("clicking Regenerate", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type .again")))
+		p.click("clicking Regenerate", "#transcript .turn:last-of-type .again")
 		p.expectSlot("version 3", `{users: 1, pager: '3 / 3', prev: true, next: false, answer: 'Lyon, the third version.', again: 'Regenerate'}`)
 		p.waitFor("the footer", withVersions(`slot().footer.startsWith('✓')`))
 		p.clickVersion("prev")
@@ -176,7 +174,7 @@ func TestWebVersions(t *testing.T) {
 		q.expectSlot("the versions", `{users: 1, pager: '3 / 3', answer: 'Lyon, the third version.'}`)
 		q.clickVersion("prev")
 		q.expectSlot("version 2 in the second tab", `{pager: '2 / 3', answer: 'Lyon, after the retry.'}`)
-		p.run("clicking Regenerate", chromedp.Click(chromedp.CSS("#transcript .turn:last-of-type .again")))
+		p.click("clicking Regenerate", "#transcript .turn:last-of-type .again")
 		q.expectSlot("the new version, the pager jumped to it", `{users: 1, pager: '4 / 4', answer: 'Lyon, the fourth version.', again: 'Regenerate'}`)
 		p.expectSlot("the first tab too", `{users: 1, pager: '4 / 4', answer: 'Lyon, the fourth version.'}`)
 		reqs := fake.Requests()
@@ -209,9 +207,9 @@ func TestWebVersions(t *testing.T) {
 
 	t.Run("a refusal in words", func(t *testing.T) {
 		p.use(t)
-		p.run("clicking Compact", chromedp.Click(chromedp.CSS("#compact")))
+		p.click("clicking Compact", "#compact")
 		p.waitFor("the compaction", `[...document.querySelectorAll('#transcript .compaction')].some((c) => c.dataset.status === 'completed')`)
-		p.run("clicking Regenerate", chromedp.Click(chromedp.CSS("#transcript .turn:not(.compaction-turn):not([hidden]) .again")))
+		p.click("clicking Regenerate", "#transcript .turn:not(.compaction-turn):not([hidden]) .again")
 		p.expectSlot("why, beside the button", `{users: 1, pager: '4 / 4', answer: 'Lyon, the fourth version.', again: 'Regenerate',
 			note: 'This answer is now part of the summary of the chat (it was compacted), so it can no longer be regenerated. Send the message again instead.'}`)
 		p.expect("no error banner, the focus on the button, said aloud", `document.getElementById('banner').hidden &&
