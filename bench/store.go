@@ -385,10 +385,11 @@ const leaseTTL = 10 * time.Second
 // renewed all at once.
 const leaseRenewals = 20
 
-// leaseRows measures, on a JetStream target's servers, what the cluster
-// package's leases cost: a KV bucket configured as cluster.leaseBucket
-// makes it (TTL, one revision of history, file storage, the target's
-// replicas), one key a session. Renewals at once: every session's lease
+// leaseRows measures, on a JetStream target's servers, what a KV bucket
+// takes of lease writes (TTL, one revision of history, file storage, the
+// target's replicas), one key a session: the capacity the cluster
+// package's claims draw on (a node's upkeep is one heartbeat, see
+// cluster/leases.go; this was the per-session lease it replaced). Renewals at once: every session's lease
 // renewed leaseRenewals times, all sessions in parallel. One at a time:
 // every lease renewed once after another, as cluster.renew goes through a
 // node's leases.
@@ -452,7 +453,7 @@ func (r *runner) leaseRows(ctx context.Context, t *storeTarget) error {
 	r.add(Row{Scenario: label, Figure: "lease renewals/s, all at once", Value: parallelRate, Unit: "/s",
 		Note: fmt.Sprintf("%d leases × %d KV updates, in parallel", n, leaseRenewals)})
 	r.add(Row{Scenario: label, Figure: "lease renewals/s, one at a time", Value: serialRate, Unit: "/s",
-		Note: fmt.Sprintf("as cluster.renew goes through a node's leases; at TTL %v a node renewing so holds at most ~%.0f leases (a pass must end within the TTL)", leaseTTL, serialRate*leaseTTL.Seconds())})
+		Note: fmt.Sprintf("one after another, as per-session leases were renewed (at TTL %v such a node held at most ~%.0f); now the rate claims are written at", leaseTTL, serialRate*leaseTTL.Seconds())})
 	r.latencyRows(label, "lease renewal", serial, "one KV update, one at a time")
 	return nil
 }

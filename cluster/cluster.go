@@ -1,7 +1,8 @@
 // Package cluster lets several mspd nodes share sessions over NATS: it is
 // the session.Cluster of a deployment on NATS JetStream. It owns the
-// leases that make one node the leader of a session (a JetStream KV
-// bucket whose entries lapse when not renewed), the forwarding of a
+// leases that make one node the leader of a session (a claim per session
+// in one JetStream KV bucket, valid while its node's heartbeat in another
+// lives: see leases.go), the forwarding of a
 // command to a session's leader (NATS request/reply), and the bus on which
 // a leader publishes a session's notifications to the nodes following it
 // (core NATS, durable events and deltas alike; a follower that misses one
@@ -37,13 +38,14 @@ import (
 type Options struct {
 	// Node names this node; unique in the deployment.
 	Node string
-	// LeaseTTL is how long a lease outlives its holder's last renewal
-	// (default 10 s): how soon a session of a node that died is taken
+	// LeaseTTL is how long a node's heartbeat outlives its last renewal
+	// (default 10 s): how soon the sessions of a node that died are taken
 	// over. It is renewed every third of it.
 	LeaseTTL time.Duration
-	// Bucket names the KV bucket of leases (default MSPD_LEASES).
+	// Bucket prefixes the KV buckets of leases (default MSPD):
+	// <Bucket>_NODES holds the heartbeats, <Bucket>_CLAIMS the claims.
 	Bucket string
-	// Replicas is the bucket's replication factor (default 1).
+	// Replicas is the buckets' replication factor (default 1).
 	Replicas int
 	// Subject prefixes the core NATS subjects of forwarding and the bus
 	// (default mspd-node).
@@ -54,23 +56,21 @@ type Options struct {
 
 // Cluster is one node of a deployment: a session.Cluster.
 type Cluster struct {
-	opts Options
-	nc   *nats.Conn
-	kv   jetstream.KeyValue
-	log  *slog.Logger
+	opts   Options
+	nc     *nats.Conn
+	log    *slog.Logger
+	leases *leases
 
 	mu    sync.Mutex
-	held  map[string]uint64 // session → revision of this node's lease
 	serve *nats.Subscription
-
-	stop chan struct{}
-	done chan struct{}
 }
 
 var _ session.Cluster = (*Cluster)(nil)
 
 // New joins a deployment through nc and js: it opens (or creates) the
-// lease bucket and starts renewing the leases this node takes.
+// lease buckets, writes this node's heartbeat and keeps renewing it. It
+// refuses to join a deployment whose nodes keep leases the way mspd did
+// before leases were per node (see checkNoLegacyLeases).
 func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Options) (*Cluster, error) {
 	if opts.Node == "" {
 		return nil, errors.New("cluster: Options.Node is required")
@@ -79,7 +79,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 		opts.LeaseTTL = 10 * time.Second
 	}
 	if opts.Bucket == "" {
-		opts.Bucket = "MSPD_LEASES"
+		opts.Bucket = "MSPD"
 	}
 	if opts.Replicas <= 0 {
 		opts.Replicas = 1
@@ -90,25 +90,22 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	kv, err := leaseBucket(ctx, js, opts)
+	l, err := openLeases(ctx, js, opts)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: lease bucket %s: %w", opts.Bucket, err)
+		return nil, err
 	}
-	c := &Cluster{opts: opts, nc: nc, kv: kv, log: opts.Logger, held: map[string]uint64{},
-		stop: make(chan struct{}), done: make(chan struct{})}
-	go c.renew()
-	return c, nil
+	return &Cluster{opts: opts, nc: nc, log: opts.Logger, leases: l}, nil
 }
 
-// leaseBucket opens the lease bucket, creating it when this node is the
-// first: nodes starting together race to create it, and the losers open
-// the winner's.
-func leaseBucket(ctx context.Context, js jetstream.JetStream, opts Options) (jetstream.KeyValue, error) {
+// openBucket opens a KV bucket, creating it as cfg says when this node is
+// the first: nodes starting together race to create it, and the losers
+// open the winner's.
+func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	for {
 		// Each request on a short leash: one sent while the cluster still
 		// elects its leaders may never be answered.
 		try, cancel := context.WithTimeout(ctx, 5*time.Second)
-		kv, err := js.KeyValue(try, opts.Bucket)
+		kv, err := js.KeyValue(try, cfg.Bucket)
 		cancel()
 		if err == nil {
 			return kv, nil
@@ -127,13 +124,7 @@ func leaseBucket(ctx context.Context, js jetstream.JetStream, opts Options) (jet
 			continue
 		}
 		try, cancel = context.WithTimeout(ctx, 5*time.Second)
-		kv, err = js.CreateKeyValue(try, jetstream.KeyValueConfig{
-			Bucket:   opts.Bucket,
-			TTL:      opts.LeaseTTL,
-			History:  1,
-			Replicas: opts.Replicas,
-			Storage:  jetstream.FileStorage,
-		})
+		kv, err = js.CreateKeyValue(try, cfg)
 		cancel()
 		if err == nil {
 			return kv, nil
@@ -158,102 +149,21 @@ func (c *Cluster) Node() string { return c.opts.Node }
 
 // Leader implements session.Cluster.
 func (c *Cluster) Leader(ctx context.Context, sessionID string) (string, error) {
-	e, err := c.kv.Get(ctx, sessionID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	return string(e.Value()), nil
+	return c.leases.leader(ctx, sessionID)
 }
 
-// Claim implements session.Cluster: a lease is created only where none
-// lives, so of two nodes claiming together one wins.
+// Claim implements session.Cluster: a claim is written only where none
+// is, or over one whose node's heartbeat is gone, so of two nodes
+// claiming together one wins.
 func (c *Cluster) Claim(ctx context.Context, sessionID string) (string, error) {
-	c.mu.Lock()
-	_, mine := c.held[sessionID]
-	c.mu.Unlock()
-	if mine {
-		return c.opts.Node, nil
-	}
-	for range 3 {
-		rev, err := c.kv.Create(ctx, sessionID, []byte(c.opts.Node))
-		if err == nil {
-			c.mu.Lock()
-			c.held[sessionID] = rev
-			c.mu.Unlock()
-			return c.opts.Node, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return "", err
-		}
-		leader, err := c.Leader(ctx, sessionID)
-		if err != nil {
-			return "", err
-		}
-		if leader != "" {
-			return leader, nil
-		}
-		// Gone between the two: try again.
-	}
-	return "", fmt.Errorf("cluster: the lease of %s keeps changing", sessionID)
+	return c.leases.claim(ctx, sessionID)
 }
 
 // Release implements session.Cluster.
-func (c *Cluster) Release(sessionID string) {
-	c.mu.Lock()
-	rev, mine := c.held[sessionID]
-	delete(c.held, sessionID)
-	c.mu.Unlock()
-	if !mine {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.kv.Delete(ctx, sessionID, jetstream.LastRevision(rev)); err != nil {
-		c.log.Debug("releasing a lease", "session", sessionID, "err", err)
-	}
-}
+func (c *Cluster) Release(sessionID string) { c.leases.release(sessionID) }
 
-// renew keeps this node's leases alive; a lease it can no longer renew
-// (another node took it) is dropped.
-func (c *Cluster) renew() {
-	defer close(c.done)
-	t := time.NewTicker(c.opts.LeaseTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-t.C:
-		}
-		c.mu.Lock()
-		held := make(map[string]uint64, len(c.held))
-		for id, rev := range c.held {
-			held[id] = rev
-		}
-		c.mu.Unlock()
-		for id, rev := range held {
-			ctx, cancel := context.WithTimeout(context.Background(), c.opts.LeaseTTL/3)
-			next, err := c.kv.Update(ctx, id, []byte(c.opts.Node), rev)
-			cancel()
-			c.mu.Lock()
-			if _, still := c.held[id]; still {
-				if err == nil {
-					c.held[id] = next
-				} else if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
-					c.log.Warn("lost the lease of a session", "session", id, "err", err)
-					delete(c.held, id)
-				}
-			}
-			c.mu.Unlock()
-		}
-	}
-}
-
-// Close stops renewing leases (those not released lapse) and answering
-// forwarded commands.
+// Close stops answering forwarded commands and renewing the heartbeat
+// (claims not released then lapse with it).
 func (c *Cluster) Close() {
 	c.mu.Lock()
 	if c.serve != nil {
@@ -261,12 +171,7 @@ func (c *Cluster) Close() {
 		c.serve = nil
 	}
 	c.mu.Unlock()
-	select {
-	case <-c.stop:
-	default:
-		close(c.stop)
-	}
-	<-c.done
+	c.leases.close()
 }
 
 // forwardSubject is where a node takes the commands forwarded to it.

@@ -21,24 +21,7 @@ import (
 // leader) is refused inputTooLarge with the payload as its limit; one
 // that fits reaches the leader.
 func TestForwardTooLarge(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := startNATS(t)
 	ctx := t.Context()
 	node := func(name string) *Cluster {
 		c, err := New(ctx, nc, js, Options{Node: name})
@@ -63,4 +46,29 @@ func TestForwardTooLarge(t *testing.T) {
 	if !errors.As(err, &me) || me.Data.Kind != msp.KindInputTooLarge || me.Data.LimitBytes != nc.MaxPayload() {
 		t.Fatalf("a command over max_payload: %v", err)
 	}
+}
+
+// startNATS starts an in-process NATS server with JetStream for one test
+// and connects to it.
+func startNATS(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }
