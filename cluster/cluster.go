@@ -65,7 +65,10 @@ type Cluster struct {
 	serve *nats.Subscription
 }
 
-var _ session.Cluster = (*Cluster)(nil)
+var (
+	_ session.Cluster    = (*Cluster)(nil)
+	_ session.Departures = (*Cluster)(nil)
+)
 
 // New joins a deployment through nc and js: it opens (or creates) the
 // lease buckets, writes this node's heartbeat and keeps renewing it. It
@@ -132,6 +135,10 @@ func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyVa
 		if ctx.Err() != nil {
 			return nil, err
 		}
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStreamInvalidConfig {
+			return nil, err // no retry mends a configuration the server refuses
+		}
 		if !errors.Is(err, jetstream.ErrBucketExists) && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			select { // not yet: the cluster may still be electing
 			case <-ctx.Done():
@@ -143,6 +150,10 @@ func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyVa
 		// open it, or try again.
 	}
 }
+
+// errCodeStreamInvalidConfig is JetStream's refusal of a stream (here a
+// bucket's) configuration.
+const errCodeStreamInvalidConfig = 10052
 
 // Node implements session.Cluster.
 func (c *Cluster) Node() string { return c.opts.Node }
@@ -158,6 +169,9 @@ func (c *Cluster) Leader(ctx context.Context, sessionID string) (string, error) 
 func (c *Cluster) Claim(ctx context.Context, sessionID string) (string, error) {
 	return c.leases.claim(ctx, sessionID)
 }
+
+// Departed implements session.Departures.
+func (c *Cluster) Departed() <-chan struct{} { return c.leases.departed }
 
 // Release implements session.Cluster.
 func (c *Cluster) Release(sessionID string) { c.leases.release(sessionID) }

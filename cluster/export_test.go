@@ -8,6 +8,7 @@ func (c *Cluster) die() {
 	case <-l.stop:
 	default:
 		close(l.stop)
+		_ = l.watch.Stop()
 	}
 	<-l.done
 }

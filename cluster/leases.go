@@ -44,6 +44,9 @@ type leases struct {
 	beat        uint64            // the heartbeat's revision
 	held        map[string]uint64 // session → revision of this incarnation's claim
 
+	departed chan struct{} // a value after another node left (Departed)
+	watch    jetstream.KeyWatcher
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -67,6 +70,9 @@ func openLeases(ctx context.Context, js jetstream.JetStream, opts Options) (*lea
 		History:  1,
 		Replicas: opts.Replicas,
 		Storage:  jetstream.FileStorage,
+		// A heartbeat aging out leaves a marker, which the watchers of
+		// departures see.
+		LimitMarkerTTL: max(opts.LeaseTTL, time.Second), // the server's least
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: heartbeat bucket %s: %w", opts.Bucket+nodesSuffix, err)
@@ -84,12 +90,48 @@ func openLeases(ctx context.Context, js jetstream.JetStream, opts Options) (*lea
 		return nil, err
 	}
 	l := &leases{opts: opts, nodes: nodes, claims: claims, log: opts.Logger, held: map[string]uint64{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		departed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if err := l.join(ctx); err != nil {
 		return nil, fmt.Errorf("cluster: writing the heartbeat of node %s: %w", opts.Node, err)
 	}
+	// Not bound to ctx, which only bounds joining: the watch lasts as
+	// long as the node.
+	l.watch, err = nodes.WatchAll(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: watching the heartbeats: %w", err)
+	}
+	go l.watchDepartures()
 	go l.renew()
 	return l, nil
+}
+
+// watchDepartures tells Departed of every other node whose heartbeat goes
+// (deleted, or aged out: the bucket leaves a marker) or comes back as a
+// new incarnation: the claims of the one before are free.
+func (l *leases) watchDepartures() {
+	seen := map[string]string{} // node → incarnation
+	for e := range l.watch.Updates() {
+		if e == nil || e.Key() == l.opts.Node {
+			continue // the end of the initial values; this node's own
+		}
+		was, known := seen[e.Key()]
+		left := false
+		if e.Operation() == jetstream.KeyValuePut {
+			seen[e.Key()] = string(e.Value())
+			left = known && was != string(e.Value())
+		} else {
+			// A deletion, or the heartbeat aging out; the marker of a
+			// deletion ages out too, and is not a second departure.
+			delete(seen, e.Key())
+			left = known
+		}
+		if left {
+			select {
+			case l.departed <- struct{}{}:
+			default: // one is pending: it covers this one too
+			}
+		}
+	}
 }
 
 // checkNoLegacyLeases refuses to join while nodes of an earlier mspd,
@@ -309,6 +351,7 @@ func (l *leases) close() {
 	case <-l.stop:
 	default:
 		close(l.stop)
+		_ = l.watch.Stop()
 	}
 	<-l.done
 	l.mu.Lock()

@@ -251,3 +251,40 @@ func TestLegacyLeasesRefused(t *testing.T) {
 		t.Fatal("the empty legacy bucket is still there")
 	}
 }
+
+// TestDeparturesAreSeen: another node's heartbeat aging out (a killed
+// node), a node closing, and a node back as a new process each reach
+// Departed, so that its busy sessions are adopted at once; a node's own
+// renewals do not.
+func TestDeparturesAreSeen(t *testing.T) {
+	nc, js := startNATS(t)
+	a, b, c := joinNode(t, nc, js, "a"), joinNode(t, nc, js, "b"), joinNode(t, nc, js, "c")
+	departed := func(what string) {
+		t.Helper()
+		select {
+		case <-b.Departed():
+		case <-time.After(20 * time.Second):
+			t.Fatalf("b was not told of %s", what)
+		}
+	}
+	a.die()
+	departed("a's heartbeat aging out")
+	c.Close()
+	departed("c closing")
+	a2 := joinNode(t, nc, js, "a")
+	a2.die()
+	joinNode(t, nc, js, "a")
+	departed("a back as another process")
+	// Drain whatever is pending, then renewals alone for three TTLs.
+	select {
+	case <-b.Departed():
+	default:
+	}
+	beats := lastSeq(t, js, "MSPD_NODES")
+	eventually(t, "three TTLs of renewals", func() bool { return lastSeq(t, js, "MSPD_NODES") >= beats+18 })
+	select {
+	case <-b.Departed():
+		t.Fatal("renewals alone were told as a departure")
+	default:
+	}
+}

@@ -46,6 +46,16 @@ type Cluster interface {
 	FollowLists(fn func(principal string, n Notification)) (stop func())
 }
 
+// Departures is what a Cluster may also be: one that tells when another
+// node left (its heartbeat lapsed or was deleted, or it came back as a
+// new process), so that the sessions it led and left busy are taken over
+// at once rather than at the next AdoptInterval.
+type Departures interface {
+	// Departed receives a value after a node left; departures close
+	// together may share one.
+	Departed() <-chan struct{}
+}
+
 // Position is where a published notification stands in its session's
 // view.
 type Position struct {
@@ -477,6 +487,30 @@ func (m *Manager) adoptOrphans(ctx context.Context) {
 		}
 		m.log.Info("took a session over", "session", id)
 	}
+}
+
+// adoptLoop runs adoptOnce every interval, and at once when the cluster
+// tells of a node that left, until the manager closes.
+func (m *Manager) adoptLoop(interval time.Duration) {
+	var departed <-chan struct{}
+	if d, ok := m.cfg.Cluster.(Departures); ok {
+		departed = d.Departed()
+	}
+	m.turns.add()
+	go func() {
+		defer m.turns.done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.ctx.Done():
+				return
+			case <-t.C:
+			case <-departed:
+			}
+			m.adoptOnce(interval)
+		}
+	}()
 }
 
 // adoptOnce runs one pass of adoptOrphans, bounded by the longer of

@@ -198,8 +198,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 			cfg.AdoptInterval = 2 * time.Second
 			m.cfg.AdoptInterval = cfg.AdoptInterval
 		}
-		interval := cfg.AdoptInterval
-		m.every(interval, func() { m.adoptOnce(interval) })
+		m.adoptLoop(cfg.AdoptInterval)
 	} else if err := m.recover(ctx); err != nil {
 		return nil, err
 	}
