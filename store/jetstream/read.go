@@ -231,47 +231,55 @@ func compareKeys(at1 int64, id1 string, at2 int64, id2 string) int {
 	return cmp.Or(cmp.Compare(at1, at2), strings.Compare(id1, id2))
 }
 
-// BusySessions implements store.Store, by the same scan as Sessions;
-// they come sorted by id.
+// BusySessions implements store.Store. It reads the busy index (the
+// entries on <p>.busy.*, headers alone), then the rows of those that say
+// busy, one get each; the row is the truth, so one that is no longer
+// busy, or is erasing, or has gone is left out. The cost is the busy
+// sessions and the entries gone idle within idleTTL, whatever is stored.
+// They come sorted by id.
 func (s *Store) BusySessions(ctx context.Context) ([]store.Session, error) {
 	done, err := s.enter()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	rows, err := s.rows(ctx, func(m storedMsg) bool { return m.header.Get(hdrBusy) == "1" })
+	entries, err := s.lastOn(ctx, s.subj.busyAll())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("jetstream: busy sessions: %w", err)
 	}
-	slices.SortFunc(rows, func(a, b store.Session) int { return strings.Compare(a.ID, b.ID) })
-	return rows, nil
-}
-
-// rows reads every session row that keep accepts (nil: all) but the
-// tombstones of erasures cut short (store.Session.Erasing). A row read
-// from a lagging replica may be followed by its successor from the leader
-// (see scan); the later one wins.
-func (s *Store) rows(ctx context.Context, keep func(storedMsg) bool) ([]store.Session, error) {
-	last, err := s.lastOn(ctx, s.subj.rows())
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: sessions: %w", err)
-	}
-	out := make([]store.Session, 0, len(last))
-	for subject, m := range last {
-		if m.header.Get(hdrErasing) == "1" || keep != nil && !keep(m) {
+	var out []store.Session
+	for subject, m := range entries {
+		if m.header.Get(hdrBusy) != "1" {
 			continue
 		}
-		id, err := s.subj.rowID(subject)
+		id, err := s.subj.busyID(subject)
 		if err != nil {
 			return nil, err
 		}
-		row, err := decodeRow(id, m)
+		row, ok, err := s.busyRow(ctx, id)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("jetstream: busy sessions: %w", err)
 		}
-		out = append(out, row)
+		if ok {
+			out = append(out, row)
+		}
 	}
+	slices.SortFunc(out, func(a, b store.Session) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// busyRow reads a session's row; ok tells that it is there, busy and not
+// erasing.
+func (s *Store) busyRow(ctx context.Context, id string) (store.Session, bool, error) {
+	m, err := s.get(ctx, getRequest{LastFor: s.subj.row(id)})
+	if errors.Is(err, errNoMsg) {
+		return store.Session{}, false, nil
+	}
+	if err != nil {
+		return store.Session{}, false, err
+	}
+	row, err := decodeRow(id, m)
+	return row, err == nil && row.Busy && !row.Erasing, err
 }
 
 // ownerIndex reads an owner's index entries, by subject. The leader
