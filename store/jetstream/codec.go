@@ -21,7 +21,7 @@ const (
 	hdrBusy    = "Mspd-Busy"    // "1" on busy rows
 	hdrErasing = "Mspd-Erasing" // "1" on the row of a session being erased
 	// hdrOwner is a row's owner, as a subject token; a row without it was
-	// written before the owner index existed (see backfillOwners).
+	// written before the owner index existed (see backfill).
 	hdrOwner = "Mspd-Owner"
 	// hdrLayout is the layout marker's version (see layout.go).
 	hdrLayout = "Mspd-Layout"
