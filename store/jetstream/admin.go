@@ -105,7 +105,7 @@ func (s *Store) deleteMsg(ctx context.Context, seq uint64) error {
 	return nil
 }
 
-// DeleteSession implements store.Store. Its three purges are not one
+// DeleteSession implements store.Store. Its purges are not one
 // transaction, so the row is first replaced by a tombstone (Erasing): an
 // erasure cut short reads back as such, never as a live session whose
 // log has gone. The row goes last.
@@ -139,9 +139,9 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if purged != nil {
 		return fmt.Errorf("jetstream: delete session %q: %w", id, purged)
 	}
-	// The index entry and the search text go before the row, so that
-	// neither outlives its row; they are found under whatever owner.
-	for _, filter := range []string{s.subj.commandsOf(id), s.subj.textAny(id), s.subj.ownedAny(id), s.subj.row(id)} {
+	// The index entries and the search text go before the row, so that
+	// none outlives its row; they are found under whatever owner.
+	for _, filter := range []string{s.subj.commandsOf(id), s.subj.textAny(id), s.subj.ownedAny(id), s.subj.busy(id), s.subj.row(id)} {
 		if err := s.purge(ctx, filter); err != nil {
 			return fmt.Errorf("jetstream: delete session %q: %w", id, err)
 		}
@@ -149,8 +149,10 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	return nil
 }
 
-// markErasing replaces a session's row (and its index entry) by its tombstone, unless it has
-// none (nothing to mark: the session is gone, or never was) or is marked.
+// markErasing replaces a session's row (and its index entries) by its
+// tombstone, unless it has none (nothing to mark: the session is gone, or
+// never was) or is marked. The tombstone is not busy, so its busy entry
+// says idle: an erasure cut short leaves nothing for BusySessions.
 func (s *Store) markErasing(ctx context.Context, id string) error {
 	m, err := s.get(ctx, getRequest{LastFor: s.subj.row(id)})
 	if errors.Is(err, errNoMsg) {
@@ -166,7 +168,8 @@ func (s *Store) markErasing(ctx context.Context, id string) error {
 	row.Busy, row.Erasing = false, true
 	msg := rowMsg(s.subj.row(id), &row)
 	msg.Header.Set(jetstream.MsgIDHeader, "mspd-"+nuid.Next())
-	return s.publish(ctx, []*nats.Msg{msg, indexMsg(s.subj.owned(row.Owner, id), &row)})
+	return s.publish(ctx, []*nats.Msg{msg, indexMsg(s.subj.owned(row.Owner, id), &row),
+		busyMsg(s.subj.busy(id), false, s.opts.idleTTL)})
 }
 
 func (s *Store) purge(ctx context.Context, filter string) error {

@@ -5,6 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
 	"mspd/store"
 	msjs "mspd/store/jetstream"
 	"mspd/store/storetest"
@@ -77,4 +81,83 @@ func BenchmarkSearch(b *testing.B) {
 	storetest.BenchSearch(b, func(b *testing.B) store.Store {
 		return connect(b, startServer(b, b.TempDir()).ClientURL(), msjs.Options{})
 	}, 1000, 10000)
+}
+
+// BenchmarkBusySessionsBeside reads the 10 busy sessions beside 1,000,
+// then 10,000 idle ones, on one server: what each node's adoption pass
+// reads every 2 s. The idle sessions are measured once their idle busy
+// entries have expired, as a store holds them between their turns.
+func BenchmarkBusySessionsBeside(b *testing.B) {
+	srv := startServer(b, b.TempDir())
+	s := connect(b, srv.ClientURL(), msjs.Options{})
+	at := time.Unix(1_700_000_000, 0).UTC()
+	row := func(id string, busy bool) *store.Session {
+		return &store.Session{ID: id, Owner: "alice", CreatedAt: at, UpdatedAt: at, Busy: busy, State: []byte(`{"owner":"alice"}`)}
+	}
+	for i := range 10 {
+		id := fmt.Sprintf("busy-%02d", i)
+		mustCommit(b, s, store.Batch{SessionID: id, Session: row(id, true)})
+	}
+	idle := 0
+	for _, n := range []int{1000, 10000} {
+		commitAll(b, s, idle, n, func(i int) store.Batch {
+			id := fmt.Sprintf("idle-%05d", i)
+			return store.Batch{SessionID: id, Session: row(id, false)}
+		})
+		idle = n
+		waitBusySubjects(b, srv.ClientURL(), 10)
+		b.Run(fmt.Sprintf("idle=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				rows, err := s.BusySessions(b.Context())
+				if err != nil || len(rows) != 10 {
+					b.Fatalf("BusySessions = %d rows, %v; want 10", len(rows), err)
+				}
+			}
+		})
+	}
+}
+
+// commitAll commits batch(i) for i in [from, to), 16 at a time.
+func commitAll(b *testing.B, s store.Store, from, to int, batch func(int) store.Batch) {
+	b.Helper()
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i := from; i < to; i++ {
+		g.Go(func() error { return s.Commit(b.Context(), batch(i)) })
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// waitBusySubjects waits until the stream holds n busy entries (those of
+// the sessions that went idle have expired), asking the server directly.
+func waitBusySubjects(b *testing.B, url string, n int) {
+	b.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := js.Stream(b.Context(), msjs.DefaultStream)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; {
+		info, err := st.Info(b.Context(), jetstream.WithSubjectFilter(msjs.DefaultSubject+".busy.*"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(info.State.Subjects) <= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d busy subjects after a minute, want %d", len(info.State.Subjects), n)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the server, not waiting out a time
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"mspd/store"
 )
@@ -20,8 +21,10 @@ const (
 	hdrBusy    = "Mspd-Busy"    // "1" on busy rows
 	hdrErasing = "Mspd-Erasing" // "1" on the row of a session being erased
 	// hdrOwner is a row's owner, as a subject token; a row without it was
-	// written before the owner index existed (see backfillOwners).
+	// written before the owner index existed (see backfill).
 	hdrOwner = "Mspd-Owner"
+	// hdrLayout is the layout marker's version (see layout.go).
+	hdrLayout = "Mspd-Layout"
 )
 
 // storedMsg is a message as read back from the stream.
@@ -89,6 +92,23 @@ func keyMsg(subject string, r *store.Session) *nats.Msg {
 	if r.Erasing {
 		m.Header.Set(hdrErasing, "1")
 	}
+	return m
+}
+
+// busyMsg encodes a row's busy entry, rolled up so that it replaces the
+// entry before it. An idle one (Mspd-Busy: 0) says so only until idleTTL
+// passes: its rollup has removed the busy entry, and once it expires the
+// subject holds nothing, so that the busy index grows with busy sessions,
+// not stored ones.
+func busyMsg(subject string, busy bool, idleTTL time.Duration) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	if busy {
+		m.Header.Set(hdrBusy, "1")
+		return m
+	}
+	m.Header.Set(hdrBusy, "0")
+	m.Header.Set(jetstream.MsgTTLHeader, idleTTL.String())
 	return m
 }
 

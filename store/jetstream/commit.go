@@ -115,7 +115,7 @@ func validate(b store.Batch) error {
 	}
 	n := len(b.Records) + len(b.Commands)
 	if b.Session != nil {
-		n += 2 // the row and its index entry
+		n += 3 // the row, its index entry and its busy entry
 	}
 	if b.Text != nil {
 		n++ // the search text
@@ -147,14 +147,14 @@ func conflictsWithin(b store.Batch) error {
 }
 
 // messages encodes a batch, guards included (a row goes with its entry in
-// its owner's index): the first record (or, in a
+// its owner's index and its busy entry): the first record (or, in a
 // batch without records fenced by AtHead, the row) expects the session's
 // last record to be h (so no other writer appended since the head was
 // read), every ledger entry expects its command id to be absent.
 // The first message carries a message id, so that sending the batch again
 // after a lost answer is recognised as a duplicate if it had landed.
 func (s *Store) messages(b store.Batch, h headPos, now time.Time, text *nats.Msg) []*nats.Msg {
-	msgs := make([]*nats.Msg, 0, len(b.Records)+2+len(b.Commands))
+	msgs := make([]*nats.Msg, 0, len(b.Records)+4+len(b.Commands))
 	for i, r := range b.Records {
 		m := recordMsg(s.subj.logPage(b.SessionID, r.Seq), r)
 		if i == 0 {
@@ -167,7 +167,8 @@ func (s *Store) messages(b store.Batch, h headPos, now time.Time, text *nats.Msg
 		if len(b.Records) == 0 && b.AtHead != nil {
 			expect(m, h.stream, s.subj.log(b.SessionID)) // as a first record would
 		}
-		msgs = append(msgs, m, indexMsg(s.subj.owned(b.Session.Owner, b.Session.ID), b.Session))
+		msgs = append(msgs, m, indexMsg(s.subj.owned(b.Session.Owner, b.Session.ID), b.Session),
+			busyMsg(s.subj.busy(b.Session.ID), b.Session.Busy, s.opts.idleTTL))
 	}
 	for _, c := range b.Commands {
 		created := store.ClampUnixNanos(now)

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"mspd/store"
@@ -62,4 +63,88 @@ func RowAt(ctx context.Context, s *Store, id string) (store.Session, uint64, err
 	}
 	row, err := decodeRow(id, m)
 	return row, m.seq, err
+}
+
+// WithIdleTTL sets how long an idle busy entry stays (whole seconds, at
+// least one).
+func WithIdleTTL(o Options, d time.Duration) Options {
+	o.idleTTL = d
+	return o
+}
+
+// ConnectAsBefore opens a store as mspd did before the layout marker: the
+// stream created or updated without message TTLs, nothing indexed, no
+// marker read or written. Write with CommitAsBefore and CommitLegacyRow.
+func ConnectAsBefore(ctx context.Context, url string, opts Options) (*Store, error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if opts, err = opts.withDefaults(); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	s, err := attach(ctx, js, opts, func(o Options) jetstream.StreamConfig {
+		c := streamConfig(o)
+		c.AllowMsgTTL = false
+		return c
+	})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	s.ownConn = true
+	return s, nil
+}
+
+// CommitAsBefore commits b as mspd did before the busy index: without
+// its busy entry.
+func CommitAsBefore(ctx context.Context, s *Store, b store.Batch) error {
+	h, err := s.head(ctx, b.SessionID)
+	if err != nil {
+		return err
+	}
+	var msgs []*nats.Msg
+	for _, m := range s.messages(b, h, time.Now(), nil) {
+		if _, err := s.subj.busyID(m.Subject); err != nil { // not a busy entry
+			msgs = append(msgs, m)
+		}
+	}
+	return s.publish(ctx, msgs)
+}
+
+// BusyEntries names the subjects of the busy index that hold a message,
+// with how many each holds, as the stream leader counts them.
+func BusyEntries(ctx context.Context, s *Store) (map[string]uint64, error) {
+	return s.subjectsOn(ctx, s.subj.busyAll())
+}
+
+// LayoutVersion reads the layout marker's version (0: none).
+func LayoutVersion(ctx context.Context, s *Store) (int64, error) {
+	v, _, err := s.layout(ctx)
+	return v, err
+}
+
+// MarkLayout writes a layout marker of version v, as an mspd of that
+// layout would.
+func MarkLayout(ctx context.Context, s *Store, v int) error {
+	m := nats.NewMsg(s.subj.layout())
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	m.Header.Set(hdrLayout, strconv.Itoa(v))
+	_, err := s.js.PublishMsg(ctx, m)
+	return err
+}
+
+// StreamAllowsTTL tells whether s's stream takes per-message TTLs.
+func StreamAllowsTTL(ctx context.Context, s *Store) (bool, error) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	return info.Config.AllowMsgTTL, nil
 }

@@ -51,7 +51,16 @@ type Options struct {
 	// (default 30s). It must stay well below the stream's duplicate window
 	// (2 minutes), which is what makes asking again safe.
 	CommitTimeout time.Duration
+
+	// idleTTL is how long an idle busy entry stays before it expires
+	// (default defaultIdleTTL; tests shorten it).
+	idleTTL time.Duration
 }
+
+// defaultIdleTTL is how long an idle busy entry stays. Any value is
+// correct, as BusySessions skips idle entries; it bounds how many it reads
+// (the sessions gone idle within it). The server counts whole seconds.
+const defaultIdleTTL = 5 * time.Second
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Stream == "" {
@@ -68,6 +77,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.CommitTimeout <= 0 {
 		o.CommitTimeout = DefaultCommitTimeout
+	}
+	if o.idleTTL < time.Second { // the server's least TTL
+		o.idleTTL = defaultIdleTTL
 	}
 	if o.Replicas != 1 && o.Replicas != 3 && o.Replicas != 5 {
 		return o, fmt.Errorf("jetstream: replicas %d: want 1, 3 or 5", o.Replicas)
@@ -120,17 +132,34 @@ var _ store.Store = (*Store)(nil)
 const maxBatchesInFlight = 16
 
 // Open creates the stream described by opts on js, or updates an existing
-// one to it, indexes the owners of rows written before there was an owner
-// index (see backfillOwners), and returns a Store on it. The connection
-// stays the caller's.
+// one to it, brings a stream written in an older layout up to this one
+// (see upgrade), and returns a Store on it. The connection stays the
+// caller's.
 func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
+	if err := refuseNewer(ctx, js, opts); err != nil {
+		return nil, err
+	}
+	s, err := attach(ctx, js, opts, streamConfig)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.upgrade(ctx); err != nil {
+		_ = s.replies.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// attach creates or updates the stream to config(opts) and returns a
+// Store on it, whatever layout the stream holds. opts has its defaults.
+func attach(ctx context.Context, js jetstream.JetStream, opts Options, config func(Options) jetstream.StreamConfig) (*Store, error) {
 	created, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
-	st, err := js.CreateOrUpdateStream(created, streamConfig(opts))
+	st, err := js.CreateOrUpdateStream(created, config(opts))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: create stream %s: %w", opts.Stream, err)
 	}
@@ -138,7 +167,7 @@ func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, er
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{
+	return &Store{
 		replies: replies,
 		js:      js,
 		nc:      js.Conn(),
@@ -148,12 +177,7 @@ func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, er
 		api:     apiPrefix(js.Options()),
 		verify:  opts.Replicas > 1,
 		batches: make(chan struct{}, maxBatchesInFlight),
-	}
-	if err := s.backfillOwners(ctx); err != nil {
-		_ = replies.close()
-		return nil, err
-	}
-	return s, nil
+	}, nil
 }
 
 // Connect dials the NATS server at url (a comma-separated list of URLs is
@@ -193,6 +217,9 @@ func streamConfig(o Options) jetstream.StreamConfig {
 		AllowDirect: true,
 		// A row replaces its predecessor with Nats-Rollup: sub.
 		AllowRollup: true,
+		// An idle busy entry expires (Nats-TTL). The server turns this on
+		// for a stream created without it, and never back off.
+		AllowMsgTTL: true,
 		Duplicates:  2 * time.Minute,
 	}
 }

@@ -15,7 +15,7 @@ import (
 func TestOpenIndexesLegacyRows(t *testing.T) {
 	dir := t.TempDir()
 	srv := startServer(t, dir)
-	s := connect(t, srv.ClientURL(), msjs.Options{})
+	s := connectAsBefore(t, srv.ClientURL(), msjs.Options{})
 	at := time.Unix(1_700_000_000, 0).UTC()
 	legacy := map[string]string{"a1": `{"owner":"alice"}`, "a2": `{"owner":"alice","turnCount":2}`, "b1": `{"owner":"bob"}`, "n1": `{}`}
 	for i, id := range []string{"a1", "a2", "b1", "n1"} {
@@ -59,6 +59,18 @@ func TestOpenIndexesLegacyRows(t *testing.T) {
 	if _, after, err := msjs.RowAt(t.Context(), s, "a1"); err != nil || after != before {
 		t.Fatalf("row a1 at %d after a second open (%v), was at %d", after, err, before)
 	}
+}
+
+// connectAsBefore opens a store as mspd did before the layout marker
+// (msjs.ConnectAsBefore), closed when the test ends.
+func connectAsBefore(t testing.TB, url string, opts msjs.Options) *msjs.Store {
+	t.Helper()
+	s, err := msjs.ConnectAsBefore(t.Context(), url, opts)
+	if err != nil {
+		t.Fatalf("ConnectAsBefore: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 func ids(rows []store.Session) []string {

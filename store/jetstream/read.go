@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"mspd/store"
 )
@@ -231,47 +232,82 @@ func compareKeys(at1 int64, id1 string, at2 int64, id2 string) int {
 	return cmp.Or(cmp.Compare(at1, at2), strings.Compare(id1, id2))
 }
 
-// BusySessions implements store.Store, by the same scan as Sessions;
-// they come sorted by id.
+// BusySessions implements store.Store. It asks the stream leader which
+// busy entries there are (the subjects on <p>.busy.*, from its
+// per-subject index), then reads the row of each, one get each: the row
+// is the truth, so one that is not busy (its entry says idle, until that
+// expires), erasing or gone is left out, and the entries themselves need
+// not be read. The cost is the busy sessions and the ones gone idle
+// within idleTTL, whatever is stored: a scan of the entries instead would
+// walk the stream's blocks between them. They come sorted by id.
 func (s *Store) BusySessions(ctx context.Context) ([]store.Session, error) {
 	done, err := s.enter()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	rows, err := s.rows(ctx, func(m storedMsg) bool { return m.header.Get(hdrBusy) == "1" })
+	entries, err := s.subjectsOn(ctx, s.subj.busyAll())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("jetstream: busy sessions: %w", err)
 	}
-	slices.SortFunc(rows, func(a, b store.Session) int { return strings.Compare(a.ID, b.ID) })
-	return rows, nil
-}
-
-// rows reads every session row that keep accepts (nil: all) but the
-// tombstones of erasures cut short (store.Session.Erasing). A row read
-// from a lagging replica may be followed by its successor from the leader
-// (see scan); the later one wins.
-func (s *Store) rows(ctx context.Context, keep func(storedMsg) bool) ([]store.Session, error) {
-	last, err := s.lastOn(ctx, s.subj.rows())
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: sessions: %w", err)
-	}
-	out := make([]store.Session, 0, len(last))
-	for subject, m := range last {
-		if m.header.Get(hdrErasing) == "1" || keep != nil && !keep(m) {
-			continue
-		}
-		id, err := s.subj.rowID(subject)
+	ids := make([]string, 0, len(entries))
+	for subject := range entries {
+		id, err := s.subj.busyID(subject)
 		if err != nil {
 			return nil, err
 		}
-		row, err := decodeRow(id, m)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, row)
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	out, err := s.busyRows(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: busy sessions: %w", err)
 	}
 	return out, nil
+}
+
+// busyGets is how many rows BusySessions reads at once.
+const busyGets = 8
+
+// busyRows reads the rows of ids, busyGets at a time, and returns those
+// busy and not erasing, in the order of ids.
+func (s *Store) busyRows(ctx context.Context, ids []string) ([]store.Session, error) {
+	rows := make([]store.Session, len(ids))
+	keep := make([]bool, len(ids))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(busyGets)
+	for i, id := range ids {
+		g.Go(func() (err error) {
+			rows[i], keep[i], err = s.busyRow(gctx, id)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	out := rows[:0]
+	for i, row := range rows {
+		if keep[i] {
+			out = append(out, row)
+		}
+	}
+	return out, nil
+}
+
+// busyRow reads a session's row; ok tells that it is there, busy and not
+// erasing.
+func (s *Store) busyRow(ctx context.Context, id string) (row store.Session, ok bool, err error) {
+	m, err := s.get(ctx, getRequest{LastFor: s.subj.row(id)})
+	if errors.Is(err, errNoMsg) {
+		return store.Session{}, false, nil
+	}
+	if err != nil {
+		return store.Session{}, false, err
+	}
+	if row, err = decodeRow(id, m); err != nil {
+		return store.Session{}, false, err
+	}
+	return row, row.Busy && !row.Erasing, nil
 }
 
 // ownerIndex reads an owner's index entries, by subject. The leader

@@ -20,6 +20,9 @@ const logPage = 32
 //	<p>.own.<owner>.<session> the row's entry in its owner's index (rolled up)
 //	<p>.txt.<owner>.<session> the session's search text (rolled up; search.go)
 //	<p>.cmd.<command>.<session> ledger entries ("=" as session: none)
+//	<p>.busy.<session>        the row's busy entry, written with it (rolled up;
+//	                          an idle entry expires, so only busy sessions stay)
+//	<p>.meta.layout           the layout version the stream is written in
 //
 // Ids become tokens (see token), so no id can reach into another's subjects.
 type subjects struct{ prefix string }
@@ -70,6 +73,24 @@ func (s subjects) commandsOf(session string) string { return s.prefix + ".cmd.*.
 
 // commands matches the whole ledger.
 func (s subjects) commands() string { return s.prefix + ".cmd.*.*" }
+
+// busy is a session's busy entry.
+func (s subjects) busy(session string) string { return s.prefix + ".busy." + token(session) }
+
+// busyAll matches every busy entry.
+func (s subjects) busyAll() string { return s.prefix + ".busy.*" }
+
+// layout holds the layout marker (rolled up).
+func (s subjects) layout() string { return s.prefix + ".meta.layout" }
+
+// busyID recovers the session id from a busy entry's subject.
+func (s subjects) busyID(subject string) (string, error) {
+	t, ok := strings.CutPrefix(subject, s.prefix+".busy.")
+	if !ok || t == "" || strings.Contains(t, ".") {
+		return "", fmt.Errorf("jetstream: %q is not a busy entry subject", subject)
+	}
+	return untoken(t)
+}
 
 // rowID recovers the session id from a row subject.
 func (s subjects) rowID(subject string) (string, error) {
