@@ -5,8 +5,8 @@
 // lives: see leases.go), the forwarding of a
 // command to a session's leader (NATS request/reply), and the bus on which
 // a leader publishes a session's notifications to the nodes following it
-// (core NATS, durable events and deltas alike; a follower that misses one
-// catches up from the store). It knows nothing of MSP beyond the
+// (core NATS; deltas only while some node follows, see follows.go; a
+// follower that misses one catches up from the store). It knows nothing of MSP beyond the
 // session.Notification it carries.
 //
 //	c, err := cluster.New(ctx, nc, js, cluster.Options{Node: "a"})
@@ -56,10 +56,11 @@ type Options struct {
 
 // Cluster is one node of a deployment: a session.Cluster.
 type Cluster struct {
-	opts   Options
-	nc     *nats.Conn
-	log    *slog.Logger
-	leases *leases
+	opts    Options
+	nc      *nats.Conn
+	log     *slog.Logger
+	leases  *leases
+	follows *follows
 
 	mu    sync.Mutex
 	serve *nats.Subscription
@@ -97,7 +98,12 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if err != nil {
 		return nil, err
 	}
-	return &Cluster{opts: opts, nc: nc, log: opts.Logger, leases: l}, nil
+	f, err := openFollows(ctx, js, opts)
+	if err != nil {
+		l.close()
+		return nil, err
+	}
+	return &Cluster{opts: opts, nc: nc, log: opts.Logger, leases: l, follows: f}, nil
 }
 
 // openBucket opens a KV bucket, creating it as cfg says when this node is
@@ -186,6 +192,7 @@ func (c *Cluster) Close() {
 	}
 	c.mu.Unlock()
 	c.leases.close()
+	c.follows.close()
 }
 
 // forwardSubject is where a node takes the commands forwarded to it.
@@ -292,8 +299,12 @@ func (c *Cluster) eventSubject(sessionID string) string {
 
 func (c *Cluster) listSubject() string { return c.opts.Subject + ".lists" }
 
-// Publish implements session.Cluster.
+// Publish implements session.Cluster. An ephemeral event of a session
+// no other node follows goes nowhere (see follows.go).
 func (c *Cluster) Publish(sessionID string, n session.Notification, at session.Position) {
+	if !n.Durable && !c.follows.isFollowed(sessionID) {
+		return
+	}
 	msg := &nats.Msg{Subject: c.eventSubject(sessionID), Data: n.Frame, Header: nats.Header{}}
 	msg.Header.Set(hMethod, n.Method)
 	msg.Header.Set(hCursor, n.Cursor)
@@ -311,7 +322,9 @@ func (c *Cluster) Publish(sessionID string, n session.Notification, at session.P
 }
 
 // Follow implements session.Cluster. NATS hands one subscription's
-// messages over in order, one at a time.
+// messages over in order, one at a time. The follow record goes after
+// the subscription, so that whatever the leader publishes once it has
+// read the record reaches this node.
 func (c *Cluster) Follow(sessionID string, fn func(session.Notification, session.Position)) func() {
 	sub, err := c.nc.Subscribe(c.eventSubject(sessionID), func(msg *nats.Msg) {
 		var at session.Position
@@ -328,7 +341,15 @@ func (c *Cluster) Follow(sessionID string, fn func(session.Notification, session
 	// A follower far behind is dropped messages by the server rather than
 	// holding it up; the catch-up from the store mends durable ones.
 	_ = sub.SetPendingLimits(1<<16, 64<<20)
-	return func() { _ = sub.Unsubscribe() }
+	if err := c.follows.start(sessionID); err != nil {
+		// The leader publishes its durable events anyway; its deltas
+		// reach this node's readers as a view/gap.
+		c.log.Warn("writing a follow record", "session", sessionID, "err", err)
+	}
+	return func() {
+		_ = sub.Unsubscribe()
+		c.follows.stop(sessionID)
+	}
 }
 
 // PublishList implements session.Cluster.
