@@ -212,16 +212,28 @@ func (s *Store) Sessions(ctx context.Context, owner string, after *store.Session
 		return nil, fmt.Errorf("jetstream: sessions: %w", err)
 	}
 	out := make([]store.Session, 0, min(limit, len(keys)))
-	for _, k := range keys {
-		if len(out) == limit {
-			break
+	// The rows of a page at a time, a few at once; a row gone or erasing
+	// since its entry was read leaves room for the next key.
+	for len(out) < limit && len(keys) > 0 {
+		page := keys[:min(limit-len(out), len(keys))]
+		keys = keys[len(page):]
+		rows := make([]store.Session, len(page))
+		keep := make([]bool, len(page))
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(busyGets)
+		for i, k := range page {
+			g.Go(func() (err error) {
+				rows[i], keep[i], err = s.ownedRow(gctx, owner, k.ID)
+				return err
+			})
 		}
-		row, ok, err := s.ownedRow(ctx, owner, k.ID)
-		if err != nil {
+		if err := g.Wait(); err != nil {
 			return nil, fmt.Errorf("jetstream: sessions: %w", err)
 		}
-		if ok {
-			out = append(out, row)
+		for i, row := range rows {
+			if keep[i] {
+				out = append(out, row)
+			}
 		}
 	}
 	return out, nil
@@ -312,27 +324,42 @@ func (s *Store) busyRow(ctx context.Context, id string) (row store.Session, ok b
 
 // ownerIndex reads an owner's index entries, by subject. The leader
 // names the entry subjects (from its per-subject index, whatever else the
-// stream holds); a few are then read one get each, which finds a
-// subject's last message without walking the stream, and many by a scan.
+// stream holds); each is then read with one get, which finds a subject's
+// last message without walking the stream.
 func (s *Store) ownerIndex(ctx context.Context, owner string) (map[string]storedMsg, error) {
-	filter := s.subj.ownedBy(owner)
-	subjects, err := s.subjectsOn(ctx, filter)
+	subjects, err := s.subjectsOn(ctx, s.subj.ownedBy(owner))
 	if err != nil {
 		return nil, err
 	}
-	if len(subjects) > singleGets {
-		return s.lastOn(ctx, filter)
-	}
-	entries := make(map[string]storedMsg, len(subjects))
+	// One get a subject, a few at a time: a scan of the filter instead
+	// would walk the stream's blocks between the owner's entries, which
+	// grows with everything else stored.
+	list := make([]string, 0, len(subjects))
 	for subject := range subjects {
-		m, err := s.get(ctx, getRequest{LastFor: subject})
-		if errors.Is(err, errNoMsg) {
-			continue // deleted since
+		list = append(list, subject)
+	}
+	msgs := make([]storedMsg, len(list))
+	found := make([]bool, len(list))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(busyGets)
+	for i, subject := range list {
+		g.Go(func() error {
+			m, err := s.get(gctx, getRequest{LastFor: subject})
+			if errors.Is(err, errNoMsg) {
+				return nil // deleted since
+			}
+			msgs[i], found[i] = m, err == nil
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	entries := make(map[string]storedMsg, len(list))
+	for i, subject := range list {
+		if found[i] {
+			entries[subject] = msgs[i]
 		}
-		if err != nil {
-			return nil, err
-		}
-		entries[subject] = m
 	}
 	return entries, nil
 }
