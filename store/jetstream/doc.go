@@ -151,7 +151,7 @@
 //
 // BusySessions reads the busy index. Every batch that writes a row writes
 // its busy entry, mspd.busy.<session>, rolled up: Mspd-Busy: 1 for a busy
-// row; for an idle one Mspd-Busy: 0 with a per-message TTL (Nats-TTL, 5 s;
+// row; for an idle one Mspd-Busy: 0 with a per-message TTL (Nats-TTL, 1 s;
 // the stream has AllowMsgTTL), so that its rollup removes the busy entry
 // and it then expires itself: the subject holds nothing for a session
 // that is not busy. BusySessions asks the leader which busy subjects there
