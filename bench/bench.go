@@ -84,10 +84,11 @@ type Config struct {
 	// StoreBackends are the backends of the store scenario (default all of
 	// StoreBackends): AppendSessions sessions × AppendTurns turns of two
 	// commits each through store.Store, for Rounds rounds alternating with
-	// plain SQLite. StoreRows is how many session rows its row scans read
+	// plain SQLite. StoreRows are the counts of stored sessions at which
+	// its listing and adoption pass are timed, each topping the last up
 	// (default 10000).
 	StoreBackends []string
-	StoreRows     int
+	StoreRows     []int
 
 	// ClusterNodes mspd processes on JetStream with ClusterReplicas
 	// replicas (defaults 3 and 3; 2 nodes take 1 replica) run the cluster
@@ -206,9 +207,10 @@ func (c *Config) defaults() {
 	if len(c.StoreBackends) == 0 {
 		c.StoreBackends = StoreBackends
 	}
-	if c.StoreRows <= 0 {
-		c.StoreRows = 10000
+	if len(c.StoreRows) == 0 {
+		c.StoreRows = []int{10000}
 	}
+	slices.Sort(c.StoreRows)
 	if c.ClusterNodes <= 0 {
 		c.ClusterNodes = 3
 	}

@@ -458,55 +458,100 @@ func (r *runner) leaseRows(ctx context.Context, t *storeTarget) error {
 	return nil
 }
 
-// busyShare is the share of rows the row scans find busy: sessions with a
-// running or queued turn.
-const busyShare = 100 // one in a hundred
+// Stored sessions: what a cluster keeps doing whatever it stores.
+const (
+	// storedBusy sessions are busy (a running or queued turn) beside any
+	// number stored: what an adoption pass has to find.
+	storedBusy = 10
+	// listedSessions belong to the principal whose session/list is timed.
+	listedSessions = 50
+	// storedOwners spread the other stored sessions over owners.
+	storedOwners = 997
+	// listRepeats is how many times the list is timed at each count.
+	listRepeats = 50
+)
 
-// scanRows tops the target's rows up to StoreRows and times the scans a
-// clustered node repeats over them: BusySessions (every node, every
-// AdoptInterval, 2 s) and the first page of Sessions (session/list).
+// idleEntriesExpire outlasts store/jetstream's idle busy entries (a
+// per-message TTL of 1 s), which an adoption pass reads until they go.
+const idleEntriesExpire = 2 * time.Second
+
+// listedOwner is the principal whose list is timed.
+const listedOwner = "mspbench-listed"
+
+// scanRows stores StoreRows sessions, one count after another (each
+// topping the last up), and at each times what must not grow with them:
+// a principal's session/list (Sessions, first page, of its 50 sessions,
+// p50 and p99 of 50) and an adoption pass (BusySessions, finding the 10
+// busy, median of 3).
 func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 	if t.name == "jetstream-r3x3" && slices.Contains(r.cfg.StoreBackends, "jetstream-r3") {
 		return nil // the same stream as jetstream-r3
 	}
 	st := t.writers[0]
-	all, err := st.Sessions(ctx, "", nil, r.cfg.StoreRows+1<<20)
-	if err != nil {
-		return err
-	}
-	if more := r.cfg.StoreRows - len(all); more > 0 {
-		err := parallel(ctx, more, r.cfg.AppendSessions, func(ctx context.Context, i int) error {
-			now := time.Now()
-			return st.Commit(ctx, store.Batch{Session: &store.Session{ID: uuid.NewString(), CreatedAt: now, UpdatedAt: now,
-				Busy: i%busyShare == 0, State: paddedJSON(rowStateSize)}})
-		})
-		if err != nil {
-			return err
-		}
-	}
-	rows := max(len(all), r.cfg.StoreRows)
 	label := strings.TrimSuffix(t.label, ", a writer a node")
-	for _, scan := range []struct {
-		figure string
-		run    func() error
-	}{
-		{"BusySessions", func() error { _, err := st.BusySessions(ctx); return err }},
-		{"Sessions, first page of 50", func() error { _, err := st.Sessions(ctx, "", nil, 50); return err }},
-	} {
-		var took []float64
-		for range scanRepeats {
-			t0 := time.Now()
-			if err := scan.run(); err != nil {
+	stored := 0
+	for _, count := range r.cfg.StoreRows {
+		if more := count - stored; more > 0 {
+			from, t0 := stored, time.Now()
+			err := parallel(ctx, more, r.cfg.AppendSessions, func(ctx context.Context, i int) error {
+				i += from
+				now := time.Now()
+				row := store.Session{ID: uuid.NewString(), Owner: fmt.Sprint("owner-", i%storedOwners), CreatedAt: now, UpdatedAt: now,
+					Busy: i < storedBusy, State: paddedJSON(rowStateSize)}
+				if i >= storedBusy && i < storedBusy+listedSessions {
+					row.Owner = listedOwner
+				}
+				return st.Commit(ctx, store.Batch{SessionID: row.ID, Session: &row})
+			})
+			if err != nil {
 				return err
 			}
-			took = append(took, float64(time.Since(t0).Microseconds())/1e3)
+			r.logf("  %s: stored %d sessions in %v", label, count, time.Since(t0).Round(time.Millisecond))
+			stored = count
+			if t.nodes != nil {
+				// The idle busy entries just written expire (1 s): the
+				// store then holds what it holds between turns.
+				time.Sleep(idleEntriesExpire)
+			}
 		}
-		ms := median(took)
-		r.add(Row{Scenario: label, Figure: scan.figure, Value: ms, Unit: "ms",
-			Note: fmt.Sprintf("over %d session rows, 1 in %d busy; %.2f µs a row; median of %d", rows, busyShare, ms*1e3/float64(rows), scanRepeats)})
+		at := fmt.Sprintf("at %d stored sessions", stored)
+		var list []time.Duration
+		for range listRepeats {
+			t0 := time.Now()
+			got, err := st.Sessions(ctx, listedOwner, nil, listedSessions)
+			if err != nil {
+				return err
+			}
+			list = append(list, time.Since(t0))
+			if len(got) != min(listedSessions, max(stored-storedBusy, 0)) {
+				return fmt.Errorf("%s: the listed principal has %d sessions, want %d", label, len(got), listedSessions)
+			}
+		}
+		pc := percentilesOf(list)
+		r.add(Row{Scenario: label, Figure: "session/list p50, " + at, Value: millis(pc.p50), Unit: "ms",
+			Note: fmt.Sprintf("Sessions of a principal with %d, first page; %d times", listedSessions, listRepeats)})
+		r.add(Row{Scenario: label, Figure: "session/list p99, " + at, Value: millis(pc.p99), Unit: "ms",
+			Note: fmt.Sprintf("the others' spread over %d owners", storedOwners)})
+		var pass []float64
+		for range scanRepeats {
+			t0 := time.Now()
+			busy, err := st.BusySessions(ctx)
+			if err != nil {
+				return err
+			}
+			pass = append(pass, millis(time.Since(t0)))
+			if len(busy) != min(storedBusy, stored) {
+				return fmt.Errorf("%s: BusySessions found %d, want %d", label, len(busy), storedBusy)
+			}
+		}
+		r.add(Row{Scenario: label, Figure: "adoption pass (BusySessions), " + at, Value: median(pass), Unit: "ms",
+			Note: fmt.Sprintf("finds the %d busy; median of %d", storedBusy, scanRepeats)})
 	}
 	return nil
 }
+
+// millis is d in milliseconds.
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // scanRepeats is how many times each row scan is timed.
 const scanRepeats = 3
