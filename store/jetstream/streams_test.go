@@ -162,7 +162,7 @@ func TestGrowingStreamsKeepsSessionsWhereTheyAre(t *testing.T) {
 		id := fmt.Sprintf("old%02d", i)
 		old = append(old, id)
 		mustCommit(t, one, store.Batch{SessionID: id, Records: []store.Record{{Seq: 1, Method: "m", Params: []byte(`1`)}},
-			Session: ownedRow(id, "alice", at.Add(time.Duration(i)*time.Second), i%10 == 0),
+			Session:  ownedRow(id, "alice", at.Add(time.Duration(i)*time.Second), i%10 == 0),
 			Commands: []store.Command{{ID: "cmd-" + id, Digest: "d"}}})
 	}
 	// A log without a row is found too.
