@@ -199,9 +199,9 @@ func compareKeys(at1 int64, id1 string, at2 int64, id2 string) int {
 	return cmp.Or(cmp.Compare(at1, at2), strings.Compare(id1, id2))
 }
 
-// BusySessions is Store.BusySessions on this shard's stream. It asks the stream leader which
-// busy entries there are (the subjects on <p>.busy.*, from its
-// per-subject index), then reads the row of each, one get each: the row
+// BusySessions is Store.BusySessions on this shard's stream. It asks the
+// stream leader which busy entries there are (the subjects on <p>.busy.*,
+// from its per-subject index), then reads the row of each, one get each: the row
 // is the truth, so one that is not busy (its entry says idle, until that
 // expires), erasing or gone is left out, and the entries themselves need
 // not be read. The cost is the busy sessions and the ones gone idle

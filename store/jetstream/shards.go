@@ -311,26 +311,27 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 }
 
 // admittedElsewhere fails with ErrConflict when a command id is in the
-// ledger of another shard than sh.
+// ledger of another shard than sh. The other shards are asked at once.
 func (s *Store) admittedElsewhere(ctx context.Context, sh *shard, cmds []store.Command) error {
 	if len(s.shards) == 1 || len(cmds) == 0 {
 		return nil
 	}
-	for _, c := range cmds {
-		for _, other := range s.shards {
-			if other == sh {
-				continue
-			}
+	_, err := eachShard(ctx, s.shards, func(ctx context.Context, other *shard) (struct{}, error) {
+		if other == sh {
+			return struct{}{}, nil
+		}
+		for _, c := range cmds {
 			_, err := other.command(ctx, c.ID)
 			if err == nil {
-				return fmt.Errorf("%w: command %q is in the ledger of stream %s", store.ErrConflict, c.ID, other.opts.Stream)
+				return struct{}{}, fmt.Errorf("%w: command %q is in the ledger of stream %s", store.ErrConflict, c.ID, other.opts.Stream)
 			}
 			if !errors.Is(err, store.ErrNotFound) {
-				return err
+				return struct{}{}, err
 			}
 		}
-	}
-	return nil
+		return struct{}{}, nil
+	})
+	return err
 }
 
 // Records implements store.Store.

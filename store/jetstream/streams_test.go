@@ -196,10 +196,8 @@ func TestGrowingStreamsKeepsSessionsWhereTheyAre(t *testing.T) {
 		t.Fatalf("a new session reusing an old command id: %v, want ErrConflict", err)
 	}
 
-	var fresh []string
 	for i := range 30 {
 		id := fmt.Sprintf("new%02d", i)
-		fresh = append(fresh, id)
 		mustCommit(t, three, store.Batch{SessionID: id, Session: ownedRow(id, "alice", at.Add(2*time.Hour+time.Duration(i)*time.Second), i%10 == 0)})
 	}
 	counts := rowsPerStream(t, srv.ClientURL(), 3)
