@@ -71,7 +71,9 @@
 // follow the new N, and with one count (a deployment that never grew)
 // placement is the hash alone, with no lookup; after a growth a session's
 // place costs up to two gets a generation, once: the Store remembers it
-// (forgotten when the session is erased). Nothing migrates: the older
+// (forgotten when it erases the session; a node that did not erase it
+// would look in the old place for an id made again after its erasure,
+// which mspd's random session ids never are). Nothing migrates: the older
 // streams keep serving their sessions, and carry fewer writes as those
 // end. Shrinking is refused at Open (ErrFewerStreams), before any stream
 // is touched: the sessions of the streams left out would vanish.
