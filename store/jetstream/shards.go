@@ -105,7 +105,7 @@ func Connect(ctx context.Context, url string, opts Options, natsOpts ...nats.Opt
 // write is guarded by the marker read, so that of two nodes opening at
 // once one writes and the other reads what it wrote.
 func (s *shard) recordStreams(ctx context.Context, n int, history []int) ([]int, error) {
-	for {
+	for attempt := 0; ; attempt++ {
 		mk, seq, err := s.readLayout(ctx)
 		if err != nil {
 			return nil, err
@@ -124,7 +124,7 @@ func (s *shard) recordStreams(ctx context.Context, n int, history []int) ([]int,
 			return counts, nil // layout 2 says as much
 		}
 		err = s.publish(ctx, []*nats.Msg{s.markerMsg(layoutVersion, counts, seq)})
-		if errors.Is(err, store.ErrConflict) {
+		if errors.Is(err, store.ErrConflict) && attempt < maxMarkerWrites {
 			continue // another node wrote it first: read theirs
 		}
 		if err != nil {
@@ -133,6 +133,11 @@ func (s *shard) recordStreams(ctx context.Context, n int, history []int) ([]int,
 		return counts, nil
 	}
 }
+
+// maxMarkerWrites bounds recordStreams' attempts: each conflict is
+// another node's marker, read and accepted the next time round, so more
+// than a few means something else rewrites it.
+const maxMarkerWrites = 8
 
 // enter admits an operation unless the store is closed; the caller calls
 // the returned func when done.

@@ -167,6 +167,10 @@ func TestGrowingStreamsKeepsSessionsWhereTheyAre(t *testing.T) {
 	}
 	// A log without a row is found too.
 	mustCommit(t, one, store.Batch{SessionID: "rowless", Records: []store.Record{{Seq: 1, Method: "m", Params: []byte(`1`)}}})
+	// One stream keeps layout 2: an older mspd still opens it.
+	if v, err := msjs.LayoutVersion(t.Context(), one); err != nil || v != 2 {
+		t.Fatalf("layout of a deployment of one stream = %d, %v; want 2", v, err)
+	}
 	if err := one.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -247,6 +251,10 @@ func TestShrinkingStreamsIsRefused(t *testing.T) {
 	s := connect(t, srv.ClientURL(), msjs.Options{Streams: 3})
 	if got := msjs.StreamCounts(s); !slices.Equal(got, []int{3}) {
 		t.Fatalf("stream counts of a new deployment %v, want [3]", got)
+	}
+	// Layout 3, which an mspd from before several streams refuses.
+	if v, err := msjs.LayoutVersion(t.Context(), s); err != nil || v != 3 {
+		t.Fatalf("layout of a deployment of three streams = %d, %v; want 3", v, err)
 	}
 	for _, n := range []int{1, 2} {
 		_, err := msjs.Connect(t.Context(), srv.ClientURL(), msjs.Options{Streams: n})
