@@ -59,6 +59,10 @@ type Backend struct {
 	// Replicas is the replication of the stream and the lease bucket: 1,
 	// or 3 on a cluster of three or more.
 	Replicas int
+	// Streams is how many JetStream streams the sessions are spread over
+	// (default 1; see store/jetstream's Options.Streams): the same on every
+	// node, and it may grow but never shrink.
+	Streams int
 	// Node names this node in the deployment (default: the host's name and
 	// the listen address).
 	Node string
@@ -95,6 +99,12 @@ func openBackend(ctx context.Context, cfg Config, dir string, metrics *observe.M
 		return openJetStream(ctx, cfg, dir)
 	}
 	return nil, fmt.Errorf("store %q: want sqlite or jetstream", cfg.Backend.Store)
+}
+
+// refusedForGood tells an Open refused by what the streams hold (a newer
+// layout, fewer streams than they use), which waiting does not change.
+func refusedForGood(err error) bool {
+	return errors.Is(err, msjs.ErrNewerLayout) || errors.Is(err, msjs.ErrFewerStreams)
 }
 
 func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error) {
@@ -155,8 +165,8 @@ func openJetStream(ctx context.Context, cfg Config, dir string) (*backend, error
 	wait, cancel := context.WithTimeout(ctx, electionWait)
 	defer cancel()
 	for {
-		st, err = msjs.Open(wait, js, msjs.Options{Replicas: replicas})
-		if err == nil || wait.Err() != nil {
+		st, err = msjs.Open(wait, js, msjs.Options{Replicas: replicas, Streams: b.Streams})
+		if err == nil || wait.Err() != nil || refusedForGood(err) {
 			break
 		}
 		select {

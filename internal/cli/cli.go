@@ -114,6 +114,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveOptions) {
 	fs.StringVar(&o.cfg.Backend.Secret, "nats-secret", "", "shared secret of the embedded NATS servers: each node's token, and their routes' password; needed to listen (--nats-listen, --nats-cluster-listen) elsewhere than on loopback (without it, clients need a random token of this process's own, but routes on loopback take any local server); set it through MSPD_NATS_SECRET to keep it out of ps")
 	fs.Var((*stringList)(&o.cfg.Backend.Routes), "nats-routes", "the other embedded NATS servers' routes, nats://host:port (repeatable or comma-separated)")
 	fs.IntVar(&o.cfg.Backend.Replicas, "jetstream-replicas", 1, "replication of the JetStream stream and lease bucket: 1, or 3 on three nodes or more")
+	fs.IntVar(&o.cfg.Backend.Streams, "jetstream-streams", 1, "how many JetStream streams the sessions are spread over, 1 to 64: new sessions by a hash of their id, existing ones stay where they are; the same on every node, and it may grow but never shrink (see docs/cluster.md)")
 	fs.StringVar(&o.cfg.Backend.Node, "node-id", "", "this node's name in a cluster (default: host name and listen address)")
 	fs.DurationVar(&o.cfg.Backend.LeaseTTL, "lease-ttl", 10*time.Second, "how soon the sessions of a node that stopped are taken over by another")
 	fs.DurationVar(&o.cfg.CommandRetention, "command-retention", daemon.DefaultCommandRetention, "how long a commandId is remembered, the exactly-once window: a replay after that is a new command (negative: for ever; not 0)")

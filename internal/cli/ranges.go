@@ -7,6 +7,7 @@ import (
 
 	"mspd/daemon"
 	"mspd/provider/demo"
+	msjs "mspd/store/jetstream"
 )
 
 // positiveFlags are the serve flags whose zero or negative value the
@@ -31,6 +32,12 @@ var nonZeroFlags = map[string]string{
 	"breaker-failures":    "want a positive count, or negative for no breakers",
 }
 
+// boundedFlags are the integer serve flags with a least and a greatest
+// value.
+var boundedFlags = map[string][2]int{
+	"jetstream-streams": {1, msjs.MaxStreams},
+}
+
 // checkRanges refuses a serve flag value out of its range, naming the flag.
 func checkRanges(fs *flag.FlagSet) error {
 	for _, name := range positiveFlags {
@@ -46,6 +53,11 @@ func checkRanges(fs *flag.FlagSet) error {
 	for name, want := range nonZeroFlags {
 		if sign(fs, name) == 0 {
 			return fmt.Errorf("--%s %s: %s", name, fs.Lookup(name).Value, want)
+		}
+	}
+	for name, r := range boundedFlags {
+		if v := fs.Lookup(name).Value.(flag.Getter).Get().(int); v < r[0] || v > r[1] {
+			return fmt.Errorf("--%s %d: want %d to %d", name, v, r[0], r[1])
 		}
 	}
 	if f := fs.Lookup("demo-faults"); f.Value.(flag.Getter).Get().(float64) > 1 {

@@ -40,6 +40,7 @@ func TestServeRefusesOutOfRangeValues(t *testing.T) {
 		{"retry-budget-tokens", "0"}, {"command-retention", "0s"}, {"breaker-failures", "0"},
 		{"breaker-window", "0s"}, {"breaker-cooldown", "-1s"},
 		{"jetstream-replicas", "0"}, {"jetstream-replicas", "-1"},
+		{"jetstream-streams", "0"}, {"jetstream-streams", "65"},
 		{"max-subscriptions", "0"}, {"max-subscriptions", "-1"},
 	} {
 		// --provider bogus makes a start that got past the flags fail at once.

@@ -18,9 +18,9 @@ import (
 
 // PruneCommands implements store.Store. The ledger has no index by
 // CreatedAt (entries are keyed by command id, and CreatedAt is the
-// caller's), so each call reads the ledger's entries, picks the limit
-// oldest created before before, and deletes those by stream sequence. The
-// read is O(ledger), which the retention window bounds.
+// caller's), so each call reads every stream's ledger entries, picks the
+// limit oldest created before before, and deletes those by stream
+// sequence. The read is O(ledger), which the retention window bounds.
 func (s *Store) PruneCommands(ctx context.Context, before time.Time, limit int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -33,32 +33,23 @@ func (s *Store) PruneCommands(ctx context.Context, before time.Time, limit int) 
 	if limit <= 0 {
 		return 0, nil
 	}
-	type entry struct {
-		created int64
-		seq     uint64
-	}
 	cutoff := store.ClampUnixNanos(before)
-	var old []entry
-	err = s.scan(ctx, s.subj.commands(), 0, nil, func(m storedMsg) (bool, error) {
-		created, err := headerInt(m, hdrCreated)
-		if err != nil {
-			return false, err
-		}
-		if created < cutoff {
-			old = append(old, entry{created, m.seq})
-		}
-		return true, nil
+	each, err := eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) ([]ledgerEntry, error) {
+		return sh.ledgerBefore(ctx, cutoff)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("jetstream: prune commands: %w", err)
 	}
-	slices.SortFunc(old, func(a, b entry) int { return cmp.Or(cmp.Compare(a.created, b.created), cmp.Compare(a.seq, b.seq)) })
+	old := slices.Concat(each...)
+	slices.SortFunc(old, func(a, b ledgerEntry) int {
+		return cmp.Or(cmp.Compare(a.created, b.created), cmp.Compare(a.shard.opts.Stream, b.shard.opts.Stream), cmp.Compare(a.seq, b.seq))
+	})
 	n := 0
 	for _, e := range old {
 		if n == limit {
 			break
 		}
-		err := s.deleteMsg(ctx, e.seq)
+		err := e.shard.deleteMsg(ctx, e.seq)
 		if errors.Is(err, errNoMsg) {
 			// Gone already: another pruner, its session's deletion, or a
 			// deletion a lagging replica had not applied when it was read.
@@ -72,8 +63,32 @@ func (s *Store) PruneCommands(ctx context.Context, before time.Time, limit int) 
 	return n, nil
 }
 
+// ledgerEntry is a ledger entry PruneCommands may delete.
+type ledgerEntry struct {
+	created int64
+	shard   *shard
+	seq     uint64
+}
+
+// ledgerBefore reads the shard's ledger entries created before cutoff
+// (Unix nanoseconds).
+func (s *shard) ledgerBefore(ctx context.Context, cutoff int64) ([]ledgerEntry, error) {
+	var old []ledgerEntry
+	err := s.scan(ctx, s.subj.commands(), 0, nil, func(m storedMsg) (bool, error) {
+		created, err := headerInt(m, hdrCreated)
+		if err != nil {
+			return false, err
+		}
+		if created < cutoff {
+			old = append(old, ledgerEntry{created, s, m.seq})
+		}
+		return true, nil
+	})
+	return old, err
+}
+
 // deleteMsg deletes one message by stream sequence, through the leader.
-func (s *Store) deleteMsg(ctx context.Context, seq uint64) error {
+func (s *shard) deleteMsg(ctx context.Context, seq uint64) error {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	body, err := json.Marshal(struct {
@@ -105,14 +120,12 @@ func (s *Store) deleteMsg(ctx context.Context, seq uint64) error {
 	return nil
 }
 
-// DeleteSession implements store.Store. Its purges are not one
-// transaction, so the row is first replaced by a tombstone (Erasing): an
-// erasure cut short reads back as such, never as a live session whose
+// deleteSession is Store.DeleteSession on the shard holding the session;
+// the ledger entries naming it in the others go too. Its purges are not
+// one transaction, so the row is first replaced by a tombstone (Erasing):
+// an erasure cut short reads back as such, never as a live session whose
 // log has gone. The row goes last.
-func (s *Store) DeleteSession(ctx context.Context, id string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+func (s *shard) deleteSession(ctx context.Context, id string, others []*shard) error {
 	done, err := s.enter()
 	if err != nil {
 		return err
@@ -139,8 +152,14 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if purged != nil {
 		return fmt.Errorf("jetstream: delete session %q: %w", id, purged)
 	}
-	// The index entries and the search text go before the row, so that
-	// none outlives its row; they are found under whatever owner.
+	// The other streams' ledger entries, the index entries and the search
+	// text go before the row, so that none outlives its row; they are found
+	// under whatever owner.
+	for _, o := range others {
+		if err := o.purge(ctx, o.subj.commandsOf(id)); err != nil {
+			return fmt.Errorf("jetstream: delete session %q: %w", id, err)
+		}
+	}
 	for _, filter := range []string{s.subj.commandsOf(id), s.subj.textAny(id), s.subj.ownedAny(id), s.subj.busy(id), s.subj.row(id)} {
 		if err := s.purge(ctx, filter); err != nil {
 			return fmt.Errorf("jetstream: delete session %q: %w", id, err)
@@ -153,7 +172,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 // tombstone, unless it has none (nothing to mark: the session is gone, or
 // never was) or is marked. The tombstone is not busy, so its busy entry
 // says idle: an erasure cut short leaves nothing for BusySessions.
-func (s *Store) markErasing(ctx context.Context, id string) error {
+func (s *shard) markErasing(ctx context.Context, id string) error {
 	m, err := s.get(ctx, getRequest{LastFor: s.subj.row(id)})
 	if errors.Is(err, errNoMsg) {
 		return nil
@@ -172,7 +191,7 @@ func (s *Store) markErasing(ctx context.Context, id string) error {
 		busyMsg(s.subj.busy(id), false, s.opts.idleTTL)})
 }
 
-func (s *Store) purge(ctx context.Context, filter string) error {
+func (s *shard) purge(ctx context.Context, filter string) error {
 	if s.purgeFault != nil {
 		if err := s.purgeFault(filter); err != nil {
 			return err

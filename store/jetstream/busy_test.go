@@ -185,7 +185,7 @@ func TestOpenIndexesBusyRowsWrittenBefore(t *testing.T) {
 func TestOpenRefusesANewerLayout(t *testing.T) {
 	srv := startServer(t, t.TempDir())
 	s := connectAsBefore(t, srv.ClientURL(), msjs.Options{}) // a stream without TTLs
-	if err := msjs.MarkLayout(t.Context(), s, 3); err != nil {
+	if err := msjs.MarkLayout(t.Context(), s, 4); err != nil {
 		t.Fatal(err)
 	}
 	_, err := msjs.Connect(t.Context(), srv.ClientURL(), msjs.Options{})
@@ -195,7 +195,7 @@ func TestOpenRefusesANewerLayout(t *testing.T) {
 	if !errors.Is(err, msjs.ErrNewerLayout) {
 		t.Fatalf("Connect = %v, want ErrNewerLayout", err)
 	}
-	const want = "the stream was written by a newer mspd (layout 3); this one reads layout 2: upgrade it"
+	const want = "the stream was written by a newer mspd (layout 4); this one reads layout 3: upgrade it"
 	if !strings.Contains(err.Error(), want) {
 		t.Fatalf("Connect = %q, want it to say %q", err, want)
 	}

@@ -25,6 +25,9 @@ const (
 	hdrOwner = "Mspd-Owner"
 	// hdrLayout is the layout marker's version (see layout.go).
 	hdrLayout = "Mspd-Layout"
+	// hdrStreams is, on stream 0's layout marker of layout 3, the stream
+	// counts the deployment has used, oldest first ("1,4").
+	hdrStreams = "Mspd-Streams"
 )
 
 // storedMsg is a message as read back from the stream.

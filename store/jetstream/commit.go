@@ -42,7 +42,7 @@ const (
 // publish: every record, the row and every ledger entry land together or
 // not at all. See the package doc for the guards and for what happens when
 // the server does not answer.
-func (s *Store) Commit(ctx context.Context, b store.Batch) error {
+func (s *shard) Commit(ctx context.Context, b store.Batch) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 // so while the stream elects a leader (a timeout, no responders, a 503) it
 // is asked again, as publish asks again, within CommitTimeout and ctx: a
 // rolling restart is a pause for a turn, not its failure.
-func (s *Store) commitHead(ctx context.Context, sessionID string) (headPos, error) {
+func (s *shard) commitHead(ctx context.Context, sessionID string) (headPos, error) {
 	bounded, cancel := context.WithTimeout(ctx, s.opts.CommitTimeout)
 	defer cancel()
 	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
@@ -153,7 +153,7 @@ func conflictsWithin(b store.Batch) error {
 // read), every ledger entry expects its command id to be absent.
 // The first message carries a message id, so that sending the batch again
 // after a lost answer is recognised as a duplicate if it had landed.
-func (s *Store) messages(b store.Batch, h headPos, now time.Time, text *nats.Msg) []*nats.Msg {
+func (s *shard) messages(b store.Batch, h headPos, now time.Time, text *nats.Msg) []*nats.Msg {
 	msgs := make([]*nats.Msg, 0, len(b.Records)+4+len(b.Commands))
 	for i, r := range b.Records {
 		m := recordMsg(s.subj.logPage(b.SessionID, r.Seq), r)
@@ -198,13 +198,13 @@ func expect(m *nats.Msg, seq uint64, filter string) {
 // if the first attempt landed; a busy server is retried after a pause.
 // Caller cancellation no longer applies: once sent, the batch may land, and
 // an error must not hide a write.
-func (s *Store) publish(ctx context.Context, msgs []*nats.Msg) error {
+func (s *shard) publish(ctx context.Context, msgs []*nats.Msg) error {
 	return s.publishAfter(ctx, msgs, false)
 }
 
 // publishAfter is publish where unknown tells whether an earlier attempt
 // may have landed unseen.
-func (s *Store) publishAfter(ctx context.Context, msgs []*nats.Msg, unknown bool) error {
+func (s *shard) publishAfter(ctx context.Context, msgs []*nats.Msg, unknown bool) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CommitTimeout)
 	defer cancel()
 	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
@@ -243,7 +243,7 @@ func (s *Store) publishAfter(ctx context.Context, msgs []*nats.Msg, unknown bool
 // landed already goes as a batch too: in a batch the server checks the
 // message id before the guards, so a resent message that landed is a
 // duplicate, where a plain publish would fail its own guard.
-func (s *Store) send(ctx context.Context, msgs []*nats.Msg, resend bool) error {
+func (s *shard) send(ctx context.Context, msgs []*nats.Msg, resend bool) error {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	if len(msgs) == 1 && !resend {

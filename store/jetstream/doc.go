@@ -1,10 +1,11 @@
 // Package jetstream is mspd's store.Store on NATS JetStream, for several
-// mspd nodes sharing one durable log. It owns the layout of one stream and
-// the protocol of writing and reading it; it knows nothing of sessions,
+// mspd nodes sharing one durable log. It owns the layout of its streams
+// (one by default; see Streams) and the protocol of writing and reading
+// them; it knows nothing of sessions,
 // turns or who owns a session (the caller's lease decides which node
 // writes; this package only makes sure two writers can never interleave).
 // It passes store/storetest unchanged, on one server and on a three-node
-// cluster with three replicas.
+// cluster with three replicas, and on three streams.
 //
 //	s, err := jetstream.Connect(ctx, "nats://a:4222,nats://b:4222", jetstream.Options{Replicas: 3})
 //	...
@@ -17,9 +18,10 @@
 //
 // # One stream
 //
-// Logs, session rows and the commandId ledger all live in ONE stream
-// (Options.Stream, default MSPD) under one subject prefix (Options.Subject,
-// default mspd):
+// A session's log, its row and the commandId ledger entries written with
+// it all live in ONE stream (Options.Stream, default MSPD) under one
+// subject prefix (Options.Subject, default mspd); with several streams
+// (below), each stream holds its sessions so, under a prefix of its own:
 //
 //	mspd.log.<session>.<page>      a record; page = (seq-1)/32
 //	mspd.row.<session>             the session row, rolled up (Nats-Rollup: sub) so only the last stays
@@ -45,6 +47,68 @@
 // The ledger is not a KV bucket for the same reason; its entries are found
 // by subject (last message on mspd.cmd.<command>.*), which is what a KV get
 // does anyway.
+//
+// # Streams
+//
+// One stream takes a few thousand commits a second (docs/scaling.md):
+// its leader applies every write in turn. Options.Streams (mspd's
+// --jetstream-streams) spreads the sessions over N streams: stream 0 is
+// MSPD on mspd.> as ever, so a deployment of one stream is stream 0
+// unchanged; stream i > 0 is MSPD_<i> on mspd-<i>.> (a prefix of its own
+// first token, so no two streams' subjects overlap). Each stream has
+// everything above for its sessions: logs, rows, owner and busy indexes,
+// search texts, ledger entries, and its own layout marker. A session
+// lives in exactly one stream, so a Commit, all of one session, is still
+// one atomic batch guarded as below; a batch of ledger entries alone (no
+// session) goes to stream 0.
+//
+// Placement: a new session goes to stream fnv64a(id) mod N. Growing N
+// moves nothing: stream 0's layout marker lists the counts the deployment
+// has used, oldest first (Mspd-Streams: 1,4), and a session is looked for
+// in its home under the current count, then under each earlier one (a get
+// of its row, and of its log's head for a log without a row, in each),
+// and belongs to its current home if none holds it. So only new sessions
+// follow the new N, and with one count (a deployment that never grew)
+// placement is the hash alone, with no lookup; after a growth a session's
+// place costs up to two gets a generation, once: the Store remembers it
+// (forgotten when it erases the session; a node that did not erase it
+// would look in the old place for an id made again after its erasure,
+// which mspd's random session ids never are). Nothing migrates: the older
+// streams keep serving their sessions, and carry fewer writes as those
+// end. Shrinking is refused at Open (ErrFewerStreams), before any stream
+// is touched: the sessions of the streams left out would vanish.
+//
+// The marker of a deployment that has used more than one stream is
+// layout 3 (the count list), so an mspd from before there were several
+// refuses to open it rather than miss the sessions of the other streams;
+// one that never used more than one keeps layout 2. Every node must run with the same N. To grow: restart every
+// node with the new N. During a rolling restart the nodes still on the
+// old count do not see the sessions the new nodes place in other streams
+// (they answer them not found) until they restart; the new nodes see
+// every session.
+//
+// What spans streams reads each at once and merges: Sessions and Search
+// merge the owner's index of every stream, then read the page's rows
+// from their own streams (so a page costs N index reads plus its rows);
+// BusySessions merges every stream's busy index; Command asks every
+// stream and PruneCommands reads every stream's ledger, deleting the
+// oldest across them; DeleteSession erases the session in its stream and
+// purges the ledger entries naming it in the others (those written in a
+// batch of no session, in stream 0) before its row goes.
+//
+// The ledger across streams: a ledger entry is written, atomically, in
+// its batch's stream, where the server guards that its id is absent.
+// Another stream cannot carry that guard, so Commit first looks each id
+// up in the other streams and refuses the batch (ErrConflict, nothing
+// written) if one holds it: a commandId reused for a session of another
+// stream conflicts as it does in one stream, and Command finds it
+// wherever it is. The look-up is a read before the write, not a guard: two
+// first admissions of one id racing, for sessions of two streams, both
+// within that read's few milliseconds, could both land, each in its
+// stream. The session layer never sends those: a node admits an id under
+// that id's lock, and a commandId names one command of one session, whose
+// retries go to that session, in its one stream. Should it happen,
+// Command answers with the entry of the lowest stream.
 //
 // # Commit
 //
@@ -185,9 +249,10 @@
 // # Layout
 //
 // mspd.meta.layout holds the layout version the stream is written in: 2,
-// the owner index and the busy index. Open reads it first and refuses a
-// stream of a newer layout (ErrNewerLayout: "the stream was written by a
-// newer mspd (layout N); this one reads layout 2: upgrade it") before it
+// the owner index and the busy index (3 on stream 0 of a deployment that
+// has used more than one stream: the same, plus the count list; see Streams). Open
+// reads it first and refuses a stream of a newer layout (ErrNewerLayout: "the stream was written by a
+// newer mspd (layout N); this one reads layout 3: upgrade it") before it
 // touches the stream's configuration. Below 2, or without a marker (a
 // stream written before there was one), Open turns message TTLs on, gives
 // each row the entries it lacks (an ownerless row its owner's entry, the

@@ -14,19 +14,22 @@ import (
 // CommitAt commits b as though the session's head were record seq at
 // stream sequence stream, skipping Commit's own head check: what the
 // server's guard sees when another writer appended after the head was read.
-func CommitAt(ctx context.Context, s *Store, b store.Batch, seq int64, stream uint64) error {
+func CommitAt(ctx context.Context, st *Store, b store.Batch, seq int64, stream uint64) error {
+	s := st.shards[0]
 	return s.publish(ctx, s.messages(b, headPos{seq: seq, stream: stream}, time.Now(), nil))
 }
 
 // HeadAt returns a session's head and its stream sequence.
-func HeadAt(ctx context.Context, s *Store, id string) (int64, uint64, error) {
+func HeadAt(ctx context.Context, st *Store, id string) (int64, uint64, error) {
+	s := st.shards[0]
 	h, err := s.head(ctx, id)
 	return h.seq, h.stream, err
 }
 
 // CommitTwice sends b's messages, then again as Commit does when it did
 // not hear the first answer, and returns both outcomes.
-func CommitTwice(ctx context.Context, s *Store, b store.Batch) (first, second error) {
+func CommitTwice(ctx context.Context, st *Store, b store.Batch) (first, second error) {
+	s := st.shards[0]
 	h, err := s.head(ctx, b.SessionID)
 	if err != nil {
 		return err, err
@@ -36,27 +39,36 @@ func CommitTwice(ctx context.Context, s *Store, b store.Batch) (first, second er
 }
 
 // FailPurges makes s's purges of the filters fail returns an error for.
-func FailPurges(s *Store, fail func(filter string) error) { s.purgeFault = fail }
+func FailPurges(st *Store, fail func(filter string) error) {
+	s := st.shards[0]
+	s.purgeFault = fail
+}
 
 // LogFilter is the filter that matches every page of a session's log.
-func LogFilter(s *Store, id string) string { return s.subj.log(id) }
+func LogFilter(st *Store, id string) string {
+	s := st.shards[0]
+	return s.subj.log(id)
+}
 
 // PurgeNow purges filter at once, whatever FailPurges says: a purge that
 // lands though its caller hears a failure (its answer lost).
-func PurgeNow(ctx context.Context, s *Store, filter string) error {
+func PurgeNow(ctx context.Context, st *Store, filter string) error {
+	s := st.shards[0]
 	return s.stream.Purge(ctx, jetstream.WithPurgeSubject(filter))
 }
 
 // CommitLegacyRow writes row as a store from before the owner index did:
 // without its owner header and without an index entry.
-func CommitLegacyRow(ctx context.Context, s *Store, row *store.Session) error {
+func CommitLegacyRow(ctx context.Context, st *Store, row *store.Session) error {
+	s := st.shards[0]
 	m := rowMsg(s.subj.row(row.ID), row)
 	m.Header.Del(hdrOwner)
 	return s.publish(ctx, []*nats.Msg{m})
 }
 
 // RowAt reads a session's row and its stream sequence.
-func RowAt(ctx context.Context, s *Store, id string) (store.Session, uint64, error) {
+func RowAt(ctx context.Context, st *Store, id string) (store.Session, uint64, error) {
+	s := st.shards[0]
 	m, err := s.get(ctx, getRequest{LastFor: s.subj.row(id)})
 	if err != nil {
 		return store.Session{}, 0, err
@@ -89,7 +101,7 @@ func ConnectAsBefore(ctx context.Context, url string, opts Options) (*Store, err
 		nc.Close()
 		return nil, err
 	}
-	s, err := attach(ctx, js, opts, func(o Options) jetstream.StreamConfig {
+	sh, err := attach(ctx, js, opts, func(o Options) jetstream.StreamConfig {
 		c := streamConfig(o)
 		c.AllowMsgTTL = false
 		return c
@@ -98,13 +110,13 @@ func ConnectAsBefore(ctx context.Context, url string, opts Options) (*Store, err
 		nc.Close()
 		return nil, err
 	}
-	s.ownConn = true
-	return s, nil
+	return &Store{shards: []*shard{sh}, gens: []int{1}, nc: nc, ownConn: true}, nil
 }
 
 // CommitAsBefore commits b as mspd did before the busy index: without
 // its busy entry.
-func CommitAsBefore(ctx context.Context, s *Store, b store.Batch) error {
+func CommitAsBefore(ctx context.Context, st *Store, b store.Batch) error {
+	s := st.shards[0]
 	h, err := s.head(ctx, b.SessionID)
 	if err != nil {
 		return err
@@ -120,19 +132,22 @@ func CommitAsBefore(ctx context.Context, s *Store, b store.Batch) error {
 
 // BusyEntries names the subjects of the busy index that hold a message,
 // with how many each holds, as the stream leader counts them.
-func BusyEntries(ctx context.Context, s *Store) (map[string]uint64, error) {
+func BusyEntries(ctx context.Context, st *Store) (map[string]uint64, error) {
+	s := st.shards[0]
 	return s.subjectsOn(ctx, s.subj.busyAll())
 }
 
 // LayoutVersion reads the layout marker's version (0: none).
-func LayoutVersion(ctx context.Context, s *Store) (int64, error) {
+func LayoutVersion(ctx context.Context, st *Store) (int64, error) {
+	s := st.shards[0]
 	v, _, err := s.layout(ctx)
 	return v, err
 }
 
 // MarkLayout writes a layout marker of version v, as an mspd of that
 // layout would.
-func MarkLayout(ctx context.Context, s *Store, v int) error {
+func MarkLayout(ctx context.Context, st *Store, v int) error {
+	s := st.shards[0]
 	m := nats.NewMsg(s.subj.layout())
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	m.Header.Set(hdrLayout, strconv.Itoa(v))
@@ -141,10 +156,24 @@ func MarkLayout(ctx context.Context, s *Store, v int) error {
 }
 
 // StreamAllowsTTL tells whether s's stream takes per-message TTLs.
-func StreamAllowsTTL(ctx context.Context, s *Store) (bool, error) {
+func StreamAllowsTTL(ctx context.Context, st *Store) (bool, error) {
+	s := st.shards[0]
 	info, err := s.stream.Info(ctx)
 	if err != nil {
 		return false, err
 	}
 	return info.Config.AllowMsgTTL, nil
 }
+
+// StreamOf names the stream session id lives in (or would be created in).
+func StreamOf(ctx context.Context, s *Store, id string) (string, error) {
+	sh, err := s.locate(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return sh.opts.Stream, nil
+}
+
+// StreamCounts is the stream counts the store's deployment has used, as
+// its Open recorded them.
+func StreamCounts(s *Store) []int { return s.gens }

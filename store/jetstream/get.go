@@ -45,7 +45,7 @@ type getRequest struct {
 // get reads one message. With one replica the direct get is answered by
 // that replica, which is the leader; with more, any replica may answer a
 // direct get and it may lag, so the leader's API is asked instead.
-func (s *Store) get(ctx context.Context, req getRequest) (storedMsg, error) {
+func (s *shard) get(ctx context.Context, req getRequest) (storedMsg, error) {
 	if s.verify {
 		return s.leaderGet(ctx, req)
 	}
@@ -54,7 +54,7 @@ func (s *Store) get(ctx context.Context, req getRequest) (storedMsg, error) {
 
 // leaderGet asks the stream leader (STREAM.MSG.GET), whose answer reflects
 // every acknowledged write.
-func (s *Store) leaderGet(ctx context.Context, req getRequest) (storedMsg, error) {
+func (s *shard) leaderGet(ctx context.Context, req getRequest) (storedMsg, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	body, err := json.Marshal(req)
@@ -96,7 +96,7 @@ func (s *Store) leaderGet(ctx context.Context, req getRequest) (storedMsg, error
 }
 
 // directGet asks the stream's replicas for one message (DIRECT.GET).
-func (s *Store) directGet(ctx context.Context, req getRequest) (storedMsg, error) {
+func (s *shard) directGet(ctx context.Context, req getRequest) (storedMsg, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	body, err := json.Marshal(req)
@@ -133,7 +133,7 @@ func fromDirect(msg *nats.Msg) (storedMsg, error) {
 // atomic commits, so a scan never sees part of a Commit. maxBytes, when
 // not nil, tells before each batch how many bytes it may carry, so that a
 // read bounded by bytes is not sent a batch's worth past its bound.
-func (s *Store) scan(ctx context.Context, filter string, from uint64, maxBytes func() int, fn func(storedMsg) (bool, error)) error {
+func (s *shard) scan(ctx context.Context, filter string, from uint64, maxBytes func() int, fn func(storedMsg) (bool, error)) error {
 	// Short reads, the common case (a subscriber catching up), go as
 	// single gets: a batch makes the server count what remains first,
 	// which costs more than several gets.
@@ -184,7 +184,7 @@ func (s *Store) scan(ctx context.Context, filter string, from uint64, maxBytes f
 // maxBytes bytes (0: the server's default). It returns whether the replica
 // has more, the sequence to continue from, and whether fn stopped the
 // scan.
-func (s *Store) directBatch(ctx context.Context, filter string, from uint64, maxBytes int, fn func(storedMsg) (bool, error)) (more bool, next uint64, stopped bool, err error) {
+func (s *shard) directBatch(ctx context.Context, filter string, from uint64, maxBytes int, fn func(storedMsg) (bool, error)) (more bool, next uint64, stopped bool, err error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	body, err := json.Marshal(getRequest{Seq: from, NextFor: filter, Batch: scanChunk, MaxBytes: maxBytes})

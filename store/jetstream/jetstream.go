@@ -29,16 +29,27 @@ const (
 	DefaultSubject       = "mspd"
 	DefaultTimeout       = 5 * time.Second
 	DefaultCommitTimeout = 30 * time.Second
+	// MaxStreams bounds Options.Streams: every listing reads each stream's
+	// index, and a commandId is looked up in each.
+	MaxStreams = 64
 )
 
 // Options configure Open. The zero value is valid: stream MSPD on subjects
 // mspd.>, one replica.
 type Options struct {
-	// Stream names the JetStream stream holding everything (default MSPD).
+	// Stream names the JetStream stream holding everything (default MSPD);
+	// with several Streams, the first (stream 0).
 	Stream string
 	// Subject is the stream's subject prefix (default mspd): the stream
 	// binds <Subject>.> and nothing else may publish there.
 	Subject string
+	// Streams is how many streams the sessions are spread over (default 1,
+	// at most MaxStreams): stream 0 is Stream on Subject, stream i > 0 is
+	// <Stream>_<i> on <Subject>-<i>. New sessions go to the stream of their
+	// id's hash; existing ones stay where they are. Every node of a
+	// deployment must open it with the same value, and it may grow but
+	// never shrink (see the package doc's "Streams").
+	Streams int
 	// Replicas is the stream's replication factor: 1 (default), 3 or 5.
 	// Every node of a deployment must open the stream with the same value;
 	// Open updates an existing stream to it.
@@ -73,6 +84,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Replicas == 0 {
 		o.Replicas = 1
 	}
+	if o.Streams == 0 {
+		o.Streams = 1
+	}
+	if o.Streams < 1 || o.Streams > MaxStreams {
+		return o, fmt.Errorf("jetstream: streams %d: want 1 to %d", o.Streams, MaxStreams)
+	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
@@ -95,9 +112,10 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// Store is a store.Store on one JetStream stream. Create it with Open or
-// Connect; see the package doc for the layout.
-type Store struct {
+// shard is one stream of a Store: the store.Store protocol on a single
+// JetStream stream, whose sessions live there alone (see the package doc's
+// "Streams"). Store routes each call to its shard, or merges theirs.
+type shard struct {
 	js     jetstream.JetStream
 	nc     *nats.Conn
 	stream jetstream.Stream
@@ -108,56 +126,30 @@ type Store struct {
 	// verify makes reads confirm with the stream leader that nothing
 	// follows what a possibly lagging replica served (see the package doc).
 	verify bool
-	// batches bounds this store's multi-message batches in flight, below
+	// batches bounds this shard's multi-message batches in flight, below
 	// the server's per-stream limit.
 	batches chan struct{}
 	// replies receives direct-get batches.
 	replies *inbox
-	// ownConn is closed by Close (set by Connect).
-	ownConn bool
 	// purgeFault, set by tests, fails the purges it returns an error for.
 	purgeFault func(filter string) error
 	// health remembers a commit that ran out of time (Healthy).
 	health store.WriteHealth
 
-	// mu orders Close against the operations under way: they hold it for
-	// reading from start to end, Close takes it for writing.
+	// mu orders close against the operations under way: they hold it for
+	// reading from start to end, close takes it for writing.
 	mu     sync.RWMutex
 	closed bool
 }
-
-var _ store.Store = (*Store)(nil)
 
 // maxBatchesInFlight is this store's share of the server's limit of 50
 // open atomic batches per stream.
 const maxBatchesInFlight = 16
 
-// Open creates the stream described by opts on js, or updates an existing
-// one to it, brings a stream written in an older layout up to this one
-// (see upgrade), and returns a Store on it. The connection stays the
-// caller's.
-func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	if err := refuseNewer(ctx, js, opts); err != nil {
-		return nil, err
-	}
-	s, err := attach(ctx, js, opts, streamConfig)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.upgrade(ctx); err != nil {
-		_ = s.replies.close()
-		return nil, err
-	}
-	return s, nil
-}
-
 // attach creates or updates the stream to config(opts) and returns a
-// Store on it, whatever layout the stream holds. opts has its defaults.
-func attach(ctx context.Context, js jetstream.JetStream, opts Options, config func(Options) jetstream.StreamConfig) (*Store, error) {
+// shard on it, whatever layout the stream holds. opts has its defaults
+// and names this shard's stream and subject prefix.
+func attach(ctx context.Context, js jetstream.JetStream, opts Options, config func(Options) jetstream.StreamConfig) (*shard, error) {
 	created, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	st, err := js.CreateOrUpdateStream(created, config(opts))
@@ -168,7 +160,7 @@ func attach(ctx context.Context, js jetstream.JetStream, opts Options, config fu
 	if err != nil {
 		return nil, err
 	}
-	return &Store{
+	return &shard{
 		replies: replies,
 		js:      js,
 		nc:      js.Conn(),
@@ -181,28 +173,19 @@ func attach(ctx context.Context, js jetstream.JetStream, opts Options, config fu
 	}, nil
 }
 
-// Connect dials the NATS server at url (a comma-separated list of URLs is
-// fine) and opens the store on it; Close closes the connection.
-func Connect(ctx context.Context, url string, opts Options, natsOpts ...nats.Option) (*Store, error) {
-	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("mspd")}, natsOpts...)...)
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: connect %s: %w", url, err)
+// shardOptions are the options of stream i: stream 0 keeps Stream and
+// Subject, so a deployment from before there were several streams is
+// stream 0 unchanged; the others get a suffix (a subject prefix of its own
+// token, so that no two streams' subjects overlap).
+func (o Options) shardOptions(i int) Options {
+	if i > 0 {
+		o.Stream = fmt.Sprintf("%s_%d", o.Stream, i)
+		o.Subject = fmt.Sprintf("%s-%d", o.Subject, i)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("jetstream: %w", err)
-	}
-	s, err := Open(ctx, js, opts)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	s.ownConn = true
-	return s, nil
+	return o
 }
 
-// streamConfig is the one stream everything lives in.
+// streamConfig is the stream one shard's sessions live in.
 func streamConfig(o Options) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        o.Stream,
@@ -239,7 +222,7 @@ func apiPrefix(o jetstream.JetStreamOptions) string {
 
 // enter admits an operation unless the store is closed; the caller calls
 // the returned func when done.
-func (s *Store) enter() (func(), error) {
+func (s *shard) enter() (func(), error) {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -248,37 +231,30 @@ func (s *Store) enter() (func(), error) {
 	return s.mu.RUnlock, nil
 }
 
-// Healthy implements store.Health: without its NATS connection (lost, and
-// being retried) no commit can land; with it, a stream that has left a
-// commit unanswered for CommitTimeout (no leader, no quorum) takes none
-// either, until one lands or store.HealthMemory passes.
-func (s *Store) Healthy() error {
+// healthy is Store.Healthy for this shard's stream.
+func (s *shard) healthy() error {
 	if st := s.nc.Status(); st != nats.CONNECTED {
 		return fmt.Errorf("jetstream: the NATS connection is %s", st)
 	}
 	return s.health.Err()
 }
 
-// Close waits for the operations under way, then refuses new ones. It
-// closes the connection only when Connect made it. Close is idempotent.
-func (s *Store) Close() error {
+// close waits for the shard's operations under way, then refuses new ones
+// and drops its reply subscription. The connection is the Store's.
+func (s *shard) close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil
 	}
 	s.closed = true
-	if s.ownConn {
-		s.nc.Close() // takes the subscription with it
-		return nil
-	}
 	if err := s.replies.close(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		return fmt.Errorf("jetstream: close: %w", err)
+		return fmt.Errorf("jetstream: close %s: %w", s.opts.Stream, err)
 	}
 	return nil
 }
 
 // timeout bounds ctx by Options.Timeout for one request.
-func (s *Store) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
+func (s *shard) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.opts.Timeout)
 }

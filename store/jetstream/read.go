@@ -16,7 +16,7 @@ import (
 
 // Records implements store.Store; see the package doc for how it finds
 // the record after the cursor.
-func (s *Store) Records(ctx context.Context, sessionID string, after int64, lim store.Limit) ([]store.Record, error) {
+func (s *shard) Records(ctx context.Context, sessionID string, after int64, lim store.Limit) ([]store.Record, error) {
 	done, err := s.enter()
 	if err != nil {
 		return nil, err
@@ -42,7 +42,7 @@ func (s *Store) Records(ctx context.Context, sessionID string, after int64, lim 
 // records the read has room for now, so that no batch brings much more.
 // The stream cannot tell a message's size before sending it, so fn may be
 // handed one record past a bound, which it drops.
-func (s *Store) each(ctx context.Context, sessionID string, after int64, rows int, room func() int, fn func(store.Record) bool) error {
+func (s *shard) each(ctx context.Context, sessionID string, after int64, rows int, room func() int, fn func(store.Record) bool) error {
 	at, err := s.seek(ctx, sessionID, max(after, 0)+1)
 	if errors.Is(err, errNoMsg) {
 		return nil
@@ -75,7 +75,7 @@ func (s *Store) each(ctx context.Context, sessionID string, after int64, rows in
 // session's next record from there lands on target or closer to it. A
 // Commit's records are contiguous in the stream, so this takes one or two
 // gets unless the page's records are scattered among other sessions'.
-func (s *Store) seek(ctx context.Context, sessionID string, target int64) (positioned, error) {
+func (s *shard) seek(ctx context.Context, sessionID string, target int64) (positioned, error) {
 	m, err := s.get(ctx, getRequest{NextFor: s.subj.logPage(sessionID, target)})
 	if err != nil {
 		return positioned{}, err
@@ -98,7 +98,7 @@ func (s *Store) seek(ctx context.Context, sessionID string, target int64) (posit
 // up to four times as many as read so far. Of the span that meets the
 // bound it keeps the records nearest before that fit, dropping the others
 // as it reads, so it holds about the bound however long the span.
-func (s *Store) RecordsBefore(ctx context.Context, sessionID string, before int64, lim store.Limit) ([]store.Record, error) {
+func (s *shard) RecordsBefore(ctx context.Context, sessionID string, before int64, lim store.Limit) ([]store.Record, error) {
 	done, err := s.enter()
 	if err != nil {
 		return nil, err
@@ -145,7 +145,7 @@ func (s *Store) RecordsBefore(ctx context.Context, sessionID string, before int6
 }
 
 // Head implements store.Store.
-func (s *Store) Head(ctx context.Context, sessionID string) (int64, error) {
+func (s *shard) Head(ctx context.Context, sessionID string) (int64, error) {
 	done, err := s.enter()
 	if err != nil {
 		return 0, err
@@ -162,7 +162,7 @@ type headPos struct {
 	stream uint64
 }
 
-func (s *Store) head(ctx context.Context, sessionID string) (headPos, error) {
+func (s *shard) head(ctx context.Context, sessionID string) (headPos, error) {
 	m, err := s.get(ctx, getRequest{LastFor: s.subj.log(sessionID)})
 	if errors.Is(err, errNoMsg) {
 		return headPos{}, nil
@@ -178,7 +178,7 @@ func (s *Store) head(ctx context.Context, sessionID string) (headPos, error) {
 }
 
 // Session implements store.Store.
-func (s *Store) Session(ctx context.Context, id string) (store.Session, error) {
+func (s *shard) Session(ctx context.Context, id string) (store.Session, error) {
 	done, err := s.enter()
 	if err != nil {
 		return store.Session{}, err
@@ -194,65 +194,20 @@ func (s *Store) Session(ctx context.Context, id string) (store.Session, error) {
 	return decodeRow(id, m)
 }
 
-// Sessions implements store.Store. It reads the owner's index (the
-// entries on <p>.own.<owner>.*, headers alone), sorts them, and reads the
-// rows of the page one get each: O(owner's sessions + limit), whatever the
-// other owners hold.
-func (s *Store) Sessions(ctx context.Context, owner string, after *store.SessionKey, limit int) ([]store.Session, error) {
-	done, err := s.enter()
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	if limit <= 0 {
-		return nil, nil
-	}
-	keys, err := s.ownerKeys(ctx, owner, after)
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: sessions: %w", err)
-	}
-	out := make([]store.Session, 0, min(limit, len(keys)))
-	// The rows of a page at a time, a few at once; a row gone or erasing
-	// since its entry was read leaves room for the next key.
-	for len(out) < limit && len(keys) > 0 {
-		page := keys[:min(limit-len(out), len(keys))]
-		keys = keys[len(page):]
-		rows := make([]store.Session, len(page))
-		keep := make([]bool, len(page))
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(busyGets)
-		for i, k := range page {
-			g.Go(func() (err error) {
-				rows[i], keep[i], err = s.ownedRow(gctx, owner, k.ID)
-				return err
-			})
-		}
-		if err := g.Wait(); err != nil {
-			return nil, fmt.Errorf("jetstream: sessions: %w", err)
-		}
-		for i, row := range rows {
-			if keep[i] {
-				out = append(out, row)
-			}
-		}
-	}
-	return out, nil
-}
-
 // compareKeys orders (updatedAt, id) pairs ascending.
 func compareKeys(at1 int64, id1 string, at2 int64, id2 string) int {
 	return cmp.Or(cmp.Compare(at1, at2), strings.Compare(id1, id2))
 }
 
-// BusySessions implements store.Store. It asks the stream leader which
-// busy entries there are (the subjects on <p>.busy.*, from its
-// per-subject index), then reads the row of each, one get each: the row
+// BusySessions is Store.BusySessions on this shard's stream. It asks the
+// stream leader which busy entries there are (the subjects on <p>.busy.*,
+// from its per-subject index), then reads the row of each, one get each: the row
 // is the truth, so one that is not busy (its entry says idle, until that
 // expires), erasing or gone is left out, and the entries themselves need
 // not be read. The cost is the busy sessions and the ones gone idle
 // within idleTTL, whatever is stored: a scan of the entries instead would
 // walk the stream's blocks between them. They come sorted by id.
-func (s *Store) BusySessions(ctx context.Context) ([]store.Session, error) {
+func (s *shard) BusySessions(ctx context.Context) ([]store.Session, error) {
 	done, err := s.enter()
 	if err != nil {
 		return nil, err
@@ -283,7 +238,7 @@ const busyGets = 8
 
 // busyRows reads the rows of ids, busyGets at a time, and returns those
 // busy and not erasing, in the order of ids.
-func (s *Store) busyRows(ctx context.Context, ids []string) ([]store.Session, error) {
+func (s *shard) busyRows(ctx context.Context, ids []string) ([]store.Session, error) {
 	rows := make([]store.Session, len(ids))
 	keep := make([]bool, len(ids))
 	g, gctx := errgroup.WithContext(ctx)
@@ -308,7 +263,7 @@ func (s *Store) busyRows(ctx context.Context, ids []string) ([]store.Session, er
 
 // busyRow reads a session's row; ok tells that it is there, busy and not
 // erasing.
-func (s *Store) busyRow(ctx context.Context, id string) (row store.Session, ok bool, err error) {
+func (s *shard) busyRow(ctx context.Context, id string) (row store.Session, ok bool, err error) {
 	m, err := s.get(ctx, getRequest{LastFor: s.subj.row(id)})
 	if errors.Is(err, errNoMsg) {
 		return store.Session{}, false, nil
@@ -326,7 +281,7 @@ func (s *Store) busyRow(ctx context.Context, id string) (row store.Session, ok b
 // names the entry subjects (from its per-subject index, whatever else the
 // stream holds); each is then read with one get, which finds a subject's
 // last message without walking the stream.
-func (s *Store) ownerIndex(ctx context.Context, owner string) (map[string]storedMsg, error) {
+func (s *shard) ownerIndex(ctx context.Context, owner string) (map[string]storedMsg, error) {
 	subjects, err := s.subjectsOn(ctx, s.subj.ownedBy(owner))
 	if err != nil {
 		return nil, err
@@ -365,7 +320,7 @@ func (s *Store) ownerIndex(ctx context.Context, owner string) (map[string]stored
 }
 
 // subjectsOn asks the stream leader which subjects filter matches.
-func (s *Store) subjectsOn(ctx context.Context, filter string) (map[string]uint64, error) {
+func (s *shard) subjectsOn(ctx context.Context, filter string) (map[string]uint64, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
@@ -379,7 +334,7 @@ func (s *Store) subjectsOn(ctx context.Context, filter string) (map[string]uint6
 // subject. Those are rolled-up subjects (rows, index entries): a message
 // read from a lagging replica may be followed by its successor from the
 // leader (see scan), and the later one wins.
-func (s *Store) lastOn(ctx context.Context, filter string) (map[string]storedMsg, error) {
+func (s *shard) lastOn(ctx context.Context, filter string) (map[string]storedMsg, error) {
 	last := map[string]storedMsg{}
 	err := s.scan(ctx, filter, 0, nil, func(m storedMsg) (bool, error) {
 		last[m.subject] = m
@@ -398,7 +353,7 @@ func (s *Store) lastOn(ctx context.Context, filter string) (map[string]storedMsg
 // a lagging replica still served although the leader has deleted them:
 // the leader lists the subjects it holds, after the scan, so a deletion
 // acknowledged before the scan began is seen.
-func (s *Store) dropDeleted(ctx context.Context, filter string, rows map[string]storedMsg) error {
+func (s *shard) dropDeleted(ctx context.Context, filter string, rows map[string]storedMsg) error {
 	if !s.verify || len(rows) == 0 {
 		return nil
 	}
@@ -414,8 +369,8 @@ func (s *Store) dropDeleted(ctx context.Context, filter string, rows map[string]
 	return nil
 }
 
-// Command implements store.Store.
-func (s *Store) Command(ctx context.Context, id string) (store.Command, error) {
+// command is Store.Command on this shard's stream.
+func (s *shard) command(ctx context.Context, id string) (store.Command, error) {
 	done, err := s.enter()
 	if err != nil {
 		return store.Command{}, err

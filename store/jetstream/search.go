@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
 
 	"mspd/store"
 )
@@ -74,7 +75,7 @@ func mayMatch(canon string, t store.Terms) bool {
 // textMsg reads a session's search text and returns its successor with t
 // added, rolled up: the session's commits are one at a time (its writer
 // holds its lease), so the read and the write do not race.
-func (s *Store) textMsg(ctx context.Context, sessionID string, t *store.Text) (*nats.Msg, error) {
+func (s *shard) textMsg(ctx context.Context, sessionID string, t *store.Text) (*nats.Msg, error) {
 	subject := s.subj.text(t.Owner, sessionID)
 	var doc textDoc
 	m, err := s.get(ctx, getRequest{LastFor: subject})
@@ -117,9 +118,9 @@ func (s *Store) textMsg(ctx context.Context, sessionID string, t *store.Text) (*
 }
 
 // Search implements store.Store: it reads the owner's index entries and
-// search texts (one scan of each of its two subject families, however
-// many other owners' sessions the stream holds), matches the texts here,
-// and reads the rows of the page.
+// search texts in each stream (one scan of each of its two subject
+// families there, however many other owners' sessions the stream holds),
+// matches the texts here, and reads the rows of the page.
 func (s *Store) Search(ctx context.Context, q store.Query, after *store.SessionKey, limit int) ([]store.Hit, error) {
 	done, err := s.enter()
 	if err != nil {
@@ -134,11 +135,14 @@ func (s *Store) Search(ctx context.Context, q store.Query, after *store.SessionK
 		return nil, fmt.Errorf("jetstream: search: %w", err)
 	}
 	if q.IDs != nil {
-		keys = slices.DeleteFunc(keys, func(k store.SessionKey) bool { return !slices.Contains(q.IDs, k.ID) })
+		keys = slices.DeleteFunc(keys, func(k ownedKey) bool { return !slices.Contains(q.IDs, k.ID) })
 	}
-	var texts map[string]storedMsg
+	var texts []map[string]storedMsg // by shard
 	if !q.Name.Empty() || !q.Content.Empty() {
-		if texts, err = s.lastOn(ctx, s.subj.textsOf(q.Owner)); err != nil {
+		texts, err = eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) (map[string]storedMsg, error) {
+			return sh.lastOn(ctx, sh.subj.textsOf(q.Owner))
+		})
+		if err != nil {
 			return nil, fmt.Errorf("jetstream: search: %w", err)
 		}
 	}
@@ -147,14 +151,19 @@ func (s *Store) Search(ctx context.Context, q store.Query, after *store.SessionK
 		if len(out) == limit {
 			break
 		}
-		match, ok, err := s.matchText(q, texts, k.ID)
+		var shardTexts map[string]storedMsg
+		if texts != nil {
+			shardTexts = texts[k.shard]
+		}
+		sh := s.shards[k.shard]
+		match, ok, err := sh.matchText(q, shardTexts, k.ID)
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
 			continue
 		}
-		row, ok, err := s.ownedRow(ctx, q.Owner, k.ID)
+		row, ok, err := sh.ownedRow(ctx, q.Owner, k.ID)
 		if err != nil {
 			return nil, fmt.Errorf("jetstream: search: %w", err)
 		}
@@ -165,8 +174,83 @@ func (s *Store) Search(ctx context.Context, q store.Query, after *store.SessionK
 	return out, nil
 }
 
+// Sessions implements store.Store. It reads the owner's index in each
+// stream (the entries on <p>.own.<owner>.*, headers alone), merges and
+// sorts them, and reads the rows of the page one get each, a few at once:
+// O(owner's sessions + limit), whatever the other owners hold.
+func (s *Store) Sessions(ctx context.Context, owner string, after *store.SessionKey, limit int) ([]store.Session, error) {
+	done, err := s.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if limit <= 0 {
+		return nil, nil
+	}
+	keys, err := s.ownerKeys(ctx, owner, after)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: sessions: %w", err)
+	}
+	out := make([]store.Session, 0, min(limit, len(keys)))
+	// The rows of a page at a time, a few at once; a row gone or erasing
+	// since its entry was read leaves room for the next key.
+	for len(out) < limit && len(keys) > 0 {
+		page := keys[:min(limit-len(out), len(keys))]
+		keys = keys[len(page):]
+		rows := make([]store.Session, len(page))
+		keep := make([]bool, len(page))
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(busyGets)
+		for i, k := range page {
+			g.Go(func() (err error) {
+				rows[i], keep[i], err = s.shards[k.shard].ownedRow(gctx, owner, k.ID)
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return nil, fmt.Errorf("jetstream: sessions: %w", err)
+		}
+		for i, row := range rows {
+			if keep[i] {
+				out = append(out, row)
+			}
+		}
+	}
+	return out, nil
+}
+
+// ownedKey is an entry of an owner's index and the shard holding it.
+type ownedKey struct {
+	store.SessionKey
+	shard int
+}
+
+// ownerKeys reads an owner's index in every stream at once and returns
+// the keys of its live sessions after the key (all when nil), newest
+// first.
+func (s *Store) ownerKeys(ctx context.Context, owner string, after *store.SessionKey) ([]ownedKey, error) {
+	each, err := eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) ([]store.SessionKey, error) {
+		return sh.ownerKeys(ctx, owner, after)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var keys []ownedKey
+	for i, ks := range each {
+		for _, k := range ks {
+			keys = append(keys, ownedKey{SessionKey: k, shard: i})
+		}
+	}
+	if len(each) > 1 {
+		slices.SortFunc(keys, func(a, b ownedKey) int {
+			return compareKeys(b.UpdatedAt.UnixNano(), b.ID, a.UpdatedAt.UnixNano(), a.ID)
+		})
+	}
+	return keys, nil
+}
+
 // matchText matches a session's search text against q.
-func (s *Store) matchText(q store.Query, texts map[string]storedMsg, id string) (match string, ok bool, err error) {
+func (s *shard) matchText(q store.Query, texts map[string]storedMsg, id string) (match string, ok bool, err error) {
 	if q.Name.Empty() && q.Content.Empty() {
 		return "", true, nil
 	}
@@ -198,9 +282,9 @@ func (s *Store) matchText(q store.Query, texts map[string]storedMsg, id string) 
 	return match, true, nil
 }
 
-// ownerKeys reads an owner's index and returns the keys of its live
+// ownerKeys reads an owner's index in this shard's stream and returns the keys of its live
 // sessions after the key (all when nil), newest first.
-func (s *Store) ownerKeys(ctx context.Context, owner string, after *store.SessionKey) ([]store.SessionKey, error) {
+func (s *shard) ownerKeys(ctx context.Context, owner string, after *store.SessionKey) ([]store.SessionKey, error) {
 	entries, err := s.ownerIndex(ctx, owner)
 	if err != nil {
 		return nil, err
@@ -236,7 +320,7 @@ func (s *Store) ownerKeys(ctx context.Context, owner string, after *store.Sessio
 
 // ownedRow reads a session's row; ok is false when it has gone since its
 // index entry was read, is being erased, or is not owner's.
-func (s *Store) ownedRow(ctx context.Context, owner, id string) (store.Session, bool, error) {
+func (s *shard) ownedRow(ctx context.Context, owner, id string) (store.Session, bool, error) {
 	m, err := s.get(ctx, getRequest{LastFor: s.subj.row(id)})
 	if errors.Is(err, errNoMsg) {
 		return store.Session{}, false, nil
