@@ -246,6 +246,8 @@ func (l *leases) holder(ctx context.Context, value []byte) (node string, alive b
 	if !ok {
 		return "", false, nil // not a claim this layout writes: anyone's
 	}
+	ctx, cancel := context.WithTimeout(ctx, kvTimeout)
+	defer cancel()
 	e, err := l.nodes.Get(ctx, node)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return node, false, nil
@@ -258,7 +260,7 @@ func (l *leases) holder(ctx context.Context, value []byte) (node string, alive b
 
 // leader returns the node whose live claim a session has, "" for none.
 func (l *leases) leader(ctx context.Context, session string) (string, error) {
-	e, err := l.claims.Get(ctx, session)
+	e, err := l.getClaim(ctx, session)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return "", nil
 	}
@@ -283,7 +285,7 @@ func (l *leases) claim(ctx context.Context, session string) (string, error) {
 	}
 	for range 3 {
 		value, incarnation := l.claimValue()
-		rev, err := l.claims.Create(ctx, session, []byte(value))
+		rev, err := l.createClaim(ctx, session, value)
 		if err == nil {
 			if l.hold(session, rev, incarnation) {
 				return l.opts.Node, nil
@@ -293,7 +295,7 @@ func (l *leases) claim(ctx context.Context, session string) (string, error) {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return "", err
 		}
-		e, err := l.claims.Get(ctx, session)
+		e, err := l.getClaim(ctx, session)
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 			continue // released between the two: try again
 		}
@@ -312,7 +314,7 @@ func (l *leases) claim(ctx context.Context, session string) (string, error) {
 		}
 		// The claim of a node whose heartbeat is gone: take it over,
 		// unless another node does first.
-		rev, err = l.claims.Update(ctx, session, []byte(value), e.Revision())
+		rev, err = l.replaceClaim(ctx, session, value, e.Revision())
 		if err == nil {
 			if l.hold(session, rev, incarnation) {
 				return l.opts.Node, nil
@@ -324,6 +326,30 @@ func (l *leases) claim(ctx context.Context, session string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("cluster: the claim of %s keeps changing", session)
+}
+
+// kvTimeout bounds one KV request of a claim: one sent while NATS elects
+// a stream leader may never be answered, and an adoption pass must move
+// on to the next session rather than wait on it. A claim written whose
+// answer was lost is found again as this node's own (see claim).
+const kvTimeout = 2 * time.Second
+
+func (l *leases) getClaim(ctx context.Context, session string) (jetstream.KeyValueEntry, error) {
+	ctx, cancel := context.WithTimeout(ctx, kvTimeout)
+	defer cancel()
+	return l.claims.Get(ctx, session)
+}
+
+func (l *leases) createClaim(ctx context.Context, session, value string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, kvTimeout)
+	defer cancel()
+	return l.claims.Create(ctx, session, []byte(value))
+}
+
+func (l *leases) replaceClaim(ctx context.Context, session, value string, revision uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, kvTimeout)
+	defer cancel()
+	return l.claims.Update(ctx, session, []byte(value), revision)
 }
 
 // release deletes this node's claim of a session, unless another node

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"mspd/schema/msp"
+	"mspd/store"
 )
 
 // A session's leader and followers, and takeover: the package doc
@@ -463,7 +465,11 @@ func (s *session) publishLocked(n Notification, at Position) {
 }
 
 // adoptOrphans takes over the busy sessions nobody leads: their leader
-// stopped, or let go on shutdown.
+// stopped, or let go on shutdown. A claim this node holds of a session it
+// does not lead (a claim that landed while its answer was lost, in a
+// NATS leader election say) is this node's to lead too: nobody else
+// would. Sessions are taken over adoptWorkers at a time: after a node
+// dies, its busy sessions wait on this pass.
 func (m *Manager) adoptOrphans(ctx context.Context) {
 	c := m.cfg.Cluster
 	rows, err := m.store.BusySessions(ctx)
@@ -471,22 +477,58 @@ func (m *Manager) adoptOrphans(ctx context.Context) {
 		m.log.Warn("listing busy sessions", "err", err)
 		return
 	}
-	for _, row := range rows {
-		if leader, err := c.Leader(ctx, row.ID); err != nil || leader != "" {
-			continue
-		}
-		leader, err := c.Claim(ctx, row.ID)
-		if err != nil || leader != c.Node() {
-			continue
-		}
-		id := wireID(row.Owner, row.ID)
-		if err := m.lead(ctx, row.ID, id); err != nil {
-			m.log.Warn("taking a session over", "session", id, "err", err)
-			c.Release(row.ID)
-			continue
-		}
-		m.log.Info("took a session over", "session", id)
+	work := make(chan store.Session)
+	var wg sync.WaitGroup
+	for range min(adoptWorkers, len(rows)) {
+		wg.Go(func() {
+			for row := range work {
+				m.adopt(ctx, c, row)
+			}
+		})
 	}
+	for _, row := range rows {
+		work <- row
+	}
+	close(work)
+	wg.Wait()
+}
+
+// adoptWorkers is how many sessions one node takes over at once.
+const adoptWorkers = 16
+
+// adopt takes over one busy session unless a live node, other than this
+// one, leads it, or this node already does.
+func (m *Manager) adopt(ctx context.Context, c Cluster, row store.Session) {
+	if leader, err := c.Leader(ctx, row.ID); err != nil || leader != "" && leader != c.Node() {
+		return
+	}
+	if m.leads(row.ID) {
+		return
+	}
+	leader, err := c.Claim(ctx, row.ID)
+	if err != nil || leader != c.Node() {
+		return
+	}
+	id := wireID(row.Owner, row.ID)
+	if err := m.lead(ctx, row.ID, id); err != nil {
+		m.log.Warn("taking a session over", "session", id, "err", err)
+		c.Release(row.ID)
+		return
+	}
+	m.log.Info("took a session over", "session", id)
+}
+
+// leads tells whether this node has session key loaded as its leader.
+func (m *Manager) leads(key string) bool {
+	m.mu.Lock()
+	l := m.sessions[key]
+	m.mu.Unlock()
+	if l == nil || l.s == nil {
+		return false
+	}
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	return l.s.role == roleLeader
 }
 
 // adoptLoop runs adoptOnce every interval, and at once when the cluster

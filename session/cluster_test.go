@@ -310,6 +310,38 @@ func TestClusterTakesOverAStoppedLeader(t *testing.T) {
 	a.Close()
 }
 
+// TestClusterLeadsItsOwnUnledClaim: a node holding a claim of a busy
+// session it does not lead (its claim landed while the answer was lost)
+// takes the session over itself: no other node would, as the claim says
+// a live node leads it.
+func TestClusterLeadsItsOwnUnledClaim(t *testing.T) {
+	st := openStore(t)
+	h := newMemHub()
+	model := newHistModel()
+	deadA := &crashStore{Store: st}
+	a := h.startNode(t, "a", deadA, model)
+	b := h.startNode(t, "b", st, model)
+	t.Cleanup(b.Close)
+
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	ack := startTurn(t, a, textTurn(sid, "crash"))
+	model.waitStarted(t, "crash")
+	onB := newRecSub()
+	subscribe(t, b, onB, sid)
+
+	deadA.dead.Store(true)
+	h.mu.Lock() // a dies, and b's claim of the session is there at once
+	h.down["a"] = true
+	h.leases[sid] = "b"
+	h.mu.Unlock()
+	c := onB.waitTerminal(t, ack.TurnID)
+	if c.Terminal != msp.TerminalCompleted || c.Attempts.Count != 2 {
+		t.Fatalf("terminal after the takeover %+v %+v", c, c.Attempts)
+	}
+	a.Close()
+}
+
 // TestClusterHandsOverOnShutdown: a node that shuts down stops its turn
 // with an exact checkpoint and lets go of its lease; another node resumes
 // the turn at once.
