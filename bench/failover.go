@@ -181,6 +181,7 @@ type failoverTurn struct {
 // they were started, and to n2, where they are read.
 type failoverRun struct {
 	leader, follower []*mspConn
+	ids              []string // the sessions' ids
 	turns            []failoverTurn
 	streaming        sync.WaitGroup // a turn each, done at its first delta or its reader's end
 	readers          sync.WaitGroup
@@ -195,9 +196,9 @@ func startFailoverTurns(ctx context.Context, leaderURL, followerURL string, k in
 	if err != nil {
 		return nil, err
 	}
-	run := &failoverRun{leader: make([]*mspConn, k), follower: make([]*mspConn, k), turns: make([]failoverTurn, k)}
+	run := &failoverRun{leader: make([]*mspConn, k), follower: make([]*mspConn, k), ids: make([]string, k), turns: make([]failoverTurn, k)}
 	for i, s := range started {
-		run.leader[i] = s.c
+		run.leader[i], run.ids[i] = s.c, s.id
 	}
 	err = parallel(ctx, k, setupParallelism, func(ctx context.Context, i int) error {
 		c, err := dialReady(ctx, followerURL)
@@ -335,10 +336,15 @@ func (run *failoverRun) close() {
 	run.readers.Wait()
 }
 
+// failoverFaultsLogged bounds the sessions gone wrong that a round logs.
+const failoverFaultsLogged = 10
+
 // failoverTally sums a round up.
 type failoverTally struct {
 	toNotice, toRequest, toDelta []time.Duration
 	lost, notResumed, extra, few int
+	// faults say what went wrong with which session, for the log.
+	faults []string
 }
 
 // tallyFailover reads the round's turns and the fake's requests.
@@ -364,6 +370,10 @@ func tallyFailover(killed time.Time, run *failoverRun, fake *failoverFake) failo
 		if len(reqs) < 2 {
 			t.few++
 		}
+		if ft.terminal != msp.TerminalCompleted || len(reqs) != 2 || ft.notices != 1 {
+			t.faults = append(t.faults, fmt.Sprintf("session %s: terminal %q, %d provider requests, %d turn/retryScheduled (%q)",
+				run.ids[i], ft.terminal, len(reqs), ft.notices, ft.reason))
+		}
 	}
 	fake.mu.Lock()
 	t.extra += fake.stray
@@ -373,6 +383,13 @@ func tallyFailover(killed time.Time, run *failoverRun, fake *failoverFake) failo
 
 func (r *runner) failoverRows(k int, killed time.Time, run *failoverRun, fake *failoverFake) {
 	t := tallyFailover(killed, run, fake)
+	for i, f := range t.faults {
+		if i == failoverFaultsLogged {
+			r.logf("  … and %d more", len(t.faults)-i)
+			break
+		}
+		r.logf("  K=%d, not as it should be: %s", k, f)
+	}
 	scen := fmt.Sprintf("failover K=%d", k)
 	setting := fmt.Sprintf("lease TTL %s; %d busy sessions led by n1 of 3 nodes (JetStream R3), n1 SIGKILLed", r.cfg.FailoverLeaseTTL, k)
 	ms := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
