@@ -15,11 +15,13 @@ import (
 )
 
 // Scenarios lists every scenario, in the order they run.
-var Scenarios = []string{"turns", "notice", "idle", "resume", "append", "store", "cluster", "memory", "gateway"}
+var Scenarios = []string{"turns", "notice", "idle", "resume", "append", "store", "cluster", "memory", "gateway", "failover"}
 
 // DefaultScenarios are the scenarios run when a Config names none: all but
-// gateway, whose sweep takes minutes a rate (mspbench gateway runs it).
-var DefaultScenarios = Scenarios[: len(Scenarios)-1 : len(Scenarios)-1]
+// gateway, whose sweep takes minutes a rate (mspbench gateway runs it),
+// and failover, which starts a cluster for each session count and waits
+// out a lease TTL in each.
+var DefaultScenarios = slices.DeleteFunc(slices.Clone(Scenarios), func(s string) bool { return s == "gateway" || s == "failover" })
 
 // Config is one benchmark run.
 type Config struct {
@@ -131,6 +133,13 @@ type Config struct {
 	// seed) instead of evenly spaced.
 	GatewayPoisson bool
 
+	// FailoverSessions are the busy session counts of the failover
+	// scenario (default 1, 100 and 1000), each on a fresh cluster of three
+	// nodes whose --lease-ttl is FailoverLeaseTTL (default 10 s, the
+	// server's).
+	FailoverSessions []int
+	FailoverLeaseTTL time.Duration
+
 	// Profile, when set, starts the servers with --pprof and writes
 	// profiles named after it: a CPU profile of each turns run
 	// (Profile.turns<N>x<K>, taken while the turns run again after the
@@ -236,6 +245,12 @@ func (c *Config) defaults() {
 		c.MemoryFramers = 20
 	}
 	c.gatewayDefaults()
+	if len(c.FailoverSessions) == 0 {
+		c.FailoverSessions = []int{1, 100, 1000}
+	}
+	if c.FailoverLeaseTTL <= 0 {
+		c.FailoverLeaseTTL = 10 * time.Second
+	}
 	if c.Log == nil {
 		c.Log = os.Stderr
 	}
@@ -340,15 +355,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer r.raw.stop()
 	scenarios := map[string]func(context.Context) error{
-		"turns":   r.turns,
-		"notice":  r.notice,
-		"idle":    r.idle,
-		"resume":  r.resume,
-		"append":  r.append,
-		"store":   r.storeScenario,
-		"cluster": r.clusterScenario,
-		"memory":  r.memory,
-		"gateway": r.gateway,
+		"turns":    r.turns,
+		"notice":   r.notice,
+		"idle":     r.idle,
+		"resume":   r.resume,
+		"append":   r.append,
+		"store":    r.storeScenario,
+		"cluster":  r.clusterScenario,
+		"memory":   r.memory,
+		"gateway":  r.gateway,
+		"failover": r.failoverScenario,
 	}
 	for _, s := range Scenarios {
 		if !slices.Contains(cfg.Scenarios, s) {

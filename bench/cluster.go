@@ -46,10 +46,16 @@ const startTries = 2
 // bucket replicated replicas times, and waits for all of them to listen;
 // a cluster that does not come up is started afresh, once.
 func (r *runner) startNodes(ctx context.Context, n, replicas int) (*nodes, error) {
+	return r.startNodesWith(ctx, n, replicas, nil, nil)
+}
+
+// startNodesWith is startNodes with args added to every node's flags and
+// env to its environment, after the configured ones.
+func (r *runner) startNodesWith(ctx context.Context, n, replicas int, args, env []string) (*nodes, error) {
 	var err error
 	for try := 1; try <= startTries; try++ {
 		var ns *nodes
-		if ns, err = r.tryNodes(ctx, n, replicas); err == nil {
+		if ns, err = r.tryNodes(ctx, n, replicas, args, env); err == nil {
 			return ns, nil
 		}
 		lines := strings.Split(err.Error(), "\n")
@@ -58,19 +64,20 @@ func (r *runner) startNodes(ctx context.Context, n, replicas int) (*nodes, error
 	return nil, err
 }
 
-// tryNodes makes one attempt of startNodes.
-func (r *runner) tryNodes(ctx context.Context, n, replicas int) (*nodes, error) {
+// tryNodes makes one attempt of startNodesWith.
+func (r *runner) tryNodes(ctx context.Context, n, replicas int, extra, extraEnv []string) (*nodes, error) {
 	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}
 	ns := &nodes{secret: rand.Text()}
 	for i := range n {
-		args := append(nodeArgs(i, ports[:n], ports[n:], replicas), r.cfg.ServerArgs...)
+		args := append(append(nodeArgs(i, ports[:n], ports[n:], replicas), r.cfg.ServerArgs...), extra...)
 		if r.cfg.Profile != "" {
 			args = append(args, "--pprof")
 		}
-		s, err := launchServer(r.bin, r.cfg.WorkDir, args, append(ns.env(), r.cfg.ServerEnv...))
+		env := append(append(ns.env(), r.cfg.ServerEnv...), extraEnv...)
+		s, err := launchServer(r.bin, r.cfg.WorkDir, args, env)
 		if err != nil {
 			ns.stop()
 			return nil, err

@@ -35,7 +35,12 @@
 // (not run by default: an open loop of turns at offered rates, each on a
 // session of its own, against an OpenAI-compatible fake provider in this
 // process that answers in 1.5 s, beside the same load sent straight to
-// the fake; see gateway.go). Clustered
+// the fake; see gateway.go) and failover (not run by default: for 1, 100
+// and 1,000 busy sessions led by one node of three on JetStream R3, each
+// with a turn streaming from that fake, the node is killed; how long until
+// each turn's resumed attempt is announced and streams on a client of
+// another node, and whether every turn completes with exactly two
+// provider requests; see failover.go). Clustered
 // mspd nodes run as processes with embedded NATS servers (--store
 // jetstream --nats-embedded), as e2e starts them.
 //

@@ -29,8 +29,29 @@ type fakeProvider struct {
 	firstByte time.Duration
 	total     time.Duration
 	chunks    int
-	accepted  atomic.Int64
-	answered  atomic.Int64
+	// plan, when set, times each answer from its request's body instead
+	// (the failover scenario answers a turn's first request slowly and
+	// its resumed one quickly); it is called as the request arrives.
+	plan     func(body []byte) answerPlan
+	accepted atomic.Int64
+	answered atomic.Int64
+}
+
+// answerPlan times one answer of the fake: its first byte after
+// firstByte, its end after total, chunks deltas after the first between.
+type answerPlan struct {
+	firstByte, total time.Duration
+	chunks           int
+}
+
+// planFor times the answer to a request of body.
+func (f *fakeProvider) planFor(body []byte) answerPlan {
+	if f.plan != nil {
+		a := f.plan(body)
+		a.chunks = max(a.chunks, 1)
+		return a
+	}
+	return answerPlan{firstByte: f.firstByte, total: f.total, chunks: f.chunks}
 }
 
 // stampPrefix starts the first delta of every answer, before the fake's
@@ -82,7 +103,8 @@ func (f *fakeProvider) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	usage := bytes.Contains(body, []byte(`"include_usage":true`))
-	if !sleepUntil(r.Context(), arrived.Add(f.firstByte)) {
+	plan := f.planFor(body)
+	if !sleepUntil(r.Context(), arrived.Add(plan.firstByte)) {
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -98,17 +120,17 @@ func (f *fakeProvider) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The deltas after the first, evenly spaced, the last at total.
-	stream := f.total - f.firstByte
-	for k := 1; k <= f.chunks; k++ {
-		if !sleepUntil(r.Context(), first.Add(stream*time.Duration(k)/time.Duration(f.chunks))) {
+	stream := plan.total - plan.firstByte
+	for k := 1; k <= plan.chunks; k++ {
+		if !sleepUntil(r.Context(), first.Add(stream*time.Duration(k)/time.Duration(plan.chunks))) {
 			return
 		}
 		buf = append(buf[:0], chunkHead...)
 		buf = append(buf, `"content":"`+fakeWordText+`"},"finish_reason":null}]}`+"\n\n"...)
-		if k == f.chunks {
+		if k == plan.chunks {
 			buf = append(buf, chunkFinish...)
 			if usage {
-				buf = fmt.Appendf(buf, chunkUsage, f.chunks+1, f.chunks+9)
+				buf = fmt.Appendf(buf, chunkUsage, plan.chunks+1, plan.chunks+9)
 			}
 			buf = append(buf, chunkDone...)
 		}

@@ -2,7 +2,7 @@
 // with real WebSocket clients and prints each figure beside a baseline
 // measured in the same run (see package bench and BENCHMARKS.md).
 //
-//	mspbench [--bin PATH] [--scenarios turns,notice,idle,resume,append,store,cluster,memory,gateway] [--json]
+//	mspbench [--bin PATH] [--scenarios turns,notice,idle,resume,append,store,cluster,memory,gateway,failover] [--json]
 //	mspbench gateway [--rates 100,500,1000,2000] [--duration 60s] [--conns 1000] [--json]
 //
 // The second form runs the gateway scenario alone, where its flags may
@@ -47,13 +47,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var cfg bench.Config
 	var scenarios, serverArgs string
 	var gatewayRates floatList
-	var turnSessions, idleConns, clusterSessions intList
+	var turnSessions, idleConns, clusterSessions, failoverSessions intList
 	var storeBackends, appendStores string
 	var asJSON bool
 	fs.StringVar(&cfg.Bin, "bin", "", "mspd binary to benchmark (default: build ./cmd/mspd)")
 	fs.StringVar(&cfg.ModuleDir, "module", ".", "mspd module to build when --bin is not given")
 	fs.StringVar(&cfg.WorkDir, "work", "", "directory for the binary and data directories (default: a temporary one)")
-	fs.StringVar(&scenarios, "scenarios", strings.Join(bench.DefaultScenarios, ","), "scenarios to run: "+strings.Join(bench.Scenarios, ", "))
+	fs.StringVar(&scenarios, "scenarios", strings.Join(bench.DefaultScenarios, ","),
+		"scenarios to run: "+strings.Join(bench.Scenarios, ", ")+" (gateway and failover only when named)")
 	fs.StringVar(&serverArgs, "server-args", "", "extra flags for every mspd started, space-separated (e.g. \"--queue-frames 256\")")
 	fs.Var(&turnSessions, "turn-sessions", "turns: session counts (default 100,1000)")
 	fs.IntVar(&cfg.TurnDeltas, "turn-deltas", 1000, "turns: deltas of each turn's answer")
@@ -83,6 +84,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.MemoryInputBytes, "memory-input-bytes", 10_000_000, "memory: input bytes of each turn of the history, and the size of the maximum-size frames")
 	fs.IntVar(&cfg.MemoryStalled, "memory-stalled", 3, "memory: connections that never read, each sending view/page after view/page")
 	fs.IntVar(&cfg.MemoryFramers, "memory-framers", 20, "memory: connections each sending maximum-size frames")
+	fs.Var(&failoverSessions, "failover-sessions", "failover: busy session counts, each on a fresh three-node cluster whose n1 is killed (default 1,100,1000)")
+	fs.DurationVar(&cfg.FailoverLeaseTTL, "failover-lease-ttl", 10*time.Second, "failover: the nodes' --lease-ttl")
 	gatewayFlags(fs, &cfg, &gatewayRates, gatewayOnly)
 	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N>x<K>, PREFIX.resume, PREFIX.append-<store> and PREFIX.notice-burst (CPU), PREFIX.idle<N>.heap, .goroutine, .heap.txt, PREFIX.gateway<rate> (CPU) and .heap, .heap.txt, .goroutine (starts mspd with --pprof)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
@@ -95,7 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.GatewayRates = gatewayRates
 	cfg.ServerArgs = strings.Fields(serverArgs)
-	cfg.TurnSessions, cfg.IdleConns, cfg.ClusterSessions = turnSessions, idleConns, clusterSessions
+	cfg.TurnSessions, cfg.IdleConns, cfg.ClusterSessions, cfg.FailoverSessions = turnSessions, idleConns, clusterSessions, failoverSessions
 	cfg.StoreRows = storeRows
 	cfg.StoreBackends = strings.Split(storeBackends, ",")
 	cfg.AppendStores = strings.Split(appendStores, ",")
