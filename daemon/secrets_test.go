@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -10,6 +9,7 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
+	"mspd/internal/testlog"
 	"mspd/session"
 )
 
@@ -35,10 +35,12 @@ func natsWithPassword(t *testing.T, password string) string {
 // path, nor the error of a failed start.
 func TestNATSCredentialsStayPrivate(t *testing.T) {
 	const secret = "s3cret-nats-pass"
-	var logs bytes.Buffer
+	// The node's goroutines (its heartbeat, say) may log while the test
+	// reads: a buffer safe for both.
+	var logs testlog.Buffer
 	cfg := Config{DataDir: t.TempDir(), Provider: "scripted", Listen: "127.0.0.1:0",
 		Backend: Backend{Store: "jetstream", NATS: natsWithPassword(t, secret), Node: "solo"},
-		Logger:  slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+		Logger:  logs.TextLogger()}
 	d, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
