@@ -105,8 +105,9 @@
 // is in the shared store, and only the leader admits.
 //
 // Takeover: a node claims a session nobody leads when a command for it
-// arrives, and every AdoptInterval takes over the busy sessions whose
-// leader's lease lapsed or was let go on shutdown (adoptOrphans). Leading
+// arrives, and takes over the busy sessions whose leader's lease lapsed
+// or was let go on shutdown (adoptOrphans) every AdoptInterval and at
+// once when the Cluster, a Departures, tells of a node that left. Leading
 // (Manager.lead) stops following, reads the session again, catches its
 // subscribers up on what was appended since, becomes the writer and
 // resumes the turn the last leader left running as a new attempt, as after
