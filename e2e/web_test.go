@@ -628,6 +628,17 @@ func (p *chatPage) waitFor(what, expr string) {
 	p.t.Logf("%-32s %v", what, time.Since(start).Round(time.Millisecond))
 }
 
+// holdsWithin polls a page expression for up to limit and tells whether
+// it came true.
+func (p *chatPage) holdsWithin(expr string, limit time.Duration) bool {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, limit+5*time.Second)
+	defer cancel()
+	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](predicate(expr),
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(limit)))
+	return err == nil
+}
+
 // expect checks a page expression now.
 func (p *chatPage) expect(what, expr string) {
 	p.t.Helper()

@@ -130,10 +130,17 @@ export function watchFollow() {
   }, { passive: true });
   t.addEventListener('touchstart', intent, { passive: true });
   t.addEventListener('touchmove', intent, { passive: true });
-  // A press on the transcript itself is on its scrollbar.
+  // A press on the transcript itself is on its scrollbar; one on its
+  // text may start a selection, which the button must not stop: dragged
+  // down past the end, the pointer reaches the text through it, so that
+  // the selection goes on, and the transcript scrolls, to the end.
   t.addEventListener('pointerdown', (ev) => {
     if (ev.target === t) intent();
+    else if (ev.button === 0) ui.jump.classList.add('passing');
   });
+  for (const type of ['pointerup', 'pointercancel']) {
+    window.addEventListener(type, () => ui.jump.classList.remove('passing'));
+  }
   t.addEventListener('keydown', (ev) => {
     if (SCROLL_KEYS.has(ev.key)) intent();
   });
