@@ -91,6 +91,10 @@ type Config struct {
 	// (default 10000).
 	StoreBackends []string
 	StoreRows     []int
+	// StoreStreams, when set, are the stream counts at which the store
+	// scenario's rounds run again on each JetStream deployment (e.g. 1,
+	// 2, 4).
+	StoreStreams []int
 
 	// ClusterNodes mspd processes on JetStream with ClusterReplicas
 	// replicas (defaults 3 and 3; 2 nodes take 1 replica) run the cluster

@@ -175,6 +175,52 @@ func (r *runner) storeScenario(ctx context.Context) error {
 			return fmt.Errorf("%s row scan: %w", t.label, err)
 		}
 	}
+	for _, t := range targets {
+		if err := r.streamRows(ctx, t); err != nil {
+			return fmt.Errorf("%s streams: %w", t.label, err)
+		}
+	}
+	return nil
+}
+
+// streamsStream is the stream (and, with more, the first of the streams)
+// streamRows writes.
+const (
+	streamsStream  = "MSPBENCH_STREAMS"
+	streamsSubject = "mspbench-streams"
+)
+
+// streamRows measures, on a JetStream deployment, the same rounds of
+// fresh sessions on a store spreading them over each of StoreStreams
+// streams in turn (growing, as a deployment would: each count's new
+// sessions spread over all its streams): commits/s, and the NATS servers'
+// CPU a commit, which is what carries to servers of their own.
+func (r *runner) streamRows(ctx context.Context, t *storeTarget) error {
+	if t.nodes == nil || t.name == "jetstream-r3x3" || len(r.cfg.StoreStreams) == 0 {
+		return nil // SQLite has one file; r3x3 is r3's servers
+	}
+	n, turns := r.cfg.AppendSessions, r.cfg.AppendTurns
+	for _, streams := range r.cfg.StoreStreams {
+		st, err := msjs.Connect(ctx, t.nodes.nats[0], msjs.Options{Stream: streamsStream, Subject: streamsSubject,
+			Replicas: len(t.nodes.srvs), Streams: streams}, t.nodes.connOptions()...)
+		if err != nil {
+			return err
+		}
+		one := &storeTarget{name: t.name, label: t.label, writers: []store.Store{st}, nodes: t.nodes}
+		for range r.cfg.Rounds {
+			if err := one.round(ctx, n, turns); err != nil {
+				st.Close()
+				return err
+			}
+		}
+		st.Close()
+		tl := one.tally
+		label := fmt.Sprintf("%s, %d streams", t.label, streams)
+		r.add(Row{Scenario: label, Figure: "commits/s", Value: float64(tl.commits) / tl.elapsed.Seconds(), Unit: "/s",
+			Note: fmt.Sprintf("%d fresh sessions × %d turns × %d commits, %d rounds", n, turns, len(turnCommits), r.cfg.Rounds)})
+		r.add(Row{Scenario: label, Figure: "NATS CPU per commit", Value: perItem(tl.serverCPU, tl.commits), Unit: "µs",
+			Note: "all the servers (in their mspd processes)"})
+	}
 	return nil
 }
 

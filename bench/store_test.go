@@ -101,7 +101,7 @@ func TestStoreScenarioOnJetStream(t *testing.T) {
 	t.Setenv("MSPD_NATS_SECRET", "inherited-not-the-nodes")
 	ctx := context.Background()
 	cfg := Config{Scenarios: []string{"store"}, StoreBackends: []string{"jetstream-r1"}, AppendSessions: 2, AppendTurns: 1,
-		Rounds: 1, StoreRows: []int{30}, WorkDir: t.TempDir(), Log: io.Discard, ServerEnv: []string{clitest.Env}}
+		Rounds: 1, StoreRows: []int{30}, StoreStreams: []int{1, 3}, WorkDir: t.TempDir(), Log: io.Discard, ServerEnv: []string{clitest.Env}}
 	cfg.defaults()
 	r := &runner{cfg: cfg, bin: clitest.Self(), rep: &Report{}}
 	if err := r.storeScenario(ctx); err != nil {
@@ -112,7 +112,8 @@ func TestStoreScenarioOnJetStream(t *testing.T) {
 		got[row.Scenario+" / "+row.Figure] = row.Value > 0
 	}
 	for _, key := range []string{"store jetstream R1 / durable appends/s", "store jetstream R1 / lease renewals/s, all at once",
-		"store jetstream R1 / adoption pass (BusySessions), at 30 stored sessions", "store jetstream R1 / session/list p99, at 30 stored sessions"} {
+		"store jetstream R1 / adoption pass (BusySessions), at 30 stored sessions", "store jetstream R1 / session/list p99, at 30 stored sessions",
+		"store jetstream R1, 1 streams / commits/s", "store jetstream R1, 3 streams / commits/s", "store jetstream R1, 3 streams / NATS CPU per commit"} {
 		if !got[key] {
 			t.Errorf("no %s among %v", key, got)
 		}

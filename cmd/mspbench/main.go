@@ -75,7 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"append: deployments mspd runs on, of "+strings.Join(bench.AppendStores, ", ")+" (jetstream-r3: three nodes, a third of the sessions each)")
 	fs.StringVar(&storeBackends, "store-backends", strings.Join(bench.StoreBackends, ","),
 		"store: backends, of "+strings.Join(bench.StoreBackends, ", ")+" (jetstream-r3x3: three writers, one a node)")
-	var storeRows intList
+	var storeRows, storeStreams intList
+	fs.Var(&storeStreams, "store-streams", "store: on each JetStream deployment, run the rounds again on a store spreading sessions over each of these stream counts (e.g. 1,2,4; default none)")
 	fs.Var(&storeRows, "store-rows", "store: counts of stored sessions at which session/list and an adoption pass are timed, each topping the last up (default 10000)")
 	fs.IntVar(&cfg.ClusterNodes, "cluster-nodes", 3, "cluster: mspd nodes on JetStream (2 or more)")
 	fs.IntVar(&cfg.ClusterReplicas, "cluster-replicas", 0, "cluster: JetStream replicas (default 3, or 1 on 2 nodes)")
@@ -99,7 +100,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg.GatewayRates = gatewayRates
 	cfg.ServerArgs = strings.Fields(serverArgs)
 	cfg.TurnSessions, cfg.IdleConns, cfg.ClusterSessions, cfg.FailoverSessions = turnSessions, idleConns, clusterSessions, failoverSessions
-	cfg.StoreRows = storeRows
+	cfg.StoreRows, cfg.StoreStreams = storeRows, storeStreams
 	cfg.StoreBackends = strings.Split(storeBackends, ",")
 	cfg.AppendStores = strings.Split(appendStores, ",")
 	cfg.Log = stderr
