@@ -514,7 +514,7 @@ const (
 	// storedOwners spread the other stored sessions over owners.
 	storedOwners = 997
 	// listRepeats is how many times the list is timed at each count.
-	listRepeats = 50
+	listRepeats = 200
 )
 
 // idleEntriesExpire outlasts store/jetstream's idle busy entries (a
