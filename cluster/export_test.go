@@ -2,16 +2,7 @@ package cluster
 
 // die stops the node's heartbeat as a killed process would: no renewal,
 // no deletion; it lapses after LeaseTTL.
-func (c *Cluster) die() {
-	l := c.leases
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-		_ = l.watch.Stop()
-	}
-	<-l.done
-}
+func (c *Cluster) die() { c.leases.stopRenewing() }
 
 // incarnation is the node's current one.
 func (c *Cluster) incarnation() string {

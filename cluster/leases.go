@@ -373,13 +373,7 @@ func (l *leases) release(session string) {
 // not released are free at once (a node that cannot reach NATS leaves its
 // heartbeat to lapse within LeaseTTL).
 func (l *leases) close() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-		_ = l.watch.Stop()
-	}
-	<-l.done
+	l.stopRenewing()
 	l.mu.Lock()
 	beat := l.beat
 	l.mu.Unlock()
@@ -388,4 +382,16 @@ func (l *leases) close() {
 	if err := l.nodes.Delete(ctx, l.opts.Node, jetstream.LastRevision(beat)); err != nil {
 		l.log.Debug("deleting the heartbeat", "node", l.opts.Node, "err", err)
 	}
+}
+
+// stopRenewing stops the heartbeat's renewal and the watch of departures,
+// once, and waits for the renewal to end.
+func (l *leases) stopRenewing() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+		_ = l.watch.Stop()
+	}
+	<-l.done
 }

@@ -538,21 +538,7 @@ func (m *Manager) adoptLoop(interval time.Duration) {
 	if d, ok := m.cfg.Cluster.(Departures); ok {
 		departed = d.Departed()
 	}
-	m.turns.add()
-	go func() {
-		defer m.turns.done()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-m.ctx.Done():
-				return
-			case <-t.C:
-			case <-departed:
-			}
-			m.adoptOnce(interval)
-		}
-	}()
+	m.everyOr(interval, departed, func() { m.adoptOnce(interval) })
 }
 
 // adoptOnce runs one pass of adoptOrphans, bounded by the longer of

@@ -279,24 +279,10 @@ func TestClusterFollowsAndForwards(t *testing.T) {
 // the session over and resumes the turn as a new attempt, saying which
 // node stopped; its readers see it all in order.
 func TestClusterTakesOverAStoppedLeader(t *testing.T) {
-	st := openStore(t)
-	h := newMemHub()
-	model := newHistModel()
-	deadA := &crashStore{Store: st}
-	a := h.startNode(t, "a", deadA, model)
-	b := h.startNode(t, "b", st, model)
-	t.Cleanup(b.Close)
-
-	onA := newRecSub()
-	sid := startSession(t, a, onA)
-	ack := startTurn(t, a, textTurn(sid, "crash")) // attempt 1 streams, then hangs
-	model.waitStarted(t, "crash")
-	onB := newRecSub()
-	subscribe(t, b, onB, sid)
-
-	deadA.dead.Store(true) // node a dies: nothing more of it is written,
-	h.kill("a")            // nor published, and its lease lapses
-	c := onB.waitTerminal(t, ack.TurnID)
+	h, onB, sid, turnID := crashMidAnswer(t, func(h *memHub, _ string) {
+		h.kill("a") // nor published, and its lease lapses
+	})
+	c := onB.waitTerminal(t, turnID)
 	if c.Terminal != msp.TerminalCompleted || c.Attempts.Count != 2 {
 		t.Fatalf("terminal after the takeover %+v %+v", c, c.Attempts)
 	}
@@ -307,7 +293,6 @@ func TestClusterTakesOverAStoppedLeader(t *testing.T) {
 	if leader, _ := (memNode{h, "b"}).Leader(context.Background(), sid); leader != "b" {
 		t.Fatalf("leader %q after the takeover, want b", leader)
 	}
-	a.Close()
 }
 
 // TestClusterLeadsItsOwnUnledClaim: a node holding a claim of a busy
@@ -315,6 +300,24 @@ func TestClusterTakesOverAStoppedLeader(t *testing.T) {
 // takes the session over itself: no other node would, as the claim says
 // a live node leads it.
 func TestClusterLeadsItsOwnUnledClaim(t *testing.T) {
+	_, onB, _, turnID := crashMidAnswer(t, func(h *memHub, sid string) {
+		h.mu.Lock() // a dies, and b's claim of the session is there at once
+		h.down["a"] = true
+		h.leases[sid] = "b"
+		h.mu.Unlock()
+	})
+	c := onB.waitTerminal(t, turnID)
+	if c.Terminal != msp.TerminalCompleted || c.Attempts.Count != 2 {
+		t.Fatalf("terminal after the takeover %+v %+v", c, c.Attempts)
+	}
+}
+
+// crashMidAnswer runs nodes a and b on one store, starts a turn on a that
+// streams and then hangs, subscribes onB on b, and stops a's writes: die
+// then says what else becomes of a. It returns the hub, b's subscriber,
+// the session and the turn.
+func crashMidAnswer(t *testing.T, die func(h *memHub, sid string)) (*memHub, *recSub, string, string) {
+	t.Helper()
 	st := openStore(t)
 	h := newMemHub()
 	model := newHistModel()
@@ -322,24 +325,17 @@ func TestClusterLeadsItsOwnUnledClaim(t *testing.T) {
 	a := h.startNode(t, "a", deadA, model)
 	b := h.startNode(t, "b", st, model)
 	t.Cleanup(b.Close)
+	t.Cleanup(a.Close)
 
 	onA := newRecSub()
 	sid := startSession(t, a, onA)
-	ack := startTurn(t, a, textTurn(sid, "crash"))
+	ack := startTurn(t, a, textTurn(sid, "crash")) // attempt 1 streams, then hangs
 	model.waitStarted(t, "crash")
 	onB := newRecSub()
 	subscribe(t, b, onB, sid)
-
-	deadA.dead.Store(true)
-	h.mu.Lock() // a dies, and b's claim of the session is there at once
-	h.down["a"] = true
-	h.leases[sid] = "b"
-	h.mu.Unlock()
-	c := onB.waitTerminal(t, ack.TurnID)
-	if c.Terminal != msp.TerminalCompleted || c.Attempts.Count != 2 {
-		t.Fatalf("terminal after the takeover %+v %+v", c, c.Attempts)
-	}
-	a.Close()
+	deadA.dead.Store(true) // node a dies: nothing more of it is written
+	die(h, sid)
+	return h, onB, sid, ack.TurnID
 }
 
 // TestClusterHandsOverOnShutdown: a node that shuts down stops its turn

@@ -208,7 +208,11 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 
 // every runs fn each interval on a goroutine of its own until the
 // manager closes (Close waits for it).
-func (m *Manager) every(interval time.Duration, fn func()) {
+func (m *Manager) every(interval time.Duration, fn func()) { m.everyOr(interval, nil, fn) }
+
+// everyOr is every, also running fn when trigger delivers (a nil
+// trigger never does).
+func (m *Manager) everyOr(interval time.Duration, trigger <-chan struct{}, fn func()) {
 	m.turns.add()
 	go func() {
 		defer m.turns.done()
@@ -219,8 +223,9 @@ func (m *Manager) every(interval time.Duration, fn func()) {
 			case <-m.ctx.Done():
 				return
 			case <-t.C:
-				fn()
+			case <-trigger:
 			}
+			fn()
 		}
 	}()
 }
