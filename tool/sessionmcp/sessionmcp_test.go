@@ -34,6 +34,11 @@ func newServers(t *testing.T, p Policy, operators ...string) *Servers {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
+		// Its tools are listed once it connects: wait, so that a turn's
+		// tools hold the operator's (TestGuard once saw none of them).
+		if err := c.WaitReady(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		clients = append(clients, c)
 	}
 	reg, err := tool.NewRegistry(clients...)
