@@ -166,55 +166,63 @@ func (s *server) rss() (int64, error) { return procRSS(s.pid) }
 
 // metric reads one unlabelled sample from the server's /metrics.
 func (s *server) metric(ctx context.Context, name string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(v, 64)
+	var v float64
+	found := false
+	err := s.eachMetricLine(ctx, func(line string) error {
+		rest, ok := strings.CutPrefix(line, name+" ")
+		if !ok || found {
+			return nil
 		}
+		found = true
+		var err error
+		v, err = strconv.ParseFloat(rest, 64)
+		return err
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("metric %s not found", name)
 	}
-	return 0, fmt.Errorf("metric %s not found", name)
+	return v, err
 }
 
 // metricSum adds every sample of a metric from the server's /metrics,
 // whatever its labels.
 func (s *server) metricSum(ctx context.Context, name string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
 	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
+	err := s.eachMetricLine(ctx, func(line string) error {
 		rest, ok := strings.CutPrefix(line, name)
 		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue
+			return nil
 		}
 		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
 		if len(f) == 0 {
-			continue
+			return nil
 		}
 		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return 0, err
-		}
 		sum += v
+		return err
+	})
+	return sum, err
+}
+
+// eachMetricLine calls fn with each line of the server's /metrics until
+// fn fails.
+func (s *server) eachMetricLine(ctx context.Context, fn func(string) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+"/metrics", nil)
+	if err != nil {
+		return err
 	}
-	return sum, sc.Err()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if err := fn(sc.Text()); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
 }
 
 // procCPU sums the time the threads of a process spent on a CPU, from

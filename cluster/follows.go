@@ -31,7 +31,9 @@ type follows struct {
 	node string
 	kv   jetstream.KeyValue
 
-	mu       sync.Mutex
+	// mu is read for every delta a leader publishes, written only when a
+	// follow record comes or goes.
+	mu       sync.RWMutex
 	followed map[string]map[string]bool // session → the other nodes that follow it
 
 	watch jetstream.KeyWatcher
@@ -135,8 +137,8 @@ func (f *follows) run() {
 
 // isFollowed tells whether another node follows session.
 func (f *follows) isFollowed(session string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.mu.RLock()
+	defer f.mu.RUnlock()
 	return len(f.followed[session]) > 0
 }
 

@@ -173,15 +173,17 @@ func checkNoLegacyLeases(ctx context.Context, js jetstream.JetStream, bucket str
 // overwrites a heartbeat of an earlier one still within its TTL (a node
 // restarted at once): that process is gone, and its claims with it.
 func (l *leases) join(ctx context.Context) error {
+	// Held through the write: no claim is made in the incarnation
+	// being replaced, nor in the new one before its heartbeat lands.
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	incarnation := nuid.Next()
 	rev, err := l.nodes.Put(ctx, l.opts.Node, []byte(incarnation))
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
 	l.incarnation, l.beat = incarnation, rev
 	clear(l.held)
-	l.mu.Unlock()
 	return nil
 }
 
@@ -246,9 +248,7 @@ func (l *leases) holder(ctx context.Context, value []byte) (node string, alive b
 	if !ok {
 		return "", false, nil // not a claim this layout writes: anyone's
 	}
-	ctx, cancel := context.WithTimeout(ctx, kvTimeout)
-	defer cancel()
-	e, err := l.nodes.Get(ctx, node)
+	e, err := bounded(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return l.nodes.Get(ctx, node) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return node, false, nil
 	}
@@ -335,21 +335,24 @@ func (l *leases) claim(ctx context.Context, session string) (string, error) {
 const kvTimeout = 2 * time.Second
 
 func (l *leases) getClaim(ctx context.Context, session string) (jetstream.KeyValueEntry, error) {
-	ctx, cancel := context.WithTimeout(ctx, kvTimeout)
-	defer cancel()
-	return l.claims.Get(ctx, session)
+	return bounded(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return l.claims.Get(ctx, session) })
 }
 
 func (l *leases) createClaim(ctx context.Context, session, value string) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, kvTimeout)
-	defer cancel()
-	return l.claims.Create(ctx, session, []byte(value))
+	return bounded(ctx, func(ctx context.Context) (uint64, error) { return l.claims.Create(ctx, session, []byte(value)) })
 }
 
 func (l *leases) replaceClaim(ctx context.Context, session, value string, revision uint64) (uint64, error) {
+	return bounded(ctx, func(ctx context.Context) (uint64, error) {
+		return l.claims.Update(ctx, session, []byte(value), revision)
+	})
+}
+
+// bounded runs one KV request within kvTimeout.
+func bounded[T any](ctx context.Context, request func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, kvTimeout)
 	defer cancel()
-	return l.claims.Update(ctx, session, []byte(value), revision)
+	return request(ctx)
 }
 
 // release deletes this node's claim of a session, unless another node

@@ -40,16 +40,59 @@ func lastSeq(t *testing.T, js jetstream.JetStream, bucket string) uint64 {
 	return info.State.LastSeq
 }
 
-// eventually polls cond until it holds, failing after a bound meant only
-// for a cluster that never gets there.
+// eventually polls cond, which another goroutine makes true, until it
+// holds, failing after a bound meant only for a cluster that never gets
+// there.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	bound := time.After(20 * time.Second)
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-tick.C:
+		case <-bound:
 			t.Fatalf("waiting for %s", what)
 		}
-		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// heartbeats watches the heartbeat bucket from now on.
+func heartbeats(t testing.TB, js jetstream.JetStream) jetstream.KeyWatcher {
+	t.Helper()
+	kv, err := js.KeyValue(t.Context(), "MSPD_NODES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.WatchAll(t.Context(), jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	return w
+}
+
+// awaitBeat waits for the next heartbeat written that ok accepts.
+func awaitBeat(t testing.TB, w jetstream.KeyWatcher, what string, ok func(jetstream.KeyValueEntry) bool) {
+	t.Helper()
+	bound := time.After(20 * time.Second)
+	for {
+		select {
+		case e := <-w.Updates():
+			if e != nil && e.Operation() == jetstream.KeyValuePut && ok(e) {
+				return
+			}
+		case <-bound:
+			t.Fatalf("waiting for %s", what)
+		}
+	}
+}
+
+// awaitBeats waits for n heartbeats written, by any node.
+func awaitBeats(t testing.TB, w jetstream.KeyWatcher, n int) {
+	t.Helper()
+	for i := range n {
+		awaitBeat(t, w, fmt.Sprintf("heartbeat %d of %d", i+1, n), func(jetstream.KeyValueEntry) bool { return true })
 	}
 }
 
@@ -84,14 +127,12 @@ func TestLeasesDoNotGrowWithSessions(t *testing.T) {
 			t.Fatalf("a's claim of s%d: leader %q", i, got)
 		}
 	}
-	claims, beats := lastSeq(t, js, "MSPD_CLAIMS"), lastSeq(t, js, "MSPD_NODES")
+	claims := lastSeq(t, js, "MSPD_CLAIMS")
 	// Three TTLs pass: each node renews its heartbeat about nine times.
 	a.leases.mu.Lock()
 	from := a.leases.beat
 	a.leases.mu.Unlock()
-	eventually(t, "three lease TTLs of renewals", func() bool {
-		return lastSeq(t, js, "MSPD_NODES") >= beats+18
-	})
+	awaitBeats(t, heartbeats(t, js), 18)
 	if got := lastSeq(t, js, "MSPD_CLAIMS"); got != claims {
 		t.Fatalf("the claims were written %d times more while only heartbeats were due", got-claims)
 	}
@@ -126,7 +167,14 @@ func TestClaimsOfADeadNodeAreTakenOver(t *testing.T) {
 	if got := mustClaim(t, b, "s0"); got != "a" {
 		t.Fatalf("right after a died, b's claim found leader %q, want a (its heartbeat still lives)", got)
 	}
-	eventually(t, "a's heartbeat to lapse", func() bool { return mustLeader(t, b, "s0") == "" })
+	select { // a's heartbeat lapses
+	case <-b.Departed():
+	case <-time.After(20 * time.Second):
+		t.Fatal("b was not told of a's heartbeat lapsing")
+	}
+	if got := mustLeader(t, b, "s0"); got != "" {
+		t.Fatalf("a's heartbeat lapsed, yet s0 is led by %q", got)
+	}
 	var wg sync.WaitGroup
 	got := make([][2]string, n)
 	for i := range n {
@@ -206,10 +254,16 @@ func TestLapsedHeartbeatJoinsAgain(t *testing.T) {
 	a, b := joinNode(t, nc, js, "a"), joinNode(t, nc, js, "b")
 	mustClaim(t, a, "s1")
 	old := a.incarnation()
+	beats := heartbeats(t, js)
 	if err := a.leases.nodes.Delete(t.Context(), "a"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a to join again", func() bool { return a.incarnation() != old })
+	awaitBeat(t, beats, "a to join again", func(e jetstream.KeyValueEntry) bool {
+		return e.Key() == "a" && string(e.Value()) != old
+	})
+	if a.incarnation() == old { // join holds the lock through its write
+		t.Fatal("a wrote a new heartbeat but keeps its old incarnation")
+	}
 	if got := mustLeader(t, b, "s1"); got != "" {
 		t.Fatalf("a claim of the lapsed incarnation counts: leader %q", got)
 	}
@@ -280,8 +334,7 @@ func TestDeparturesAreSeen(t *testing.T) {
 	case <-b.Departed():
 	default:
 	}
-	beats := lastSeq(t, js, "MSPD_NODES")
-	eventually(t, "three TTLs of renewals", func() bool { return lastSeq(t, js, "MSPD_NODES") >= beats+18 })
+	awaitBeats(t, heartbeats(t, js), 18)
 	select {
 	case <-b.Departed():
 		t.Fatal("renewals alone were told as a departure")

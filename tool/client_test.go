@@ -155,7 +155,9 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 // the file, so it is polled.
 func waitForCount(t *testing.T, journal, name string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	bound := time.After(30 * time.Second)
 	for {
 		got, err := tooltest.Count(journal, name)
 		if err != nil {
@@ -164,10 +166,11 @@ func waitForCount(t *testing.T, journal, name string, n int) {
 		if got >= n {
 			return
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-tick.C:
+		case <-bound:
 			t.Fatalf("%s ran %d times, waiting for %d", name, got, n)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

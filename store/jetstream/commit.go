@@ -38,17 +38,11 @@ const (
 	errCodeDeleteFailed         = 10057 // message deletion unsuccessful (its description says why)
 )
 
-// Commit implements store.Store. The batch becomes one atomic JetStream
-// publish: every record, the row and every ledger entry land together or
-// not at all. See the package doc for the guards and for what happens when
-// the server does not answer.
-func (s *shard) Commit(ctx context.Context, b store.Batch) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := validate(b); err != nil {
-		return err
-	}
+// commit writes a batch Store.Commit has validated and routed here as
+// one atomic JetStream publish: every record, the row and every ledger
+// entry land together or not at all. See the package doc for the guards
+// and for what happens when the server does not answer.
+func (s *shard) commit(ctx context.Context, b store.Batch) error {
 	done, err := s.enter()
 	if err != nil {
 		return err

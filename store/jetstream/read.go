@@ -233,32 +233,39 @@ func (s *shard) BusySessions(ctx context.Context) ([]store.Session, error) {
 	return out, nil
 }
 
-// busyGets is how many rows BusySessions reads at once.
-const busyGets = 8
+// parallelGets is how many single-message gets one read has in flight:
+// a page of a list, the busy rows, an owner's index entries.
+const parallelGets = 8
 
-// busyRows reads the rows of ids, busyGets at a time, and returns those
-// busy and not erasing, in the order of ids.
-func (s *shard) busyRows(ctx context.Context, ids []string) ([]store.Session, error) {
-	rows := make([]store.Session, len(ids))
-	keep := make([]bool, len(ids))
+// getEach calls get for each of items, parallelGets at once, and returns
+// the values get found, in the order of items.
+func getEach[I, T any](ctx context.Context, items []I, get func(context.Context, I) (T, bool, error)) ([]T, error) {
+	vals := make([]T, len(items))
+	found := make([]bool, len(items))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(busyGets)
-	for i, id := range ids {
+	g.SetLimit(parallelGets)
+	for i, item := range items {
 		g.Go(func() (err error) {
-			rows[i], keep[i], err = s.busyRow(gctx, id)
+			vals[i], found[i], err = get(gctx, item)
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	out := rows[:0]
-	for i, row := range rows {
-		if keep[i] {
-			out = append(out, row)
+	out := vals[:0]
+	for i, v := range vals {
+		if found[i] {
+			out = append(out, v)
 		}
 	}
 	return out, nil
+}
+
+// busyRows reads the rows of ids, a few at a time, and returns those busy
+// and not erasing, in the order of ids.
+func (s *shard) busyRows(ctx context.Context, ids []string) ([]store.Session, error) {
+	return getEach(ctx, ids, s.busyRow)
 }
 
 // busyRow reads a session's row; ok tells that it is there, busy and not
@@ -293,28 +300,19 @@ func (s *shard) ownerIndex(ctx context.Context, owner string) (map[string]stored
 	for subject := range subjects {
 		list = append(list, subject)
 	}
-	msgs := make([]storedMsg, len(list))
-	found := make([]bool, len(list))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(busyGets)
-	for i, subject := range list {
-		g.Go(func() error {
-			m, err := s.get(gctx, getRequest{LastFor: subject})
-			if errors.Is(err, errNoMsg) {
-				return nil // deleted since
-			}
-			msgs[i], found[i] = m, err == nil
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
+	msgs, err := getEach(ctx, list, func(ctx context.Context, subject string) (storedMsg, bool, error) {
+		m, err := s.get(ctx, getRequest{LastFor: subject})
+		if errors.Is(err, errNoMsg) {
+			return storedMsg{}, false, nil // deleted since
+		}
+		return m, err == nil, err
+	})
+	if err != nil {
 		return nil, err
 	}
-	entries := make(map[string]storedMsg, len(list))
-	for i, subject := range list {
-		if found[i] {
-			entries[subject] = msgs[i]
-		}
+	entries := make(map[string]storedMsg, len(msgs))
+	for _, m := range msgs {
+		entries[m.subject] = m
 	}
 	return entries, nil
 }

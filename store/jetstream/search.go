@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"golang.org/x/sync/errgroup"
 
 	"mspd/store"
 )
@@ -197,24 +196,13 @@ func (s *Store) Sessions(ctx context.Context, owner string, after *store.Session
 	for len(out) < limit && len(keys) > 0 {
 		page := keys[:min(limit-len(out), len(keys))]
 		keys = keys[len(page):]
-		rows := make([]store.Session, len(page))
-		keep := make([]bool, len(page))
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(busyGets)
-		for i, k := range page {
-			g.Go(func() (err error) {
-				rows[i], keep[i], err = s.shards[k.shard].ownedRow(gctx, owner, k.ID)
-				return err
-			})
-		}
-		if err := g.Wait(); err != nil {
+		rows, err := getEach(ctx, page, func(ctx context.Context, k ownedKey) (store.Session, bool, error) {
+			return s.shards[k.shard].ownedRow(ctx, owner, k.ID)
+		})
+		if err != nil {
 			return nil, fmt.Errorf("jetstream: sessions: %w", err)
 		}
-		for i, row := range rows {
-			if keep[i] {
-				out = append(out, row)
-			}
-		}
+		out = append(out, rows...)
 	}
 	return out, nil
 }

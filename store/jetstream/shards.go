@@ -312,7 +312,7 @@ func (s *Store) Commit(ctx context.Context, b store.Batch) error {
 	if err := s.admittedElsewhere(ctx, sh, b.Commands); err != nil {
 		return err
 	}
-	return sh.Commit(ctx, b)
+	return sh.commit(ctx, b)
 }
 
 // admittedElsewhere fails with ErrConflict when a command id is in the
