@@ -173,7 +173,11 @@ func (p *chatPage) swipe(sel string, dy float64) {
 // selectDown presses the mouse in the middle of sel and drags it below
 // the window's bottom edge, as selecting text past the end does: the
 // browser scrolls whatever can scroll until the transcript shows its end,
-// and the button is released there.
+// and the button is released there. Each step waits until the page has
+// seen it: a loaded machine's browser, sent the whole gesture at once,
+// has let the selection go and focused the message box under the pointer
+// instead, and stopped short. A selection lost all the same is dragged
+// again, as a hand would.
 func (p *chatPage) selectDown(sel string, h int64) {
 	p.t.Helper()
 	x, y := p.center(sel)
@@ -182,22 +186,63 @@ func (p *chatPage) selectDown(sel string, h int64) {
 		e.Buttons = 1
 		e.ClickCount = 1
 	}
-	actions := []chromedp.Action[chromedp.Void]{chromedp.MouseEvent(input.DispatchMouseEventTypeMousePressed, x, y, left)}
-	for _, to := range []float64{y + 20, float64(h) - 60, float64(h) - 30, float64(h) - 2} {
-		actions = append(actions, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, x, to, left))
+	move := func(what string, to float64) {
+		p.run(what, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, x, to, left))
 	}
-	p.run("dragging a selection below the window from "+sel, actions...)
-	// The browser scrolls a selection on a timer while the pointer stays
-	// past the edge; a loaded machine has seen it stop short. The pointer
-	// moves on below the window, as a hand would, until the end shows.
-	for round := 0; !p.holdsWithin(transcriptAtEnd, time.Second); round++ {
-		if round == 30 {
-			p.fatalf("the transcript never reached its end under a selection dragged below the window")
+	release := func() {
+		p.run("releasing the mouse", chromedp.MouseEvent(input.DispatchMouseEventTypeMouseReleased, x, float64(h)+200, left))
+	}
+	for try := 1; ; try++ {
+		p.run("pressing the mouse on "+sel, chromedp.MouseEvent(input.DispatchMouseEventTypeMousePressed, x, y, left))
+		if !p.holdsWithin(selectionIn("#transcript", false), 5*time.Second) {
+			p.fatalf("a press on %s started no selection in the transcript: %s", sel, p.selectionState())
 		}
-		p.run("dragging on", chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, x, float64(h-1-int64(round%2)), left))
+		move("starting a selection", y+20)
+		if p.holdsWithin(selectionIn("#transcript", true), 5*time.Second) {
+			for _, to := range []float64{float64(h) - 60, float64(h) - 30, float64(h) - 2} {
+				move("dragging the selection below the window", to)
+			}
+			// The browser scrolls a selection on a timer while the pointer
+			// stays past the edge; the pointer moves on below the window
+			// until the end shows.
+			for round := 0; round < 10 && p.eval("String("+predicate(selectionIn("#transcript", true))+")") == "true"; round++ {
+				if p.holdsWithin(transcriptAtEnd, time.Second) {
+					p.t.Logf("%-32s", "the transcript dragged to its end")
+					release()
+					return
+				}
+				move("dragging on", float64(h-1-int64(round%2)))
+			}
+		}
+		state := p.selectionState()
+		release()
+		if try == 3 {
+			p.fatalf("the transcript never reached its end under a selection dragged below the window: %s", state)
+		}
+		p.t.Logf("the selection was lost or stopped short (%s): dragging again", state)
+		p.eval(`(getSelection().removeAllRanges(), document.getElementById('transcript').scrollTop -= 100, '')`)
+		x, y = p.center(sel)
 	}
-	p.t.Logf("%-32s", "the transcript dragged to its end")
-	p.run("releasing the mouse", chromedp.MouseEvent(input.DispatchMouseEventTypeMouseReleased, x, float64(h)+200, left))
+}
+
+// selectionIn is true while the page's selection starts in the element
+// sel and, when extended, holds some text.
+func selectionIn(sel string, extended bool) string {
+	return fmt.Sprintf(`(() => {
+	const s = getSelection(), box = document.querySelector(%q);
+	return s.rangeCount > 0 && box.contains(s.anchorNode) && (!%t || String(s).length > 0);
+})()`, sel, extended)
+}
+
+// selectionState says where the selection and the transcript are, for a
+// failure's message.
+func (p *chatPage) selectionState() string {
+	return p.eval(`JSON.stringify((() => {
+	const t = document.getElementById('transcript'), s = getSelection(), a = document.activeElement;
+	return {scrollTop: t.scrollTop, clientHeight: t.clientHeight, scrollHeight: t.scrollHeight,
+		selected: String(s).length, anchor: s.anchorNode && s.anchorNode.parentElement && s.anchorNode.parentElement.className,
+		focus: a && (a.id || a.className || a.nodeName)};
+})())`)
 }
 
 // transcriptAtEnd is true once the transcript is scrolled to its end.
