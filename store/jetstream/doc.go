@@ -190,28 +190,33 @@
 // acknowledged Commit. With more, single gets (Head, Session, Command, and
 // a Commit's head check) go to the leader's STREAM.MSG.GET API instead,
 // and a scan, when its replica says the end is reached, asks the leader
-// whether anything follows and carries on if so; Sessions then drops
-// entries the leader no longer holds, and BusySessions asks the leader
-// for its entries in the first place. A read therefore reflects
-// every Commit acknowledged before it began; what it may still see is a
-// ledger entry pruned or a log purged a moment earlier (PruneCommands
-// skips entries already gone).
+// whether anything follows and carries on if so. Sessions and
+// BusySessions ask the leader which index entries it holds, and its last
+// sequence; a replica's batch of last messages counts only when the
+// replica answered as of that sequence or later (Nats-UpTo-Sequence), and
+// what it did not answer is asked of the leader, one get a subject. A
+// read therefore reflects every Commit acknowledged before it began; what
+// it may still see is a ledger entry pruned or a log purged a moment
+// earlier (PruneCommands skips entries already gone).
 //
 // # Listing, pruning, deleting
 //
 // Sessions reads one owner's index (the entries on mspd.own.<owner>.*,
-// headers only), sorts it in memory and reads the page's rows, one get
-// each: O(that owner's sessions + limit), whatever other owners hold. The
-// leader names the entry subjects first (stream info with that filter,
-// from its per-subject index); up to 16 are read one get each, which finds
-// a subject's last message without walking the stream, more by a scan of
-// the filter. Bob's one session beside alice's 4,000 lists in 0.22–0.27
-// ms, as with no one beside him (BenchmarkSessionsBesideOthers). The entry
-// is written in the batch of its row, so the two never disagree but for a
-// Commit landing between the scan and the gets (the row read then is the
-// newer). Rows from before the index (no Mspd-Owner header) are indexed by
-// Open, their owner taken from their state (store.LegacyOwner): every node
-// of a deployment must run a version that writes the index (see Layout).
+// headers only), sorts it in memory and reads the page's rows:
+// O(that owner's sessions + limit), whatever other owners hold, in a
+// handful of requests. The leader names the entry subjects and its last
+// sequence (stream info with that filter, from its per-subject index);
+// the entries, then the page's rows, are read by subject in direct-get
+// batches of up to 256 (multi_last), which find each subject's last
+// message without walking the stream and are answered by the nearest
+// replica. A list of 50 is three requests (it was 101 leader gets). Bob's
+// one session beside alice's 4,000 lists as fast as with no one beside
+// him (BenchmarkSessionsBesideOthers). The entry is written in the batch
+// of its row, so the two never disagree but for a Commit landing between
+// the two reads (the row read then is the newer). Rows from before the
+// index (no Mspd-Owner header) are indexed by Open, their owner taken
+// from their state (store.LegacyOwner): every node of a deployment must
+// run a version that writes the index (see Layout).
 //
 // BusySessions reads the busy index. Every batch that writes a row writes
 // its busy entry, mspd.busy.<session>, rolled up: Mspd-Busy: 1 for a busy
@@ -219,13 +224,14 @@
 // the stream has AllowMsgTTL), so that its rollup removes the busy entry
 // and it then expires itself: the subject holds nothing for a session
 // that is not busy. BusySessions asks the leader which busy subjects there
-// are (from its per-subject index) and reads each one's row, one get each,
-// up to 8 at once; the row is the truth, so a row no longer busy (the
-// entries gone idle within the TTL), erasing or gone is left out.
-// O(busy sessions), where it read every row before: 10 busy sessions
-// beside 1,000 or 10,000 idle ones read in 0.35–0.48 ms either way, where
-// the scan took 8.9 and 93 ms (BenchmarkBusySessionsBeside). A scan of
-// mspd.busy.* instead would walk the stream's blocks between its entries.
+// are (from its per-subject index) and reads their rows as Sessions reads
+// a page's; the row is the truth, so a row no longer busy (the entries
+// gone idle within the TTL), erasing or gone is left out. O(busy
+// sessions), where it read every row before: 10 busy sessions beside
+// 1,000 or 10,000 idle ones read in under half a millisecond either way,
+// where the scan took 8.9 and 93 ms (BenchmarkBusySessionsBeside). A scan
+// of mspd.busy.* instead would walk the stream's blocks between its
+// entries.
 //
 // PruneCommands goes by CreatedAt, which the caller may set, so it reads
 // the ledger's entries (O(ledger), bounded by the retention window), picks

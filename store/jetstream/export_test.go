@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"mspd/store"
@@ -134,7 +135,8 @@ func CommitAsBefore(ctx context.Context, st *Store, b store.Batch) error {
 // with how many each holds, as the stream leader counts them.
 func BusyEntries(ctx context.Context, st *Store) (map[string]uint64, error) {
 	s := st.shards[0]
-	return s.subjectsOn(ctx, s.subj.busyAll())
+	view, err := s.subjectsOn(ctx, s.subj.busyAll())
+	return view.subjects, err
 }
 
 // LayoutVersion reads the layout marker's version (0: none).
@@ -177,3 +179,54 @@ func StreamOf(ctx context.Context, s *Store, id string) (string, error) {
 // StreamCounts is the stream counts the store's deployment has used, as
 // its Open recorded them.
 func StreamCounts(s *Store) []int { return s.gens }
+
+// FreezeReplicas makes the replicas answer every batch of last messages
+// with what they held when each subject was first asked for, as of the
+// first batch's sequence: replicas that stopped applying the leader's
+// writes.
+func FreezeReplicas(st *Store) {
+	for _, s := range st.shards {
+		var mu sync.Mutex
+		held := map[string]storedMsg{}
+		var asOf uint64
+		s.replicaAnswer = func(subjects []string, msgs []storedMsg, upTo uint64) ([]storedMsg, uint64) {
+			mu.Lock()
+			defer mu.Unlock()
+			if asOf == 0 {
+				asOf = upTo
+			}
+			for _, m := range msgs {
+				if _, ok := held[m.subject]; !ok {
+					held[m.subject] = m
+				}
+			}
+			var out []storedMsg
+			for _, subject := range subjects {
+				if m, ok := held[subject]; ok {
+					out = append(out, m)
+				}
+			}
+			return out, asOf
+		}
+	}
+}
+
+// ReplicasCaught tells whether every replica of every stream of the store
+// has applied all its leader holds, as the leader sees them.
+func ReplicasCaught(ctx context.Context, st *Store) (bool, error) {
+	for _, s := range st.shards {
+		info, err := s.stream.Info(ctx)
+		if err != nil {
+			return false, err
+		}
+		if info.Cluster == nil {
+			continue
+		}
+		for _, r := range info.Cluster.Replicas {
+			if !r.Current || r.Lag > 0 {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}

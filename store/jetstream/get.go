@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -274,3 +275,110 @@ func (in *inbox) deliver(m *nats.Msg) {
 }
 
 func (in *inbox) close() error { return in.sub.Unsubscribe() }
+
+// leaderView is what the stream leader holds on a subject filter: the
+// subjects (with their message counts) and the stream's last sequence,
+// which a replica's answer must reach to be as new as the leader's.
+type leaderView struct {
+	subjects map[string]uint64
+	last     uint64
+}
+
+// lastOf reads the last message of each of subjects, as new as a leader
+// whose last sequence was last: in direct-get batches of scanChunk
+// subjects (multi_last), answered by whichever replica is nearest; what a
+// replica behind last answered, or did not have, is asked of the leader
+// one get at a time. A subject with no message is left out. One request
+// a page instead of one a subject is what keeps a list's tail short (see
+// docs/scaling.md).
+func (s *shard) lastOf(ctx context.Context, subjects []string, last uint64) (map[string]storedMsg, error) {
+	got := make(map[string]storedMsg, len(subjects))
+	for chunk := range slices.Chunk(subjects, scanChunk) {
+		msgs, upTo, err := s.directLast(ctx, chunk)
+		if err != nil {
+			return nil, err
+		}
+		if s.replicaAnswer != nil {
+			msgs, upTo = s.replicaAnswer(chunk, msgs, upTo)
+		}
+		if upTo < last {
+			continue // a lagging replica: the leader answers below
+		}
+		for _, m := range msgs {
+			got[m.subject] = m
+		}
+	}
+	var missing []string
+	for _, subject := range subjects {
+		if _, ok := got[subject]; !ok {
+			missing = append(missing, subject)
+		}
+	}
+	fetched, err := getEach(ctx, missing, func(ctx context.Context, subject string) (storedMsg, bool, error) {
+		m, err := s.leaderGet(ctx, getRequest{LastFor: subject})
+		if errors.Is(err, errNoMsg) {
+			return storedMsg{}, false, nil
+		}
+		return m, err == nil, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range fetched {
+		got[m.subject] = m
+	}
+	return got, nil
+}
+
+// directLast asks a replica for the last message of each of subjects
+// (at most scanChunk) in one direct-get batch. upTo is the stream
+// sequence the replica answered as of; 0 when it could not say (no
+// subject had a message there), which leaves every subject to the leader.
+func (s *shard) directLast(ctx context.Context, subjects []string) (msgs []storedMsg, upTo uint64, err error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	body, err := json.Marshal(multiLastRequest{Subjects: subjects})
+	if err != nil {
+		return nil, 0, err
+	}
+	reply, replies, stop := s.replies.open()
+	defer stop()
+	if err := s.nc.PublishRequest(s.api+"DIRECT.GET."+s.opts.Stream, reply, body); err != nil {
+		return nil, 0, fmt.Errorf("jetstream: last messages: %w", err)
+	}
+	for {
+		var msg *nats.Msg
+		select {
+		case msg = <-replies:
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("jetstream: last messages: %w", ctx.Err())
+		}
+		switch st := msg.Header.Get(statusHdr); st {
+		case "":
+			m, err := fromDirect(msg)
+			if err != nil {
+				return nil, 0, err
+			}
+			msgs = append(msgs, m)
+		case "204": // end of batch
+			upTo, err := strconv.ParseUint(msg.Header.Get(upToHdr), 10, 64)
+			if err != nil {
+				return nil, 0, fmt.Errorf("jetstream: last messages: %s header: %w", upToHdr, err)
+			}
+			return msgs, upTo, nil
+		case "404":
+			return nil, 0, nil
+		default:
+			return nil, 0, fmt.Errorf("jetstream: last messages: status %s %s", st, msg.Header.Get(descrHdr))
+		}
+	}
+}
+
+// multiLastRequest is a direct get of several subjects' last messages.
+type multiLastRequest struct {
+	Subjects []string `json:"multi_last"`
+}
+
+// upToHdr is the header of a multi_last batch's end that names the
+// sequence it was answered as of.
+const upToHdr = "Nats-UpTo-Sequence"

@@ -133,6 +133,9 @@ type shard struct {
 	replies *inbox
 	// purgeFault, set by tests, fails the purges it returns an error for.
 	purgeFault func(filter string) error
+	// replicaAnswer, set by tests, stands in for a replica's answer to a
+	// batch of last messages (directLast), given the one it gave.
+	replicaAnswer func(subjects []string, msgs []storedMsg, upTo uint64) ([]storedMsg, uint64)
 	// health remembers a commit that ran out of time (Healthy).
 	health store.WriteHealth
 

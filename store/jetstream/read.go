@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -201,24 +202,25 @@ func compareKeys(at1 int64, id1 string, at2 int64, id2 string) int {
 
 // BusySessions is Store.BusySessions on this shard's stream. It asks the
 // stream leader which busy entries there are (the subjects on <p>.busy.*,
-// from its per-subject index), then reads the row of each, one get each: the row
-// is the truth, so one that is not busy (its entry says idle, until that
-// expires), erasing or gone is left out, and the entries themselves need
-// not be read. The cost is the busy sessions and the ones gone idle
-// within idleTTL, whatever is stored: a scan of the entries instead would
-// walk the stream's blocks between them. They come sorted by id.
+// from its per-subject index), then reads their rows in direct-get
+// batches (lastOf): the row is the truth, so one that is not busy (its
+// entry says idle, until that expires), erasing or gone is left out, and
+// the entries themselves need not be read. The cost is the busy sessions
+// and the ones gone idle within idleTTL, whatever is stored: a scan of
+// the entries instead would walk the stream's blocks between them. They
+// come sorted by id.
 func (s *shard) BusySessions(ctx context.Context) ([]store.Session, error) {
 	done, err := s.enter()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	entries, err := s.subjectsOn(ctx, s.subj.busyAll())
+	view, err := s.subjectsOn(ctx, s.subj.busyAll())
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: busy sessions: %w", err)
 	}
-	ids := make([]string, 0, len(entries))
-	for subject := range entries {
+	ids := make([]string, 0, len(view.subjects))
+	for subject := range view.subjects {
 		id, err := s.subj.busyID(subject)
 		if err != nil {
 			return nil, err
@@ -226,15 +228,47 @@ func (s *shard) BusySessions(ctx context.Context) ([]store.Session, error) {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	out, err := s.busyRows(ctx, ids)
+	rows, err := s.rows(ctx, ids, view.last)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: busy sessions: %w", err)
+	}
+	out := rows[:0]
+	for _, row := range rows {
+		if row.Busy && !row.Erasing {
+			out = append(out, row)
+		}
+	}
+	return out, nil
+}
+
+// rows reads the rows of ids as new as a leader whose last sequence was
+// last, in the order of ids; a session with no row is left out.
+func (s *shard) rows(ctx context.Context, ids []string, last uint64) ([]store.Session, error) {
+	subjects := make([]string, len(ids))
+	for i, id := range ids {
+		subjects[i] = s.subj.row(id)
+	}
+	msgs, err := s.lastOf(ctx, subjects, last)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Session, 0, len(msgs))
+	for i, id := range ids {
+		m, ok := msgs[subjects[i]]
+		if !ok {
+			continue
+		}
+		row, err := decodeRow(id, m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, row)
 	}
 	return out, nil
 }
 
 // parallelGets is how many single-message gets one read has in flight:
-// a page of a list, the busy rows, an owner's index entries.
+// the subjects a lagging replica left to the leader (lastOf).
 const parallelGets = 8
 
 // getEach calls get for each of items, parallelGets at once, and returns
@@ -262,70 +296,33 @@ func getEach[I, T any](ctx context.Context, items []I, get func(context.Context,
 	return out, nil
 }
 
-// busyRows reads the rows of ids, a few at a time, and returns those busy
-// and not erasing, in the order of ids.
-func (s *shard) busyRows(ctx context.Context, ids []string) ([]store.Session, error) {
-	return getEach(ctx, ids, s.busyRow)
+// ownerIndex reads an owner's index entries, by subject, and the
+// leader's last sequence they are as new as. The leader names the entry
+// subjects (from its per-subject index, whatever else the stream holds);
+// their messages are then read in direct-get batches (lastOf), which find
+// a subject's last message without walking the stream.
+func (s *shard) ownerIndex(ctx context.Context, owner string) (map[string]storedMsg, uint64, error) {
+	view, err := s.subjectsOn(ctx, s.subj.ownedBy(owner))
+	if err != nil {
+		return nil, 0, err
+	}
+	entries, err := s.lastOf(ctx, slices.Collect(maps.Keys(view.subjects)), view.last)
+	if err != nil {
+		return nil, 0, err
+	}
+	return entries, view.last, nil
 }
 
-// busyRow reads a session's row; ok tells that it is there, busy and not
-// erasing.
-func (s *shard) busyRow(ctx context.Context, id string) (row store.Session, ok bool, err error) {
-	m, err := s.get(ctx, getRequest{LastFor: s.subj.row(id)})
-	if errors.Is(err, errNoMsg) {
-		return store.Session{}, false, nil
-	}
-	if err != nil {
-		return store.Session{}, false, err
-	}
-	if row, err = decodeRow(id, m); err != nil {
-		return store.Session{}, false, err
-	}
-	return row, row.Busy && !row.Erasing, nil
-}
-
-// ownerIndex reads an owner's index entries, by subject. The leader
-// names the entry subjects (from its per-subject index, whatever else the
-// stream holds); each is then read with one get, which finds a subject's
-// last message without walking the stream.
-func (s *shard) ownerIndex(ctx context.Context, owner string) (map[string]storedMsg, error) {
-	subjects, err := s.subjectsOn(ctx, s.subj.ownedBy(owner))
-	if err != nil {
-		return nil, err
-	}
-	// One get a subject, a few at a time: a scan of the filter instead
-	// would walk the stream's blocks between the owner's entries, which
-	// grows with everything else stored.
-	list := make([]string, 0, len(subjects))
-	for subject := range subjects {
-		list = append(list, subject)
-	}
-	msgs, err := getEach(ctx, list, func(ctx context.Context, subject string) (storedMsg, bool, error) {
-		m, err := s.get(ctx, getRequest{LastFor: subject})
-		if errors.Is(err, errNoMsg) {
-			return storedMsg{}, false, nil // deleted since
-		}
-		return m, err == nil, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	entries := make(map[string]storedMsg, len(msgs))
-	for _, m := range msgs {
-		entries[m.subject] = m
-	}
-	return entries, nil
-}
-
-// subjectsOn asks the stream leader which subjects filter matches.
-func (s *shard) subjectsOn(ctx context.Context, filter string) (map[string]uint64, error) {
+// subjectsOn asks the stream leader which subjects filter matches, and
+// its last sequence.
+func (s *shard) subjectsOn(ctx context.Context, filter string) (leaderView, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
-		return nil, err
+		return leaderView{}, err
 	}
-	return info.State.Subjects, nil
+	return leaderView{subjects: info.State.Subjects, last: info.State.LastSeq}, nil
 }
 
 // lastOn reads the last message of each subject filter matches, by
@@ -360,7 +357,7 @@ func (s *shard) dropDeleted(ctx context.Context, filter string, rows map[string]
 		return err
 	}
 	for subject := range rows {
-		if _, ok := held[subject]; !ok {
+		if _, ok := held.subjects[subject]; !ok {
 			delete(rows, subject)
 		}
 	}

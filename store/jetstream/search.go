@@ -175,8 +175,9 @@ func (s *Store) Search(ctx context.Context, q store.Query, after *store.SessionK
 
 // Sessions implements store.Store. It reads the owner's index in each
 // stream (the entries on <p>.own.<owner>.*, headers alone), merges and
-// sorts them, and reads the rows of the page one get each, a few at once:
-// O(owner's sessions + limit), whatever the other owners hold.
+// sorts them, and reads the rows of the page in one direct-get batch a
+// stream: O(owner's sessions + limit), whatever the other owners hold,
+// in a handful of requests.
 func (s *Store) Sessions(ctx context.Context, owner string, after *store.SessionKey, limit int) ([]store.Session, error) {
 	done, err := s.enter()
 	if err != nil {
@@ -191,42 +192,78 @@ func (s *Store) Sessions(ctx context.Context, owner string, after *store.Session
 		return nil, fmt.Errorf("jetstream: sessions: %w", err)
 	}
 	out := make([]store.Session, 0, min(limit, len(keys)))
-	// The rows of a page at a time, a few at once; a row gone or erasing
-	// since its entry was read leaves room for the next key.
+	// The rows of a page at a time; a row gone or erasing since its entry
+	// was read leaves room for the next key.
 	for len(out) < limit && len(keys) > 0 {
 		page := keys[:min(limit-len(out), len(keys))]
 		keys = keys[len(page):]
-		rows, err := getEach(ctx, page, func(ctx context.Context, k ownedKey) (store.Session, bool, error) {
-			return s.shards[k.shard].ownedRow(ctx, owner, k.ID)
-		})
+		rows, err := s.pageRows(ctx, page)
 		if err != nil {
 			return nil, fmt.Errorf("jetstream: sessions: %w", err)
 		}
-		out = append(out, rows...)
+		for _, k := range page {
+			if row, ok := rows[k.ID]; ok && !row.Erasing && row.Owner == owner {
+				out = append(out, row)
+			}
+		}
 	}
 	return out, nil
 }
 
-// ownedKey is an entry of an owner's index and the shard holding it.
+// pageRows reads the rows of page's keys, each stream's at once, by id.
+func (s *Store) pageRows(ctx context.Context, page []ownedKey) (map[string]store.Session, error) {
+	each, err := eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) ([]store.Session, error) {
+		var ids []string
+		var last uint64
+		for _, k := range page {
+			if s.shards[k.shard] == sh {
+				ids, last = append(ids, k.ID), k.last
+			}
+		}
+		if len(ids) == 0 {
+			return nil, nil
+		}
+		return sh.rows(ctx, ids, last)
+	})
+	if err != nil {
+		return nil, err
+	}
+	rows := make(map[string]store.Session, len(page))
+	for _, shardRows := range each {
+		for _, row := range shardRows {
+			rows[row.ID] = row
+		}
+	}
+	return rows, nil
+}
+
+// ownedKey is an entry of an owner's index, the shard holding it, and
+// the last sequence of that shard's leader the entry was read as of.
 type ownedKey struct {
 	store.SessionKey
 	shard int
+	last  uint64
 }
 
 // ownerKeys reads an owner's index in every stream at once and returns
 // the keys of its live sessions after the key (all when nil), newest
 // first.
 func (s *Store) ownerKeys(ctx context.Context, owner string, after *store.SessionKey) ([]ownedKey, error) {
-	each, err := eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) ([]store.SessionKey, error) {
-		return sh.ownerKeys(ctx, owner, after)
+	type shardKeys struct {
+		keys []store.SessionKey
+		last uint64
+	}
+	each, err := eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) (shardKeys, error) {
+		keys, last, err := sh.ownerKeys(ctx, owner, after)
+		return shardKeys{keys, last}, err
 	})
 	if err != nil {
 		return nil, err
 	}
 	var keys []ownedKey
 	for i, ks := range each {
-		for _, k := range ks {
-			keys = append(keys, ownedKey{SessionKey: k, shard: i})
+		for _, k := range ks.keys {
+			keys = append(keys, ownedKey{SessionKey: k, shard: i, last: ks.last})
 		}
 	}
 	if len(each) > 1 {
@@ -270,12 +307,13 @@ func (s *shard) matchText(q store.Query, texts map[string]storedMsg, id string) 
 	return match, true, nil
 }
 
-// ownerKeys reads an owner's index in this shard's stream and returns the keys of its live
-// sessions after the key (all when nil), newest first.
-func (s *shard) ownerKeys(ctx context.Context, owner string, after *store.SessionKey) ([]store.SessionKey, error) {
-	entries, err := s.ownerIndex(ctx, owner)
+// ownerKeys reads an owner's index in this shard's stream and returns the
+// keys of its live sessions after the key (all when nil), newest first,
+// and the leader's last sequence they were read as of.
+func (s *shard) ownerKeys(ctx context.Context, owner string, after *store.SessionKey) ([]store.SessionKey, uint64, error) {
+	entries, last, err := s.ownerIndex(ctx, owner)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	keys := make([]store.SessionKey, 0, len(entries))
 	for subject, m := range entries {
@@ -284,11 +322,11 @@ func (s *shard) ownerKeys(ctx context.Context, owner string, after *store.Sessio
 		}
 		id, err := s.subj.ownedID(subject)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		updated, err := headerInt(m, hdrUpdated)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		keys = append(keys, store.SessionKey{UpdatedAt: time.Unix(0, updated), ID: id})
 	}
@@ -303,7 +341,7 @@ func (s *shard) ownerKeys(ctx context.Context, owner string, after *store.Sessio
 		}
 		keys = keys[i:]
 	}
-	return keys, nil
+	return keys, last, nil
 }
 
 // ownedRow reads a session's row; ok is false when it has gone since its
