@@ -94,13 +94,13 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	l, err := openLeases(ctx, js, opts)
+	f, err := openFollows(ctx, js, opts)
 	if err != nil {
 		return nil, err
 	}
-	f, err := openFollows(ctx, js, opts)
+	l, err := openLeases(ctx, js, opts, f)
 	if err != nil {
-		l.close()
+		f.close()
 		return nil, err
 	}
 	return &Cluster{opts: opts, nc: nc, log: opts.Logger, leases: l, follows: f}, nil

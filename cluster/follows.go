@@ -23,18 +23,27 @@ import (
 // A follower starts following before the leader has heard of it: the
 // ephemeral events of that moment (a millisecond or so) do not reach it,
 // and its readers are told of them with a view/gap, as of any event the
-// bus dropped (see the session package's ingest). Records of a node that
-// died stay until it starts again (it deletes its own then); until then
-// the leaders publish to nobody for it, which costs them and loses
-// nothing.
+// bus dropped (see the session package's ingest).
+//
+// A record counts while its node's heartbeat lives (or the node writes
+// records, which only a live node does): a leader publishes nothing for
+// a node that died. Its records are deleted a lease TTL after its
+// heartbeat went, by one node (the live one first by name), each guarded
+// by its revision, so that a record written since stays; a node whose
+// own heartbeat lapsed, and which joins again still following, writes
+// its records again. A node started again deletes those of its earlier
+// process itself.
 type follows struct {
-	node string
-	kv   jetstream.KeyValue
+	node  string
+	kv    jetstream.KeyValue
+	grace time.Duration // how long after a node left its records are deleted
 
 	// mu is read for every delta a leader publishes, written only when a
-	// follow record comes or goes.
+	// follow record or a heartbeat comes or goes.
 	mu       sync.RWMutex
-	followed map[string]map[string]bool // session → the other nodes that follow it
+	followed map[string]map[string]uint64 // session → another node that follows it → its record's revision
+	alive    map[string]bool              // the other nodes whose heartbeat lives
+	mine     map[string]bool              // the sessions this node follows
 
 	watch jetstream.KeyWatcher
 	done  chan struct{}
@@ -75,7 +84,8 @@ func openFollows(ctx context.Context, js jetstream.JetStream, opts Options) (*fo
 	if err != nil {
 		return nil, fmt.Errorf("cluster: follow bucket %s: %w", opts.Bucket+followsSuffix, err)
 	}
-	f := &follows{node: opts.Node, kv: kv, followed: map[string]map[string]bool{}, done: make(chan struct{})}
+	f := &follows{node: opts.Node, kv: kv, grace: opts.LeaseTTL, followed: map[string]map[string]uint64{}, alive: map[string]bool{},
+		mine: map[string]bool{}, done: make(chan struct{})}
 	if err := f.forgetEarlier(ctx); err != nil {
 		return nil, err
 	}
@@ -106,12 +116,16 @@ func (f *follows) forgetEarlier(ctx context.Context) error {
 	return nil
 }
 
-// run applies the watch's updates until it stops.
+// run applies the watch's updates until it stops. A record written
+// since the watch began says its node is alive; one of the initial
+// values may be a dead node's.
 func (f *follows) run() {
 	defer close(f.done)
+	initial := true
 	for e := range f.watch.Updates() {
 		if e == nil {
-			continue // the end of the initial values
+			initial = false // the end of the initial values
+			continue
 		}
 		session, node, ok := parseFollowKey(e.Key())
 		if !ok || node == f.node {
@@ -121,10 +135,13 @@ func (f *follows) run() {
 		nodes := f.followed[session]
 		if e.Operation() == jetstream.KeyValuePut {
 			if nodes == nil {
-				nodes = map[string]bool{}
+				nodes = map[string]uint64{}
 				f.followed[session] = nodes
 			}
-			nodes[node] = true
+			nodes[node] = e.Revision()
+			if !initial {
+				f.alive[node] = true // only a live node writes one
+			}
 		} else if nodes != nil {
 			delete(nodes, node)
 			if len(nodes) == 0 {
@@ -135,15 +152,86 @@ func (f *follows) run() {
 	}
 }
 
-// isFollowed tells whether another node follows session.
+// nodeSeen tells of another node's heartbeat: written (alive) or gone.
+func (f *follows) nodeSeen(node string, alive bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if alive {
+		f.alive[node] = true
+	} else {
+		delete(f.alive, node)
+	}
+}
+
+// sweepLater sweeps a grace from now, when the nodes' records and
+// heartbeats seen by then tell which nodes are gone.
+func (f *follows) sweepLater() { time.AfterFunc(f.grace, f.sweep) }
+
+// sweep deletes the records of every node whose heartbeat is gone, each
+// only while it holds the revision seen here: a node that came back and
+// wrote its record again keeps it.
+func (f *follows) sweep() {
+	type record struct {
+		key string
+		rev uint64
+	}
+	select {
+	case <-f.done:
+		return // the node closed meanwhile
+	default:
+	}
+	var dead []record
+	f.mu.RLock()
+	for session, nodes := range f.followed {
+		for node, rev := range nodes {
+			if !f.alive[node] {
+				dead = append(dead, record{followKey(session, node), rev})
+			}
+		}
+	}
+	f.mu.RUnlock()
+	for _, r := range dead {
+		// A revision changed meanwhile leaves the record; NATS out of
+		// reach leaves the rest to the next departure's sweep.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = f.kv.Delete(ctx, r.key, jetstream.LastRevision(r.rev))
+		cancel()
+	}
+}
+
+// rewrite writes this node's records again: it joined again after its
+// heartbeat lapsed, and another node may have deleted them meanwhile.
+func (f *follows) rewrite() {
+	f.mu.RLock()
+	sessions := make([]string, 0, len(f.mine))
+	for s := range f.mine {
+		sessions = append(sessions, s)
+	}
+	f.mu.RUnlock()
+	for _, s := range sessions {
+		if err := f.start(s); err != nil {
+			return // NATS is out of reach: the next rejoin writes them
+		}
+	}
+}
+
+// isFollowed tells whether another node, alive, follows session.
 func (f *follows) isFollowed(session string) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return len(f.followed[session]) > 0
+	for node := range f.followed[session] {
+		if f.alive[node] {
+			return true
+		}
+	}
+	return false
 }
 
 // start writes this node's follow record of session.
 func (f *follows) start(session string) error {
+	f.mu.Lock()
+	f.mine[session] = true
+	f.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := f.kv.Put(ctx, followKey(session, f.node), nil)
@@ -152,6 +240,9 @@ func (f *follows) start(session string) error {
 
 // stop deletes it.
 func (f *follows) stop(session string) {
+	f.mu.Lock()
+	delete(f.mine, session)
+	f.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = f.kv.Delete(ctx, followKey(session, f.node))

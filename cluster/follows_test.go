@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"errors"
 	"sync/atomic"
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"mspd/session"
 )
@@ -77,4 +79,66 @@ func TestFollowRecordsOfAnEarlierProcessGo(t *testing.T) {
 	}
 	joinNode(t, nc, js, "b")
 	eventually(t, "a to hear the record go", func() bool { return !a.follows.isFollowed("s") })
+}
+
+// followRecord tells whether the bucket holds node's follow record of
+// session.
+func followRecord(t *testing.T, js jetstream.JetStream, session, node string) bool {
+	t.Helper()
+	kv, err := js.KeyValue(t.Context(), "MSPD"+followsSuffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kv.Get(t.Context(), followKey(session, node))
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
+// TestFollowRecordsOfADeadNodeGo: a node that died following a session
+// and never comes back costs the leader nothing once its heartbeat has
+// lapsed, and the live node first by name deletes its record a lease TTL
+// later.
+func TestFollowRecordsOfADeadNodeGo(t *testing.T) {
+	nc, js := startNATS(t)
+	a := joinNode(t, nc, js, "a")
+	b := joinNode(t, nc, js, "b")
+	b.Follow("s", func(session.Notification, session.Position) {})
+	eventually(t, "a to hear that b follows", func() bool { return a.follows.isFollowed("s") })
+	b.die()
+	b.follows.close() // the process is gone; its record stays
+	eventually(t, "b's heartbeat to lapse and a to stop publishing for it", func() bool { return !a.follows.isFollowed("s") })
+	eventually(t, "a to delete b's record", func() bool { return !followRecord(t, js, "s", "b") })
+}
+
+// TestFollowRecordsWrittenAgainAfterALapse: a node whose heartbeat lapsed
+// while it went on following (paused, cut off) has its records deleted
+// by another node; joining again, it writes them again, and the leader
+// publishes for it again.
+func TestFollowRecordsWrittenAgainAfterALapse(t *testing.T) {
+	nc, js := startNATS(t)
+	a := joinNode(t, nc, js, "a")
+	b := joinNode(t, nc, js, "b")
+	b.Follow("s", func(session.Notification, session.Position) {})
+	eventually(t, "a to hear that b follows", func() bool { return a.follows.isFollowed("s") })
+	// b pauses, as a stopped process does: its renewal waits on the lock,
+	// and its heartbeat lapses.
+	b.leases.mu.Lock()
+	before := b.leases.incarnation
+	eventually(t, "b's heartbeat to lapse", func() bool { return !a.follows.isFollowed("s") })
+	a.follows.sweep() // what a does a lease TTL after b's heartbeat went
+	eventually(t, "a to delete b's record", func() bool { return !followRecord(t, js, "s", "b") })
+	// b wakes up, finds its heartbeat gone, joins again and goes on.
+	b.leases.mu.Unlock()
+	eventually(t, "b to join again", func() bool { return b.incarnation() != before })
+	eventually(t, "b to write its record again", func() bool { return followRecord(t, js, "s", "b") })
+	eventually(t, "a to hear that b follows again", func() bool { return a.follows.isFollowed("s") })
+	a.follows.sweep() // a later sweep leaves a record written since
+	if !followRecord(t, js, "s", "b") || !a.follows.isFollowed("s") {
+		t.Fatal("b's record, written again after its lapse, was deleted")
+	}
 }

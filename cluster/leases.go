@@ -46,9 +46,19 @@ type leases struct {
 
 	departed chan struct{} // a value after another node left (Departed)
 	watch    jetstream.KeyWatcher
+	heard    nodeWatcher // hears of the heartbeats and of this node joining again
 
 	stop chan struct{}
 	done chan struct{}
+}
+
+// nodeWatcher hears what the heartbeats tell: another node's written or
+// gone, when to sweep what the nodes gone left, and this node joining
+// again after its own lapsed. The follow records need it (follows.go).
+type nodeWatcher interface {
+	nodeSeen(node string, alive bool)
+	sweepLater()
+	rewrite()
 }
 
 // Bucket name suffixes under Options.Bucket.
@@ -62,8 +72,8 @@ const (
 
 // openLeases opens the buckets, refuses a deployment still running nodes
 // of the old lease layout, writes this node's first heartbeat and starts
-// renewing it.
-func openLeases(ctx context.Context, js jetstream.JetStream, opts Options) (*leases, error) {
+// renewing it; heard hears what the heartbeats tell.
+func openLeases(ctx context.Context, js jetstream.JetStream, opts Options, heard nodeWatcher) (*leases, error) {
 	nodes, err := openBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:   opts.Bucket + nodesSuffix,
 		TTL:      opts.LeaseTTL,
@@ -89,7 +99,7 @@ func openLeases(ctx context.Context, js jetstream.JetStream, opts Options) (*lea
 	if err := checkNoLegacyLeases(ctx, js, opts.Bucket+legacySuffix); err != nil {
 		return nil, err
 	}
-	l := &leases{opts: opts, nodes: nodes, claims: claims, log: opts.Logger, held: map[string]uint64{},
+	l := &leases{opts: opts, nodes: nodes, claims: claims, log: opts.Logger, held: map[string]uint64{}, heard: heard,
 		departed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if err := l.join(ctx); err != nil {
 		return nil, fmt.Errorf("cluster: writing the heartbeat of node %s: %w", opts.Node, err)
@@ -107,23 +117,36 @@ func openLeases(ctx context.Context, js jetstream.JetStream, opts Options) (*lea
 
 // watchDepartures tells Departed of every other node whose heartbeat goes
 // (deleted, or aged out: the bucket leaves a marker) or comes back as a
-// new incarnation: the claims of the one before are free.
+// new incarnation: the claims of the one before are free. It tells heard
+// of every heartbeat written or gone, and, on the live node first by
+// name, to sweep after a departure and after the first look.
 func (l *leases) watchDepartures() {
 	seen := map[string]string{} // node → incarnation
 	for e := range l.watch.Updates() {
-		if e == nil || e.Key() == l.opts.Node {
-			continue // the end of the initial values; this node's own
+		if e == nil { // the end of the initial values
+			if l.sweeper(seen) {
+				l.heard.sweepLater() // what nodes gone before this one left
+			}
+			continue
+		}
+		if e.Key() == l.opts.Node {
+			continue // this node's own
 		}
 		was, known := seen[e.Key()]
 		left := false
 		if e.Operation() == jetstream.KeyValuePut {
 			seen[e.Key()] = string(e.Value())
 			left = known && was != string(e.Value())
+			l.heard.nodeSeen(e.Key(), true)
 		} else {
 			// A deletion, or the heartbeat aging out; the marker of a
 			// deletion ages out too, and is not a second departure.
 			delete(seen, e.Key())
 			left = known
+			l.heard.nodeSeen(e.Key(), false)
+			if left && l.sweeper(seen) {
+				l.heard.sweepLater()
+			}
 		}
 		if left {
 			select {
@@ -132,6 +155,17 @@ func (l *leases) watchDepartures() {
 			}
 		}
 	}
+}
+
+// sweeper tells whether this node comes first by name among the live
+// ones seen: the one that deletes what the nodes gone left.
+func (l *leases) sweeper(seen map[string]string) bool {
+	for node := range seen {
+		if node < l.opts.Node {
+			return false
+		}
+	}
+	return true
 }
 
 // checkNoLegacyLeases refuses to join while nodes of an earlier mspd,
@@ -212,7 +246,7 @@ func (l *leases) renew() {
 			l.mu.Unlock()
 		} else if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
 			l.log.Warn("this node's heartbeat lapsed: its sessions may have been taken over; joining again", "node", l.opts.Node, "err", err)
-			if err := l.join(ctx); err != nil {
+			if err := l.rejoin(ctx); err != nil {
 				l.log.Warn("joining again", "node", l.opts.Node, "err", err)
 			}
 		} else {
@@ -220,6 +254,16 @@ func (l *leases) renew() {
 		}
 		cancel()
 	}
+}
+
+// rejoin joins again after this node's heartbeat lapsed, and has what it
+// follows written again, which another node may have deleted meanwhile.
+func (l *leases) rejoin(ctx context.Context) error {
+	if err := l.join(ctx); err != nil {
+		return err
+	}
+	go l.heard.rewrite()
+	return nil
 }
 
 // claimValue is what a claim of this incarnation holds.
