@@ -49,8 +49,11 @@ func (r *runner) append(ctx context.Context) error {
 
 func (r *runner) appendOn(ctx context.Context, store string) error {
 	n, m := r.cfg.AppendSessions, r.cfg.AppendTurns
-	var srvs []*server
+	// srvs take the sessions; procs are the whole deployment, whose CPU
+	// is counted: the nats-server processes too (--nats-server).
+	var srvs, procs []*server
 	var scen string
+	stop := func() { stopAll(srvs) }
 	switch store {
 	case "sqlite":
 		srv, err := r.startServer(ctx)
@@ -58,6 +61,7 @@ func (r *runner) appendOn(ctx context.Context, store string) error {
 			return err
 		}
 		srvs, scen = []*server{srv}, fmt.Sprintf("append %d sessions", n)
+		procs = srvs
 	default:
 		size := map[string]int{"jetstream-r1": 1, "jetstream-r3": 3}[store]
 		ns, err := r.startNodes(ctx, size, size)
@@ -65,8 +69,8 @@ func (r *runner) appendOn(ctx context.Context, store string) error {
 			return err
 		}
 		srvs, scen = ns.srvs, fmt.Sprintf("append %d sessions: %s, JetStream R%d", n, map[int]string{1: "one node", 3: "3 nodes"}[size], size)
+		procs, stop = ns.processes(), ns.stop
 	}
-	stop := func() { stopAll(srvs) }
 	defer stop()
 	var ss []session
 	defer func() { closeSessions(ss) }()
@@ -86,7 +90,7 @@ func (r *runner) appendOn(ctx context.Context, store string) error {
 	var total, size int
 	for round := range r.cfg.Rounds {
 		r.logf("  round %d of %d", round+1, r.cfg.Rounds)
-		cpu0, client0 := serversCPU(srvs), selfCPU()
+		cpu0, client0 := serversCPU(procs), selfCPU()
 		m0, _ := readMachineTicks()
 		var w0 writerStats
 		if store == "sqlite" {
@@ -99,7 +103,7 @@ func (r *runner) appendOn(ctx context.Context, store string) error {
 		if err != nil {
 			return err
 		}
-		cpu, client := serversCPU(srvs)-cpu0, selfCPU()-client0
+		cpu, client := serversCPU(procs)-cpu0, selfCPU()-client0
 		m1, _ := readMachineTicks()
 		total, size = events, paramBytes/max(events, 1)
 		if store == "sqlite" {

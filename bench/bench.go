@@ -35,6 +35,15 @@ type Config struct {
 	// ServerArgs are extra flags for every mspd started (e.g.
 	// --queue-frames 256).
 	ServerArgs []string
+	// NATSServer, when set, is a nats-server binary: the JetStream
+	// deployments run their NATS servers as processes of it, one a node,
+	// apart from the mspd nodes (as production does), instead of inside
+	// them (--nats-embedded).
+	NATSServer string
+	// NATSEnv are variables added to the nats-server processes'
+	// environment (NAME=value), e.g. GOMAXPROCS=1 for servers that share
+	// the machine's CPUs as a container's limit would share them.
+	NATSEnv []string
 	// ServerEnv are variables added to every mspd process's environment
 	// (NAME=value): the tests run their own binary as mspd with one.
 	ServerEnv []string
@@ -95,6 +104,10 @@ type Config struct {
 	// scenario's rounds run again on each JetStream deployment (e.g. 1,
 	// 2, 4).
 	StoreStreams []int
+	// LeaseSessions are the counts of sessions one node claims, each
+	// topping the last up, at which the store scenario measures its lease
+	// upkeep on each JetStream deployment (default 1000, 10000, 100000).
+	LeaseSessions []int
 
 	// ClusterNodes mspd processes on JetStream with ClusterReplicas
 	// replicas (defaults 3 and 3; 2 nodes take 1 replica) run the cluster
@@ -224,6 +237,10 @@ func (c *Config) defaults() {
 		c.StoreRows = []int{10000}
 	}
 	slices.Sort(c.StoreRows)
+	if len(c.LeaseSessions) == 0 {
+		c.LeaseSessions = []int{1_000, 10_000, 100_000}
+	}
+	slices.Sort(c.LeaseSessions)
 	if c.ClusterNodes <= 0 {
 		c.ClusterNodes = 3
 	}

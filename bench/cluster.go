@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -16,10 +17,14 @@ import (
 // nodes are mspd processes sharing NATS JetStream (--store jetstream
 // --nats-embedded): each runs a NATS server in its process, and with more
 // than one they are routed into one NATS cluster, as e2e's cluster test
-// starts them.
+// starts them. With --nats-server, node i uses nats-server process i
+// instead, as a production deployment does.
 type nodes struct {
 	srvs []*server
 	nats []string // each node's NATS client URL
+	// natsProcs are the nats-server processes (--nats-server) the nodes
+	// use instead of embedded servers; none with embedded ones.
+	natsProcs []*server
 	// secret is the NATS servers' token (and their routes' password),
 	// which mspbench makes up: without one, each server would take a
 	// token of its own process that mspbench cannot know.
@@ -66,17 +71,37 @@ func (r *runner) startNodesWith(ctx context.Context, n, replicas int, args, env 
 
 // tryNodes makes one attempt of startNodesWith.
 func (r *runner) tryNodes(ctx context.Context, n, replicas int, extra, extraEnv []string) (*nodes, error) {
-	ports, err := freePorts(2 * n)
+	ports, err := freePorts(3 * n)
 	if err != nil {
 		return nil, err
 	}
 	ns := &nodes{secret: rand.Text()}
+	external := r.cfg.NATSServer != ""
+	if external {
+		var prof []int
+		if r.cfg.Profile != "" {
+			prof = ports[2*n:]
+		}
+		if ns.natsProcs, err = startNATSServers(ctx, r.cfg.NATSServer, r.cfg.WorkDir, ns.secret, r.cfg.NATSEnv, ports[:n], ports[n:2*n], prof); err != nil {
+			return nil, err
+		}
+	}
 	for i := range n {
-		args := append(append(nodeArgs(i, ports[:n], ports[n:], replicas), r.cfg.ServerArgs...), extra...)
+		nodeEnv := ns.env()
+		var args []string
+		if external {
+			args = []string{"--store", "jetstream", "--jetstream-replicas", fmt.Sprint(replicas), "--node-id", fmt.Sprintf("n%d", i+1)}
+			// The URLs through the environment, not a flag: they hold the
+			// token, which ps would show.
+			nodeEnv = append(nodeEnv, "MSPD_NATS="+ns.urlsFrom(i, ports[:n]))
+		} else {
+			args = nodeArgs(i, ports[:n], ports[n:2*n], replicas)
+		}
+		args = append(append(args, r.cfg.ServerArgs...), extra...)
 		if r.cfg.Profile != "" {
 			args = append(args, "--pprof")
 		}
-		env := append(append(ns.env(), r.cfg.ServerEnv...), extraEnv...)
+		env := append(append(nodeEnv, r.cfg.ServerEnv...), extraEnv...)
 		s, err := launchServer(r.bin, r.cfg.WorkDir, args, env)
 		if err != nil {
 			ns.stop()
@@ -96,6 +121,39 @@ func (r *runner) tryNodes(ctx context.Context, n, replicas int, extra, extraEnv 
 		return nil, err
 	}
 	return ns, nil
+}
+
+// urlsFrom lists the NATS servers' client URLs with the token, node i's
+// own first, for node i to connect to.
+func (ns *nodes) urlsFrom(i int, ports []int) string {
+	var urls []string
+	for k := range ports {
+		urls = append(urls, fmt.Sprintf("nats://%s@127.0.0.1:%d", ns.secret, ports[(i+k)%len(ports)]))
+	}
+	return strings.Join(urls, ",")
+}
+
+// natsHosts are the processes that run the NATS servers: the nats-server
+// processes, or the nodes that embed them.
+func (ns *nodes) natsHosts() []*server {
+	if len(ns.natsProcs) > 0 {
+		return ns.natsProcs
+	}
+	return ns.srvs
+}
+
+// processes are every process of the deployment: the nodes, and the
+// nats-server processes when they run apart.
+func (ns *nodes) processes() []*server {
+	return append(slices.Clone(ns.srvs), ns.natsProcs...)
+}
+
+// natsWhere says where the NATS servers run, for a figure's note.
+func (ns *nodes) natsWhere() string {
+	if len(ns.natsProcs) > 0 {
+		return "nats-server processes"
+	}
+	return "in their mspd processes"
 }
 
 // env is the environment the nodes run with over mspbench's: the secret
@@ -129,6 +187,7 @@ func nodeArgs(i int, natsPorts, routePorts []int, replicas int) []string {
 // would find no quorum to let go of its leases with.
 func (ns *nodes) stop() {
 	stopAll(ns.srvs)
+	stopAll(ns.natsProcs)
 }
 
 // stopAll tells every server to stop, then waits for each.

@@ -75,17 +75,17 @@ func (r *runner) clusterAt(ctx context.Context, n int) error {
 	var followerVsLeader, followerVsSQLite []float64
 	var idleCPU, idleTime time.Duration
 	for range rounds {
-		c0, t0 := serversCPU(ns.srvs), time.Now()
+		c0, t0 := serversCPU(ns.processes()), time.Now()
 		if err := sqlite.measure(ctx, []*server{single}, on(lone)); err != nil {
 			return err
 		}
 		// The cluster sat idle meanwhile: what its leases and adoption
 		// scans cost.
-		idleCPU, idleTime = idleCPU+serversCPU(ns.srvs)-c0, idleTime+time.Since(t0)
-		if err := leader.measure(ctx, ns.srvs, on(led)); err != nil {
+		idleCPU, idleTime = idleCPU+serversCPU(ns.processes())-c0, idleTime+time.Since(t0)
+		if err := leader.measure(ctx, ns.processes(), on(led)); err != nil {
 			return err
 		}
-		if err := follower.measure(ctx, ns.srvs, on(followed)); err != nil {
+		if err := follower.measure(ctx, ns.processes(), on(followed)); err != nil {
 			return err
 		}
 		if err := raw.measureRaw(ctx, rc, k, sqlite.sample); err != nil {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"mspd/cluster"
 	"mspd/schema/msp"
 	"mspd/store"
 	msjs "mspd/store/jetstream"
@@ -202,7 +204,7 @@ func (r *runner) streamRows(ctx context.Context, t *storeTarget) error {
 	n, turns := r.cfg.AppendSessions, r.cfg.AppendTurns
 	for _, streams := range r.cfg.StoreStreams {
 		st, err := msjs.Connect(ctx, t.nodes.nats[0], msjs.Options{Stream: streamsStream, Subject: streamsSubject,
-			Replicas: len(t.nodes.srvs), Streams: streams}, t.nodes.connOptions()...)
+			Replicas: len(t.nodes.natsHosts()), Streams: streams}, t.nodes.connOptions()...)
 		if err != nil {
 			return err
 		}
@@ -219,7 +221,7 @@ func (r *runner) streamRows(ctx context.Context, t *storeTarget) error {
 		r.add(Row{Scenario: label, Figure: "commits/s", Value: float64(tl.commits) / tl.elapsed.Seconds(), Unit: "/s",
 			Note: fmt.Sprintf("%d fresh sessions × %d turns × %d commits, %d rounds", n, turns, len(turnCommits), r.cfg.Rounds)})
 		r.add(Row{Scenario: label, Figure: "NATS CPU per commit", Value: perItem(tl.serverCPU, tl.commits), Unit: "µs",
-			Note: "all the servers (in their mspd processes)"})
+			Note: "all the servers (" + t.nodes.natsWhere() + ")"})
 	}
 	return nil
 }
@@ -285,7 +287,7 @@ func (r *runner) openStoreTargets(ctx context.Context) ([]*storeTarget, func(), 
 				urls = t.nodes.nats
 			}
 			for _, url := range urls {
-				st, err := msjs.Connect(ctx, url, msjs.Options{Stream: benchStream, Subject: benchSubject, Replicas: len(t.nodes.srvs)},
+				st, err := msjs.Connect(ctx, url, msjs.Options{Stream: benchStream, Subject: benchSubject, Replicas: len(t.nodes.natsHosts())},
 					t.nodes.connOptions()...)
 				if err != nil {
 					return nil, closeAll, fmt.Errorf("%s: %w", t.label, err)
@@ -312,7 +314,7 @@ func (t *storeTarget) round(ctx context.Context, n, turns int) error {
 	var lat []time.Duration
 	var srvs []*server
 	if t.nodes != nil {
-		srvs = t.nodes.srvs
+		srvs = t.nodes.natsHosts()
 	}
 	cpu0, me0 := cpuOf(srvs), selfCPU()
 	start := time.Now()
@@ -381,10 +383,14 @@ func (t *storeTarget) addRows(r *runner, base float64, note string) {
 	r.latencyRows(t.label, "commit", tl.commitLt, "one store.Commit, under the load above")
 	if t.nodes != nil {
 		r.add(Row{Scenario: t.label, Figure: "server CPU per commit", Value: perItem(tl.serverCPU, tl.commits), Unit: "µs",
-			Note: fmt.Sprintf("all %d NATS servers (in their mspd processes), over the rounds", len(t.nodes.srvs))})
+			Note: fmt.Sprintf("all %d NATS servers (%s), over the rounds", len(t.nodes.natsHosts()), t.nodes.natsWhere())})
 		if len(tl.nodeCPU) > 1 {
 			for i, cpu := range tl.nodeCPU {
-				r.add(Row{Scenario: t.label, Figure: fmt.Sprintf("node n%d CPU per commit", i+1), Value: perItem(cpu, tl.commits), Unit: "µs",
+				host := "node n"
+				if len(t.nodes.natsProcs) > 0 {
+					host = "nats-server "
+				}
+				r.add(Row{Scenario: t.label, Figure: fmt.Sprintf("%s%d CPU per commit", host, i+1), Value: perItem(cpu, tl.commits), Unit: "µs",
 					Note: "the stream's leader does the most"})
 			}
 		}
@@ -423,24 +429,24 @@ func plainTurns(ctx context.Context, w *groupWriter, n, turns int) (float64, err
 	return float64(n*turns*recordsPerTurn()) / time.Since(start).Seconds(), err
 }
 
-// leaseTTL is cluster.Options.LeaseTTL's default: a lease is renewed every
-// third of it.
-const leaseTTL = 10 * time.Second
+// upkeepTTL is the lease TTL the upkeep is measured at: a node renews
+// its heartbeat every third of it (at the default 10 s, a fifth of the
+// writes measured).
+const upkeepTTL = 2 * time.Second
 
-// leaseRenewals is how many times each lease is renewed when they are
-// renewed all at once.
-const leaseRenewals = 20
+// upkeepBucket prefixes the buckets of the measured node's leases,
+// beside the mspd nodes' MSPD ones.
+const upkeepBucket = "MSPBENCH"
 
-// leaseRows measures, on a JetStream target's servers, what a KV bucket
-// takes of lease writes (TTL, one revision of history, file storage, the
-// target's replicas), one key a session: the capacity the cluster
-// package's claims draw on (a node's upkeep is one heartbeat, see
-// cluster/leases.go; this was the per-session lease it replaced). Renewals at once: every session's lease
-// renewed leaseRenewals times, all sessions in parallel. One at a time:
-// every lease renewed once after another, as cluster.renew goes through a
-// node's leases.
+// leaseRows measures, on a JetStream target's servers, what keeping its
+// leases costs a node (the cluster package, in this process) that has
+// claimed each of LeaseSessions sessions, topping the last up: KV writes
+// a second (both lease buckets' streams), this process's CPU a second
+// and the NATS servers', over one TTL (three heartbeats) once the claims
+// are made. Flat in the sessions is the point: a node renews one
+// heartbeat, not a lease a session.
 func (r *runner) leaseRows(ctx context.Context, t *storeTarget) error {
-	if t.nodes == nil || t.name == "jetstream-r3x3" {
+	if t.nodes == nil || t.name == "jetstream-r3x3" || len(r.cfg.LeaseSessions) == 0 {
 		return nil // no leases on SQLite; R3 is measured once
 	}
 	nc, err := nats.Connect(t.nodes.nats[0], t.nodes.connOptions()...)
@@ -452,55 +458,98 @@ func (r *runner) leaseRows(ctx context.Context, t *storeTarget) error {
 	if err != nil {
 		return err
 	}
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "MSPBENCH_LEASES", TTL: leaseTTL, History: 1,
-		Replicas: len(t.nodes.srvs), Storage: jetstream.FileStorage})
+	c, err := cluster.New(ctx, nc, js, cluster.Options{Node: "mspbench", LeaseTTL: upkeepTTL, Bucket: upkeepBucket,
+		Subject: "mspbench-node", Replicas: len(t.nodes.natsHosts()), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
-	n := r.cfg.AppendSessions
-	keys, revs := make([]string, n), make([]uint64, n)
-	err = parallel(ctx, n, n, func(ctx context.Context, i int) error {
-		keys[i] = uuid.NewString()
-		rev, err := kv.Create(ctx, keys[i], []byte("n1"))
-		revs[i] = rev
-		return err
-	})
+	defer c.Close()
+	nodesKV, err := js.KeyValue(ctx, upkeepBucket+"_NODES")
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	err = parallel(ctx, n, n, func(ctx context.Context, i int) error {
-		for range leaseRenewals {
-			rev, err := kv.Update(ctx, keys[i], []byte("n1"), revs[i])
+	beats, err := nodesKV.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return err
+	}
+	defer beats.Stop()
+	writes := func() (uint64, error) {
+		var sum uint64
+		for _, bucket := range []string{upkeepBucket + "_NODES", upkeepBucket + "_CLAIMS"} {
+			st, err := js.Stream(ctx, "KV_"+bucket)
 			if err != nil {
-				return err
+				return 0, err
 			}
-			revs[i] = rev
+			info, err := st.Info(ctx)
+			if err != nil {
+				return 0, err
+			}
+			sum += info.State.LastSeq
 		}
-		return nil
-	})
-	if err != nil {
-		return err
+		return sum, nil
 	}
-	parallelRate := float64(n*leaseRenewals) / time.Since(start).Seconds()
-	var serial []time.Duration
-	start = time.Now()
-	for i := range keys {
-		t0 := time.Now()
-		rev, err := kv.Update(ctx, keys[i], []byte("n1"), revs[i])
+	label := strings.TrimSuffix(t.label, ", a writer a node")
+	claimed := 0
+	for _, n := range r.cfg.LeaseSessions {
+		from, t0 := claimed, time.Now()
+		err := parallel(ctx, n-claimed, 64, func(ctx context.Context, i int) error {
+			id := fmt.Sprint("leased-", from+i)
+			leader, err := c.Claim(ctx, id)
+			if err == nil && leader != "mspbench" {
+				err = fmt.Errorf("%s led by %q", id, leader)
+			}
+			return err
+		})
 		if err != nil {
 			return err
 		}
-		serial = append(serial, time.Since(t0))
-		revs[i] = rev
+		claimed = max(claimed, n)
+		r.logf("  %s: claimed %d sessions in %v", label, claimed, time.Since(t0).Round(time.Millisecond))
+		// The window runs from a heartbeat to the third after it (one
+		// TTL), the beats written while claiming left behind.
+		beat := func(what string) error {
+			select {
+			case <-beats.Updates():
+				return nil
+			case <-time.After(2 * upkeepTTL):
+				return fmt.Errorf("%s: %s not written within %v", label, what, 2*upkeepTTL)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		for drained := false; !drained; {
+			select {
+			case <-beats.Updates():
+			default:
+				drained = true
+			}
+		}
+		if err := beat("a heartbeat"); err != nil {
+			return err
+		}
+		w0, err := writes()
+		if err != nil {
+			return err
+		}
+		me0, nats0, start := selfCPU(), serversCPU(t.nodes.natsHosts()), time.Now()
+		for i := range 3 {
+			if err := beat(fmt.Sprintf("heartbeat %d of 3", i+1)); err != nil {
+				return err
+			}
+		}
+		elapsed := time.Since(start).Seconds()
+		w1, err := writes()
+		if err != nil {
+			return err
+		}
+		at := fmt.Sprintf("at %d claimed sessions", claimed)
+		r.add(Row{Scenario: label, Figure: "lease upkeep KV writes/s, " + at, Value: float64(w1-w0) / elapsed, Unit: "/s",
+			Note: fmt.Sprintf("one node's heartbeats and claims, TTL %v, over one TTL", upkeepTTL)})
+		r.add(Row{Scenario: label, Figure: "lease upkeep CPU, " + at, Value: (selfCPU() - me0).Seconds() * 1000 / elapsed, Unit: "ms/s",
+			Note: "the node's lease code (this process)"})
+		r.add(Row{Scenario: label, Figure: "NATS CPU while idle, " + at, Value: (serversCPU(t.nodes.natsHosts()) - nats0).Seconds() * 1000 / elapsed, Unit: "ms/s",
+			Note: "all the servers (" + t.nodes.natsWhere() + "), the idle nodes' own upkeep too"})
 	}
-	serialRate := float64(n) / time.Since(start).Seconds()
-	label := strings.TrimSuffix(t.label, ", a writer a node")
-	r.add(Row{Scenario: label, Figure: "lease renewals/s, all at once", Value: parallelRate, Unit: "/s",
-		Note: fmt.Sprintf("%d leases × %d KV updates, in parallel", n, leaseRenewals)})
-	r.add(Row{Scenario: label, Figure: "lease renewals/s, one at a time", Value: serialRate, Unit: "/s",
-		Note: fmt.Sprintf("one after another, as per-session leases were renewed (at TTL %v such a node held at most ~%.0f); now the rate claims are written at", leaseTTL, serialRate*leaseTTL.Seconds())})
-	r.latencyRows(label, "lease renewal", serial, "one KV update, one at a time")
 	return nil
 }
 
@@ -513,8 +562,12 @@ const (
 	listedSessions = 50
 	// storedOwners spread the other stored sessions over owners.
 	storedOwners = 997
-	// listRepeats is how many times the list is timed at each count.
-	listRepeats = 200
+	// listRepeats is how many times the list is timed at each count, one
+	// every listEvery, as lists come from people rather than back to back:
+	// the p99 is then the 10th slowest of lists spread over 10 s, not the
+	// 2nd slowest of a burst that one pause of a server can fill.
+	listRepeats = 1000
+	listEvery   = 10 * time.Millisecond
 )
 
 // idleEntriesExpire outlasts store/jetstream's idle busy entries (a
@@ -527,7 +580,7 @@ const listedOwner = "mspbench-listed"
 // scanRows stores StoreRows sessions, one count after another (each
 // topping the last up), and at each times what must not grow with them:
 // a principal's session/list (Sessions, first page, of its 50 sessions,
-// p50 and p99 of 50) and an adoption pass (BusySessions, finding the 10
+// p50 and p99 of listRepeats) and an adoption pass (BusySessions, finding the 10
 // busy, median of 3).
 func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 	if t.name == "jetstream-r3x3" && slices.Contains(r.cfg.StoreBackends, "jetstream-r3") {
@@ -558,11 +611,21 @@ func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 				// The idle busy entries just written expire (1 s): the
 				// store then holds what it holds between turns.
 				time.Sleep(idleEntriesExpire)
+				// The reads are timed on servers at rest, as between
+				// turns, not while they still work off the load of
+				// seeding (replicas catching up, blocks compacted).
+				waited, err := settle(ctx, t.nodes.natsHosts())
+				if err != nil {
+					return err
+				}
+				r.logf("  %s: the NATS servers at rest after %v more", label, waited.Round(time.Millisecond))
 			}
 		}
 		at := fmt.Sprintf("at %d stored sessions", stored)
 		var list []time.Duration
+		pace := time.NewTicker(listEvery)
 		for range listRepeats {
+			<-pace.C
 			t0 := time.Now()
 			got, err := st.Sessions(ctx, listedOwner, nil, listedSessions)
 			if err != nil {
@@ -570,12 +633,28 @@ func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 			}
 			list = append(list, time.Since(t0))
 			if len(got) != min(listedSessions, max(stored-storedBusy, 0)) {
+				pace.Stop()
 				return fmt.Errorf("%s: the listed principal has %d sessions, want %d", label, len(got), listedSessions)
+			}
+		}
+		pace.Stop()
+		if r.cfg.Profile != "" && t.nodes != nil && len(t.nodes.natsProcs) > 0 {
+			// Apart from the timed lists: a profile costs the servers.
+			var files []string
+			for i := range t.nodes.natsProcs {
+				files = append(files, fmt.Sprintf("%s.store-list%d.nats%d", r.cfg.Profile, stored, i+1))
+			}
+			err := r.profileAll(ctx, t.nodes.natsProcs, files, func(ctx context.Context) error {
+				_, err := st.Sessions(ctx, listedOwner, nil, listedSessions)
+				return err
+			})
+			if err != nil {
+				return err
 			}
 		}
 		pc := percentilesOf(list)
 		r.add(Row{Scenario: label, Figure: "session/list p50, " + at, Value: millis(pc.p50), Unit: "ms",
-			Note: fmt.Sprintf("Sessions of a principal with %d, first page; %d times", listedSessions, listRepeats)})
+			Note: fmt.Sprintf("Sessions of a principal with %d, first page; %d times, one every %v", listedSessions, listRepeats, listEvery)})
 		r.add(Row{Scenario: label, Figure: "session/list p99, " + at, Value: millis(pc.p99), Unit: "ms",
 			Note: fmt.Sprintf("the others' spread over %d owners", storedOwners)})
 		var pass []float64
@@ -594,6 +673,43 @@ func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 			Note: fmt.Sprintf("finds the %d busy; median of %d", storedBusy, scanRepeats)})
 	}
 	return nil
+}
+
+// Servers are at rest when, together, they use less than restCPU of a
+// core over restWindows windows of restWindow in a row; settle waits at
+// most restLimit for that.
+const (
+	restCPU     = 0.10
+	restWindow  = 500 * time.Millisecond
+	restWindows = 6
+	restLimit   = 2 * time.Minute
+)
+
+// settle waits until the processes are at rest, and says how long that
+// took; processes still busy after restLimit are measured as they are.
+func settle(ctx context.Context, procs []*server) (time.Duration, error) {
+	start := time.Now()
+	tick := time.NewTicker(restWindow)
+	defer tick.Stop()
+	last, at, quiet := serversCPU(procs), time.Now(), 0
+	for time.Since(start) < restLimit {
+		select {
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		case <-tick.C:
+		}
+		cpu, now := serversCPU(procs), time.Now()
+		if float64(cpu-last) < restCPU*float64(now.Sub(at)) {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		if quiet == restWindows {
+			return time.Since(start), nil
+		}
+		last, at = cpu, now
+	}
+	return time.Since(start), nil
 }
 
 // millis is d in milliseconds.

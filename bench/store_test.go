@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -101,7 +102,8 @@ func TestStoreScenarioOnJetStream(t *testing.T) {
 	t.Setenv("MSPD_NATS_SECRET", "inherited-not-the-nodes")
 	ctx := context.Background()
 	cfg := Config{Scenarios: []string{"store"}, StoreBackends: []string{"jetstream-r1"}, AppendSessions: 2, AppendTurns: 1,
-		Rounds: 1, StoreRows: []int{30}, StoreStreams: []int{1, 3}, WorkDir: t.TempDir(), Log: io.Discard, ServerEnv: []string{clitest.Env}}
+		Rounds: 1, StoreRows: []int{30}, StoreStreams: []int{1, 3}, LeaseSessions: []int{10, 20}, WorkDir: t.TempDir(), Log: io.Discard,
+		ServerEnv: []string{clitest.Env}}
 	cfg.defaults()
 	r := &runner{cfg: cfg, bin: clitest.Self(), rep: &Report{}}
 	if err := r.storeScenario(ctx); err != nil {
@@ -111,12 +113,44 @@ func TestStoreScenarioOnJetStream(t *testing.T) {
 	for _, row := range r.rep.Rows {
 		got[row.Scenario+" / "+row.Figure] = row.Value > 0
 	}
-	for _, key := range []string{"store jetstream R1 / durable appends/s", "store jetstream R1 / lease renewals/s, all at once",
+	for _, key := range []string{"store jetstream R1 / durable appends/s", "store jetstream R1 / lease upkeep KV writes/s, at 20 claimed sessions",
+		"store jetstream R1 / lease upkeep CPU, at 10 claimed sessions",
 		"store jetstream R1 / adoption pass (BusySessions), at 30 stored sessions", "store jetstream R1 / session/list p99, at 30 stored sessions",
 		"store jetstream R1, 1 streams / commits/s", "store jetstream R1, 3 streams / commits/s", "store jetstream R1, 3 streams / NATS CPU per commit"} {
 		if !got[key] {
 			t.Errorf("no %s among %v", key, got)
 		}
+	}
+}
+
+// With --nats-server the deployment's NATS servers are processes of their
+// own, routed into one cluster (R3 here), each taking the secret mspbench
+// made up; the nodes reach them through MSPD_NATS and the store figures
+// count those processes' CPU as the NATS servers'.
+func TestStoreScenarioOnNATSServers(t *testing.T) {
+	testlane.Slow(t, "runs three nats-server and three mspd processes")
+	t.Setenv("MSPBENCH_TEST_RUN_AS_NATS", "1") // this test binary is the nats-server
+	ctx := context.Background()
+	cfg := Config{Scenarios: []string{"store"}, StoreBackends: []string{"jetstream-r3"}, AppendSessions: 2, AppendTurns: 1,
+		Rounds: 1, StoreRows: []int{30}, LeaseSessions: []int{10}, WorkDir: t.TempDir(), Log: io.Discard, ServerEnv: []string{clitest.Env},
+		NATSServer: clitest.Self()}
+	cfg.defaults()
+	r := &runner{cfg: cfg, bin: clitest.Self(), rep: &Report{}}
+	if err := r.storeScenario(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Row{}
+	for _, row := range r.rep.Rows {
+		got[row.Scenario+" / "+row.Figure] = row
+	}
+	for _, key := range []string{"store jetstream R3 / session/list p99, at 30 stored sessions",
+		"store jetstream R3 / adoption pass (BusySessions), at 30 stored sessions", "store jetstream R3 / nats-server 1 CPU per commit"} {
+		if got[key].Value <= 0 {
+			t.Errorf("no %s among %v", key, slices.Collect(maps.Keys(got)))
+		}
+	}
+	if row := got["store jetstream R3 / server CPU per commit"]; row.Value <= 0 || !strings.Contains(row.Note, "3 NATS servers (nats-server processes)") {
+		t.Errorf("server CPU per commit: %+v, want the three nats-server processes'", row)
 	}
 }
 

@@ -75,9 +75,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"append: deployments mspd runs on, of "+strings.Join(bench.AppendStores, ", ")+" (jetstream-r3: three nodes, a third of the sessions each)")
 	fs.StringVar(&storeBackends, "store-backends", strings.Join(bench.StoreBackends, ","),
 		"store: backends, of "+strings.Join(bench.StoreBackends, ", ")+" (jetstream-r3x3: three writers, one a node)")
-	var storeRows, storeStreams intList
+	var storeRows, storeStreams, leaseSessions intList
+	fs.Var(&leaseSessions, "lease-sessions", "store: counts of sessions one node claims, each topping the last up, at which its lease upkeep is measured on each JetStream deployment (default 1000,10000,100000)")
 	fs.Var(&storeStreams, "store-streams", "store: on each JetStream deployment, run the rounds again on a store spreading sessions over each of these stream counts (e.g. 1,2,4; default none)")
 	fs.Var(&storeRows, "store-rows", "store: counts of stored sessions at which session/list and an adoption pass are timed, each topping the last up (default 10000)")
+	fs.StringVar(&cfg.NATSServer, "nats-server", "", "a nats-server binary: JetStream deployments run their NATS servers as its processes, one a node, instead of inside the mspd nodes (build one with: go build -o nats-server github.com/nats-io/nats-server/v2)")
+	fs.Func("nats-env", "with --nats-server: a variable added to the nats-server processes' environment, NAME=value (repeatable; e.g. GOMAXPROCS=1)", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("want NAME=value, got %q", v)
+		}
+		cfg.NATSEnv = append(cfg.NATSEnv, v)
+		return nil
+	})
 	fs.IntVar(&cfg.ClusterNodes, "cluster-nodes", 3, "cluster: mspd nodes on JetStream (2 or more)")
 	fs.IntVar(&cfg.ClusterReplicas, "cluster-replicas", 0, "cluster: JetStream replicas (default 3, or 1 on 2 nodes)")
 	fs.Var(&clusterSessions, "cluster-sessions", "cluster: session counts (default 100)")
@@ -88,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&failoverSessions, "failover-sessions", "failover: busy session counts, each on a fresh three-node cluster whose n1 is killed (default 1,100,1000)")
 	fs.DurationVar(&cfg.FailoverLeaseTTL, "failover-lease-ttl", 10*time.Second, "failover: the nodes' --lease-ttl")
 	gatewayFlags(fs, &cfg, &gatewayRates, gatewayOnly)
-	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N>x<K>, PREFIX.resume, PREFIX.append-<store> and PREFIX.notice-burst (CPU), PREFIX.idle<N>.heap, .goroutine, .heap.txt, PREFIX.gateway<rate> (CPU) and .heap, .heap.txt, .goroutine (starts mspd with --pprof)")
+	fs.StringVar(&cfg.Profile, "profile", "", "write server profiles to `PREFIX`.turns<N>x<K>, PREFIX.resume, PREFIX.append-<store> and PREFIX.notice-burst (CPU), PREFIX.idle<N>.heap, .goroutine, .heap.txt, PREFIX.gateway<rate> (CPU) and .heap, .heap.txt, .goroutine, PREFIX.store-list<stored>.nats<i> (CPU, with --nats-server) (starts mspd with --pprof)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -100,7 +109,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg.GatewayRates = gatewayRates
 	cfg.ServerArgs = strings.Fields(serverArgs)
 	cfg.TurnSessions, cfg.IdleConns, cfg.ClusterSessions, cfg.FailoverSessions = turnSessions, idleConns, clusterSessions, failoverSessions
-	cfg.StoreRows, cfg.StoreStreams = storeRows, storeStreams
+	cfg.StoreRows, cfg.StoreStreams, cfg.LeaseSessions = storeRows, storeStreams, leaseSessions
 	cfg.StoreBackends = strings.Split(storeBackends, ",")
 	cfg.AppendStores = strings.Split(appendStores, ",")
 	cfg.Log = stderr
