@@ -67,11 +67,7 @@ func TestDeltasOnlyWhereFollowed(t *testing.T) {
 // session left its record; started again, it deletes it, and the leader
 // stops publishing deltas for it.
 func TestFollowRecordsOfAnEarlierProcessGo(t *testing.T) {
-	nc, js := startNATS(t)
-	a := joinNode(t, nc, js, "a")
-	b := joinNode(t, nc, js, "b")
-	b.Follow("s", func(session.Notification, session.Position) {})
-	eventually(t, "a to hear that b follows", func() bool { return a.follows.isFollowed("s") })
+	nc, js, a, b := bFollowsALeader(t)
 	b.die()
 	b.follows.close() // the process is gone; its record stays
 	if !a.follows.isFollowed("s") {
@@ -79,6 +75,18 @@ func TestFollowRecordsOfAnEarlierProcessGo(t *testing.T) {
 	}
 	joinNode(t, nc, js, "b")
 	eventually(t, "a to hear the record go", func() bool { return !a.follows.isFollowed("s") })
+}
+
+// bFollowsALeader joins nodes a and b, b follows session s, and a has
+// heard so.
+func bFollowsALeader(t *testing.T) (*nats.Conn, jetstream.JetStream, *Cluster, *Cluster) {
+	t.Helper()
+	nc, js := startNATS(t)
+	a := joinNode(t, nc, js, "a")
+	b := joinNode(t, nc, js, "b")
+	b.Follow("s", func(session.Notification, session.Position) {})
+	eventually(t, "a to hear that b follows", func() bool { return a.follows.isFollowed("s") })
+	return nc, js, a, b
 }
 
 // followRecord tells whether the bucket holds node's follow record of
@@ -104,11 +112,7 @@ func followRecord(t *testing.T, js jetstream.JetStream, session, node string) bo
 // lapsed, and the live node first by name deletes its record a lease TTL
 // later.
 func TestFollowRecordsOfADeadNodeGo(t *testing.T) {
-	nc, js := startNATS(t)
-	a := joinNode(t, nc, js, "a")
-	b := joinNode(t, nc, js, "b")
-	b.Follow("s", func(session.Notification, session.Position) {})
-	eventually(t, "a to hear that b follows", func() bool { return a.follows.isFollowed("s") })
+	_, js, a, b := bFollowsALeader(t)
 	b.die()
 	b.follows.close() // the process is gone; its record stays
 	eventually(t, "b's heartbeat to lapse and a to stop publishing for it", func() bool { return !a.follows.isFollowed("s") })
@@ -120,11 +124,7 @@ func TestFollowRecordsOfADeadNodeGo(t *testing.T) {
 // by another node; joining again, it writes them again, and the leader
 // publishes for it again.
 func TestFollowRecordsWrittenAgainAfterALapse(t *testing.T) {
-	nc, js := startNATS(t)
-	a := joinNode(t, nc, js, "a")
-	b := joinNode(t, nc, js, "b")
-	b.Follow("s", func(session.Notification, session.Position) {})
-	eventually(t, "a to hear that b follows", func() bool { return a.follows.isFollowed("s") })
+	_, js, a, b := bFollowsALeader(t)
 	// b pauses, as a stopped process does: its renewal waits on the lock,
 	// and its heartbeat lapses.
 	b.leases.mu.Lock()
