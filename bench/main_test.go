@@ -11,16 +11,16 @@ import (
 	"mspd/internal/cli/clitest"
 )
 
-// runAsNATS is the environment variable, as NAME=value, that makes this
-// test binary run as nats-server (--config FILE), for the tests of
+// runAsNATS is the environment variable that, set to 1, makes this test
+// binary run as nats-server (--config FILE), for the tests of
 // --nats-server; an mspd process it starts runs as mspd, whose variable
 // it also has.
-const runAsNATS = "MSPBENCH_TEST_RUN_AS_NATS=1"
+const runAsNATS = "MSPBENCH_TEST_RUN_AS_NATS"
 
 // TestMain runs the tests, or this binary as mspd for the tests that
 // benchmark an mspd process (see clitest), or as nats-server.
 func TestMain(m *testing.M) {
-	if os.Getenv("MSPBENCH_TEST_RUN_AS_NATS") == "1" && os.Getenv("MSPD_TEST_RUN_AS_MSPD") != "1" {
+	if os.Getenv(runAsNATS) == "1" && os.Getenv("MSPD_TEST_RUN_AS_MSPD") != "1" {
 		os.Exit(natsServerMain(os.Args[1:]))
 	}
 	clitest.Main(m)

@@ -129,7 +129,7 @@ func TestStoreScenarioOnJetStream(t *testing.T) {
 // count those processes' CPU as the NATS servers'.
 func TestStoreScenarioOnNATSServers(t *testing.T) {
 	testlane.Slow(t, "runs three nats-server and three mspd processes")
-	t.Setenv("MSPBENCH_TEST_RUN_AS_NATS", "1") // this test binary is the nats-server
+	t.Setenv(runAsNATS, "1") // this test binary is the nats-server
 	ctx := context.Background()
 	cfg := Config{Scenarios: []string{"store"}, StoreBackends: []string{"jetstream-r3"}, AppendSessions: 2, AppendTurns: 1,
 		Rounds: 1, StoreRows: []int{30}, LeaseSessions: []int{10}, WorkDir: t.TempDir(), Log: io.Discard, ServerEnv: []string{clitest.Env},
