@@ -405,3 +405,69 @@ func TestManualCompaction(t *testing.T) {
 		t.Fatalf("the request after a restart %s", bodyJSON(t, last))
 	}
 }
+
+// TestAutoCompactionReplaysAndForksAsRecorded: on each wire, a chat
+// pushed to the warning level of its 2000-token window is compacted
+// automatically before its third turn's request, which answers. view/page
+// replays every durable event of the three turns, the compaction item's
+// item/started and item/completed among them, byte-equal to the frames
+// the live client received; so does a session/resume from the cursor
+// before the compaction (the second turn's turn/completed). A fork
+// copies the log as recorded (but for its own session id and cursors),
+// the compaction item in its history byte-equal as delivered, and sends
+// no provider request.
+func TestAutoCompactionReplaysAndForksAsRecorded(t *testing.T) {
+	wires, cfg := compactFakes(t, "", func(w compactWire) []providertest.Reply {
+		return []providertest.Reply{w.answer("Paris.", 900, 100), w.answer("Lyon.", 1500, 200),
+			w.answer("They asked about Paris and Lyon.", 1650, 40), w.answer("Marseille.", 300, 20)}
+	})
+	d := startDaemon(t, cfg)
+	c := dial(t, d.URL(), client.Options{})
+	ctx := testCtx(t)
+	for _, w := range wires {
+		t.Run(w.id, func(t *testing.T) {
+			start, err := c.StartSessionWith(ctx, msp.SessionStartParams{ProviderID: new(w.id)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sid := start.Session.SessionID
+			ev1, _ := runTurnOn(t, c, sid, "What is the capital of France?")
+			ev2, _ := runTurnOn(t, c, sid, "And its second city?")
+			ev3, third := runTurnOn(t, c, sid, "And the third?")
+			var compaction []client.Notification
+			for _, n := range ev3 {
+				if (n.Method == msp.NotifyItemStarted || n.Method == msp.NotifyItemCompleted) && decode[msp.ItemParams](t, n).Item.Kind == msp.ItemCompaction {
+					compaction = append(compaction, n)
+				}
+			}
+			if len(compaction) != 2 || decode[msp.ItemParams](t, compaction[1]).Item.Trigger != msp.CompactionAuto {
+				t.Fatalf("the third turn's events: %s", compact(methods(ev3)))
+			}
+			live := append(append(ev1, ev2...), ev3...)
+			for _, n := range compaction {
+				if _, ok := durableEvents(live)[n.Cursor()]; !ok {
+					t.Fatalf("the compaction's %s has no durable cursor: %s", n.Method, n.Params)
+				}
+			}
+
+			page := pagedAsLive(t, ctx, c, sid, live)
+			before := ev2[len(ev2)-1].Cursor()
+			resumedAsLive(t, ctx, d.URL(), sid, before, third.TurnID, ev3)
+
+			requests := len(w.fake.Requests())
+			copied := forkedAsRecorded(t, ctx, c, sid, page, liveItems(t, live))
+			var forked int
+			for _, e := range copied {
+				if (e.Method == msp.NotifyItemStarted || e.Method == msp.NotifyItemCompleted) && strings.Contains(string(e.Params), `"kind":"compaction"`) {
+					forked++
+				}
+			}
+			if forked != 2 {
+				t.Errorf("the fork holds %d of the compaction item's 2 events", forked)
+			}
+			if n := len(w.fake.Requests()); n != requests {
+				t.Errorf("forking sent %d provider requests", n-requests)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -448,5 +449,170 @@ func TestWholeChainFailsWithTheLastError(t *testing.T) {
 	}
 	if oa.Count() != 1 || an.Count() != 1 {
 		t.Fatalf("requests: openai %d, anthropic %d", oa.Count(), an.Count())
+	}
+}
+
+// durableEvents are the events of ns a replay holds again: those whose
+// cursor names a durable record (an ephemeral event's has a ".n"), by
+// cursor.
+func durableEvents(ns []client.Notification) map[string]client.Notification {
+	out := map[string]client.Notification{}
+	for _, n := range ns {
+		if c := n.Cursor(); c != "" && !strings.Contains(c[strings.LastIndexByte(c, ':')+1:], ".") {
+			out[c] = n
+		}
+	}
+	return out
+}
+
+// pagedAsLive checks that view/page of sid holds every durable event of
+// live, its method and params byte-equal to the frame the live client
+// received, and returns the page.
+func pagedAsLive(t *testing.T, ctx context.Context, c *checkedClient, sid string, live []client.Notification) []msp.ViewEvent {
+	t.Helper()
+	want := durableEvents(live)
+	page := pageAll(t, ctx, c, sid)
+	for _, e := range page {
+		var h struct {
+			ViewCursor string `json:"viewCursor"`
+		}
+		json.Unmarshal(e.Params, &h)
+		n, ok := want[h.ViewCursor]
+		if !ok {
+			continue
+		}
+		delete(want, h.ViewCursor)
+		if e.Method != n.Method || string(e.Params) != string(n.Params) {
+			t.Errorf("view/page's event at %s differs from the live frame:\n paged %s %s\n live  %s %s", h.ViewCursor, e.Method, e.Params, n.Method, n.Params)
+		}
+	}
+	for c, n := range want {
+		t.Errorf("view/page lacks the live %s at %s", n.Method, c)
+	}
+	return page
+}
+
+// resumedAsLive resumes sid on a new connection from cursor from, reads
+// the replay through the turn/completed of turnID, and checks that it
+// holds every durable event of live (the events after from), method and
+// params byte-equal to the live frames, and nothing of the session
+// before from.
+func resumedAsLive(t *testing.T, ctx context.Context, url, sid, from, turnID string, live []client.Notification) {
+	t.Helper()
+	want := durableEvents(live)
+	r := dial(t, url, client.Options{})
+	if _, err := r.Resume(ctx, sid, &from); err != nil {
+		t.Fatal(err)
+	}
+	replayed, err := r.WaitTurn(ctx, turnID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := cursorPos(t, from)
+	for _, n := range replayed {
+		c := n.Cursor()
+		if c == "" {
+			continue
+		}
+		if p := cursorPos(t, c); p[0] < after[0] || (p[0] == after[0] && p[1] <= after[1]) {
+			t.Errorf("resumed after %s, replayed %s at %s", from, n.Method, c)
+		}
+		w, ok := want[c]
+		if !ok {
+			continue
+		}
+		delete(want, c)
+		if n.Method != w.Method || string(n.Params) != string(w.Params) {
+			t.Errorf("the replayed event at %s differs from the live frame:\n replayed %s %s\n live     %s %s", c, n.Method, n.Params, w.Method, w.Params)
+		}
+	}
+	for c, n := range want {
+		t.Errorf("the resume from %s did not replay the live %s at %s", from, n.Method, c)
+	}
+}
+
+// forkedAsRecorded forks sid whole and checks that the fork's log is the
+// source's event for event, equal but for the identities a fork
+// re-mints (sansIdentities), and that its history's items are byte-equal
+// to items, as delivered live. It returns the fork's log.
+func forkedAsRecorded(t *testing.T, ctx context.Context, c *checkedClient, sid string, src []msp.ViewEvent, items []json.RawMessage) []msp.ViewEvent {
+	t.Helper()
+	raw, err := c.CallRaw(ctx, msp.MethodSessionFork, msp.SessionForkParams{CommandID: client.NewCommandID(), SessionID: sid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameItems(t, "session/fork", rawItems(t, raw), items)
+	var fork msp.SessionSnapshot
+	json.Unmarshal(raw, &fork)
+	copied := pageAll(t, ctx, c, fork.Session.SessionID)
+	if len(copied) != len(src) {
+		t.Fatalf("the fork holds %d events, the source %d", len(copied), len(src))
+	}
+	for i, e := range copied {
+		if e.Method != src[i].Method || !maps.Equal(sansIdentities(t, e.Params), sansIdentities(t, src[i].Params)) {
+			t.Errorf("forked event %d:\n fork   %s %s\n source %s %s", i, e.Method, e.Params, src[i].Method, src[i].Params)
+		}
+	}
+	return copied
+}
+
+// TestFallbackReplaysAndForksAsRecorded: a turn on a dead OpenAI provider
+// (503 to each of its three attempts) falls back to Anthropic, which
+// opens OpenAI's breaker; the next turn skips OpenAI (turn/providerSkipped)
+// and Anthropic answers. view/page and a session/resume from the
+// session's start replay every durable event of both turns — the retry
+// notices, the fallback's turn/modelRetryScheduled, the
+// turn/providerSkipped — byte-equal to the frames the live client
+// received; a fork copies them as recorded (but for its own session id
+// and cursors), its history's items byte-equal, and asks no provider
+// anything.
+func TestFallbackReplaysAndForksAsRecorded(t *testing.T) {
+	dead := openaitest.Error(503, openaitest.OverloadedBody)
+	oa := openaitest.New(t, "/v1", times(3, dead)...)
+	an := anthropictest.New(t, anthropictest.Answer("end_turn", 2, "claude here"), anthropictest.Answer("end_turn", 3, "claude again"))
+	d := startDaemon(t, daemon.Config{ConfigFile: chainConfig(t, oa.URL(), an.URL(), ""), Env: chainEnv,
+		Breaker: modelretry.BreakerConfig{Failures: 3, Window: time.Minute, Cooldown: time.Hour}})
+	c := dial(t, d.URL(), client.Options{})
+	ctx := testCtx(t)
+	start, err := c.StartSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := start.Session.SessionID
+
+	ev1, done1 := answerTurn(t, c, sid, "one")
+	ev2, done2 := answerTurn(t, c, sid, "two")
+	fb := only(ev1, msp.NotifyTurnModelRetryScheduled)
+	skips := only(ev2, msp.NotifyTurnProviderSkipped)
+	if len(fb) != 3 || !decode[msp.TurnModelRetryScheduledParams](t, fb[2]).Fallback || len(skips) != 1 ||
+		done1.Terminal != msp.TerminalCompleted || done2.Terminal != msp.TerminalCompleted {
+		t.Fatalf("turns: %s; %s", compact(methods(ev1)), compact(methods(ev2)))
+	}
+	live := append(ev1, ev2...)
+	for _, n := range append(fb, skips...) {
+		if _, ok := durableEvents(live)[n.Cursor()]; !ok {
+			t.Fatalf("%s has no durable cursor: %s", n.Method, n.Params)
+		}
+	}
+
+	page := pagedAsLive(t, ctx, c, sid, live)
+	resumedAsLive(t, ctx, d.URL(), sid, start.ViewCursor, done2.TurnID, live)
+
+	oaBefore, anBefore := oa.Count(), an.Count()
+	copied := forkedAsRecorded(t, ctx, c, sid, page, liveItems(t, live))
+	var fellBack, skipped int
+	for _, e := range copied {
+		switch {
+		case e.Method == msp.NotifyTurnModelRetryScheduled && strings.Contains(string(e.Params), `"fallback":true`):
+			fellBack++
+		case e.Method == msp.NotifyTurnProviderSkipped:
+			skipped++
+		}
+	}
+	if fellBack != 1 || skipped != 1 {
+		t.Errorf("the fork holds %d fallback notices and %d skip notices, want 1 each", fellBack, skipped)
+	}
+	if oa.Count() != oaBefore || an.Count() != anBefore {
+		t.Errorf("forking sent provider requests: openai %d → %d, anthropic %d → %d", oaBefore, oa.Count(), anBefore, an.Count())
 	}
 }
