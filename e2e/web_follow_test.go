@@ -126,7 +126,12 @@ func TestWebFollow(t *testing.T) {
 		p.waitFor("the answer taller than the window", `document.getElementById('transcript').scrollHeight > 2 * innerHeight`)
 		p.waitFor("the whole answer", `agentTexts('completed').some((t) => t.endsWith('the end of the first answer'))`)
 		p.waitFor("the end shown", atEnd)
-		p.expect("the end shown at every change while streaming", `window.follow.samples > 20 && window.follow.off.length === 0`)
+		// The page paints deltas a frame at a time, so a loaded machine
+		// sees fewer changes in size (15–22 beside two busy loops, 16 in CI):
+		// what matters is that several were seen, and none off the end.
+		if got := p.eval(`JSON.stringify({samples: window.follow.samples, off: window.follow.off})`); p.eval(`String(window.follow.samples > 8 && window.follow.off.length === 0)`) != "true" {
+			p.fatalf("the end was not shown at every change while streaming: %s (px short of the end at each miss)", got)
+		}
 		t.Logf("%s size changes sampled", p.eval(`String(window.follow.samples)`))
 	})
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"mspd/internal/testlane"
 	"mspd/store"
@@ -32,10 +33,15 @@ func TestStoreCluster(t *testing.T) {
 	nodes := &roundRobin{urls: startCluster(t)}
 	storetest.Run(t, func(t *testing.T, dir string) store.Store {
 		stream, subject := nameFor(dir)
-		s, err := msjs.Connect(t.Context(), nodes.next(), msjs.Options{Stream: stream, Subject: subject, Replicas: 3})
-		if err != nil {
-			t.Fatalf("Connect: %v", err)
-		}
+		// Creating a replicated stream takes the cluster's meta leader a
+		// round of its own; the suite's subtests run at once, and on a
+		// loaded machine one can outlast a request's timeout (CI saw
+		// 5 s): a node retries, as the daemon does while it opens.
+		var s *msjs.Store
+		eventually(t, time.Minute, func() (err error) {
+			s, err = msjs.Connect(t.Context(), nodes.next(), msjs.Options{Stream: stream, Subject: subject, Replicas: 3})
+			return err
+		})
 		return s
 	})
 }
