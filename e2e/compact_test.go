@@ -101,6 +101,36 @@ func mentions(t *testing.T, body map[string]any, s string) bool {
 	return strings.Contains(bodyJSON(t, body), string(q[1:len(q)-1]))
 }
 
+// onEachWireCompacted runs, on each wire's fake, a chat of three turns
+// whose third compacts the first two (automatically, at the warning
+// level) before its request and answers, and hands fn the daemon's URL,
+// each turn's events and terminal.
+func onEachWireCompacted(t *testing.T, fn func(t *testing.T, c *checkedClient, url string, w compactWire, sid string, ev [3][]client.Notification, done [3]msp.TurnCompletedParams)) {
+	t.Helper()
+	wires, cfg := compactFakes(t, "", func(w compactWire) []providertest.Reply {
+		return []providertest.Reply{w.answer("Paris.", 900, 100), w.answer("Lyon.", 1500, 200),
+			w.answer("They asked about Paris and Lyon.", 1650, 40), w.answer("Marseille.", 300, 20)}
+	})
+	d := startDaemon(t, cfg)
+	c := dial(t, d.URL(), client.Options{})
+	ctx := testCtx(t)
+	for _, w := range wires {
+		t.Run(w.id, func(t *testing.T) {
+			start, err := c.StartSessionWith(ctx, msp.SessionStartParams{ProviderID: new(w.id)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sid := start.Session.SessionID
+			var ev [3][]client.Notification
+			var done [3]msp.TurnCompletedParams
+			for i, text := range []string{"What is the capital of France?", "And its second city?", "And the third?"} {
+				ev[i], done[i] = runTurnOn(t, c, sid, text)
+			}
+			fn(t, c, d.URL(), w, sid, ev, done)
+		})
+	}
+}
+
 // runTurnOn runs one turn on sid and returns its events and terminal.
 func runTurnOn(t *testing.T, c *checkedClient, sid, text string) ([]client.Notification, msp.TurnCompletedParams) {
 	t.Helper()
@@ -133,66 +163,51 @@ func itemsOf(t *testing.T, ns []client.Notification, kind string) []msp.Item {
 // both requests, its compaction item says auto, compacted, through the
 // second turn; the context is told to have shrunk.
 func TestCompactionAtWarningOnEachWire(t *testing.T) {
-	wires, cfg := compactFakes(t, "", func(w compactWire) []providertest.Reply {
-		return []providertest.Reply{w.answer("Paris.", 900, 100), w.answer("Lyon.", 1500, 200),
-			w.answer("They asked about Paris and Lyon.", 1650, 40), w.answer("Marseille.", 300, 20)}
+	onEachWireCompacted(t, func(t *testing.T, c *checkedClient, _ string, w compactWire, sid string, ev [3][]client.Notification, done [3]msp.TurnCompletedParams) {
+		ev1, ev2, ev3 := ev[0], ev[1], ev[2]
+		second, third := done[1], done[2]
+		var usages []msp.SessionContextUsageParams
+		for _, n := range only(append(append(ev1, ev2...), ev3...), msp.NotifySessionContextUsage) {
+			usages = append(usages, decode[msp.SessionContextUsageParams](t, n))
+		}
+		items := itemsOf(t, ev3, msp.ItemCompaction)
+		if len(items) != 1 {
+			t.Fatalf("third turn's events: %s", compact(methods(ev3)))
+		}
+		it := items[0]
+		if it.Trigger != msp.CompactionAuto || it.Outcome != msp.CompactionCompacted || it.SummarizedThrough != second.TurnID ||
+			*it.Text != "They asked about Paris and Lyon." || *it.TokensBefore != 1700 || *it.TokensAfter >= 1700 || *it.TurnID != third.TurnID {
+			t.Fatalf("compaction item %s", bodyJSON(t, it))
+		}
+		want := []struct {
+			used     int64
+			pressure string
+		}{{1000, msp.PressureNormal}, {1700, msp.PressureWarning}, {*it.TokensAfter, msp.PressureNormal}, {320, msp.PressureNormal}}
+		if len(usages) != len(want) {
+			t.Fatalf("session/contextUsage %s", bodyJSON(t, usages))
+		}
+		for i, u := range usages {
+			if u.UsedTokens != want[i].used || u.Pressure != want[i].pressure || u.WindowTokens == nil || *u.WindowTokens != 2000 {
+				t.Errorf("session/contextUsage %d: %s, want %d %s", i, bodyJSON(t, u), want[i].used, want[i].pressure)
+			}
+		}
+		if third.Attempts.Count != 2 {
+			t.Errorf("the third turn counted %d attempts, want 2 (the summary and its answer)", third.Attempts.Count)
+		}
+		reqs := w.fake.Requests()
+		if len(reqs) != 4 {
+			t.Fatalf("%d requests", len(reqs))
+		}
+		sum, next := reqs[2].Body, reqs[3].Body
+		if !mentions(t, sum, turn.SummaryInstructions) || !mentions(t, sum, "<conversation>\nUser: What is the capital of France?\nAssistant: Paris.\nUser: And its second city?\nAssistant: Lyon.\n</conversation>") ||
+			mentions(t, sum, "And the third?") || sum["tools"] != nil {
+			t.Fatalf("the summarising request %s", bodyJSON(t, sum))
+		}
+		if !mentions(t, next, turn.SummaryPreamble+"They asked about Paris and Lyon.") || !mentions(t, next, "And the third?") ||
+			mentions(t, next, "What is the capital of France?") || mentions(t, next, "Lyon.\"") {
+			t.Fatalf("the request after the compaction %s", bodyJSON(t, next))
+		}
 	})
-	d := startDaemon(t, cfg)
-	c := dial(t, d.URL(), client.Options{})
-	ctx := testCtx(t)
-	for _, w := range wires {
-		t.Run(w.id, func(t *testing.T) {
-			start, err := c.StartSessionWith(ctx, msp.SessionStartParams{ProviderID: new(w.id)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sid := start.Session.SessionID
-			ev1, _ := runTurnOn(t, c, sid, "What is the capital of France?")
-			ev2, second := runTurnOn(t, c, sid, "And its second city?")
-			ev3, third := runTurnOn(t, c, sid, "And the third?")
-			var usages []msp.SessionContextUsageParams
-			for _, n := range only(append(append(ev1, ev2...), ev3...), msp.NotifySessionContextUsage) {
-				usages = append(usages, decode[msp.SessionContextUsageParams](t, n))
-			}
-			items := itemsOf(t, ev3, msp.ItemCompaction)
-			if len(items) != 1 {
-				t.Fatalf("third turn's events: %s", compact(methods(ev3)))
-			}
-			it := items[0]
-			if it.Trigger != msp.CompactionAuto || it.Outcome != msp.CompactionCompacted || it.SummarizedThrough != second.TurnID ||
-				*it.Text != "They asked about Paris and Lyon." || *it.TokensBefore != 1700 || *it.TokensAfter >= 1700 || *it.TurnID != third.TurnID {
-				t.Fatalf("compaction item %s", bodyJSON(t, it))
-			}
-			want := []struct {
-				used     int64
-				pressure string
-			}{{1000, msp.PressureNormal}, {1700, msp.PressureWarning}, {*it.TokensAfter, msp.PressureNormal}, {320, msp.PressureNormal}}
-			if len(usages) != len(want) {
-				t.Fatalf("session/contextUsage %s", bodyJSON(t, usages))
-			}
-			for i, u := range usages {
-				if u.UsedTokens != want[i].used || u.Pressure != want[i].pressure || u.WindowTokens == nil || *u.WindowTokens != 2000 {
-					t.Errorf("session/contextUsage %d: %s, want %d %s", i, bodyJSON(t, u), want[i].used, want[i].pressure)
-				}
-			}
-			if third.Attempts.Count != 2 {
-				t.Errorf("the third turn counted %d attempts, want 2 (the summary and its answer)", third.Attempts.Count)
-			}
-			reqs := w.fake.Requests()
-			if len(reqs) != 4 {
-				t.Fatalf("%d requests", len(reqs))
-			}
-			sum, next := reqs[2].Body, reqs[3].Body
-			if !mentions(t, sum, turn.SummaryInstructions) || !mentions(t, sum, "<conversation>\nUser: What is the capital of France?\nAssistant: Paris.\nUser: And its second city?\nAssistant: Lyon.\n</conversation>") ||
-				mentions(t, sum, "And the third?") || sum["tools"] != nil {
-				t.Fatalf("the summarising request %s", bodyJSON(t, sum))
-			}
-			if !mentions(t, next, turn.SummaryPreamble+"They asked about Paris and Lyon.") || !mentions(t, next, "And the third?") ||
-				mentions(t, next, "What is the capital of France?") || mentions(t, next, "Lyon.\"") {
-				t.Fatalf("the request after the compaction %s", bodyJSON(t, next))
-			}
-		})
-	}
 }
 
 // TestCompactionWhenThePromptIsTooLong: each API refuses the second
@@ -417,57 +432,43 @@ func TestManualCompaction(t *testing.T) {
 // the compaction item in its history byte-equal as delivered, and sends
 // no provider request.
 func TestAutoCompactionReplaysAndForksAsRecorded(t *testing.T) {
-	wires, cfg := compactFakes(t, "", func(w compactWire) []providertest.Reply {
-		return []providertest.Reply{w.answer("Paris.", 900, 100), w.answer("Lyon.", 1500, 200),
-			w.answer("They asked about Paris and Lyon.", 1650, 40), w.answer("Marseille.", 300, 20)}
+	onEachWireCompacted(t, func(t *testing.T, c *checkedClient, url string, w compactWire, sid string, ev [3][]client.Notification, done [3]msp.TurnCompletedParams) {
+		ev1, ev2, ev3 := ev[0], ev[1], ev[2]
+		third := done[2]
+		ctx := testCtx(t)
+		var compaction []client.Notification
+		for _, n := range ev3 {
+			if (n.Method == msp.NotifyItemStarted || n.Method == msp.NotifyItemCompleted) && decode[msp.ItemParams](t, n).Item.Kind == msp.ItemCompaction {
+				compaction = append(compaction, n)
+			}
+		}
+		if len(compaction) != 2 || decode[msp.ItemParams](t, compaction[1]).Item.Trigger != msp.CompactionAuto {
+			t.Fatalf("the third turn's events: %s", compact(methods(ev3)))
+		}
+		live := append(append(ev1, ev2...), ev3...)
+		for _, n := range compaction {
+			if _, ok := durableEvents(live)[n.Cursor()]; !ok {
+				t.Fatalf("the compaction's %s has no durable cursor: %s", n.Method, n.Params)
+			}
+		}
+
+		page := pagedAsLive(t, ctx, c, sid, live)
+		before := ev2[len(ev2)-1].Cursor()
+		resumedAsLive(t, ctx, url, sid, before, third.TurnID, ev3)
+
+		requests := len(w.fake.Requests())
+		copied := forkedAsRecorded(t, ctx, c, sid, page, liveItems(t, live))
+		var forked int
+		for _, e := range copied {
+			if (e.Method == msp.NotifyItemStarted || e.Method == msp.NotifyItemCompleted) && strings.Contains(string(e.Params), `"kind":"compaction"`) {
+				forked++
+			}
+		}
+		if forked != 2 {
+			t.Errorf("the fork holds %d of the compaction item's 2 events", forked)
+		}
+		if n := len(w.fake.Requests()); n != requests {
+			t.Errorf("forking sent %d provider requests", n-requests)
+		}
 	})
-	d := startDaemon(t, cfg)
-	c := dial(t, d.URL(), client.Options{})
-	ctx := testCtx(t)
-	for _, w := range wires {
-		t.Run(w.id, func(t *testing.T) {
-			start, err := c.StartSessionWith(ctx, msp.SessionStartParams{ProviderID: new(w.id)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sid := start.Session.SessionID
-			ev1, _ := runTurnOn(t, c, sid, "What is the capital of France?")
-			ev2, _ := runTurnOn(t, c, sid, "And its second city?")
-			ev3, third := runTurnOn(t, c, sid, "And the third?")
-			var compaction []client.Notification
-			for _, n := range ev3 {
-				if (n.Method == msp.NotifyItemStarted || n.Method == msp.NotifyItemCompleted) && decode[msp.ItemParams](t, n).Item.Kind == msp.ItemCompaction {
-					compaction = append(compaction, n)
-				}
-			}
-			if len(compaction) != 2 || decode[msp.ItemParams](t, compaction[1]).Item.Trigger != msp.CompactionAuto {
-				t.Fatalf("the third turn's events: %s", compact(methods(ev3)))
-			}
-			live := append(append(ev1, ev2...), ev3...)
-			for _, n := range compaction {
-				if _, ok := durableEvents(live)[n.Cursor()]; !ok {
-					t.Fatalf("the compaction's %s has no durable cursor: %s", n.Method, n.Params)
-				}
-			}
-
-			page := pagedAsLive(t, ctx, c, sid, live)
-			before := ev2[len(ev2)-1].Cursor()
-			resumedAsLive(t, ctx, d.URL(), sid, before, third.TurnID, ev3)
-
-			requests := len(w.fake.Requests())
-			copied := forkedAsRecorded(t, ctx, c, sid, page, liveItems(t, live))
-			var forked int
-			for _, e := range copied {
-				if (e.Method == msp.NotifyItemStarted || e.Method == msp.NotifyItemCompleted) && strings.Contains(string(e.Params), `"kind":"compaction"`) {
-					forked++
-				}
-			}
-			if forked != 2 {
-				t.Errorf("the fork holds %d of the compaction item's 2 events", forked)
-			}
-			if n := len(w.fake.Requests()); n != requests {
-				t.Errorf("forking sent %d provider requests", n-requests)
-			}
-		})
-	}
 }
