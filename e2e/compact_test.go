@@ -101,16 +101,11 @@ func mentions(t *testing.T, body map[string]any, s string) bool {
 	return strings.Contains(bodyJSON(t, body), string(q[1:len(q)-1]))
 }
 
-// onEachWireCompacted runs, on each wire's fake, a chat of three turns
-// whose third compacts the first two (automatically, at the warning
-// level) before its request and answers, and hands fn the daemon's URL,
-// each turn's events and terminal.
-func onEachWireCompacted(t *testing.T, fn func(t *testing.T, c *checkedClient, url string, w compactWire, sid string, ev [3][]client.Notification, done [3]msp.TurnCompletedParams)) {
+// onEachWire starts a daemon on compactFakes' wires, each scripted with
+// replies, and runs fn in a new session on each wire.
+func onEachWire(t *testing.T, replies func(compactWire) []providertest.Reply, fn func(t *testing.T, c *checkedClient, url string, w compactWire, sid string)) {
 	t.Helper()
-	wires, cfg := compactFakes(t, "", func(w compactWire) []providertest.Reply {
-		return []providertest.Reply{w.answer("Paris.", 900, 100), w.answer("Lyon.", 1500, 200),
-			w.answer("They asked about Paris and Lyon.", 1650, 40), w.answer("Marseille.", 300, 20)}
-	})
+	wires, cfg := compactFakes(t, "", replies)
 	d := startDaemon(t, cfg)
 	c := dial(t, d.URL(), client.Options{})
 	ctx := testCtx(t)
@@ -120,15 +115,29 @@ func onEachWireCompacted(t *testing.T, fn func(t *testing.T, c *checkedClient, u
 			if err != nil {
 				t.Fatal(err)
 			}
-			sid := start.Session.SessionID
-			var ev [3][]client.Notification
-			var done [3]msp.TurnCompletedParams
-			for i, text := range []string{"What is the capital of France?", "And its second city?", "And the third?"} {
-				ev[i], done[i] = runTurnOn(t, c, sid, text)
-			}
-			fn(t, c, d.URL(), w, sid, ev, done)
+			fn(t, c, d.URL(), w, start.Session.SessionID)
 		})
 	}
+}
+
+// onEachWireCompacted runs, on each wire's fake, a chat of three turns
+// whose third compacts the first two (automatically, at the warning
+// level) before its request and answers, and hands fn the daemon's URL,
+// each turn's events and terminal.
+func onEachWireCompacted(t *testing.T, fn func(t *testing.T, c *checkedClient, url string, w compactWire, sid string, ev [3][]client.Notification, done [3]msp.TurnCompletedParams)) {
+	t.Helper()
+	replies := func(w compactWire) []providertest.Reply {
+		return []providertest.Reply{w.answer("Paris.", 900, 100), w.answer("Lyon.", 1500, 200),
+			w.answer("They asked about Paris and Lyon.", 1650, 40), w.answer("Marseille.", 300, 20)}
+	}
+	onEachWire(t, replies, func(t *testing.T, c *checkedClient, url string, w compactWire, sid string) {
+		var ev [3][]client.Notification
+		var done [3]msp.TurnCompletedParams
+		for i, text := range []string{"What is the capital of France?", "And its second city?", "And the third?"} {
+			ev[i], done[i] = runTurnOn(t, c, sid, text)
+		}
+		fn(t, c, url, w, sid, ev, done)
+	})
 }
 
 // runTurnOn runs one turn on sid and returns its events and terminal.
@@ -216,53 +225,43 @@ func TestCompactionAtWarningOnEachWire(t *testing.T) {
 // turn/retryScheduled whose reason names the compaction; the turn's
 // attempts count the three requests.
 func TestCompactionWhenThePromptIsTooLong(t *testing.T) {
-	wires, cfg := compactFakes(t, "", func(w compactWire) []providertest.Reply {
+	replies := func(w compactWire) []providertest.Reply {
 		return []providertest.Reply{w.answer("Paris.", 100, 10), w.tooLong, w.answer("They asked about Paris.", 120, 20), w.answer("Lyon.", 90, 5)}
-	})
-	d := startDaemon(t, cfg)
-	c := dial(t, d.URL(), client.Options{})
-	ctx := testCtx(t)
-	for _, w := range wires {
-		t.Run(w.id, func(t *testing.T) {
-			start, err := c.StartSessionWith(ctx, msp.SessionStartParams{ProviderID: new(w.id)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sid := start.Session.SessionID
-			_, first := runTurnOn(t, c, sid, "What is the capital of France?")
-			events, done := runTurnOn(t, c, sid, "And its second city?")
-			if done.Attempts.Count != 3 {
-				t.Errorf("attempts %d, want 3 (refused, summary, re-run)", done.Attempts.Count)
-			}
-			notices := only(events, msp.NotifyTurnRetryScheduled)
-			if len(notices) != 1 {
-				t.Fatalf("events %s", compact(methods(events)))
-			}
-			n := decode[msp.TurnRetryScheduledParams](t, notices[0])
-			before := "130k"
-			switch w.id {
-			case "resp":
-				before = "" // the Responses API names no size: mspd's own measure
-			case "claude":
-				before = "208k"
-			}
-			if n.Attempt != 1 || n.NextAttempt != 2 || !strings.HasPrefix(n.Reason, "context compacted: "+before) || !strings.HasSuffix(n.Reason, " tokens") {
-				t.Errorf("notice %s", bodyJSON(t, n))
-			}
-			items := itemsOf(t, events, msp.ItemCompaction)
-			if len(items) != 1 || items[0].Outcome != msp.CompactionCompacted || items[0].SummarizedThrough != first.TurnID {
-				t.Fatalf("compaction items %s", bodyJSON(t, items))
-			}
-			if got := compact(methods(events)); !strings.Contains(got, "item/started, session/tokenUsage, item/completed, session/contextUsage, turn/retryScheduled") {
-				t.Errorf("events %s", got)
-			}
-			reqs := w.fake.Requests()
-			if !mentions(t, reqs[1].Body, "What is the capital of France?") || !mentions(t, reqs[2].Body, turn.SummaryInstructions) ||
-				!mentions(t, reqs[3].Body, turn.SummaryPreamble+"They asked about Paris.") || mentions(t, reqs[3].Body, "What is the capital of France?") {
-				t.Fatalf("requests %s", bodyJSON(t, []any{reqs[1].Body, reqs[2].Body, reqs[3].Body}))
-			}
-		})
 	}
+	onEachWire(t, replies, func(t *testing.T, c *checkedClient, _ string, w compactWire, sid string) {
+		_, first := runTurnOn(t, c, sid, "What is the capital of France?")
+		events, done := runTurnOn(t, c, sid, "And its second city?")
+		if done.Attempts.Count != 3 {
+			t.Errorf("attempts %d, want 3 (refused, summary, re-run)", done.Attempts.Count)
+		}
+		notices := only(events, msp.NotifyTurnRetryScheduled)
+		if len(notices) != 1 {
+			t.Fatalf("events %s", compact(methods(events)))
+		}
+		n := decode[msp.TurnRetryScheduledParams](t, notices[0])
+		before := "130k"
+		switch w.id {
+		case "resp":
+			before = "" // the Responses API names no size: mspd's own measure
+		case "claude":
+			before = "208k"
+		}
+		if n.Attempt != 1 || n.NextAttempt != 2 || !strings.HasPrefix(n.Reason, "context compacted: "+before) || !strings.HasSuffix(n.Reason, " tokens") {
+			t.Errorf("notice %s", bodyJSON(t, n))
+		}
+		items := itemsOf(t, events, msp.ItemCompaction)
+		if len(items) != 1 || items[0].Outcome != msp.CompactionCompacted || items[0].SummarizedThrough != first.TurnID {
+			t.Fatalf("compaction items %s", bodyJSON(t, items))
+		}
+		if got := compact(methods(events)); !strings.Contains(got, "item/started, session/tokenUsage, item/completed, session/contextUsage, turn/retryScheduled") {
+			t.Errorf("events %s", got)
+		}
+		reqs := w.fake.Requests()
+		if !mentions(t, reqs[1].Body, "What is the capital of France?") || !mentions(t, reqs[2].Body, turn.SummaryInstructions) ||
+			!mentions(t, reqs[3].Body, turn.SummaryPreamble+"They asked about Paris.") || mentions(t, reqs[3].Body, "What is the capital of France?") {
+			t.Fatalf("requests %s", bodyJSON(t, []any{reqs[1].Body, reqs[2].Body, reqs[3].Body}))
+		}
+	})
 }
 
 // rawItems are the items of a session/read or session/fork result,
