@@ -515,6 +515,133 @@ func TestKilledWithAResultRecorded(t *testing.T) {
 	w.checkLog(ctx)
 }
 
+// journalReaches waits until a journal counts n invocations of tool, or
+// ctx ends: the counts of a stdio child server live in the file, outside
+// the processes killed.
+func journalReaches(ctx context.Context, journal, tool string, n int) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		got, err := tooltest.Count(journal, tool)
+		if err != nil || got >= n {
+			return err
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("%s ran %d times, waiting for %d: %w", tool, got, n, ctx.Err())
+		}
+	}
+}
+
+// TestKilledDuringAnApprovedCallOnOpenAIWithStdio: an mspd process whose
+// model is the fake OpenAI Chat Completions server (its exact tool-call
+// wire) and whose tools come from the counting server as a stdio child,
+// every call waiting for a person. The model calls the tool with no
+// hints; the client is asked, approves, and the call reaches the tool
+// (held: a child's slow tool never answers). mspd is killed (SIGKILL) and
+// started again on the same data directory: the client resumes without
+// being asked again, the tool is not run again (the child's journal), the
+// call's item fails with its outcome unknown, carrying its approval,
+// resolved once; the next request the fake receives carries the failure
+// as Chat's tool message for the call's id, once, and the turn completes
+// after two requests.
+func TestKilledDuringAnApprovedCallOnOpenAIWithStdio(t *testing.T) {
+	chat := toolWires[0]
+	t.Setenv("TEST_KEY", "sk-e2e") // the provider's api_key_env, read by the processes
+	journal := filepath.Join(t.TempDir(), "journal")
+	url, requests := chat.serve(t,
+		chat.calls([3]string{"call_1", tool.ModelName(toolServerName, tooltest.Slow), `{}`}),
+		chat.answer("noted"))
+	config := filepath.Join(t.TempDir(), "mspd.toml")
+	conf := "default = \"p\"\n[[providers]]\n" + chat.provider(url) + stdioMCP(journal, "always")
+	if err := os.WriteFile(config, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dataDir := t.TempDir()
+	p1 := startProcess(t, dataDir, "--config", config)
+	ctx := testCtx(t)
+	w := watchNewSession(ctx, t, p1.url)
+	turnStart := msp.TurnStartParams{CommandID: client.NewCommandID(), SessionID: w.sid,
+		Input: []msp.TurnInputPart{{Type: "text", Text: "run the slow tool"}}}
+	if _, err := w.c.StartTurnWith(ctx, turnStart); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := w.asked(ctx)
+	if a.ToolCallID != "call_1" {
+		t.Fatalf("asked for %s; want call_1", jsonText(a))
+	}
+	ack, err := w.c.Decide(ctx, a, turn.ChoiceApprove, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := journalReaches(ctx, journal, tooltest.Slow, 1); err != nil {
+		t.Fatal(err)
+	}
+	p1.kill()
+
+	before := len(w.seen)
+	p2 := startProcess(t, dataDir, "--config", config)
+	if snap := w.attach(ctx, p2.url); len(snap.PendingRequests) != 0 {
+		t.Errorf("resume's pendingRequests %s; want none", jsonText(snap.PendingRequests))
+	}
+	// A second run would hold the turn forever (the child's slow tool
+	// never answers): it stops the wait, and the count says why.
+	ranAgain, stop := context.WithCancel(ctx)
+	go func() {
+		if journalReaches(ranAgain, journal, tooltest.Slow, 2) == nil {
+			stop()
+		}
+	}()
+	defer func() {
+		stop()
+		if n, err := tooltest.Count(journal, tooltest.Slow); err != nil || n != 1 {
+			t.Errorf("slow ran %d times (%v), want once", n, err)
+		}
+	}()
+	attemptsOf(t, w.terminal(ranAgain, turnStart.CommandID), 2)
+	if n := asks(w.seen[before:]); n != 0 {
+		t.Errorf("asked %d times after the restart; want none", n)
+	}
+	events := pageAll(t, ctx, w.c, w.sid)
+	cut := checkCalls(t, events, "call_1")[0]
+	unknownOutcome(t, cut, "the server restarted")
+	if cut.ApprovalID != a.ApprovalID {
+		t.Errorf("the item's approvalId %q, want %q", cut.ApprovalID, a.ApprovalID)
+	}
+	resolvedOnce(t, events, a, msp.DecisionApproved, msp.ResolvedByUser, ack.CommandID)
+
+	reqs := requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d provider requests, want 2", len(reqs))
+	}
+	if got, want := strings.Join(chat.results(reqs[1].Body), " "), "call_1="+cut.FailureReason; got != want {
+		t.Errorf("the request after the restart sends results %q, want %q", got, want)
+	}
+	var called []string
+	for _, m := range list(reqs[1].Body["messages"]) {
+		for _, c := range list(m["tool_calls"]) {
+			called = append(called, fmt.Sprint(c["id"]))
+		}
+	}
+	if !slices.Equal(called, []string{"call_1"}) {
+		t.Errorf("the request after the restart carries the calls %q, want call_1 once", called)
+	}
+	// The log's answer: a resume after the answer streamed gets no deltas.
+	var answers []string
+	for _, e := range events {
+		var p msp.ItemParams
+		if e.Method == msp.NotifyItemCompleted && json.Unmarshal(e.Params, &p) == nil && p.Item.Kind == msp.ItemAgentMessage {
+			answers = append(answers, deref(p.Item.Text))
+		}
+	}
+	if !slices.Equal(answers, []string{"noted"}) {
+		t.Errorf("answers %q in the log, want the fake's one", answers)
+	}
+	noPending(ctx, t, w.c, w.sid)
+	w.checkLog(ctx)
+}
+
 // TestForkCopiesCallsAndCallsNothing: session/fork, taken while the
 // source's next turn has a call in flight, copies the completed turn's
 // toolCall items as recorded and nothing of the running one; a turn on

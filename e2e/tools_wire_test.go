@@ -160,9 +160,7 @@ func toolDaemon(t *testing.T, w toolWire, url string, ts *tooltest.Server, journ
 	t.Helper()
 	var mcp string
 	if stdio {
-		command, args, env := tooltest.Command(journal)
-		mcp = fmt.Sprintf("[[mcp]]\nname = \"t\"\ncommand = %q\nargs = [%q]\napproval = \"never\"\nenv = { %s = %q }\n",
-			command, args[0], tooltest.ChildEnv, env[tooltest.ChildEnv])
+		mcp = stdioMCP(journal, "never")
 	} else {
 		srv := httptest.NewServer(ts.HTTPHandler())
 		t.Cleanup(srv.Close)
@@ -175,6 +173,15 @@ func toolDaemon(t *testing.T, w toolWire, url string, ts *tooltest.Server, journ
 	}
 	return startDaemon(t, daemon.Config{ConfigFile: file, Env: mapEnv(map[string]string{
 		"TEST_KEY": "sk-e2e", "TEST_ANTHROPIC_KEY": anthropictest.Key})})
+}
+
+// stdioMCP is the [[mcp]] table of the counting server as a stdio child
+// (this test binary) named toolServerName, journaling to journal, its
+// calls waiting for approval as approval ("never", "always") says.
+func stdioMCP(journal, approval string) string {
+	command, args, env := tooltest.Command(journal)
+	return fmt.Sprintf("[[mcp]]\nname = %q\ncommand = %q\nargs = [%q]\napproval = %q\nenv = { %s = %q }\n",
+		toolServerName, command, args[0], approval, tooltest.ChildEnv, env[tooltest.ChildEnv])
 }
 
 // TestToolTurnOnEveryWire: a three-step agent turn against fake OpenAI
