@@ -137,7 +137,11 @@ func (l *leases) watchDepartures() {
 		if e.Operation() == jetstream.KeyValuePut {
 			seen[e.Key()] = string(e.Value())
 			left = known && was != string(e.Value())
-			l.heard.nodeSeen(e.Key(), true)
+			if !known {
+				// Not every renewal: the follows' lock sits beside every
+				// delta a leader publishes.
+				l.heard.nodeSeen(e.Key(), true)
+			}
 		} else {
 			// A deletion, or the heartbeat aging out; the marker of a
 			// deletion ages out too, and is not a second departure.

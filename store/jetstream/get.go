@@ -186,42 +186,55 @@ func (s *shard) scan(ctx context.Context, filter string, from uint64, maxBytes f
 // has more, the sequence to continue from, and whether fn stopped the
 // scan.
 func (s *shard) directBatch(ctx context.Context, filter string, from uint64, maxBytes int, fn func(storedMsg) (bool, error)) (more bool, next uint64, stopped bool, err error) {
+	next = from
+	end, err := s.directMany(ctx, getRequest{Seq: from, NextFor: filter, Batch: scanChunk, MaxBytes: maxBytes}, "scan "+filter,
+		func(m storedMsg) (bool, error) {
+			next = m.seq + 1
+			return fn(m)
+		})
+	if err != nil || end == nil {
+		return false, next, end == nil && err == nil, err
+	}
+	np := end.Header.Get("Nats-Num-Pending")
+	return end.Header.Get(statusHdr) == "204" && np != "" && np != "0", next, false, nil
+}
+
+// directMany sends a direct get whose answer comes as several messages
+// (a batch, or multi_last), hands each to fn until fn returns false, and
+// returns the status message that ended the answer: 204 (end of batch)
+// or 404 (nothing matched); nil when fn stopped it.
+func (s *shard) directMany(ctx context.Context, req any, what string, fn func(storedMsg) (bool, error)) (*nats.Msg, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	body, err := json.Marshal(getRequest{Seq: from, NextFor: filter, Batch: scanChunk, MaxBytes: maxBytes})
+	body, err := json.Marshal(req)
 	if err != nil {
-		return false, from, false, err
+		return nil, err
 	}
 	reply, replies, stop := s.replies.open()
 	defer stop()
 	if err := s.nc.PublishRequest(s.api+"DIRECT.GET."+s.opts.Stream, reply, body); err != nil {
-		return false, from, false, fmt.Errorf("jetstream: scan: %w", err)
+		return nil, fmt.Errorf("jetstream: %s: %w", what, err)
 	}
-	next = from
 	for {
 		var msg *nats.Msg
 		select {
 		case msg = <-replies:
 		case <-ctx.Done():
-			return false, next, false, fmt.Errorf("jetstream: scan %s: %w", filter, ctx.Err())
+			return nil, fmt.Errorf("jetstream: %s: %w", what, ctx.Err())
 		}
 		switch st := msg.Header.Get(statusHdr); st {
 		case "":
 			m, err := fromDirect(msg)
 			if err != nil {
-				return false, next, false, err
+				return nil, err
 			}
-			next = m.seq + 1
 			if cont, err := fn(m); err != nil || !cont {
-				return false, next, true, err
+				return nil, err
 			}
-		case "204": // end of batch
-			np := msg.Header.Get("Nats-Num-Pending")
-			return np != "" && np != "0", next, false, nil
-		case "404": // nothing (more) matches
-			return false, next, false, nil
+		case "204", "404":
+			return msg, nil
 		default:
-			return false, next, false, fmt.Errorf("jetstream: scan %s: status %s %s", filter, st, msg.Header.Get(descrHdr))
+			return nil, fmt.Errorf("jetstream: %s: status %s %s", what, st, msg.Header.Get(descrHdr))
 		}
 	}
 }
@@ -335,43 +348,17 @@ func (s *shard) lastOf(ctx context.Context, subjects []string, last uint64) (map
 // sequence the replica answered as of; 0 when it could not say (no
 // subject had a message there), which leaves every subject to the leader.
 func (s *shard) directLast(ctx context.Context, subjects []string) (msgs []storedMsg, upTo uint64, err error) {
-	ctx, cancel := s.timeout(ctx)
-	defer cancel()
-	body, err := json.Marshal(multiLastRequest{Subjects: subjects})
-	if err != nil {
+	end, err := s.directMany(ctx, multiLastRequest{Subjects: subjects}, "last messages", func(m storedMsg) (bool, error) {
+		msgs = append(msgs, m)
+		return true, nil
+	})
+	if err != nil || end.Header.Get(statusHdr) == "404" {
 		return nil, 0, err
 	}
-	reply, replies, stop := s.replies.open()
-	defer stop()
-	if err := s.nc.PublishRequest(s.api+"DIRECT.GET."+s.opts.Stream, reply, body); err != nil {
-		return nil, 0, fmt.Errorf("jetstream: last messages: %w", err)
+	if upTo, err = strconv.ParseUint(end.Header.Get(upToHdr), 10, 64); err != nil {
+		return nil, 0, fmt.Errorf("jetstream: last messages: %s header: %w", upToHdr, err)
 	}
-	for {
-		var msg *nats.Msg
-		select {
-		case msg = <-replies:
-		case <-ctx.Done():
-			return nil, 0, fmt.Errorf("jetstream: last messages: %w", ctx.Err())
-		}
-		switch st := msg.Header.Get(statusHdr); st {
-		case "":
-			m, err := fromDirect(msg)
-			if err != nil {
-				return nil, 0, err
-			}
-			msgs = append(msgs, m)
-		case "204": // end of batch
-			upTo, err := strconv.ParseUint(msg.Header.Get(upToHdr), 10, 64)
-			if err != nil {
-				return nil, 0, fmt.Errorf("jetstream: last messages: %s header: %w", upToHdr, err)
-			}
-			return msgs, upTo, nil
-		case "404":
-			return nil, 0, nil
-		default:
-			return nil, 0, fmt.Errorf("jetstream: last messages: status %s %s", st, msg.Header.Get(descrHdr))
-		}
-	}
+	return msgs, upTo, nil
 }
 
 // multiLastRequest is a direct get of several subjects' last messages.

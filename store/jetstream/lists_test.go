@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"mspd/internal/testlane"
 	"mspd/store"
 	msjs "mspd/store/jetstream"
 )
@@ -23,9 +24,7 @@ func at(n int) time.Time { return time.Unix(1_700_000_000+int64(n), 0).UTC() }
 // what the leader did (R3). Alice's 300 sessions take two batches of
 // each: five requests, not the 601 of a get each.
 func TestListTakesAFewRequests(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-server cluster and 300 sessions")
-	}
+	testlane.Slow(t, "a three-server cluster and 300 sessions")
 	urls := startCluster(t)
 	nc, err := nats.Connect(urls[0])
 	if err != nil {
@@ -81,9 +80,7 @@ func TestListTakesAFewRequests(t *testing.T) {
 // session erased or updated since is read from the leader. The replicas
 // here answer as they did before the changes; the list is the leader's.
 func TestListReadsPastALaggingReplica(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-server cluster")
-	}
+	testlane.Slow(t, "a three-server cluster")
 	urls := startCluster(t)
 	stream, subject := nameFor(t.TempDir())
 	s := connect(t, urls[0], msjs.Options{Stream: stream, Subject: subject, Replicas: 3})

@@ -129,7 +129,7 @@ func (s *Store) Search(ctx context.Context, q store.Query, after *store.SessionK
 	if limit <= 0 || (q.IDs != nil && len(q.IDs) == 0) {
 		return nil, nil
 	}
-	keys, err := s.ownerKeys(ctx, q.Owner, after)
+	keys, _, err := s.ownerKeys(ctx, q.Owner, after)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: search: %w", err)
 	}
@@ -187,7 +187,7 @@ func (s *Store) Sessions(ctx context.Context, owner string, after *store.Session
 	if limit <= 0 {
 		return nil, nil
 	}
-	keys, err := s.ownerKeys(ctx, owner, after)
+	keys, lasts, err := s.ownerKeys(ctx, owner, after)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: sessions: %w", err)
 	}
@@ -197,7 +197,7 @@ func (s *Store) Sessions(ctx context.Context, owner string, after *store.Session
 	for len(out) < limit && len(keys) > 0 {
 		page := keys[:min(limit-len(out), len(keys))]
 		keys = keys[len(page):]
-		rows, err := s.pageRows(ctx, page)
+		rows, err := s.pageRows(ctx, page, lasts)
 		if err != nil {
 			return nil, fmt.Errorf("jetstream: sessions: %w", err)
 		}
@@ -210,20 +210,19 @@ func (s *Store) Sessions(ctx context.Context, owner string, after *store.Session
 	return out, nil
 }
 
-// pageRows reads the rows of page's keys, each stream's at once, by id.
-func (s *Store) pageRows(ctx context.Context, page []ownedKey) (map[string]store.Session, error) {
+// pageRows reads the rows of page's keys, each stream's at once, as new
+// as its leader was at lasts[shard], by id.
+func (s *Store) pageRows(ctx context.Context, page []ownedKey, lasts []uint64) (map[string]store.Session, error) {
+	byShard := make([][]string, len(s.shards))
+	for _, k := range page {
+		byShard[k.shard] = append(byShard[k.shard], k.ID)
+	}
 	each, err := eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) ([]store.Session, error) {
-		var ids []string
-		var last uint64
-		for _, k := range page {
-			if s.shards[k.shard] == sh {
-				ids, last = append(ids, k.ID), k.last
-			}
-		}
-		if len(ids) == 0 {
+		i := slices.Index(s.shards, sh)
+		if len(byShard[i]) == 0 {
 			return nil, nil
 		}
-		return sh.rows(ctx, ids, last)
+		return sh.rows(ctx, byShard[i], lasts[i])
 	})
 	if err != nil {
 		return nil, err
@@ -237,18 +236,16 @@ func (s *Store) pageRows(ctx context.Context, page []ownedKey) (map[string]store
 	return rows, nil
 }
 
-// ownedKey is an entry of an owner's index, the shard holding it, and
-// the last sequence of that shard's leader the entry was read as of.
+// ownedKey is an entry of an owner's index and the shard holding it.
 type ownedKey struct {
 	store.SessionKey
 	shard int
-	last  uint64
 }
 
 // ownerKeys reads an owner's index in every stream at once and returns
 // the keys of its live sessions after the key (all when nil), newest
-// first.
-func (s *Store) ownerKeys(ctx context.Context, owner string, after *store.SessionKey) ([]ownedKey, error) {
+// first, and each shard's leader's last sequence they were read as of.
+func (s *Store) ownerKeys(ctx context.Context, owner string, after *store.SessionKey) ([]ownedKey, []uint64, error) {
 	type shardKeys struct {
 		keys []store.SessionKey
 		last uint64
@@ -258,12 +255,14 @@ func (s *Store) ownerKeys(ctx context.Context, owner string, after *store.Sessio
 		return shardKeys{keys, last}, err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var keys []ownedKey
+	lasts := make([]uint64, len(each))
 	for i, ks := range each {
+		lasts[i] = ks.last
 		for _, k := range ks.keys {
-			keys = append(keys, ownedKey{SessionKey: k, shard: i, last: ks.last})
+			keys = append(keys, ownedKey{SessionKey: k, shard: i})
 		}
 	}
 	if len(each) > 1 {
@@ -271,7 +270,7 @@ func (s *Store) ownerKeys(ctx context.Context, owner string, after *store.Sessio
 			return compareKeys(b.UpdatedAt.UnixNano(), b.ID, a.UpdatedAt.UnixNano(), a.ID)
 		})
 	}
-	return keys, nil
+	return keys, lasts, nil
 }
 
 // matchText matches a session's search text against q.
