@@ -338,17 +338,21 @@ func (r *runner) profile(ctx context.Context, srv *server, file string, load fun
 }
 
 // profileAll writes a CPU profile of each of srvs to the file of the same
-// index, taken at the same time, running load over and over until all
+// index, and what it allocated over the same seconds to that file plus
+// ".allocs", taken at the same time, running load over and over until all
 // are taken.
 func (r *runner) profileAll(ctx context.Context, srvs []*server, files []string, load func(context.Context) error) error {
-	got := make(chan error, len(srvs))
+	got := make(chan error, 2*len(srvs))
 	for i, srv := range srvs {
 		go func() {
 			got <- fetch(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", srv.base, profileSeconds), files[i])
 		}()
+		go func() {
+			got <- fetch(ctx, fmt.Sprintf("%s/debug/pprof/allocs?seconds=%d", srv.base, profileSeconds), files[i]+".allocs")
+		}()
 	}
 	var errs []error
-	for pending := len(srvs); pending > 0; {
+	for pending := 2 * len(srvs); pending > 0; {
 		select {
 		case err := <-got:
 			pending--
@@ -366,7 +370,7 @@ func (r *runner) profileAll(ctx context.Context, srvs []*server, files []string,
 		return err
 	}
 	for _, f := range files {
-		r.logf("  CPU profile: %s", f)
+		r.logf("  CPU profile: %s, allocations: %s.allocs", f, f)
 	}
 	return nil
 }

@@ -69,6 +69,7 @@ type Cluster struct {
 var (
 	_ session.Cluster    = (*Cluster)(nil)
 	_ session.Departures = (*Cluster)(nil)
+	_ session.Lapses     = (*Cluster)(nil)
 )
 
 // New joins a deployment through nc and js: it opens (or creates) the
@@ -178,6 +179,9 @@ func (c *Cluster) Claim(ctx context.Context, sessionID string) (string, error) {
 
 // Departed implements session.Departures.
 func (c *Cluster) Departed() <-chan struct{} { return c.leases.departed }
+
+// Lapsed implements session.Lapses.
+func (c *Cluster) Lapsed() <-chan struct{} { return c.leases.lapsed }
 
 // Release implements session.Cluster.
 func (c *Cluster) Release(sessionID string) { c.leases.release(sessionID) }

@@ -31,8 +31,10 @@ import (
 // node whose own heartbeat lapsed (paused past LeaseTTL, cut off from
 // NATS) cannot know which of its claims were taken: it joins again as a
 // new incarnation, which leaves every claim of the old one to be taken
-// over, its own included. The store fences whatever the old leader still
-// writes (see the session package's Cluster section).
+// over, its own included, and tells Lapsed, so that the node claims again
+// what it leads and gives up what another node took (session.Lapses).
+// The store fences whatever the old leader still writes meanwhile (see
+// the session package's Cluster section).
 type leases struct {
 	opts   Options
 	nodes  jetstream.KeyValue // heartbeats: node → incarnation; entries lapse
@@ -45,6 +47,7 @@ type leases struct {
 	held        map[string]uint64 // session → revision of this incarnation's claim
 
 	departed chan struct{} // a value after another node left (Departed)
+	lapsed   chan struct{} // a value after this node joined again (Lapsed)
 	watch    jetstream.KeyWatcher
 	heard    nodeWatcher // hears of the heartbeats and of this node joining again
 
@@ -100,7 +103,7 @@ func openLeases(ctx context.Context, js jetstream.JetStream, opts Options, heard
 		return nil, err
 	}
 	l := &leases{opts: opts, nodes: nodes, claims: claims, log: opts.Logger, held: map[string]uint64{}, heard: heard,
-		departed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		departed: make(chan struct{}, 1), lapsed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if err := l.join(ctx); err != nil {
 		return nil, fmt.Errorf("cluster: writing the heartbeat of node %s: %w", opts.Node, err)
 	}
@@ -153,11 +156,17 @@ func (l *leases) watchDepartures() {
 			}
 		}
 		if left {
-			select {
-			case l.departed <- struct{}{}:
-			default: // one is pending: it covers this one too
-			}
+			signal(l.departed)
 		}
+	}
+}
+
+// signal gives c (of capacity 1) a value unless one is pending, which
+// covers this one too.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
 	}
 }
 
@@ -260,13 +269,15 @@ func (l *leases) renew() {
 	}
 }
 
-// rejoin joins again after this node's heartbeat lapsed, and has what it
-// follows written again, which another node may have deleted meanwhile.
+// rejoin joins again after this node's heartbeat lapsed, has what it
+// follows written again, which another node may have deleted meanwhile,
+// and tells Lapsed: every claim it held names the incarnation gone.
 func (l *leases) rejoin(ctx context.Context) error {
 	if err := l.join(ctx); err != nil {
 		return err
 	}
 	go l.heard.rewrite()
+	signal(l.lapsed)
 	return nil
 }
 

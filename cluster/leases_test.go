@@ -253,16 +253,37 @@ func TestLapsedHeartbeatJoinsAgain(t *testing.T) {
 	nc, js := startNATS(t)
 	a, b := joinNode(t, nc, js, "a"), joinNode(t, nc, js, "b")
 	mustClaim(t, a, "s1")
+	mustClaim(t, a, "s2")
 	old := a.incarnation()
 	beats := heartbeats(t, js)
+	// a pauses past its TTL (its renewal waits on the lock); meanwhile
+	// b takes s2 over.
+	a.leases.mu.Lock()
 	if err := a.leases.nodes.Delete(t.Context(), "a"); err != nil {
 		t.Fatal(err)
 	}
+	if got := mustClaim(t, b, "s2"); got != "b" {
+		t.Fatalf("b's claim of s2 while a's heartbeat is gone: leader %q", got)
+	}
+	select {
+	case <-a.Lapsed():
+		t.Fatal("a told of a lapse before it joined again")
+	default:
+	}
+	a.leases.mu.Unlock()
 	awaitBeat(t, beats, "a to join again", func(e jetstream.KeyValueEntry) bool {
 		return e.Key() == "a" && string(e.Value()) != old
 	})
 	if a.incarnation() == old { // join holds the lock through its write
 		t.Fatal("a wrote a new heartbeat but keeps its old incarnation")
+	}
+	select {
+	case <-a.Lapsed(): // so its manager claims again what it leads
+	case <-time.After(20 * time.Second):
+		t.Fatal("a joined again but Lapsed never told")
+	}
+	if got := mustClaim(t, a, "s2"); got != "b" {
+		t.Fatalf("a claims s2 again after its lapse: leader %q, want b, which took it", got)
 	}
 	if got := mustLeader(t, b, "s1"); got != "" {
 		t.Fatalf("a claim of the lapsed incarnation counts: leader %q", got)

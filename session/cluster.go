@@ -58,6 +58,18 @@ type Departures interface {
 	Departed() <-chan struct{}
 }
 
+// Lapses is what a Cluster may also be: one that tells when this node's
+// own lease lapsed (it was paused, or cut off from the others, past its
+// TTL) and it joined again. Another node may have taken over any session
+// it leads meanwhile; the manager then claims each again and gives up
+// those another node leads now (Manager.reclaim), rather than running
+// their turns beside the new leader until the store fences its writes.
+type Lapses interface {
+	// Lapsed receives a value after this node joined again; lapses close
+	// together may share one.
+	Lapsed() <-chan struct{}
+}
+
 // Position is where a published notification stands in its session's
 // view.
 type Position struct {
@@ -532,15 +544,87 @@ func (m *Manager) leads(key string) bool {
 }
 
 // adoptLoop runs adoptOnce every interval, and at once when the cluster
-// tells of a node that left, until the manager closes.
+// tells of a node that left, and reclaim whenever it tells of this node's
+// own lapse, until the manager closes.
 func (m *Manager) adoptLoop(interval time.Duration) {
-	var departed <-chan struct{}
+	var departed, lapsed <-chan struct{}
 	if d, ok := m.cfg.Cluster.(Departures); ok {
 		departed = d.Departed()
 	}
+	if l, ok := m.cfg.Cluster.(Lapses); ok {
+		lapsed = l.Lapsed()
+	}
 	m.everyOr(interval, departed, func() { m.adoptOnce(interval) })
+	if lapsed != nil {
+		m.everyOr(0, lapsed, m.reclaim)
+	}
 }
 
+// reclaim claims again, after this node's lease lapsed, every session it
+// leads, and gives up those another node leads now (demoteLocked). A
+// session whose claim cannot be read is given up too: it is not this
+// node's to run unless it knows, and if nobody leads it, an adoption pass
+// takes it up again.
+func (m *Manager) reclaim() {
+	c := m.cfg.Cluster
+	m.mu.Lock()
+	var led []*session
+	for _, l := range m.sessions {
+		if l.s != nil {
+			led = append(led, l.s)
+		}
+	}
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+	defer cancel()
+	for _, s := range led {
+		s.mu.Lock()
+		leader := s.role == roleLeader
+		s.mu.Unlock()
+		if !leader {
+			continue
+		}
+		node, err := c.Claim(ctx, s.key)
+		if err == nil && node == c.Node() {
+			continue // nobody took it meanwhile: this node's still
+		}
+		s.mu.Lock()
+		s.demoteLocked(ctx)
+		s.mu.Unlock()
+		m.log.Warn("gave up a session after this node's lease lapsed", "session", s.id, "leader", node, "err", err)
+	}
+}
+
+// demoteLocked makes a session this node led, and another node may lead
+// now, a follower here: its running turn stops as a stopping host stops
+// it but writes nothing (appendLocked refuses a follower), its MCP
+// servers close, it follows the leader, and its subscribers are caught up
+// on what the new leader wrote before the following began. s.mu must be
+// held.
+func (s *session) demoteLocked(ctx context.Context) {
+	if s.role != roleLeader {
+		return
+	}
+	s.role = roleFollower
+	if s.park != nil {
+		s.park()
+	}
+	s.closeServersLocked()
+	if s.unfollow == nil {
+		// Before the head is read again, as read does: ingest waits for
+		// s.mu, and skips what the catch-up fanned out.
+		s.unfollow = s.m.cfg.Cluster.Follow(s.key, s.ingest)
+	}
+	from := s.head
+	err := s.refreshLocked(ctx)
+	if err == nil {
+		err = s.catchUpLocked(ctx, from)
+	}
+	if err != nil {
+		// The next event followed finds the gap and reads the store.
+		s.m.log.Warn("catching up a session given up", "session", s.id, "err", err)
+	}
+}
 // adoptOnce runs one pass of adoptOrphans, bounded by the longer of
 // interval and 30 s.
 func (m *Manager) adoptOnce(interval time.Duration) {

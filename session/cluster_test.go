@@ -29,6 +29,7 @@ type memHub struct {
 	next      int
 	down      map[string]bool // nodes that died: cut off from the rest
 	tools     turn.Toolbox    // what the nodes' turns may call
+	lapsed    map[string]chan struct{}
 }
 
 type memListFollower struct {
@@ -39,7 +40,24 @@ type memListFollower struct {
 func newMemHub() *memHub {
 	return &memHub{leases: map[string]string{}, managers: map[string]*Manager{},
 		followers: map[string]map[int]func(Notification, Position){}, lists: map[int]memListFollower{},
-		down: map[string]bool{}}
+		down: map[string]bool{}, lapsed: map[string]chan struct{}{}}
+}
+
+// lapse tells node that its own lease lapsed and it joined again, as the
+// cluster package does after a node paused past its TTL; the hub drops
+// its leases first (expire), which is what the lapse did.
+func (h *memHub) lapse(node string) {
+	h.expire(node)
+	h.lapsedOf(node) <- struct{}{}
+}
+
+func (h *memHub) lapsedOf(node string) chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lapsed[node] == nil {
+		h.lapsed[node] = make(chan struct{}, 1)
+	}
+	return h.lapsed[node]
 }
 
 // kill cuts a node off, as a crash would: its leases lapse, it claims and
@@ -75,6 +93,9 @@ type memNode struct {
 }
 
 func (c memNode) Node() string { return c.node }
+
+// Lapsed implements Lapses.
+func (c memNode) Lapsed() <-chan struct{} { return c.h.lapsedOf(c.node) }
 
 func (c memNode) Leader(_ context.Context, id string) (string, error) {
 	c.h.mu.Lock()
@@ -309,6 +330,116 @@ func TestClusterLeadsItsOwnUnledClaim(t *testing.T) {
 	c := onB.waitTerminal(t, turnID)
 	if c.Terminal != msp.TerminalCompleted || c.Attempts.Count != 2 {
 		t.Fatalf("terminal after the takeover %+v %+v", c, c.Attempts)
+	}
+}
+
+// TestClusterGivesUpASessionTakenDuringALapse: node a's lease lapses
+// while its turn streams (a paused, say) and b takes the session over and
+// finishes the turn. When a joins again it gives the session up: its own
+// attempt stops without writing, and its readers see b's ending of the
+// turn rather than a turn that never ends.
+func TestClusterGivesUpASessionTakenDuringALapse(t *testing.T) {
+	st := openStore(t)
+	model := newHistModel()
+	h, a, b := twoNodes(t, st, model)
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	ack := startTurn(t, a, textTurn(sid, "crash")) // attempt 1 streams, then hangs
+	model.waitStarted(t, "crash")
+	onB := newRecSub()
+	subscribe(t, b, onB, sid)
+
+	h.expire("a") // a's lease lapses; b takes the session over
+	if c := onB.waitTerminal(t, ack.TurnID); c.Terminal != msp.TerminalCompleted || c.Attempts.Count != 2 {
+		t.Fatalf("terminal on b %+v %+v", c, c.Attempts)
+	}
+	h.lapse("a") // a hears of its lapse
+	c := onA.waitTerminal(t, ack.TurnID)
+	if c.Terminal != msp.TerminalCompleted || c.Attempts.Count != 2 {
+		t.Fatalf("a's reader saw %+v %+v, want b's completion after 2 attempts", c, c.Attempts)
+	}
+	pollUntil(t, "a's attempt to stop", func() bool { return a.running.Load() == 0 })
+	if a.leads(sid) {
+		t.Fatal("a still leads the session b took over")
+	}
+	if leader, _ := (memNode{h, "a"}).Leader(context.Background(), sid); leader != "b" {
+		t.Fatalf("leader %q, want b", leader)
+	}
+	recs, err := st.Records(context.Background(), sid, 0, store.Limit{Rows: 1000, Bytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	terminals := 0
+	for _, r := range recs {
+		if r.Method == msp.NotifyTurnCompleted {
+			terminals++
+		}
+	}
+	if terminals != 1 {
+		t.Fatalf("%d turn/completed records, want 1", terminals)
+	}
+}
+
+// pollUntil waits until cond, the state of other goroutines that tell
+// nobody of it, holds, checking it every millisecond.
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// gateModel answers each request once its gate opens.
+type gateModel struct {
+	started chan struct{}
+	gate    chan struct{}
+}
+
+func (m *gateModel) System() string { return "gate" }
+
+func (m *gateModel) Stream(ctx context.Context, _ provider.Request, onText func(string)) (provider.Response, error) {
+	m.started <- struct{}{}
+	select {
+	case <-m.gate:
+	case <-ctx.Done():
+		return provider.Response{}, ctx.Err()
+	}
+	onText("done")
+	return provider.Response{FinishReason: provider.FinishStop}, nil
+}
+
+// TestClusterKeepsItsSessionsAfterALapseNobodyUsed: a node whose lease
+// lapsed, but whose sessions no other node took meanwhile, claims them
+// again when it joins again and goes on running its turn: one attempt.
+func TestClusterKeepsItsSessionsAfterALapseNobodyUsed(t *testing.T) {
+	st := openStore(t)
+	h := newMemHub()
+	model := &gateModel{started: make(chan struct{}, 1), gate: make(chan struct{})}
+	a := h.startNode(t, "a", st, model)
+	t.Cleanup(a.Close)
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	ack := startTurn(t, a, textTurn(sid, "hello"))
+	<-model.started
+	h.lapse("a")
+	pollUntil(t, "a's claim again", func() bool {
+		leader, _ := (memNode{h, "a"}).Leader(context.Background(), sid)
+		return leader == "a"
+	})
+	close(model.gate)
+	c := onA.waitTerminal(t, ack.TurnID)
+	if c.Terminal != msp.TerminalCompleted || c.Attempts.Count != 1 {
+		t.Fatalf("terminal %+v %+v, want completed in 1 attempt", c, c.Attempts)
+	}
+	if !a.leads(sid) {
+		t.Fatal("a gave up a session nobody else took")
 	}
 }
 

@@ -112,7 +112,9 @@
 // subscribers up on what was appended since, becomes the writer and
 // resumes the turn the last leader left running as a new attempt, as after
 // a restart. Writes are fenced on the log's head, so a leader paused past
-// its lease cannot overwrite what the next one wrote. A deletion runs on
+// its lease cannot overwrite what the next one wrote; when the Cluster, a
+// Lapses, tells it that it joined again, it claims again what it leads
+// and gives up, as a follower, what another node took (Manager.reclaim). A deletion runs on
 // the leader; its followers hear session/deleteCompleted and become erased
 // or, when it failed, unsettled.
 package session

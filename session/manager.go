@@ -211,18 +211,22 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 func (m *Manager) every(interval time.Duration, fn func()) { m.everyOr(interval, nil, fn) }
 
 // everyOr is every, also running fn when trigger delivers (a nil
-// trigger never does).
+// trigger never does); with interval 0, only then.
 func (m *Manager) everyOr(interval time.Duration, trigger <-chan struct{}, fn func()) {
 	m.turns.add()
 	go func() {
 		defer m.turns.done()
-		t := time.NewTicker(interval)
-		defer t.Stop()
+		var tick <-chan time.Time
+		if interval > 0 {
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			tick = t.C
+		}
 		for {
 			select {
 			case <-m.ctx.Done():
 				return
-			case <-t.C:
+			case <-tick:
 			case <-trigger:
 			}
 			fn()

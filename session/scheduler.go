@@ -250,10 +250,14 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 		if st.Active != nil {
 			st.Active.Checkpoint = out.Stopped
 		}
-		if err := s.emitLocked(ctx, held, &st); err != nil {
-			// The last notice's checkpoint stays: the next start resumes
-			// from it, counting the attempt that was in flight.
-			m.log.WarnContext(lctx, "recording a stopped turn's checkpoint", "session", s.id, "turn", spec.TurnID, "err", err)
+		// A turn given up to another node (demoteLocked) is that node's
+		// to resume from what is stored: nothing of it is written here.
+		if s.role == roleLeader {
+			if err := s.emitLocked(ctx, held, &st); err != nil {
+				// The last notice's checkpoint stays: the next start resumes
+				// from it, counting the attempt that was in flight.
+				m.log.WarnContext(lctx, "recording a stopped turn's checkpoint", "session", s.id, "turn", spec.TurnID, "err", err)
+			}
 		}
 		s.working = false
 		return false

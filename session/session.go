@@ -403,6 +403,9 @@ func turnEvents(evs []turn.Event) []event {
 func (s *session) delta(itemID, field, text string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.role != roleLeader {
+		return // an attempt stopping on a node that gave the session up
+	}
 	at := s.nextEphemeralLocked()
 	c := at.String()
 	now := s.m.now()
