@@ -625,6 +625,7 @@ func (s *session) demoteLocked(ctx context.Context) {
 		s.m.log.Warn("catching up a session given up", "session", s.id, "err", err)
 	}
 }
+
 // adoptOnce runs one pass of adoptOrphans, bounded by the longer of
 // interval and 30 s.
 func (m *Manager) adoptOnce(interval time.Duration) {
