@@ -22,7 +22,8 @@ func at(n int) time.Time { return time.Unix(1_700_000_000+int64(n), 0).UTC() }
 // lists: the leader names the index entries, and the entries and the
 // page's rows are each read in batches of 256 from a replica that holds
 // what the leader did (R3). Alice's 300 sessions take two batches of
-// each: five requests, not the 601 of a get each.
+// each: five requests, not the 601 of a get each. Bob's 10, in a page of
+// 50, take two: the leader names them, and one batch reads their rows.
 func TestListTakesAFewRequests(t *testing.T) {
 	testlane.Slow(t, "a three-server cluster and 300 sessions")
 	urls := startCluster(t)
@@ -71,6 +72,20 @@ func TestListTakesAFewRequests(t *testing.T) {
 		}
 		if sent > 5 {
 			return fmt.Errorf("a list of %d sessions sent %d requests, want at most 5", alices, sent)
+		}
+		// A page that holds all of bob's 10: their rows alone, after the
+		// leader named them.
+		before = nc.Stats().OutMsgs
+		got, err = s.Sessions(t.Context(), "bob", nil, 50)
+		sent = nc.Stats().OutMsgs - before
+		if err != nil {
+			return err
+		}
+		if len(got) != 10 || got[0].ID != "b9" || got[9].ID != "b0" {
+			t.Fatalf("Sessions(bob) = %v, want b9…b0", ids(got))
+		}
+		if sent > 2 {
+			return fmt.Errorf("a list of 10 sessions in a page of 50 sent %d requests, want 2", sent)
 		}
 		return nil
 	})

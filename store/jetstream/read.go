@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -294,23 +293,6 @@ func getEach[I, T any](ctx context.Context, items []I, get func(context.Context,
 		}
 	}
 	return out, nil
-}
-
-// ownerIndex reads an owner's index entries, by subject, and the
-// leader's last sequence they are as new as. The leader names the entry
-// subjects (from its per-subject index, whatever else the stream holds);
-// their messages are then read in direct-get batches (lastOf), which find
-// a subject's last message without walking the stream.
-func (s *shard) ownerIndex(ctx context.Context, owner string) (map[string]storedMsg, uint64, error) {
-	view, err := s.subjectsOn(ctx, s.subj.ownedBy(owner))
-	if err != nil {
-		return nil, 0, err
-	}
-	entries, err := s.lastOf(ctx, slices.Collect(maps.Keys(view.subjects)), view.last)
-	if err != nil {
-		return nil, 0, err
-	}
-	return entries, view.last, nil
 }
 
 // subjectsOn asks the stream leader which subjects filter matches, and

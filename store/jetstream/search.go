@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -129,7 +130,7 @@ func (s *Store) Search(ctx context.Context, q store.Query, after *store.SessionK
 	if limit <= 0 || (q.IDs != nil && len(q.IDs) == 0) {
 		return nil, nil
 	}
-	keys, _, err := s.ownerKeys(ctx, q.Owner, after)
+	keys, _, err := s.ownerKeys(ctx, q.Owner, after, nil)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: search: %w", err)
 	}
@@ -173,11 +174,14 @@ func (s *Store) Search(ctx context.Context, q store.Query, after *store.SessionK
 	return out, nil
 }
 
-// Sessions implements store.Store. It reads the owner's index in each
-// stream (the entries on <p>.own.<owner>.*, headers alone), merges and
-// sorts them, and reads the rows of the page in one direct-get batch a
-// stream: O(owner's sessions + limit), whatever the other owners hold,
-// in a handful of requests.
+// Sessions implements store.Store. Each stream's leader names the owner's
+// index entries there (the subjects <p>.own.<owner>.*, from its
+// per-subject index, whatever else the stream holds). When one page holds
+// them all, their rows are read at once, a direct-get batch a stream;
+// otherwise the entries (headers alone) are read so, merged and sorted,
+// and then the rows of the page: O(owner's sessions + limit) in a handful
+// of requests. The entries' messages are found by subject (lastOf),
+// without walking the stream.
 func (s *Store) Sessions(ctx context.Context, owner string, after *store.SessionKey, limit int) ([]store.Session, error) {
 	done, err := s.enter()
 	if err != nil {
@@ -187,7 +191,24 @@ func (s *Store) Sessions(ctx context.Context, owner string, after *store.Session
 	if limit <= 0 {
 		return nil, nil
 	}
-	keys, lasts, err := s.ownerKeys(ctx, owner, after)
+	views, err := s.ownerViews(ctx, owner)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: sessions: %w", err)
+	}
+	entries := 0
+	for _, v := range views {
+		entries += len(v.subjects)
+	}
+	if entries <= limit {
+		// One page holds them all: their rows carry what their index
+		// entries would, so the entries need not be read.
+		out, err := s.ownerRows(ctx, owner, after, views)
+		if err != nil {
+			return nil, fmt.Errorf("jetstream: sessions: %w", err)
+		}
+		return out, nil
+	}
+	keys, lasts, err := s.ownerKeys(ctx, owner, after, views)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: sessions: %w", err)
 	}
@@ -242,17 +263,67 @@ type ownedKey struct {
 	shard int
 }
 
+// ownerViews asks each stream's leader, at once, which entries an
+// owner's index has there, and its last sequence.
+func (s *Store) ownerViews(ctx context.Context, owner string) ([]leaderView, error) {
+	return eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) (leaderView, error) {
+		return sh.subjectsOn(ctx, sh.subj.ownedBy(owner))
+	})
+}
+
+// ownerRows reads the rows of every session in an owner's index (views,
+// from ownerViews) and returns its live ones after the key (all when
+// nil), newest first: a list whose page holds the whole index, read
+// without reading the index entries.
+func (s *Store) ownerRows(ctx context.Context, owner string, after *store.SessionKey, views []leaderView) ([]store.Session, error) {
+	each, err := eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) ([]store.Session, error) {
+		view := views[slices.Index(s.shards, sh)]
+		ids := make([]string, 0, len(view.subjects))
+		for subject := range view.subjects {
+			id, err := sh.subj.ownedID(subject)
+			if err != nil {
+				return nil, err
+			}
+			ids = append(ids, id)
+		}
+		return sh.rows(ctx, ids, view.last)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []store.Session
+	for _, rows := range each {
+		for _, row := range rows {
+			if !row.Erasing && row.Owner == owner && (after == nil || isAfter(row.UpdatedAt, row.ID, after)) {
+				out = append(out, row)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Session) int {
+		return compareKeys(b.UpdatedAt.UnixNano(), b.ID, a.UpdatedAt.UnixNano(), a.ID)
+	})
+	return out, nil
+}
+
+// isAfter tells whether a session updated at, with id, comes after key in
+// a list, newest first.
+func isAfter(at time.Time, id string, key *store.SessionKey) bool {
+	return compareKeys(at.UnixNano(), id, store.ClampUnixNanos(key.UpdatedAt), key.ID) < 0
+}
+
 // ownerKeys reads an owner's index in every stream at once and returns
 // the keys of its live sessions after the key (all when nil), newest
 // first, and each shard's leader's last sequence they were read as of.
-func (s *Store) ownerKeys(ctx context.Context, owner string, after *store.SessionKey) ([]ownedKey, []uint64, error) {
-	type shardKeys struct {
-		keys []store.SessionKey
-		last uint64
+// views, from ownerViews, says which entries there are; nil asks.
+func (s *Store) ownerKeys(ctx context.Context, owner string, after *store.SessionKey, views []leaderView) ([]ownedKey, []uint64, error) {
+	if views == nil {
+		var err error
+		if views, err = s.ownerViews(ctx, owner); err != nil {
+			return nil, nil, err
+		}
 	}
-	each, err := eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) (shardKeys, error) {
-		keys, last, err := sh.ownerKeys(ctx, owner, after)
-		return shardKeys{keys, last}, err
+	each, err := eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) ([]store.SessionKey, error) {
+		return sh.ownerKeys(ctx, views[slices.Index(s.shards, sh)], after)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -260,8 +331,8 @@ func (s *Store) ownerKeys(ctx context.Context, owner string, after *store.Sessio
 	var keys []ownedKey
 	lasts := make([]uint64, len(each))
 	for i, ks := range each {
-		lasts[i] = ks.last
-		for _, k := range ks.keys {
+		lasts[i] = views[i].last
+		for _, k := range ks {
 			keys = append(keys, ownedKey{SessionKey: k, shard: i})
 		}
 	}
@@ -306,13 +377,13 @@ func (s *shard) matchText(q store.Query, texts map[string]storedMsg, id string) 
 	return match, true, nil
 }
 
-// ownerKeys reads an owner's index in this shard's stream and returns the
-// keys of its live sessions after the key (all when nil), newest first,
-// and the leader's last sequence they were read as of.
-func (s *shard) ownerKeys(ctx context.Context, owner string, after *store.SessionKey) ([]store.SessionKey, uint64, error) {
-	entries, last, err := s.ownerIndex(ctx, owner)
+// ownerKeys reads the entries of an owner's index in this shard's stream
+// that view (its leader's) names, and returns the keys of its live
+// sessions after the key (all when nil), newest first.
+func (s *shard) ownerKeys(ctx context.Context, view leaderView, after *store.SessionKey) ([]store.SessionKey, error) {
+	entries, err := s.lastOf(ctx, slices.Collect(maps.Keys(view.subjects)), view.last)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	keys := make([]store.SessionKey, 0, len(entries))
 	for subject, m := range entries {
@@ -321,11 +392,11 @@ func (s *shard) ownerKeys(ctx context.Context, owner string, after *store.Sessio
 		}
 		id, err := s.subj.ownedID(subject)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		updated, err := headerInt(m, hdrUpdated)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		keys = append(keys, store.SessionKey{UpdatedAt: time.Unix(0, updated), ID: id})
 	}
@@ -333,14 +404,9 @@ func (s *shard) ownerKeys(ctx context.Context, owner string, after *store.Sessio
 		return compareKeys(b.UpdatedAt.UnixNano(), b.ID, a.UpdatedAt.UnixNano(), a.ID)
 	})
 	if after != nil {
-		// Newest first: skip the entries at or above the key.
-		key, i := store.ClampUnixNanos(after.UpdatedAt), 0
-		for i < len(keys) && compareKeys(keys[i].UpdatedAt.UnixNano(), keys[i].ID, key, after.ID) >= 0 {
-			i++
-		}
-		keys = keys[i:]
+		keys = slices.DeleteFunc(keys, func(k store.SessionKey) bool { return !isAfter(k.UpdatedAt, k.ID, after) })
 	}
-	return keys, last, nil
+	return keys, nil
 }
 
 // ownedRow reads a session's row; ok is false when it has gone since its

@@ -1083,6 +1083,16 @@ func (h harness) sessionListPaging(t *testing.T) {
 		if !slices.Equal(ids(page), c.want) {
 			t.Fatalf("Sessions(after %v/%q) = %v, want %v", c.key.UpdatedAt, c.key.ID, ids(page), c.want)
 		}
+		// A page that could hold every session (a store may read such a
+		// list another way): the same ones first, then the rest of want.
+		page, err = s.Sessions(t.Context(), "", &c.key, len(want)+1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ids(page)
+		if !slices.Equal(got[:min(3, len(got))], c.want) || !slices.Equal(got, want[len(want)-len(got):]) {
+			t.Fatalf("Sessions(after %v/%q, limit %d) = %v, want %v… ending as %v", c.key.UpdatedAt, c.key.ID, len(want)+1, got, c.want, want)
+		}
 	}
 }
 
