@@ -108,6 +108,13 @@ type Config struct {
 	// topping the last up, at which the store scenario measures its lease
 	// upkeep on each JetStream deployment (default 1000, 10000, 100000).
 	LeaseSessions []int
+	// StoreListWrites, when above 0, is a rate of row updates (commits a
+	// second) beside which the store scenario times lists again, for
+	// StoreListWindow (default a minute: long enough for the NATS servers'
+	// heaps to be collected several times, as in service) at each of
+	// StoreRows, once the quiet lists are timed.
+	StoreListWrites int
+	StoreListWindow time.Duration
 
 	// ClusterNodes mspd processes on JetStream with ClusterReplicas
 	// replicas (defaults 3 and 3; 2 nodes take 1 replica) run the cluster
@@ -237,6 +244,9 @@ func (c *Config) defaults() {
 		c.StoreRows = []int{10000}
 	}
 	slices.Sort(c.StoreRows)
+	if c.StoreListWindow <= 0 {
+		c.StoreListWindow = time.Minute
+	}
 	if len(c.LeaseSessions) == 0 {
 		c.LeaseSessions = []int{1_000, 10_000, 100_000}
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -590,16 +592,18 @@ func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 	st := t.writers[0]
 	label := strings.TrimSuffix(t.label, ", a writer a node")
 	stored := 0
+	var ids []string // by i, for the writes beside the lists
+	if r.cfg.StoreListWrites > 0 {
+		ids = make([]string, slices.Max(r.cfg.StoreRows))
+	}
 	for _, count := range r.cfg.StoreRows {
 		if more := count - stored; more > 0 {
 			from, t0 := stored, time.Now()
 			err := parallel(ctx, more, r.cfg.AppendSessions, func(ctx context.Context, i int) error {
 				i += from
-				now := time.Now()
-				row := store.Session{ID: uuid.NewString(), Owner: fmt.Sprint("owner-", i%storedOwners), CreatedAt: now, UpdatedAt: now,
-					Busy: i < storedBusy, State: paddedJSON(rowStateSize)}
-				if i >= storedBusy && i < storedBusy+listedSessions {
-					row.Owner = listedOwner
+				row := storedRow(i, uuid.NewString(), time.Now())
+				if ids != nil {
+					ids[i] = row.ID
 				}
 				return st.Commit(ctx, store.Batch{SessionID: row.ID, Session: &row})
 			})
@@ -618,7 +622,7 @@ func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 				// the garbage of a million writes, whose collection, a
 				// mark of the whole heap, would land in the timed lists
 				// at whatever moment they tipped the heap over its goal).
-				gc, err := collectGarbage(ctx, t.nodes.natsHosts())
+				gc, err := collectGarbage(ctx, t.nodes.natsProcs)
 				if err != nil {
 					return err
 				}
@@ -684,13 +688,105 @@ func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 		}
 		r.add(Row{Scenario: label, Figure: "adoption pass (BusySessions), " + at, Value: median(pass), Unit: "ms",
 			Note: fmt.Sprintf("finds the %d busy; median of %d", storedBusy, scanRepeats)})
+		if r.cfg.StoreListWrites > 0 {
+			if err := r.listUnderWrites(ctx, st, label, at, ids[:stored]); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
 
-// collectGarbage has each of procs that serves net/http/pprof run a whole
-// garbage collection (runtime.GC, through /debug/pprof/heap?gc=1), all at
-// once, and returns how long each took; nil when none serves it.
+// storedRow is the i-th session row the store scenario stores, updated
+// at now: the first storedBusy busy, the next listedSessions the listed
+// principal's, the others spread over storedOwners.
+func storedRow(i int, id string, now time.Time) store.Session {
+	row := store.Session{ID: id, Owner: fmt.Sprint("owner-", i%storedOwners), CreatedAt: now, UpdatedAt: now,
+		Busy: i < storedBusy, State: paddedJSON(rowStateSize)}
+	if i >= storedBusy && i < storedBusy+listedSessions {
+		row.Owner = listedOwner
+	}
+	return row
+}
+
+// listUnderWrites times lists, one every listEvery, for StoreListWindow
+// while StoreListWrites commits a second update the rows of stored
+// sessions (ids, chosen at random; the busy left alone), as people's
+// turns do: the servers' garbage then comes and is collected as in
+// service, and the lists that meet a collection count.
+func (r *runner) listUnderWrites(ctx context.Context, st store.Store, label, at string, ids []string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var written, failed atomic.Int64
+	var writers sync.WaitGroup
+	writers.Go(func() {
+		slots := make(chan struct{}, 64) // commits in flight at most
+		pace := time.NewTicker(time.Second / time.Duration(r.cfg.StoreListWrites))
+		defer pace.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-pace.C:
+			}
+			select {
+			case slots <- struct{}{}:
+			default:
+				failed.Add(1) // the store keeps no pace: a write skipped
+				continue
+			}
+			i := storedBusy + rand.IntN(len(ids)-storedBusy)
+			writers.Go(func() {
+				defer func() { <-slots }()
+				row := storedRow(i, ids[i], time.Now())
+				if err := st.Commit(ctx, store.Batch{SessionID: row.ID, Session: &row}); err != nil {
+					if ctx.Err() == nil {
+						failed.Add(1)
+					}
+					return
+				}
+				written.Add(1)
+			})
+		}
+	})
+	var list []time.Duration
+	pace := time.NewTicker(listEvery)
+	t0 := time.Now()
+	var err error
+	for time.Since(t0) < r.cfg.StoreListWindow {
+		<-pace.C
+		l0 := time.Now()
+		var got []store.Session
+		if got, err = st.Sessions(ctx, listedOwner, nil, listedSessions); err != nil {
+			break
+		}
+		list = append(list, time.Since(l0))
+		if want := min(listedSessions, max(len(ids)-storedBusy, 0)); len(got) != want {
+			err = fmt.Errorf("%s: under writes, the listed principal has %d sessions, want %d", label, len(got), want)
+			break
+		}
+	}
+	pace.Stop()
+	elapsed := time.Since(t0)
+	cancel()
+	writers.Wait()
+	if err != nil {
+		return err
+	}
+	rate := float64(written.Load()) / elapsed.Seconds()
+	r.logf("  %s: %d writes beside the lists (%.0f/s), %d skipped or failed", label, written.Load(), rate, failed.Load())
+	pc := percentilesOf(list)
+	note := fmt.Sprintf("%d lists, one every %v, beside %.0f row updates/s", len(list), listEvery, rate)
+	r.add(Row{Scenario: label, Figure: "session/list p50 under writes, " + at, Value: millis(pc.p50), Unit: "ms", Note: note})
+	r.add(Row{Scenario: label, Figure: "session/list p99 under writes, " + at, Value: millis(pc.p99), Unit: "ms",
+		Note: fmt.Sprintf("%d writes skipped or failed (the store kept no pace)", failed.Load())})
+	return nil
+}
+
+// collectGarbage has each of procs, nats-server processes serving
+// net/http/pprof, run a whole garbage collection (runtime.GC, through
+// /debug/pprof/heap?gc=1), all at once, and returns how long each took;
+// nil for none (NATS servers embedded in the nodes are left alone).
 func collectGarbage(ctx context.Context, procs []*server) ([]time.Duration, error) {
 	var took []time.Duration
 	var g errgroup.Group

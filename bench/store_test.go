@@ -133,7 +133,7 @@ func TestStoreScenarioOnNATSServers(t *testing.T) {
 	ctx := context.Background()
 	cfg := Config{Scenarios: []string{"store"}, StoreBackends: []string{"jetstream-r3"}, AppendSessions: 2, AppendTurns: 1,
 		Rounds: 1, StoreRows: []int{30}, LeaseSessions: []int{10}, WorkDir: t.TempDir(), Log: io.Discard, ServerEnv: []string{clitest.Env},
-		NATSServer: clitest.Self()}
+		NATSServer: clitest.Self(), StoreListWrites: 50, StoreListWindow: time.Second}
 	cfg.defaults()
 	r := &runner{cfg: cfg, bin: clitest.Self(), rep: &Report{}}
 	if err := r.storeScenario(ctx); err != nil {
@@ -144,10 +144,15 @@ func TestStoreScenarioOnNATSServers(t *testing.T) {
 		got[row.Scenario+" / "+row.Figure] = row
 	}
 	for _, key := range []string{"store jetstream R3 / session/list p99, at 30 stored sessions",
-		"store jetstream R3 / adoption pass (BusySessions), at 30 stored sessions", "store jetstream R3 / nats-server 1 CPU per commit"} {
+		"store jetstream R3 / adoption pass (BusySessions), at 30 stored sessions", "store jetstream R3 / nats-server 1 CPU per commit",
+		"store jetstream R3 / NATS garbage collection, at 30 stored sessions", "store jetstream R3 / session/list p99 under writes, at 30 stored sessions"} {
 		if got[key].Value <= 0 {
 			t.Errorf("no %s among %v", key, slices.Collect(maps.Keys(got)))
 		}
+	}
+	if row := got["store jetstream R3 / session/list p50 under writes, at 30 stored sessions"]; !strings.Contains(row.Note, "row updates/s") ||
+		strings.Contains(row.Note, "beside 0 row updates/s") {
+		t.Errorf("lists under writes: %+v, want them beside some writes", row)
 	}
 	if row := got["store jetstream R3 / server CPU per commit"]; row.Value <= 0 || !strings.Contains(row.Note, "3 NATS servers (nats-server processes)") {
 		t.Errorf("server CPU per commit: %+v, want the three nats-server processes'", row)

@@ -562,9 +562,10 @@ func (m *Manager) adoptLoop(interval time.Duration) {
 
 // reclaim claims again, after this node's lease lapsed, every session it
 // leads, and gives up those another node leads now (demoteLocked). A
-// session whose claim cannot be read is given up too: it is not this
-// node's to run unless it knows, and if nobody leads it, an adoption pass
-// takes it up again.
+// lapse often comes with NATS electing its leaders, when a claim may go
+// unanswered: each is asked again until it answers, for up to
+// reclaimPatience; one that never does is kept, as before the lapse, and
+// the store fences it if another node took it.
 func (m *Manager) reclaim() {
 	c := m.cfg.Cluster
 	m.mu.Lock()
@@ -575,7 +576,7 @@ func (m *Manager) reclaim() {
 		}
 	}
 	m.mu.Unlock()
-	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(m.ctx, reclaimPatience)
 	defer cancel()
 	for _, s := range led {
 		s.mu.Lock()
@@ -584,14 +585,38 @@ func (m *Manager) reclaim() {
 		if !leader {
 			continue
 		}
-		node, err := c.Claim(ctx, s.key)
-		if err == nil && node == c.Node() {
+		node, err := m.claimPatiently(ctx, s.key)
+		if err != nil {
+			m.log.Warn("claiming a session again after this node's lease lapsed", "session", s.id, "err", err)
+			continue
+		}
+		if node == c.Node() {
 			continue // nobody took it meanwhile: this node's still
 		}
 		s.mu.Lock()
 		s.demoteLocked(ctx)
 		s.mu.Unlock()
-		m.log.Warn("gave up a session after this node's lease lapsed", "session", s.id, "leader", node, "err", err)
+		m.log.Warn("gave up a session after this node's lease lapsed", "session", s.id, "leader", node)
+	}
+}
+
+// reclaimPatience bounds how long reclaim asks for the claims of the
+// sessions a node leads after a lapse.
+const reclaimPatience = 30 * time.Second
+
+// claimPatiently asks the cluster to claim a session until it answers,
+// pausing between tries, while ctx lasts.
+func (m *Manager) claimPatiently(ctx context.Context, key string) (string, error) {
+	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
+		node, err := m.cfg.Cluster.Claim(ctx, key)
+		if err == nil {
+			return node, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(pause):
+		}
 	}
 }
 

@@ -30,6 +30,7 @@ type memHub struct {
 	down      map[string]bool // nodes that died: cut off from the rest
 	tools     turn.Toolbox    // what the nodes' turns may call
 	lapsed    map[string]chan struct{}
+	unheard   int // claims to leave unanswered, as NATS electing a leader does
 }
 
 type memListFollower struct {
@@ -108,6 +109,10 @@ func (c memNode) Claim(_ context.Context, id string) (string, error) {
 	defer c.h.mu.Unlock()
 	if c.h.down[c.node] {
 		return "", errors.New("node down")
+	}
+	if c.h.unheard > 0 {
+		c.h.unheard--
+		return "", errors.New("no answer")
 	}
 	if c.h.leases[id] == "" {
 		c.h.leases[id] = c.node
@@ -417,7 +422,8 @@ func (m *gateModel) Stream(ctx context.Context, _ provider.Request, onText func(
 
 // TestClusterKeepsItsSessionsAfterALapseNobodyUsed: a node whose lease
 // lapsed, but whose sessions no other node took meanwhile, claims them
-// again when it joins again and goes on running its turn: one attempt.
+// again when it joins again (asking again the claims left unanswered, as
+// in a NATS election) and goes on running its turn: one attempt.
 func TestClusterKeepsItsSessionsAfterALapseNobodyUsed(t *testing.T) {
 	st := openStore(t)
 	h := newMemHub()
@@ -428,6 +434,9 @@ func TestClusterKeepsItsSessionsAfterALapseNobodyUsed(t *testing.T) {
 	sid := startSession(t, a, onA)
 	ack := startTurn(t, a, textTurn(sid, "hello"))
 	<-model.started
+	h.mu.Lock()
+	h.unheard = 3
+	h.mu.Unlock()
 	h.lapse("a")
 	pollUntil(t, "a's claim again", func() bool {
 		leader, _ := (memNode{h, "a"}).Leader(context.Background(), sid)
