@@ -689,7 +689,11 @@ func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 		r.add(Row{Scenario: label, Figure: "adoption pass (BusySessions), " + at, Value: median(pass), Unit: "ms",
 			Note: fmt.Sprintf("finds the %d busy; median of %d", storedBusy, scanRepeats)})
 		if r.cfg.StoreListWrites > 0 {
-			if err := r.listUnderWrites(ctx, st, label, at, ids[:stored]); err != nil {
+			var profiles []*server // the NATS servers, profiled beside the writes
+			if r.cfg.Profile != "" && t.nodes != nil {
+				profiles = t.nodes.natsProcs
+			}
+			if err := r.listUnderWrites(ctx, st, label, at, ids[:stored], profiles); err != nil {
 				return err
 			}
 		}
@@ -714,9 +718,37 @@ func storedRow(i int, id string, now time.Time) store.Session {
 // sessions (ids, chosen at random; the busy left alone), as people's
 // turns do: the servers' garbage then comes and is collected as in
 // service, and the lists that meet a collection count.
-func (r *runner) listUnderWrites(ctx context.Context, st store.Store, label, at string, ids []string) error {
+//
+// With profiles, their CPU and allocation profiles are taken a third of
+// the way in, to PREFIX.store-writes<stored>.nats<i>.
+func (r *runner) listUnderWrites(ctx context.Context, st store.Store, label, at string, ids []string, profiles []*server) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	profiled := make(chan error, 1)
+	if len(profiles) > 0 {
+		go func() {
+			select {
+			case <-ctx.Done():
+				profiled <- ctx.Err()
+				return
+			case <-time.After(r.cfg.StoreListWindow / 3):
+			}
+			var files []string
+			for i := range profiles {
+				files = append(files, fmt.Sprintf("%s.store-writes%d.nats%d", r.cfg.Profile, len(ids), i+1))
+			}
+			// The lists and writes below are the load.
+			profiled <- r.profileAll(ctx, profiles, files, func(ctx context.Context) error {
+				select {
+				case <-ctx.Done():
+				case <-time.After(listEvery):
+				}
+				return nil
+			})
+		}()
+	} else {
+		profiled <- nil
+	}
 	var written, failed atomic.Int64
 	var writers sync.WaitGroup
 	writers.Go(func() {
@@ -768,10 +800,14 @@ func (r *runner) listUnderWrites(ctx context.Context, st store.Store, label, at 
 	}
 	pace.Stop()
 	elapsed := time.Since(t0)
+	perr := <-profiled
 	cancel()
 	writers.Wait()
 	if err != nil {
 		return err
+	}
+	if perr != nil {
+		return perr
 	}
 	rate := float64(written.Load()) / elapsed.Seconds()
 	r.logf("  %s: %d writes beside the lists (%.0f/s), %d skipped or failed", label, written.Load(), rate, failed.Load())
