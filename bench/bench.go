@@ -115,6 +115,10 @@ type Config struct {
 	// StoreRows, once the quiet lists are timed.
 	StoreListWrites int
 	StoreListWindow time.Duration
+	// StoreListWritesHot, when above 0, has those writes update only the
+	// rows of the last sessions stored, this many: people's turns go to
+	// the chats they use now, whose rows the servers hold warm.
+	StoreListWritesHot int
 
 	// ClusterNodes mspd processes on JetStream with ClusterReplicas
 	// replicas (defaults 3 and 3; 2 nodes take 1 replica) run the cluster

@@ -715,7 +715,8 @@ func storedRow(i int, id string, now time.Time) store.Session {
 
 // listUnderWrites times lists, one every listEvery, for StoreListWindow
 // while StoreListWrites commits a second update the rows of stored
-// sessions (ids, chosen at random; the busy left alone), as people's
+// sessions (ids, chosen at random, among the StoreListWritesHot last
+// stored when set; the busy left alone), as people's
 // turns do: the servers' garbage then comes and is collected as in
 // service, and the lists that meet a collection count.
 //
@@ -768,6 +769,9 @@ func (r *runner) listUnderWrites(ctx context.Context, st store.Store, label, at 
 				continue
 			}
 			i := storedBusy + rand.IntN(len(ids)-storedBusy)
+			if hot := r.cfg.StoreListWritesHot; hot > 0 && hot < len(ids)-storedBusy {
+				i = len(ids) - 1 - rand.IntN(hot) // among the last stored
+			}
 			writers.Go(func() {
 				defer func() { <-slots }()
 				row := storedRow(i, ids[i], time.Now())
@@ -813,6 +817,9 @@ func (r *runner) listUnderWrites(ctx context.Context, st store.Store, label, at 
 	r.logf("  %s: %d writes beside the lists (%.0f/s), %d skipped or failed", label, written.Load(), rate, failed.Load())
 	pc := percentilesOf(list)
 	note := fmt.Sprintf("%d lists, one every %v, beside %.0f row updates/s", len(list), listEvery, rate)
+	if hot := r.cfg.StoreListWritesHot; hot > 0 {
+		note += fmt.Sprintf(" among the %d last stored", hot)
+	}
 	r.add(Row{Scenario: label, Figure: "session/list p50 under writes, " + at, Value: millis(pc.p50), Unit: "ms", Note: note})
 	r.add(Row{Scenario: label, Figure: "session/list p99 under writes, " + at, Value: millis(pc.p99), Unit: "ms",
 		Note: fmt.Sprintf("%d writes skipped or failed (the store kept no pace)", failed.Load())})

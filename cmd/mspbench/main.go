@@ -79,6 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&leaseSessions, "lease-sessions", "store: counts of sessions one node claims, each topping the last up, at which its lease upkeep is measured on each JetStream deployment (default 1000,10000,100000)")
 	fs.Var(&storeStreams, "store-streams", "store: on each JetStream deployment, run the rounds again on a store spreading sessions over each of these stream counts (e.g. 1,2,4; default none)")
 	fs.IntVar(&cfg.StoreListWrites, "store-list-writes", 0, "store: row updates a second beside which lists are timed again, for --store-list-window at each of --store-rows (0: none)")
+	fs.IntVar(&cfg.StoreListWritesHot, "store-list-writes-hot", 0, "store: the --store-list-writes update only the rows of this many sessions, the last stored (0: any stored)")
 	fs.DurationVar(&cfg.StoreListWindow, "store-list-window", time.Minute, "store: how long lists are timed beside --store-list-writes")
 	fs.Var(&storeRows, "store-rows", "store: counts of stored sessions at which session/list and an adoption pass are timed, each topping the last up (default 10000)")
 	fs.StringVar(&cfg.NATSServer, "nats-server", "", "a nats-server binary: JetStream deployments run their NATS servers as its processes, one a node, instead of inside the mspd nodes (build one with: go build -o nats-server github.com/nats-io/nats-server/v2)")
