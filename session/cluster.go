@@ -568,17 +568,9 @@ func (m *Manager) adoptLoop(interval time.Duration) {
 // the store fences it if another node took it.
 func (m *Manager) reclaim() {
 	c := m.cfg.Cluster
-	m.mu.Lock()
-	var led []*session
-	for _, l := range m.sessions {
-		if l.s != nil {
-			led = append(led, l.s)
-		}
-	}
-	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(m.ctx, reclaimPatience)
 	defer cancel()
-	for _, s := range led {
+	for _, s := range m.loadedSessions() {
 		s.mu.Lock()
 		leader := s.role == roleLeader
 		s.mu.Unlock()

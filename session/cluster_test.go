@@ -347,12 +347,7 @@ func TestClusterGivesUpASessionTakenDuringALapse(t *testing.T) {
 	st := openStore(t)
 	model := newHistModel()
 	h, a, b := twoNodes(t, st, model)
-	onA := newRecSub()
-	sid := startSession(t, a, onA)
-	ack := startTurn(t, a, textTurn(sid, "crash")) // attempt 1 streams, then hangs
-	model.waitStarted(t, "crash")
-	onB := newRecSub()
-	subscribe(t, b, onB, sid)
+	onA, onB, sid, ack := hangOnA(t, a, b, model)
 
 	h.expire("a") // a's lease lapses; b takes the session over
 	if c := onB.waitTerminal(t, ack.TurnID); c.Terminal != msp.TerminalCompleted || c.Attempts.Count != 2 {
@@ -467,15 +462,23 @@ func crashMidAnswer(t *testing.T, die func(h *memHub, sid string)) (*memHub, *re
 	t.Cleanup(b.Close)
 	t.Cleanup(a.Close)
 
-	onA := newRecSub()
-	sid := startSession(t, a, onA)
-	ack := startTurn(t, a, textTurn(sid, "crash")) // attempt 1 streams, then hangs
-	model.waitStarted(t, "crash")
-	onB := newRecSub()
-	subscribe(t, b, onB, sid)
+	_, onB, sid, ack := hangOnA(t, a, b, model)
 	deadA.dead.Store(true) // node a dies: nothing more of it is written
 	die(h, sid)
 	return h, onB, sid, ack.TurnID
+}
+
+// hangOnA starts a session on a, watched there (onA) and on b (onB), and
+// a turn whose first attempt streams and then hangs, until it has begun.
+func hangOnA(t *testing.T, a, b *Manager, model *histModel) (onA, onB *recSub, sid string, ack msp.TurnStartResult) {
+	t.Helper()
+	onA = newRecSub()
+	sid = startSession(t, a, onA)
+	ack = startTurn(t, a, textTurn(sid, "crash")) // attempt 1 streams, then hangs
+	model.waitStarted(t, "crash")
+	onB = newRecSub()
+	subscribe(t, b, onB, sid)
+	return onA, onB, sid, ack
 }
 
 // TestClusterHandsOverOnShutdown: a node that shuts down stops its turn

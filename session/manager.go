@@ -355,6 +355,20 @@ func logPage(rows int) store.Limit { return store.Limit{Rows: rows, Bytes: ReadB
 // undoes it.
 func (m *Manager) Listen(sub Subscriber, principal string) { m.listeners.add(sub, principal) }
 
+// loadedSessions returns the sessions loaded now, to work on each under
+// its own lock with Manager.mu released.
+func (m *Manager) loadedSessions() []*session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var loaded []*session
+	for _, l := range m.sessions {
+		if l.s != nil {
+			loaded = append(loaded, l.s)
+		}
+	}
+	return loaded
+}
+
 // Detach removes sub from the list news and from every session it follows.
 func (m *Manager) Detach(sub Subscriber) {
 	m.listeners.remove(sub)

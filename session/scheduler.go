@@ -507,14 +507,7 @@ func (m *Manager) Drain() { m.draining.Store(true) }
 // for running turns to finish, not for people.
 func (m *Manager) StopWaiting() {
 	m.stopWaiting.Store(true)
-	m.mu.Lock()
-	var loaded []*session
-	for _, l := range m.sessions {
-		if l.s != nil {
-			loaded = append(loaded, l.s)
-		}
-	}
-	m.mu.Unlock()
+	loaded := m.loadedSessions()
 	for _, s := range loaded {
 		s.mu.Lock()
 		if s.awaiting > 0 && s.park != nil {
@@ -528,14 +521,7 @@ func (m *Manager) StopWaiting() {
 // ends with a durable cancelled terminal. For a stdio host whose client
 // closed stdin (MSP's orderly drain); queued turns stay queued.
 func (m *Manager) CancelRunning() {
-	m.mu.Lock()
-	var loaded []*session
-	for _, l := range m.sessions {
-		if l.s != nil {
-			loaded = append(loaded, l.s)
-		}
-	}
-	m.mu.Unlock()
+	loaded := m.loadedSessions()
 	for _, s := range loaded {
 		s.mu.Lock()
 		if s.cancel != nil {
