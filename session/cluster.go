@@ -564,12 +564,10 @@ func (m *Manager) adoptLoop(interval time.Duration) {
 // leads, and gives up those another node leads now (demoteLocked). A
 // lapse often comes with NATS electing its leaders, when a claim may go
 // unanswered: each is asked again until it answers, for up to
-// reclaimPatience; one that never does is kept, as before the lapse, and
-// the store fences it if another node took it.
+// reclaimPatience a session; one that never does is kept, as before the
+// lapse, and the store fences it if another node took it.
 func (m *Manager) reclaim() {
 	c := m.cfg.Cluster
-	ctx, cancel := context.WithTimeout(m.ctx, reclaimPatience)
-	defer cancel()
 	for _, s := range m.loadedSessions() {
 		s.mu.Lock()
 		leader := s.role == roleLeader
@@ -577,7 +575,7 @@ func (m *Manager) reclaim() {
 		if !leader {
 			continue
 		}
-		node, err := m.claimPatiently(ctx, s.key)
+		node, err := m.claimPatiently(s.key)
 		if err != nil {
 			m.log.Warn("claiming a session again after this node's lease lapsed", "session", s.id, "err", err)
 			continue
@@ -585,20 +583,24 @@ func (m *Manager) reclaim() {
 		if node == c.Node() {
 			continue // nobody took it meanwhile: this node's still
 		}
+		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
 		s.mu.Lock()
 		s.demoteLocked(ctx)
 		s.mu.Unlock()
+		cancel()
 		m.log.Warn("gave up a session after this node's lease lapsed", "session", s.id, "leader", node)
 	}
 }
 
-// reclaimPatience bounds how long reclaim asks for the claims of the
-// sessions a node leads after a lapse.
-const reclaimPatience = 30 * time.Second
+// reclaimPatience bounds how long reclaim asks for the claim of one
+// session a node leads, after a lapse.
+const reclaimPatience = 10 * time.Second
 
 // claimPatiently asks the cluster to claim a session until it answers,
-// pausing between tries, while ctx lasts.
-func (m *Manager) claimPatiently(ctx context.Context, key string) (string, error) {
+// pausing between tries, for up to reclaimPatience.
+func (m *Manager) claimPatiently(key string) (string, error) {
+	ctx, cancel := context.WithTimeout(m.ctx, reclaimPatience)
+	defer cancel()
 	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
 		node, err := m.cfg.Cluster.Claim(ctx, key)
 		if err == nil {
@@ -623,6 +625,8 @@ func (s *session) demoteLocked(ctx context.Context) {
 		return
 	}
 	s.role = roleFollower
+	s.term++ // its worker, when one runs, ends without writing (finish)
+	s.launched, s.resume, s.stopDue = false, nil, ""
 	if s.park != nil {
 		s.park()
 	}
@@ -638,7 +642,9 @@ func (s *session) demoteLocked(ctx context.Context) {
 		err = s.catchUpLocked(ctx, from)
 	}
 	if err != nil {
-		// The next event followed finds the gap and reads the store.
+		// Its row is read again before it serves (freshLocked); the next
+		// event followed finds the gap and reads the store.
+		s.stale = true
 		s.m.log.Warn("catching up a session given up", "session", s.id, "err", err)
 	}
 }

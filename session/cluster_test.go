@@ -396,19 +396,25 @@ func pollUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// gateModel answers each request once its gate opens.
+// gateModel answers each request once its gate opens; deaf, it does not
+// hear its context either, as a provider call that has not yet noticed.
 type gateModel struct {
 	started chan struct{}
 	gate    chan struct{}
+	deaf    bool
 }
 
 func (m *gateModel) System() string { return "gate" }
 
 func (m *gateModel) Stream(ctx context.Context, _ provider.Request, onText func(string)) (provider.Response, error) {
 	m.started <- struct{}{}
+	done := ctx.Done()
+	if m.deaf {
+		done = nil
+	}
 	select {
 	case <-m.gate:
-	case <-ctx.Done():
+	case <-done:
 		return provider.Response{}, ctx.Err()
 	}
 	onText("done")
@@ -444,6 +450,50 @@ func TestClusterKeepsItsSessionsAfterALapseNobodyUsed(t *testing.T) {
 	}
 	if !a.leads(sid) {
 		t.Fatal("a gave up a session nobody else took")
+	}
+}
+
+// TestClusterLeadsAgainWhileItsOldAttemptEnds: a gives a session up
+// after a lapse while its attempt is still in the provider's hands, then
+// leads it again (the node that took it died) before that attempt ends.
+// The old attempt writes nothing when it does end; the turn resumes as
+// attempt 2 on a worker of its own and completes once.
+func TestClusterLeadsAgainWhileItsOldAttemptEnds(t *testing.T) {
+	st := openStore(t)
+	h := newMemHub()
+	model := &gateModel{started: make(chan struct{}, 2), gate: make(chan struct{}), deaf: true}
+	a := h.startNode(t, "a", st, model)
+	t.Cleanup(a.Close)
+	onA := newRecSub()
+	sid := startSession(t, a, onA)
+	ack := startTurn(t, a, textTurn(sid, "hello"))
+	<-model.started
+	h.mu.Lock()
+	h.leases[sid] = "b" // b took it while a was paused
+	h.mu.Unlock()
+	a.cfg.Cluster.(memNode).h.lapsedOf("a") <- struct{}{}
+	pollUntil(t, "a to give the session up", func() bool { return !a.leads(sid) })
+	h.mu.Lock()
+	delete(h.leases, sid) // b died: a's adoption takes it back
+	h.mu.Unlock()
+	pollUntil(t, "a to lead again", func() bool { return a.leads(sid) })
+	close(model.gate) // the old attempt ends now
+	c := onA.waitTerminal(t, ack.TurnID)
+	if c.Terminal != msp.TerminalCompleted || c.Attempts.Count != 2 {
+		t.Fatalf("terminal %+v %+v, want completed by attempt 2", c, c.Attempts)
+	}
+	recs, err := st.Records(context.Background(), sid, 0, store.Limit{Rows: 1000, Bytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	terminals := 0
+	for _, r := range recs {
+		if r.Method == msp.NotifyTurnCompleted {
+			terminals++
+		}
+	}
+	if terminals != 1 {
+		t.Fatalf("%d turn/completed records, want 1", terminals)
 	}
 }
 

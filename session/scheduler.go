@@ -33,7 +33,7 @@ const writeTries = 5
 func (m *Manager) kick(s *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.working || s.broken || s.phase.deleted() || m.ctx.Err() != nil || m.draining.Load() {
+	if s.working || s.broken || s.phase.deleted() || s.role != roleLeader || m.ctx.Err() != nil || m.draining.Load() {
 		return
 	}
 	s.working = true
@@ -52,7 +52,7 @@ func (m *Manager) kick(s *session) {
 // work runs s's turns until there is nothing (more) it may run.
 func (m *Manager) work(s *session) {
 	for {
-		ctx, spec, ok := m.launchNext(s)
+		ctx, spec, term, ok := m.launchNext(s)
 		if !ok {
 			return
 		}
@@ -69,7 +69,10 @@ func (m *Manager) work(s *session) {
 			out = m.cfg.Runner.Run(ctx, spec, sink{s: s})
 		}
 		m.running.Add(-1)
-		if !m.finish(s, spec, out) {
+		if !m.finish(s, spec, out, term) {
+			if m.ledAgain(s, term) {
+				m.kick(s) // the turn it resumed waits for a worker of its own
+			}
 			return
 		}
 	}
@@ -79,14 +82,16 @@ func (m *Manager) work(s *session) {
 // be resumed, else the first queued one, whose turn/started and userMessage
 // item it appends. ok is false when there is nothing to run, the host is
 // draining or stopping, or the log keeps refusing the launch (the turn then
-// stays queued, durably, for the next kick or start).
-func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
+// stays queued, durably, for the next kick or start), or this node no
+// longer leads the session. term is the session's leading term it runs in.
+func (m *Manager) launchNext(s *session) (_ context.Context, _ turn.Spec, term uint64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if m.ctx.Err() != nil || m.draining.Load() || s.broken || s.phase.deleted() {
+	if m.ctx.Err() != nil || m.draining.Load() || s.broken || s.phase.deleted() || s.role != roleLeader {
 		s.working = false
-		return nil, turn.Spec{}, false
+		return nil, turn.Spec{}, 0, false
 	}
+	term = s.term
 	if a := s.st.Active; a != nil && (s.resume != nil || s.launched) {
 		// Resumed after a restart, or launched with its admission.
 		spec := m.specLocked(s, *a)
@@ -96,11 +101,11 @@ func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 			s.cancel() // stopped before it ran: it ends cancelled at once
 		}
 		s.stopDue = ""
-		return ctx, spec, true
+		return ctx, spec, term, true
 	}
 	if s.st.Active != nil || len(s.st.Queue) == 0 {
 		s.working = false
-		return nil, turn.Spec{}, false
+		return nil, turn.Spec{}, 0, false
 	}
 	var backoff time.Duration
 	for try := 1; ; try++ {
@@ -109,14 +114,14 @@ func (m *Manager) launchNext(s *session) (context.Context, turn.Spec, bool) {
 		st.Queue = st.Queue[1:]
 		err := s.launchLocked(m.ctx, pt, &st, nil)
 		if err == nil {
-			return m.runCtxLocked(s), m.specLocked(s, pt), true
+			return m.runCtxLocked(s), m.specLocked(s, pt), term, true
 		}
 		// The turn stays queued, in memory and in the stored row: dropping
 		// it would leave its wait unsettled for good.
 		m.log.Error("launching turn", "session", s.id, "turn", pt.TurnID, "try", try, "err", err)
 		if try == writeTries || !m.pauseLocked(s, &backoff) {
 			s.working = false
-			return nil, turn.Spec{}, false
+			return nil, turn.Spec{}, 0, false
 		}
 	}
 }
@@ -229,12 +234,20 @@ func (m *Manager) pauseLocked(s *session, backoff *time.Duration) bool {
 // finish records how a run went: the terminal together with the state
 // that retires the turn, or, for a turn the host stopped, its checkpoint.
 // It reports whether the worker may go on with the session.
-func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
+func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome, term uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cancel != nil {
 		s.cancel()
 		s.cancel, s.park = nil, nil
+	}
+	if s.role != roleLeader || s.term != term {
+		// Given up to another node while it ran (demoteLocked), and
+		// perhaps led here again since: nothing of this run is this
+		// node's to write, whatever it ended in (a sink write a follower
+		// refused fails a turn). The leader resumes from what is stored.
+		s.working = false
+		return false
 	}
 	if s.phase.deleted() {
 		s.working = false
@@ -250,14 +263,10 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 		if st.Active != nil {
 			st.Active.Checkpoint = out.Stopped
 		}
-		// A turn given up to another node (demoteLocked) is that node's
-		// to resume from what is stored: nothing of it is written here.
-		if s.role == roleLeader {
-			if err := s.emitLocked(ctx, held, &st); err != nil {
-				// The last notice's checkpoint stays: the next start resumes
-				// from it, counting the attempt that was in flight.
-				m.log.WarnContext(lctx, "recording a stopped turn's checkpoint", "session", s.id, "turn", spec.TurnID, "err", err)
-			}
+		if err := s.emitLocked(ctx, held, &st); err != nil {
+			// The last notice's checkpoint stays: the next start resumes
+			// from it, counting the attempt that was in flight.
+			m.log.WarnContext(lctx, "recording a stopped turn's checkpoint", "session", s.id, "turn", spec.TurnID, "err", err)
 		}
 		s.working = false
 		return false
@@ -290,6 +299,14 @@ func (m *Manager) finish(s *session, spec turn.Spec, out turn.Outcome) bool {
 	s.history = append(s.history, withoutReasoning(out.Messages)...)
 	s.window.turnCompleted(spec.TurnID, len(s.history))
 	return true
+}
+
+// ledAgain tells whether this node leads s again in a later term than
+// term, the one a worker that just ended ran in.
+func (m *Manager) ledAgain(s *session, term uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.role == roleLeader && s.term != term
 }
 
 // abandonLocked gives up on a session whose log refuses the turn's

@@ -59,6 +59,9 @@ type session struct {
 	// Its lifecycle and what this node does for it (phase.go).
 	phase phase
 	role  role
+	// term is bumped each time this node gives the session up
+	// (demoteLocked): a worker of an earlier term writes nothing.
+	term uint64
 
 	// Facts independent of the phase and the role, so not part of them.
 	// working and broken are the scheduler's: a broken session still
