@@ -425,3 +425,47 @@ func TestFinishedTurnsReasoningIsDropped(t *testing.T) {
 		}
 	}
 }
+
+// heldEffortModel is effortModel whose first request waits for held to
+// close, so that turns queue behind it.
+type heldEffortModel struct {
+	effortModel
+	held    chan struct{}
+	started chan struct{}
+	first   atomic.Bool
+}
+
+func (m *heldEffortModel) Stream(ctx context.Context, req provider.Request, onText func(string)) (provider.Response, error) {
+	if m.first.CompareAndSwap(false, true) {
+		m.started <- struct{}{}
+		<-m.held
+	}
+	return m.effortModel.Stream(ctx, req, onText)
+}
+
+// TestQueuedTurnRunsWithTheDefault: a turn queued behind a running one,
+// and launched by the worker when that one ends, runs with the session's
+// reasoning-effort default, as a turn launched with its admission does
+// (it ran with none: the worker built its request from the turn as
+// queued, not as launched).
+func TestQueuedTurnRunsWithTheDefault(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	model := &heldEffortModel{held: make(chan struct{}), started: make(chan struct{}, 1)}
+	m := newManager(t, st, model, mgrOpts{})
+	sub := newRecSub()
+	sid := startSession(t, m, sub)
+	first := startTurn(t, m, textTurn(sid, "running"))
+	<-model.started
+	set := mustJSON(msp.SessionSetReasoningEffortParams{CommandID: cmdID(), ReasoningEffort: msp.EffortHigh, SessionID: sid})
+	if _, err := m.SetReasoningEffort(ctx, set); err != nil {
+		t.Fatal(err)
+	}
+	queued := startTurn(t, m, textTurn(sid, "queued"))
+	close(model.held)
+	sub.waitTerminal(t, first.TurnID)
+	sub.waitTerminal(t, queued.TurnID)
+	if got, want := model.asked(), []string{"", msp.EffortHigh}; !slices.Equal(got, want) {
+		t.Errorf("efforts asked %q, want %q", got, want)
+	}
+}

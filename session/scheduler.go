@@ -114,7 +114,8 @@ func (m *Manager) launchNext(s *session) (_ context.Context, _ turn.Spec, term u
 		st.Queue = st.Queue[1:]
 		err := s.launchLocked(m.ctx, pt, &st, nil)
 		if err == nil {
-			return m.runCtxLocked(s), m.specLocked(s, pt), term, true
+			// As launched: with its start and its effort (launchLocked).
+			return m.runCtxLocked(s), m.specLocked(s, *s.st.Active), term, true
 		}
 		// The turn stays queued, in memory and in the stored row: dropping
 		// it would leave its wait unsettled for good.
