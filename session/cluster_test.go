@@ -365,18 +365,8 @@ func TestClusterGivesUpASessionTakenDuringALapse(t *testing.T) {
 	if leader, _ := (memNode{h, "a"}).Leader(context.Background(), sid); leader != "b" {
 		t.Fatalf("leader %q, want b", leader)
 	}
-	recs, err := st.Records(context.Background(), sid, 0, store.Limit{Rows: 1000, Bytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	terminals := 0
-	for _, r := range recs {
-		if r.Method == msp.NotifyTurnCompleted {
-			terminals++
-		}
-	}
-	if terminals != 1 {
-		t.Fatalf("%d turn/completed records, want 1", terminals)
+	if n := storedCount(t, st, sid, msp.NotifyTurnCompleted); n != 1 {
+		t.Fatalf("%d turn/completed records, want 1", n)
 	}
 }
 
@@ -394,6 +384,23 @@ func pollUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+// storedCount is how many records of method session sid's stored log
+// holds.
+func storedCount(t *testing.T, st store.Store, sid, method string) int {
+	t.Helper()
+	recs, err := st.Records(context.Background(), sid, 0, store.Limit{Rows: 1000, Bytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range recs {
+		if r.Method == method {
+			n++
+		}
+	}
+	return n
 }
 
 // gateModel answers each request once its gate opens; deaf, it does not
@@ -482,18 +489,8 @@ func TestClusterLeadsAgainWhileItsOldAttemptEnds(t *testing.T) {
 	if c.Terminal != msp.TerminalCompleted || c.Attempts.Count != 2 {
 		t.Fatalf("terminal %+v %+v, want completed by attempt 2", c, c.Attempts)
 	}
-	recs, err := st.Records(context.Background(), sid, 0, store.Limit{Rows: 1000, Bytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	terminals := 0
-	for _, r := range recs {
-		if r.Method == msp.NotifyTurnCompleted {
-			terminals++
-		}
-	}
-	if terminals != 1 {
-		t.Fatalf("%d turn/completed records, want 1", terminals)
+	if n := storedCount(t, st, sid, msp.NotifyTurnCompleted); n != 1 {
+		t.Fatalf("%d turn/completed records, want 1", n)
 	}
 }
 
