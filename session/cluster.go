@@ -225,13 +225,9 @@ func (m *Manager) lead(ctx context.Context, key, id string) error {
 		s.unfollow()
 		s.unfollow = nil
 	}
-	from := s.head
-	err = s.refreshLocked(ctx)
-	if err == nil {
-		// What was appended since the last event followed reaches the
-		// subscribers, in order, before anything this node writes.
-		err = s.catchUpLocked(ctx, from)
-	}
+	// What was appended since the last event followed reaches the
+	// subscribers, in order, before anything this node writes.
+	err = s.rereadLocked(ctx)
 	if err == nil {
 		s.role = roleLeader
 		if err = s.recoverLocked(ctx); err != nil {
@@ -248,6 +244,17 @@ func (m *Manager) lead(ctx context.Context, key, id string) error {
 	s.mu.Unlock()
 	m.kick(s)
 	return nil
+}
+
+// rereadLocked reads the session again from the store (refreshLocked)
+// and fans out to its subscribers the records appended since the head it
+// had, as a node does when its role changes. s.mu must be held.
+func (s *session) rereadLocked(ctx context.Context) error {
+	from := s.head
+	if err := s.refreshLocked(ctx); err != nil {
+		return err
+	}
+	return s.catchUpLocked(ctx, from)
 }
 
 // catchUpLocked fans out the stored records after seq from, up to head.
@@ -636,12 +643,7 @@ func (s *session) demoteLocked(ctx context.Context) {
 		// s.mu, and skips what the catch-up fanned out.
 		s.unfollow = s.m.cfg.Cluster.Follow(s.key, s.ingest)
 	}
-	from := s.head
-	err := s.refreshLocked(ctx)
-	if err == nil {
-		err = s.catchUpLocked(ctx, from)
-	}
-	if err != nil {
+	if err := s.rereadLocked(ctx); err != nil {
 		// Its row is read again before it serves (freshLocked); the next
 		// event followed finds the gap and reads the store.
 		s.stale = true
