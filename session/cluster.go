@@ -164,12 +164,13 @@ func (m *Manager) forward(ctx context.Context, sessionID, method string, raw jso
 	}
 	// Leases are the store's keys: alice's session X and bob's are led
 	// apart. The leader resolves the key again from the principal.
+	lapses := m.lapses.Load()
 	leader, err := c.Claim(ctx, key)
 	if err != nil {
 		return nil, true, unavailable("finding the leader of session %s: %v", sessionID, err)
 	}
 	if leader == c.Node() {
-		if err := m.lead(ctx, key, sessionID); err != nil {
+		if err := m.lead(ctx, key, sessionID, lapses); err != nil {
 			// Not its writer after all (the store failed the takeover):
 			// the command would meet a follower's refusal. The lease goes,
 			// as adoptOrphans lets it go, and the client tries again.
@@ -206,7 +207,11 @@ func unavailable(format string, args ...any) *msp.Error {
 // lead makes session id, kept under key, whose lease this node now holds
 // its writer: it stops following, catches up from the store and, when a
 // turn was left running by the node that led it before, resumes it.
-func (m *Manager) lead(ctx context.Context, key, id string) error {
+// lapses is m.lapses as it was before the lease was claimed: when this
+// node was told of a lapse of its own since, the claim may be another
+// node's by now, and reclaim, which looks at the sessions led, did not
+// see this one yet, so the session is claimed again first.
+func (m *Manager) lead(ctx context.Context, key, id string, lapses uint64) error {
 	s, release, err := m.load(ctx, key, id)
 	if err != nil {
 		if isNotFound(err) {
@@ -228,6 +233,9 @@ func (m *Manager) lead(ctx context.Context, key, id string) error {
 	// What was appended since the last event followed reaches the
 	// subscribers, in order, before anything this node writes.
 	err = s.rereadLocked(ctx)
+	if err == nil && m.lapses.Load() != lapses {
+		err = m.stillClaimed(key)
+	}
 	if err == nil {
 		s.role = roleLeader
 		if err = s.recoverLocked(ctx); err != nil {
@@ -524,12 +532,13 @@ func (m *Manager) adopt(ctx context.Context, c Cluster, row store.Session) {
 	if m.leads(row.ID) {
 		return
 	}
+	lapses := m.lapses.Load()
 	leader, err := c.Claim(ctx, row.ID)
 	if err != nil || leader != c.Node() {
 		return
 	}
 	id := wireID(row.Owner, row.ID)
-	if err := m.lead(ctx, row.ID, id); err != nil {
+	if err := m.lead(ctx, row.ID, id, lapses); err != nil {
 		m.log.Warn("taking a session over", "session", id, "err", err)
 		c.Release(row.ID)
 		return
@@ -572,8 +581,10 @@ func (m *Manager) adoptLoop(interval time.Duration) {
 // lapse often comes with NATS electing its leaders, when a claim may go
 // unanswered: each is asked again until it answers, for up to
 // reclaimPatience a session; one that never does is kept, as before the
-// lapse, and the store fences it if another node took it.
+// lapse, and the store fences it if another node took it. A session
+// being taken over as it runs is not led yet; lead claims it again.
 func (m *Manager) reclaim() {
+	m.lapses.Add(1) // before the sessions are looked at: lead checks it
 	c := m.cfg.Cluster
 	for _, s := range m.loadedSessions() {
 		s.mu.Lock()
@@ -597,6 +608,20 @@ func (m *Manager) reclaim() {
 		cancel()
 		m.log.Warn("gave up a session after this node's lease lapsed", "session", s.id, "leader", node)
 	}
+}
+
+// stillClaimed claims session key again (claimPatiently), for a node
+// told of its own lapse while it took the session over, and fails unless
+// the claim is still this node's.
+func (m *Manager) stillClaimed(key string) error {
+	node, err := m.claimPatiently(key)
+	if err != nil {
+		return fmt.Errorf("claiming it again after this node's lease lapsed: %w", err)
+	}
+	if node != m.cfg.Cluster.Node() {
+		return fmt.Errorf("node %s took it while this node's lease lapsed", node)
+	}
+	return nil
 }
 
 // reclaimPatience bounds how long reclaim asks for the claim of one

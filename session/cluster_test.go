@@ -494,6 +494,65 @@ func TestClusterLeadsAgainWhileItsOldAttemptEnds(t *testing.T) {
 	}
 }
 
+// TestClusterLeadsNothingClaimedBeforeALapse: a claims a session for a
+// turn/start, and is told of its own lapse before it has taken the
+// session over, b having claimed it meanwhile. reclaim, which looks at
+// the sessions a leads, cannot see this one yet; the takeover claims it
+// again, and a neither leads it nor runs the turn: the client is told to
+// try again (and is forwarded to b then).
+func TestClusterLeadsNothingClaimedBeforeALapse(t *testing.T) {
+	st := openStore(t)
+	h := newMemHub()
+	model := newHistModel()
+	b := h.startNode(t, "b", st, model)
+	t.Cleanup(b.Close)
+	sid := startSession(t, b, newRecSub())
+	h.expire("b") // b leads it, but holds no claim: a can take one
+	lapseOnce := sync.OnceFunc(func() {
+		h.expire("a")
+		if node, _ := (memNode{h, "b"}).Claim(context.Background(), sid); node != "b" {
+			t.Errorf("b's claim went to %q", node)
+		}
+		h.lapsedOf("a") <- struct{}{}
+		pollUntil(t, "a to hear of its lapse", func() bool { return len(h.lapsedOf("a")) == 0 })
+	})
+	a := startQuietNode(t, claimHook{memNode{h, "a"}, func(string) { lapseOnce() }}, st, model)
+	h.mu.Lock()
+	h.managers["a"] = a
+	h.mu.Unlock()
+
+	_, _, err := a.StartTurn(context.Background(), nil, mustJSON(msp.TurnStartParams{CommandID: cmdID(), SessionID: sid,
+		Input: []msp.TurnInputPart{{Type: "text", Text: "hello"}}}))
+	var me *msp.Error
+	if !errors.As(err, &me) || me.Data.Retryable == nil || !*me.Data.Retryable {
+		t.Fatalf("turn/start on a: %v, want a retryable refusal", err)
+	}
+	if a.leads(sid) {
+		t.Fatal("a leads a session b claimed during its lapse")
+	}
+	if n := storedCount(t, st, sid, msp.NotifyTurnStarted); n != 0 {
+		t.Fatalf("%d turn/started records, want none", n)
+	}
+	onB := newRecSub()
+	subscribe(t, b, onB, sid)
+	runTurn(t, b, onB, textTurn(sid, "hello"))
+}
+
+// claimHook is a node whose claims that come back its own call after
+// first, with the claimed key, before they return.
+type claimHook struct {
+	memNode
+	after func(key string)
+}
+
+func (c claimHook) Claim(ctx context.Context, key string) (string, error) {
+	node, err := c.memNode.Claim(ctx, key)
+	if err == nil && node == c.node {
+		c.after(key)
+	}
+	return node, err
+}
+
 // crashMidAnswer runs nodes a and b on one store, starts a turn on a that
 // streams and then hangs, subscribes onB on b, and stops a's writes: die
 // then says what else becomes of a. It returns the hub, b's subscriber,

@@ -117,6 +117,9 @@ type Manager struct {
 	draining atomic.Bool    // no new turns: a graceful shutdown is under way
 	// stopWaiting stops turns that wait for a person (StopWaiting).
 	stopWaiting atomic.Bool
+	// lapses counts the lapses of this node's own lease it was told of
+	// (reclaim): a claim made before one may since be another node's.
+	lapses atomic.Uint64
 
 	stats   counters
 	running atomic.Int64 // turns inside Runner.Run
