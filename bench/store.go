@@ -630,6 +630,10 @@ func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 					r.logf("  %s: the NATS servers collected their garbage: %v", label, gc)
 					r.add(Row{Scenario: label, Figure: "NATS garbage collection, " + fmt.Sprintf("at %d stored sessions", count),
 						Value: millis(slices.Max(gc)), Unit: "ms", Note: "the slowest server's runtime.GC(), forced before the reads are timed; heap marked whole"})
+					if rss := largestRSS(t.nodes.natsProcs); rss > 0 {
+						r.add(Row{Scenario: label, Figure: "NATS server RSS, " + fmt.Sprintf("at %d stored sessions", count),
+							Value: float64(rss >> 20), Unit: "MiB", Note: "the largest server's, after its collection: what its GOMEMLIMIT must leave room above"})
+					}
 				}
 				waited, err := settle(ctx, t.nodes.natsHosts())
 				if err != nil {
@@ -850,6 +854,18 @@ func collectGarbage(ctx context.Context, procs []*server) ([]time.Duration, erro
 		})
 	}
 	return took, g.Wait()
+}
+
+// largestRSS is the largest resident set of procs, in bytes (0 when none
+// can be read).
+func largestRSS(procs []*server) int64 {
+	var largest int64
+	for _, p := range procs {
+		if rss, err := procRSS(p.pid); err == nil {
+			largest = max(largest, rss)
+		}
+	}
+	return largest
 }
 
 // Servers are at rest when, together, they use less than restCPU of a
