@@ -210,7 +210,9 @@ func unavailable(format string, args ...any) *msp.Error {
 // lapses is m.lapses as it was before the lease was claimed: when this
 // node was told of a lapse of its own since, the claim may be another
 // node's by now, and reclaim, which looks at the sessions led, did not
-// see this one yet, so the session is claimed again first.
+// see this one yet, so the session is claimed again first, before
+// anything changes (a session another node holds stays a follower, its
+// following untouched).
 func (m *Manager) lead(ctx context.Context, key, id string, lapses uint64) error {
 	s, release, err := m.load(ctx, key, id)
 	if err != nil {
@@ -220,7 +222,23 @@ func (m *Manager) lead(ctx context.Context, key, id string, lapses uint64) error
 		return err
 	}
 	defer release()
-	s.mu.Lock()
+	// Claimed again outside s.mu (a claim may wait on NATS); the count is
+	// checked again under it, where reclaim, which counts first, looks
+	// at the role: either reclaim finds this session led, or this sees
+	// its lapse.
+	for {
+		if now := m.lapses.Load(); now != lapses {
+			if err := m.stillClaimed(ctx, key); err != nil {
+				return err
+			}
+			lapses = now
+		}
+		s.mu.Lock()
+		if m.lapses.Load() == lapses {
+			break
+		}
+		s.mu.Unlock()
+	}
 	if s.role == roleLeader {
 		s.mu.Unlock()
 		m.kick(s) // in case a takeover was cut short before its worker
@@ -233,9 +251,6 @@ func (m *Manager) lead(ctx context.Context, key, id string, lapses uint64) error
 	// What was appended since the last event followed reaches the
 	// subscribers, in order, before anything this node writes.
 	err = s.rereadLocked(ctx)
-	if err == nil && m.lapses.Load() != lapses {
-		err = m.stillClaimed(key)
-	}
 	if err == nil {
 		s.role = roleLeader
 		if err = s.recoverLocked(ctx); err != nil {
@@ -593,7 +608,7 @@ func (m *Manager) reclaim() {
 		if !leader {
 			continue
 		}
-		node, err := m.claimPatiently(s.key)
+		node, err := m.claimPatiently(m.ctx, s.key)
 		if err != nil {
 			m.log.Warn("claiming a session again after this node's lease lapsed", "session", s.id, "err", err)
 			continue
@@ -613,8 +628,8 @@ func (m *Manager) reclaim() {
 // stillClaimed claims session key again (claimPatiently), for a node
 // told of its own lapse while it took the session over, and fails unless
 // the claim is still this node's.
-func (m *Manager) stillClaimed(key string) error {
-	node, err := m.claimPatiently(key)
+func (m *Manager) stillClaimed(ctx context.Context, key string) error {
+	node, err := m.claimPatiently(ctx, key)
 	if err != nil {
 		return fmt.Errorf("claiming it again after this node's lease lapsed: %w", err)
 	}
@@ -629,9 +644,9 @@ func (m *Manager) stillClaimed(key string) error {
 const reclaimPatience = 10 * time.Second
 
 // claimPatiently asks the cluster to claim a session until it answers,
-// pausing between tries, for up to reclaimPatience.
-func (m *Manager) claimPatiently(key string) (string, error) {
-	ctx, cancel := context.WithTimeout(m.ctx, reclaimPatience)
+// pausing between tries, for up to reclaimPatience or until ctx ends.
+func (m *Manager) claimPatiently(ctx context.Context, key string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, reclaimPatience)
 	defer cancel()
 	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
 		node, err := m.cfg.Cluster.Claim(ctx, key)

@@ -494,12 +494,13 @@ func TestClusterLeadsAgainWhileItsOldAttemptEnds(t *testing.T) {
 	}
 }
 
-// TestClusterLeadsNothingClaimedBeforeALapse: a claims a session for a
-// turn/start, and is told of its own lapse before it has taken the
-// session over, b having claimed it meanwhile. reclaim, which looks at
-// the sessions a leads, cannot see this one yet; the takeover claims it
-// again, and a neither leads it nor runs the turn: the client is told to
-// try again (and is forwarded to b then).
+// TestClusterLeadsNothingClaimedBeforeALapse: a, following a session,
+// claims it for a turn/start, and is told of its own lapse before it has
+// taken the session over, b having claimed it meanwhile. reclaim, which
+// looks at the sessions a leads, cannot see this one yet; the takeover
+// claims it again, and a neither leads it nor runs the turn: the client
+// is told to try again, and the retry is forwarded to b, whose turn a's
+// reader sees through the following a kept.
 func TestClusterLeadsNothingClaimedBeforeALapse(t *testing.T) {
 	st := openStore(t)
 	h := newMemHub()
@@ -508,18 +509,21 @@ func TestClusterLeadsNothingClaimedBeforeALapse(t *testing.T) {
 	t.Cleanup(b.Close)
 	sid := startSession(t, b, newRecSub())
 	h.expire("b") // b leads it, but holds no claim: a can take one
+	var a *Manager
 	lapseOnce := sync.OnceFunc(func() {
 		h.expire("a")
 		if node, _ := (memNode{h, "b"}).Claim(context.Background(), sid); node != "b" {
 			t.Errorf("b's claim went to %q", node)
 		}
 		h.lapsedOf("a") <- struct{}{}
-		pollUntil(t, "a to hear of its lapse", func() bool { return len(h.lapsedOf("a")) == 0 })
+		pollUntil(t, "a to count its lapse", func() bool { return a.lapses.Load() > 0 })
 	})
-	a := startQuietNode(t, claimHook{memNode{h, "a"}, func(string) { lapseOnce() }}, st, model)
+	a = startQuietNode(t, claimHook{memNode{h, "a"}, func(string) { lapseOnce() }}, st, model)
 	h.mu.Lock()
 	h.managers["a"] = a
 	h.mu.Unlock()
+	onA := newRecSub()
+	subscribe(t, a, onA, sid)
 
 	_, _, err := a.StartTurn(context.Background(), nil, mustJSON(msp.TurnStartParams{CommandID: cmdID(), SessionID: sid,
 		Input: []msp.TurnInputPart{{Type: "text", Text: "hello"}}}))
@@ -533,9 +537,13 @@ func TestClusterLeadsNothingClaimedBeforeALapse(t *testing.T) {
 	if n := storedCount(t, st, sid, msp.NotifyTurnStarted); n != 0 {
 		t.Fatalf("%d turn/started records, want none", n)
 	}
-	onB := newRecSub()
-	subscribe(t, b, onB, sid)
-	runTurn(t, b, onB, textTurn(sid, "hello"))
+	ack := startTurn(t, a, textTurn(sid, "hello")) // the retry, forwarded to b
+	if c := onA.waitTerminal(t, ack.TurnID); c.Terminal != msp.TerminalCompleted {
+		t.Fatalf("a's reader saw %+v, want b's turn completed", c)
+	}
+	if a.leads(sid) || !b.leads(sid) {
+		t.Fatalf("a leads: %v, b leads: %v; want b alone", a.leads(sid), b.leads(sid))
+	}
 }
 
 // claimHook is a node whose claims that come back its own call after

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
@@ -138,15 +137,7 @@ func commitAll(b *testing.B, s store.Store, from, to int, batch func(int) store.
 // the sessions that went idle have expired), asking the server directly.
 func waitBusySubjects(b *testing.B, url string, n int) {
 	b.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	js := dialJetStream(b, url)
 	st, err := js.Stream(b.Context(), msjs.DefaultStream)
 	if err != nil {
 		b.Fatal(err)

@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"mspd/internal/testlane"
 	"mspd/store"
 	msjs "mspd/store/jetstream"
@@ -27,15 +24,8 @@ func at(n int) time.Time { return time.Unix(1_700_000_000+int64(n), 0).UTC() }
 func TestListTakesAFewRequests(t *testing.T) {
 	testlane.Slow(t, "a three-server cluster and 300 sessions")
 	urls := startCluster(t)
-	nc, err := nats.Connect(urls[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := dialJetStream(t, urls[0])
+	nc := js.Conn()
 	stream, subject := nameFor(t.TempDir())
 	s, err := msjs.Open(t.Context(), js, msjs.Options{Stream: stream, Subject: subject, Replicas: 3})
 	if err != nil {

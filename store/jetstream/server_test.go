@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"mspd/store"
 	msjs "mspd/store/jetstream"
@@ -58,6 +60,22 @@ func connect(t testing.TB, url string, opts msjs.Options) *msjs.Store {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// dialJetStream connects to url and returns its JetStream context, the
+// connection closed with the test.
+func dialJetStream(t testing.TB, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // serverStore is a store whose Close also stops its server, so that the

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"mspd/store"
@@ -35,15 +34,7 @@ func TestStoreThreeStreams(t *testing.T) {
 // the server counts them.
 func rowsPerStream(t *testing.T, url string, n int) []int {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := dialJetStream(t, url)
 	counts := make([]int, n)
 	for i := range n {
 		name, subject := msjs.DefaultStream, msjs.DefaultSubject
