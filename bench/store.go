@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -622,7 +623,7 @@ func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 				// the garbage of a million writes, whose collection, a
 				// mark of the whole heap, would land in the timed lists
 				// at whatever moment they tipped the heap over its goal).
-				gc, err := collectGarbage(ctx, t.nodes.natsProcs)
+				gc, heaps, err := collectGarbage(ctx, t.nodes.natsProcs)
 				if err != nil {
 					return err
 				}
@@ -630,10 +631,8 @@ func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 					r.logf("  %s: the NATS servers collected their garbage: %v", label, gc)
 					r.add(Row{Scenario: label, Figure: "NATS garbage collection, " + fmt.Sprintf("at %d stored sessions", count),
 						Value: millis(slices.Max(gc)), Unit: "ms", Note: "the slowest server's runtime.GC(), forced before the reads are timed; heap marked whole"})
-					if rss := largestRSS(t.nodes.natsProcs); rss > 0 {
-						r.add(Row{Scenario: label, Figure: "NATS server RSS, " + fmt.Sprintf("at %d stored sessions", count),
-							Value: float64(rss >> 20), Unit: "MiB", Note: "the largest server's, after its collection: what its GOMEMLIMIT must leave room above"})
-					}
+					r.add(Row{Scenario: label, Figure: "NATS server live heap, " + fmt.Sprintf("at %d stored sessions", count),
+						Value: float64(slices.Max(heaps) >> 20), Unit: "MiB", Note: "the largest server's, after its collection (HeapAlloc): what its GOMEMLIMIT must leave room above"})
 				}
 				waited, err := settle(ctx, t.nodes.natsHosts())
 				if err != nil {
@@ -832,10 +831,10 @@ func (r *runner) listUnderWrites(ctx context.Context, st store.Store, label, at 
 
 // collectGarbage has each of procs, nats-server processes serving
 // net/http/pprof, run a whole garbage collection (runtime.GC, through
-// /debug/pprof/heap?gc=1), all at once, and returns how long each took;
-// nil for none (NATS servers embedded in the nodes are left alone).
-func collectGarbage(ctx context.Context, procs []*server) ([]time.Duration, error) {
-	var took []time.Duration
+// /debug/pprof/heap?gc=1), all at once, and returns how long each took
+// and each one's live heap after it (liveHeap); nil for none (NATS
+// servers embedded in the nodes are left alone).
+func collectGarbage(ctx context.Context, procs []*server) (took []time.Duration, heaps []int64, err error) {
 	var g errgroup.Group
 	var mu sync.Mutex
 	for _, p := range procs {
@@ -847,25 +846,47 @@ func collectGarbage(ctx context.Context, procs []*server) ([]time.Duration, erro
 			if err := fetch(ctx, p.base+"/debug/pprof/heap?gc=1", os.DevNull); err != nil {
 				return fmt.Errorf("collecting garbage: %w", err)
 			}
+			spent := time.Since(t0)
+			heap, err := liveHeap(ctx, p)
+			if err != nil {
+				return err
+			}
 			mu.Lock()
-			took = append(took, time.Since(t0))
+			took, heaps = append(took, spent), append(heaps, heap)
 			mu.Unlock()
 			return nil
 		})
 	}
-	return took, g.Wait()
+	err = g.Wait()
+	return took, heaps, err
 }
 
-// largestRSS is the largest resident set of procs, in bytes (0 when none
-// can be read).
-func largestRSS(procs []*server) int64 {
-	var largest int64
-	for _, p := range procs {
-		if rss, err := procRSS(p.pid); err == nil {
-			largest = max(largest, rss)
+// liveHeap is the bytes of p's heap in live objects (runtime.MemStats
+// HeapAlloc, from its heap profile's text form): right after a
+// collection, the heap that a collection marks and that its memory
+// limit must leave room above. Resident memory is no measure of it: the
+// runtime keeps what it freed for a while.
+func liveHeap(ctx context.Context, p *server) (int64, error) {
+	f, err := os.CreateTemp("", "mspbench-heap-*.txt")
+	if err != nil {
+		return 0, err
+	}
+	name := f.Name()
+	f.Close()
+	defer os.Remove(name)
+	if err := fetch(ctx, p.base+"/debug/pprof/heap?debug=1", name); err != nil {
+		return 0, fmt.Errorf("reading the heap's size: %w", err)
+	}
+	text, err := os.ReadFile(name)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(text)) {
+		if v, ok := strings.CutPrefix(line, "# HeapAlloc = "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		}
 	}
-	return largest
+	return 0, fmt.Errorf("no HeapAlloc in %s's heap profile", p.base)
 }
 
 // Servers are at rest when, together, they use less than restCPU of a
