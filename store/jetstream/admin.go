@@ -34,7 +34,7 @@ func (s *Store) PruneCommands(ctx context.Context, before time.Time, limit int) 
 		return 0, nil
 	}
 	cutoff := store.ClampUnixNanos(before)
-	each, err := eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) ([]ledgerEntry, error) {
+	each, err := eachShard(ctx, s.shards, func(ctx context.Context, _ int, sh *shard) ([]ledgerEntry, error) {
 		return sh.ledgerBefore(ctx, cutoff)
 	})
 	if err != nil {

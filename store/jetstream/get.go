@@ -297,6 +297,20 @@ type leaderView struct {
 	last     uint64
 }
 
+// ids are the session ids of the view's subjects, each parsed by id (a
+// subject family's own, e.g. subjects.busyID), in no order.
+func (v leaderView) ids(id func(subject string) (string, error)) ([]string, error) {
+	ids := make([]string, 0, len(v.subjects))
+	for subject := range v.subjects {
+		sid, err := id(subject)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, sid)
+	}
+	return ids, nil
+}
+
 // lastOf reads the last message of each of subjects, as new as a leader
 // whose last sequence was last: in direct-get batches of scanChunk
 // subjects (multi_last), answered by whichever replica is nearest; what a

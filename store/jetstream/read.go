@@ -218,13 +218,9 @@ func (s *shard) BusySessions(ctx context.Context) ([]store.Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: busy sessions: %w", err)
 	}
-	ids := make([]string, 0, len(view.subjects))
-	for subject := range view.subjects {
-		id, err := s.subj.busyID(subject)
-		if err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
+	ids, err := view.ids(s.subj.busyID)
+	if err != nil {
+		return nil, err
 	}
 	slices.Sort(ids)
 	rows, err := s.rows(ctx, ids, view.last)

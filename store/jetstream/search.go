@@ -139,7 +139,7 @@ func (s *Store) Search(ctx context.Context, q store.Query, after *store.SessionK
 	}
 	var texts []map[string]storedMsg // by shard
 	if !q.Name.Empty() || !q.Content.Empty() {
-		texts, err = eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) (map[string]storedMsg, error) {
+		texts, err = eachShard(ctx, s.shards, func(ctx context.Context, _ int, sh *shard) (map[string]storedMsg, error) {
 			return sh.lastOn(ctx, sh.subj.textsOf(q.Owner))
 		})
 		if err != nil {
@@ -238,8 +238,7 @@ func (s *Store) pageRows(ctx context.Context, page []ownedKey, lasts []uint64) (
 	for _, k := range page {
 		byShard[k.shard] = append(byShard[k.shard], k.ID)
 	}
-	each, err := eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) ([]store.Session, error) {
-		i := slices.Index(s.shards, sh)
+	each, err := eachShard(ctx, s.shards, func(ctx context.Context, i int, sh *shard) ([]store.Session, error) {
 		if len(byShard[i]) == 0 {
 			return nil, nil
 		}
@@ -266,7 +265,7 @@ type ownedKey struct {
 // ownerViews asks each stream's leader, at once, which entries an
 // owner's index has there, and its last sequence.
 func (s *Store) ownerViews(ctx context.Context, owner string) ([]leaderView, error) {
-	return eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) (leaderView, error) {
+	return eachShard(ctx, s.shards, func(ctx context.Context, _ int, sh *shard) (leaderView, error) {
 		return sh.subjectsOn(ctx, sh.subj.ownedBy(owner))
 	})
 }
@@ -276,17 +275,12 @@ func (s *Store) ownerViews(ctx context.Context, owner string) ([]leaderView, err
 // nil), newest first: a list whose page holds the whole index, read
 // without reading the index entries.
 func (s *Store) ownerRows(ctx context.Context, owner string, after *store.SessionKey, views []leaderView) ([]store.Session, error) {
-	each, err := eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) ([]store.Session, error) {
-		view := views[slices.Index(s.shards, sh)]
-		ids := make([]string, 0, len(view.subjects))
-		for subject := range view.subjects {
-			id, err := sh.subj.ownedID(subject)
-			if err != nil {
-				return nil, err
-			}
-			ids = append(ids, id)
+	each, err := eachShard(ctx, s.shards, func(ctx context.Context, i int, sh *shard) ([]store.Session, error) {
+		ids, err := views[i].ids(sh.subj.ownedID)
+		if err != nil {
+			return nil, err
 		}
-		return sh.rows(ctx, ids, view.last)
+		return sh.rows(ctx, ids, views[i].last)
 	})
 	if err != nil {
 		return nil, err
@@ -294,21 +288,30 @@ func (s *Store) ownerRows(ctx context.Context, owner string, after *store.Sessio
 	var out []store.Session
 	for _, rows := range each {
 		for _, row := range rows {
-			if !row.Erasing && row.Owner == owner && (after == nil || isAfter(row.UpdatedAt, row.ID, after)) {
+			if !row.Erasing && row.Owner == owner && (after == nil || isAfter(keyOf(row), after)) {
 				out = append(out, row)
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b store.Session) int {
-		return compareKeys(b.UpdatedAt.UnixNano(), b.ID, a.UpdatedAt.UnixNano(), a.ID)
-	})
+	slices.SortFunc(out, func(a, b store.Session) int { return newestFirst(keyOf(a), keyOf(b)) })
 	return out, nil
 }
 
-// isAfter tells whether a session updated at, with id, comes after key in
-// a list, newest first.
-func isAfter(at time.Time, id string, key *store.SessionKey) bool {
-	return compareKeys(at.UnixNano(), id, store.ClampUnixNanos(key.UpdatedAt), key.ID) < 0
+// isAfter tells whether the session of key k comes after key after in a
+// list, newest first.
+func isAfter(k store.SessionKey, after *store.SessionKey) bool {
+	return compareKeys(k.UpdatedAt.UnixNano(), k.ID, store.ClampUnixNanos(after.UpdatedAt), after.ID) < 0
+}
+
+// newestFirst orders keys as a list shows them: the most recently
+// updated first, then by id.
+func newestFirst(a, b store.SessionKey) int {
+	return compareKeys(b.UpdatedAt.UnixNano(), b.ID, a.UpdatedAt.UnixNano(), a.ID)
+}
+
+// keyOf is a row's key in its owner's list.
+func keyOf(r store.Session) store.SessionKey {
+	return store.SessionKey{UpdatedAt: r.UpdatedAt, ID: r.ID}
 }
 
 // ownerKeys reads an owner's index in every stream at once and returns
@@ -322,8 +325,8 @@ func (s *Store) ownerKeys(ctx context.Context, owner string, after *store.Sessio
 			return nil, nil, err
 		}
 	}
-	each, err := eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) ([]store.SessionKey, error) {
-		return sh.ownerKeys(ctx, views[slices.Index(s.shards, sh)], after)
+	each, err := eachShard(ctx, s.shards, func(ctx context.Context, i int, sh *shard) ([]store.SessionKey, error) {
+		return sh.ownerKeys(ctx, views[i], after)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -337,9 +340,7 @@ func (s *Store) ownerKeys(ctx context.Context, owner string, after *store.Sessio
 		}
 	}
 	if len(each) > 1 {
-		slices.SortFunc(keys, func(a, b ownedKey) int {
-			return compareKeys(b.UpdatedAt.UnixNano(), b.ID, a.UpdatedAt.UnixNano(), a.ID)
-		})
+		slices.SortFunc(keys, func(a, b ownedKey) int { return newestFirst(a.SessionKey, b.SessionKey) })
 	}
 	return keys, lasts, nil
 }
@@ -400,11 +401,9 @@ func (s *shard) ownerKeys(ctx context.Context, view leaderView, after *store.Ses
 		}
 		keys = append(keys, store.SessionKey{UpdatedAt: time.Unix(0, updated), ID: id})
 	}
-	slices.SortFunc(keys, func(a, b store.SessionKey) int {
-		return compareKeys(b.UpdatedAt.UnixNano(), b.ID, a.UpdatedAt.UnixNano(), a.ID)
-	})
+	slices.SortFunc(keys, newestFirst)
 	if after != nil {
-		keys = slices.DeleteFunc(keys, func(k store.SessionKey) bool { return !isAfter(k.UpdatedAt, k.ID, after) })
+		keys = slices.DeleteFunc(keys, func(k store.SessionKey) bool { return !isAfter(k, after) })
 	}
 	return keys, nil
 }

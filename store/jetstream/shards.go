@@ -321,7 +321,7 @@ func (s *Store) admittedElsewhere(ctx context.Context, sh *shard, cmds []store.C
 	if len(s.shards) == 1 || len(cmds) == 0 {
 		return nil
 	}
-	_, err := eachShard(ctx, s.shards, func(ctx context.Context, other *shard) (struct{}, error) {
+	_, err := eachShard(ctx, s.shards, func(ctx context.Context, _ int, other *shard) (struct{}, error) {
 		if other == sh {
 			return struct{}{}, nil
 		}
@@ -386,7 +386,7 @@ func (s *Store) BusySessions(ctx context.Context) ([]store.Session, error) {
 		return nil, err
 	}
 	defer done()
-	each, err := eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) ([]store.Session, error) {
+	each, err := eachShard(ctx, s.shards, func(ctx context.Context, _ int, sh *shard) ([]store.Session, error) {
 		return sh.BusySessions(ctx)
 	})
 	if err != nil {
@@ -410,10 +410,10 @@ func (s *Store) Command(ctx context.Context, id string) (store.Command, error) {
 		return s.shards[0].command(ctx, id)
 	}
 	found := make([]*store.Command, len(s.shards))
-	_, err = eachShard(ctx, s.shards, func(ctx context.Context, sh *shard) (struct{}, error) {
+	_, err = eachShard(ctx, s.shards, func(ctx context.Context, i int, sh *shard) (struct{}, error) {
 		c, err := sh.command(ctx, id)
 		if err == nil {
-			found[slices.Index(s.shards, sh)] = &c
+			found[i] = &c
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return struct{}{}, err
 		}
@@ -430,19 +430,19 @@ func (s *Store) Command(ctx context.Context, id string) (store.Command, error) {
 	return store.Command{}, fmt.Errorf("jetstream: command %q: %w", id, store.ErrNotFound)
 }
 
-// eachShard runs fn on every shard at once and returns their results in
-// shard order.
-func eachShard[T any](ctx context.Context, shards []*shard, fn func(context.Context, *shard) (T, error)) ([]T, error) {
+// eachShard runs fn on every shard at once, with its index in shards,
+// and returns their results in shard order.
+func eachShard[T any](ctx context.Context, shards []*shard, fn func(context.Context, int, *shard) (T, error)) ([]T, error) {
 	out := make([]T, len(shards))
 	if len(shards) == 1 {
 		var err error
-		out[0], err = fn(ctx, shards[0])
+		out[0], err = fn(ctx, 0, shards[0])
 		return out, err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for i, sh := range shards {
 		g.Go(func() (err error) {
-			out[i], err = fn(gctx, sh)
+			out[i], err = fn(gctx, i, sh)
 			return err
 		})
 	}
