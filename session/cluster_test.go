@@ -433,15 +433,8 @@ func (m *gateModel) Stream(ctx context.Context, _ provider.Request, onText func(
 // again when it joins again (asking again the claims left unanswered, as
 // in a NATS election) and goes on running its turn: one attempt.
 func TestClusterKeepsItsSessionsAfterALapseNobodyUsed(t *testing.T) {
-	st := openStore(t)
-	h := newMemHub()
 	model := &gateModel{started: make(chan struct{}, 1), gate: make(chan struct{})}
-	a := h.startNode(t, "a", st, model)
-	t.Cleanup(a.Close)
-	onA := newRecSub()
-	sid := startSession(t, a, onA)
-	ack := startTurn(t, a, textTurn(sid, "hello"))
-	<-model.started
+	h, a, _, onA, sid, ack := gatedTurnOnA(t, model)
 	h.mu.Lock()
 	h.unheard = 3
 	h.mu.Unlock()
@@ -460,25 +453,34 @@ func TestClusterKeepsItsSessionsAfterALapseNobodyUsed(t *testing.T) {
 	}
 }
 
+// gatedTurnOnA runs node a alone on a hub, over a store of its own, and a
+// turn there (onA reading) whose provider call has begun and waits on
+// model's gate.
+func gatedTurnOnA(t *testing.T, model *gateModel) (h *memHub, a *Manager, st store.Store, onA *recSub, sid string, ack msp.TurnStartResult) {
+	t.Helper()
+	st = openStore(t)
+	h = newMemHub()
+	a = h.startNode(t, "a", st, model)
+	t.Cleanup(a.Close)
+	onA = newRecSub()
+	sid = startSession(t, a, onA)
+	ack = startTurn(t, a, textTurn(sid, "hello"))
+	<-model.started
+	return h, a, st, onA, sid, ack
+}
+
 // TestClusterLeadsAgainWhileItsOldAttemptEnds: a gives a session up
 // after a lapse while its attempt is still in the provider's hands, then
 // leads it again (the node that took it died) before that attempt ends.
 // The old attempt writes nothing when it does end; the turn resumes as
 // attempt 2 on a worker of its own and completes once.
 func TestClusterLeadsAgainWhileItsOldAttemptEnds(t *testing.T) {
-	st := openStore(t)
-	h := newMemHub()
 	model := &gateModel{started: make(chan struct{}, 2), gate: make(chan struct{}), deaf: true}
-	a := h.startNode(t, "a", st, model)
-	t.Cleanup(a.Close)
-	onA := newRecSub()
-	sid := startSession(t, a, onA)
-	ack := startTurn(t, a, textTurn(sid, "hello"))
-	<-model.started
+	h, a, st, onA, sid, ack := gatedTurnOnA(t, model)
 	h.mu.Lock()
 	h.leases[sid] = "b" // b took it while a was paused
 	h.mu.Unlock()
-	a.cfg.Cluster.(memNode).h.lapsedOf("a") <- struct{}{}
+	h.lapsedOf("a") <- struct{}{}
 	pollUntil(t, "a to give the session up", func() bool { return !a.leads(sid) })
 	h.mu.Lock()
 	delete(h.leases, sid) // b died: a's adoption takes it back

@@ -375,19 +375,7 @@ func (m *Manager) loadedSessions() []*session {
 // Detach removes sub from the list news and from every session it follows.
 func (m *Manager) Detach(sub Subscriber) {
 	m.listeners.remove(sub)
-	m.mu.Lock()
-	var loaded []*session
-	for _, l := range m.sessions {
-		select {
-		case <-l.done:
-			if l.s != nil {
-				loaded = append(loaded, l.s)
-			}
-		default:
-		}
-	}
-	m.mu.Unlock()
-	for _, s := range loaded {
+	for _, s := range m.loadedSessions() {
 		s.unsubscribe(sub)
 	}
 }
