@@ -377,6 +377,19 @@ func (r *runner) profileAll(ctx context.Context, srvs []*server, files []string,
 
 // fetch GETs url into file.
 func fetch(ctx context.Context, url, file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := fetchTo(ctx, url, f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// fetchTo GETs url from a server's debug listener into w.
+func fetchTo(ctx context.Context, url string, w io.Writer) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -389,15 +402,8 @@ func fetch(ctx context.Context, url, file string) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %s (is the server started with --pprof?)", url, resp.Status)
 	}
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	_, err = io.Copy(w, resp.Body)
+	return err
 }
 
 // machineTicks is the whole machine's CPU time from /proc/stat's first

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -646,16 +647,12 @@ func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 		pace := time.NewTicker(listEvery)
 		for range listRepeats {
 			<-pace.C
-			t0 := time.Now()
-			got, err := st.Sessions(ctx, listedOwner, nil, listedSessions)
+			took, err := timedList(ctx, st, stored)
 			if err != nil {
-				return err
-			}
-			list = append(list, time.Since(t0))
-			if len(got) != min(listedSessions, max(stored-storedBusy, 0)) {
 				pace.Stop()
-				return fmt.Errorf("%s: the listed principal has %d sessions, want %d", label, len(got), listedSessions)
+				return fmt.Errorf("%s: %w", label, err)
 			}
+			list = append(list, took)
 		}
 		pace.Stop()
 		if r.cfg.Profile != "" && t.nodes != nil && len(t.nodes.natsProcs) > 0 {
@@ -702,6 +699,22 @@ func (r *runner) scanRows(ctx context.Context, t *storeTarget) error {
 		}
 	}
 	return nil
+}
+
+// timedList reads the listed principal's first page once, with stored
+// sessions stored, and says how long it took; a page that is not the
+// principal's whole list is an error.
+func timedList(ctx context.Context, st store.Store, stored int) (time.Duration, error) {
+	t0 := time.Now()
+	got, err := st.Sessions(ctx, listedOwner, nil, listedSessions)
+	took := time.Since(t0)
+	if err != nil {
+		return 0, err
+	}
+	if want := min(listedSessions, max(stored-storedBusy, 0)); len(got) != want {
+		return 0, fmt.Errorf("the listed principal has %d sessions, want %d", len(got), want)
+	}
+	return took, nil
 }
 
 // storedRow is the i-th session row the store scenario stores, updated
@@ -794,16 +807,12 @@ func (r *runner) listUnderWrites(ctx context.Context, st store.Store, label, at 
 	var err error
 	for time.Since(t0) < r.cfg.StoreListWindow {
 		<-pace.C
-		l0 := time.Now()
-		var got []store.Session
-		if got, err = st.Sessions(ctx, listedOwner, nil, listedSessions); err != nil {
+		var took time.Duration
+		if took, err = timedList(ctx, st, len(ids)); err != nil {
+			err = fmt.Errorf("%s: under writes: %w", label, err)
 			break
 		}
-		list = append(list, time.Since(l0))
-		if want := min(listedSessions, max(len(ids)-storedBusy, 0)); len(got) != want {
-			err = fmt.Errorf("%s: under writes, the listed principal has %d sessions, want %d", label, len(got), want)
-			break
-		}
+		list = append(list, took)
 	}
 	pace.Stop()
 	elapsed := time.Since(t0)
@@ -843,7 +852,7 @@ func collectGarbage(ctx context.Context, procs []*server) (took []time.Duration,
 		}
 		g.Go(func() error {
 			t0 := time.Now()
-			if err := fetch(ctx, p.base+"/debug/pprof/heap?gc=1", os.DevNull); err != nil {
+			if err := fetchTo(ctx, p.base+"/debug/pprof/heap?gc=1", io.Discard); err != nil {
 				return fmt.Errorf("collecting garbage: %w", err)
 			}
 			spent := time.Since(t0)
@@ -867,21 +876,11 @@ func collectGarbage(ctx context.Context, procs []*server) (took []time.Duration,
 // limit must leave room above. Resident memory is no measure of it: the
 // runtime keeps what it freed for a while.
 func liveHeap(ctx context.Context, p *server) (int64, error) {
-	f, err := os.CreateTemp("", "mspbench-heap-*.txt")
-	if err != nil {
-		return 0, err
-	}
-	name := f.Name()
-	f.Close()
-	defer os.Remove(name)
-	if err := fetch(ctx, p.base+"/debug/pprof/heap?debug=1", name); err != nil {
+	var text strings.Builder
+	if err := fetchTo(ctx, p.base+"/debug/pprof/heap?debug=1", &text); err != nil {
 		return 0, fmt.Errorf("reading the heap's size: %w", err)
 	}
-	text, err := os.ReadFile(name)
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(text)) {
+	for line := range strings.Lines(text.String()) {
 		if v, ok := strings.CutPrefix(line, "# HeapAlloc = "); ok {
 			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		}
